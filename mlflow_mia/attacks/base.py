@@ -1,0 +1,124 @@
+"""The attack protocol and the ``ATTACKS`` registry.
+
+An attack maps per-sample signals to one score per sample, with the convention
+used everywhere in mlflow-mia: **a higher score means "more likely a member"**.
+Energies and losses are "lower = member", so attacks built on them negate them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.signals.types import SignalResult
+
+__all__ = ["Attack", "AttackInputs", "ATTACKS", "register_attack", "get_attack"]
+
+
+@dataclass(frozen=True)
+class AttackInputs:
+    """Signals of one sample set (the target pool or the population set).
+
+    Attributes
+    ----------
+    texts : tuple of str, length n_samples
+    target : SignalResult
+        Signals of the target model.
+    reference : SignalResult or None
+        Signals of the reference model, row-aligned with ``target``.
+    neighbour_energy : ndarray of shape (n_samples,) or None
+        Mean target-model energy of each sample's neighbours (NaN where a sample has none).
+    """
+
+    texts: tuple[str, ...]
+    target: SignalResult
+    reference: SignalResult | None = None
+    neighbour_energy: np.ndarray | None = None
+
+    def __post_init__(self):
+        n = len(self.texts)
+        for name in ("target", "reference"):
+            sig = getattr(self, name)
+            if sig is not None and len(sig) != n:
+                raise ValueError(f"{name} signals have {len(sig)} rows, expected {n}: rows must pair up")
+        if self.neighbour_energy is not None and np.shape(self.neighbour_energy) != (n,):
+            raise ValueError(f"neighbour_energy has shape {np.shape(self.neighbour_energy)}, expected ({n},)")
+
+
+class Attack:
+    """Base class of attacks. Subclasses set the class attributes and ``score``.
+
+    Attributes
+    ----------
+    name : str
+        Registry key, used in configs, on the CLI and in metric names.
+    citation : str
+        The paper the attack comes from.
+    requires : tuple of str
+        Which :class:`AttackInputs` fields must be present (``"target"``,
+        ``"reference"``, ``"neighbour_energy"``).
+    higher_is_member : bool
+        Always True: scores are oriented so that higher means member.
+    """
+
+    name: ClassVar[str]
+    citation: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ("target",)
+    higher_is_member: ClassVar[bool] = True
+
+    def score(self, inputs: AttackInputs, config: AuditConfig) -> np.ndarray:
+        """Return scores of shape (n_samples,), dtype float64, higher = member."""
+        raise NotImplementedError
+
+    def __call__(self, inputs: AttackInputs, config: AuditConfig | None = None) -> np.ndarray:
+        config = config or AuditConfig()
+        missing = [r for r in self.requires if getattr(inputs, r) is None]
+        if missing:
+            raise ValueError(f"attack {self.name!r} needs {missing}; " + _HOW_TO_PROVIDE.get(missing[0], ""))
+        scores = np.asarray(self.score(inputs, config), dtype=np.float64)
+        if scores.shape != (len(inputs.texts),):
+            raise RuntimeError(f"attack {self.name!r} returned shape {scores.shape}, expected ({len(inputs.texts)},)")
+        return scores
+
+
+_HOW_TO_PROVIDE = {
+    "reference": "give a reference model (reference_model=...) trained on similar but disjoint data",
+    "neighbour_energy": "neighbour energies are computed by the audit when 'neighbourhood' is requested",
+}
+
+ATTACKS: dict[str, type[Attack]] = {}
+
+
+def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
+    """Class decorator adding an attack to :data:`ATTACKS` under ``cls.name``.
+
+    Raises
+    ------
+    ValueError
+        The name is already registered and ``force`` is False.
+    """
+
+    def deco(c: type[Attack]) -> type[Attack]:
+        if not force and c.name in ATTACKS and ATTACKS[c.name] is not c:
+            raise ValueError(f"an attack named {c.name!r} is already registered; pass force=True to replace it")
+        ATTACKS[c.name] = c
+        return c
+
+    return deco(cls) if cls is not None else deco
+
+
+def get_attack(name: str) -> Attack:
+    """Instantiate the registered attack ``name``.
+
+    Raises
+    ------
+    ValueError
+        Unknown name; the message lists the registered names.
+    """
+    try:
+        return ATTACKS[name]()
+    except KeyError:
+        raise ValueError(f"unknown attack {name!r}; registered attacks: {sorted(ATTACKS)}") from None

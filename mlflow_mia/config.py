@@ -1,0 +1,238 @@
+"""Frozen configuration dataclasses, validated once at the boundary.
+
+Every config serialises with :func:`dataclasses.asdict` and is rebuilt with
+``from_dict``, which rejects unknown keys (a typo is an error, not a silent
+default). Definitions and defaults follow ``docs/method.md`` and
+Mireshghallah et al. (2022), "Quantifying Privacy Risks of Masked Language
+Models Using Membership Inference Attacks", EMNLP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = [
+    "SignalConfig",
+    "NeighbourhoodConfig",
+    "MetricConfig",
+    "AuditConfig",
+    "config_digest",
+]
+
+SIGNAL_KINDS = ("energy", "pll")
+DEFAULT_FPRS = (0.1, 0.01, 0.001)
+
+
+def _from_dict(cls, data: Mapping[str, Any]):
+    """Build a dataclass from a mapping, rejecting unknown keys."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(names)}"
+        )
+    return cls(**dict(data))
+
+
+def config_digest(obj) -> str:
+    """A short, stable sha256 digest of a config dataclass (sorted-key JSON)."""
+    payload = json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class SignalConfig:
+    """How per-sample signals are computed from a masked language model.
+
+    Attributes
+    ----------
+    kind : {"energy", "pll"}
+        ``"energy"``: Eq. 2 of Mireshghallah et al. (2022), the sum of masked-token
+        negative log-likelihoods (nats) over ``ceil(mask_rate * T)`` masked positions,
+        averaged over ``num_masks`` random masks. ``"pll"``: the pseudo-log-likelihood
+        "normalized energy" of appendix A.3.2, every maskable token masked once, the
+        mean NLL per token (nats/token).
+    num_masks : int
+        K, the number of random mask subsets per sample (paper appendix: 10). When
+        ``num_masks >= C(T, l)`` every subset is used exactly once, so the energy is
+        exactly Eq. 2. Ignored for ``pll``.
+    mask_rate : float
+        Fraction of maskable tokens masked in each subset, in (0, 1]; ``l = ceil(rate*T)``.
+    seed : int
+        Masks are drawn from ``(seed, sha256(text))``: reproducible, independent of
+        batch order, and identical for two models whose tokenizers agree.
+    max_length : int or None
+        Token limit including special tokens; ``None`` uses the model's limit. Longer
+        texts are truncated (never windowed); the count is reported.
+    token_budget : int
+        Padded tokens per forward pass (batch size x padded length).
+    half_precision : bool
+        Run the model in float16 on CUDA (ignored on CPU).
+    """
+
+    kind: str = "energy"
+    num_masks: int = 10
+    mask_rate: float = 0.15
+    seed: int = 0
+    max_length: int | None = None
+    token_budget: int = 8192
+    half_precision: bool = False
+
+    def __post_init__(self):
+        if self.kind not in SIGNAL_KINDS:
+            raise ValueError(f"signal kind must be one of {SIGNAL_KINDS}, got {self.kind!r}")
+        if isinstance(self.num_masks, bool) or not isinstance(self.num_masks, int) or self.num_masks < 1:
+            raise ValueError(f"num_masks must be a positive int, got {self.num_masks!r}")
+        if not (isinstance(self.mask_rate, (int, float)) and 0.0 < self.mask_rate <= 1.0):
+            raise ValueError(f"mask_rate must be in (0, 1], got {self.mask_rate!r}")
+        if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 3):
+            raise ValueError(f"max_length must be an int >= 3 or None, got {self.max_length!r}")
+        if not isinstance(self.token_budget, int) or self.token_budget < 16:
+            raise ValueError(f"token_budget must be an int >= 16, got {self.token_budget!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SignalConfig":
+        return _from_dict(cls, data)
+
+    def cache_spec(self) -> dict:
+        """The fields that change signal values (not speed): part of every cache key."""
+        spec = {"kind": self.kind, "max_length": self.max_length}
+        if self.kind == "energy":
+            spec.update(num_masks=self.num_masks, mask_rate=self.mask_rate, seed=self.seed)
+        return spec
+
+
+@dataclass(frozen=True)
+class NeighbourhoodConfig:
+    """Settings of the neighbourhood attack (Mattern et al., 2023, Sec. 3).
+
+    Attributes
+    ----------
+    num_neighbours : int
+        n, neighbours kept per sample (paper: up to 100; default 25).
+    num_replacements : int
+        Words replaced per neighbour (paper: 1 works best).
+    dropout : float
+        Dropout probability applied to the input embedding of the replaced position only.
+    generator_model : str or None
+        Model that proposes replacements; ``None`` uses the reference model.
+    """
+
+    num_neighbours: int = 25
+    num_replacements: int = 1
+    dropout: float = 0.7
+    generator_model: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.num_neighbours, int) or self.num_neighbours < 1:
+            raise ValueError(f"num_neighbours must be a positive int, got {self.num_neighbours!r}")
+        if not isinstance(self.num_replacements, int) or self.num_replacements < 1:
+            raise ValueError(f"num_replacements must be a positive int, got {self.num_replacements!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "NeighbourhoodConfig":
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    """Which metrics an audit reports.
+
+    Attributes
+    ----------
+    fprs : tuple of float
+        Target false-positive rates alpha; thresholds are the ``1 - alpha`` quantiles
+        of the population scores.
+    bootstrap_rounds : int
+        Resamples of the target pool for confidence intervals (0 disables them).
+    confidence : float
+        Two-sided confidence level of the bootstrap percentile intervals.
+    length_bins : tuple of (int, int)
+        Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
+    min_k_fraction : float
+        k of the min-k% attack: the fraction of lowest token log-probs averaged.
+    top_records : int
+        How many riskiest member records to report.
+    seed : int
+        Seed of the bootstrap.
+    """
+
+    fprs: tuple[float, ...] = DEFAULT_FPRS
+    bootstrap_rounds: int = 1000
+    confidence: float = 0.95
+    length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
+    min_k_fraction: float = 0.2
+    top_records: int = 20
+    seed: int = 0
+
+    def __post_init__(self):
+        fprs = tuple(float(a) for a in self.fprs)
+        if not fprs or any(not (0.0 < a < 1.0) or math.isnan(a) for a in fprs):
+            raise ValueError(f"fprs must be a non-empty list of rates in (0, 1), got {self.fprs!r}")
+        object.__setattr__(self, "fprs", tuple(sorted(set(fprs), reverse=True)))
+        bins = tuple((int(lo), int(hi)) for lo, hi in self.length_bins)
+        if any(lo < 0 or hi <= lo for lo, hi in bins):
+            raise ValueError(f"length_bins must be (lo, hi) pairs with 0 <= lo < hi, got {self.length_bins!r}")
+        object.__setattr__(self, "length_bins", bins)
+        if not isinstance(self.bootstrap_rounds, int) or self.bootstrap_rounds < 0:
+            raise ValueError(f"bootstrap_rounds must be an int >= 0, got {self.bootstrap_rounds!r}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if not 0.0 < self.min_k_fraction <= 1.0:
+            raise ValueError(f"min_k_fraction must be in (0, 1], got {self.min_k_fraction!r}")
+        if not isinstance(self.top_records, int) or self.top_records < 0:
+            raise ValueError(f"top_records must be an int >= 0, got {self.top_records!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MetricConfig":
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Everything that defines an audit, stored next to its results.
+
+    Attributes
+    ----------
+    attacks : tuple of str
+        Registry names of the attacks to run (see ``mlflow_mia.attacks.ATTACKS``).
+    signal : SignalConfig
+    metrics : MetricConfig
+    neighbourhood : NeighbourhoodConfig
+    """
+
+    attacks: tuple[str, ...] = ("loss", "likelihood_ratio")
+    signal: SignalConfig = field(default_factory=SignalConfig)
+    metrics: MetricConfig = field(default_factory=MetricConfig)
+    neighbourhood: NeighbourhoodConfig = field(default_factory=NeighbourhoodConfig)
+
+    def __post_init__(self):
+        if isinstance(self.attacks, str):
+            object.__setattr__(self, "attacks", (self.attacks,))
+        attacks = tuple(dict.fromkeys(str(a) for a in self.attacks))
+        if not attacks:
+            raise ValueError("attacks must name at least one attack, e.g. ['loss', 'likelihood_ratio']")
+        object.__setattr__(self, "attacks", attacks)
+        for name, typ in (("signal", SignalConfig), ("metrics", MetricConfig),
+                          ("neighbourhood", NeighbourhoodConfig)):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, typ.from_dict(value))
+            elif not isinstance(value, typ):
+                raise TypeError(f"{name} must be a {typ.__name__} or a dict, got {type(value).__name__}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AuditConfig":
+        return _from_dict(cls, data)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,211 @@
+"""Audit inputs: the target pool (members and non-members) and the population set.
+
+Validated once, here, at the boundary; everything downstream trusts these
+objects. Label convention everywhere in mlflow-mia: ``1 = member`` (in the
+target model's training data), ``0 = non-member``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table"]
+
+
+def text_hash(text: str) -> str:
+    """Hex sha256 of the UTF-8 text: the identity of a sample in caches and artifacts."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
+    texts = tuple(texts)
+    if not texts:
+        raise ValueError(f"{what} is empty: give at least one text")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise ValueError(
+            f"{what} has {len(bad)} non-string text(s) (first at row {bad[0]}: {texts[bad[0]]!r}); "
+            "drop missing values or convert the column to str"
+        )
+    blank = [i for i, t in enumerate(texts) if not t.strip()]
+    if blank:
+        raise ValueError(
+            f"{what} has {len(blank)} empty or whitespace-only text(s) (first at row {blank[0]}); "
+            "remove them before the audit: they have no tokens to score"
+        )
+    return texts
+
+
+def load_table(source, *, what: str = "data"):
+    """Load a table from a pandas DataFrame or a csv / jsonl / json / parquet path.
+
+    Files are read with Hugging Face ``datasets`` and returned as a pandas DataFrame.
+
+    Raises
+    ------
+    FileNotFoundError
+        The path does not exist.
+    ValueError
+        The file extension is not one of csv, json, jsonl, parquet.
+    """
+    import pandas as pd
+
+    if isinstance(source, pd.DataFrame):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{what} file {path!r} does not exist")
+        ext = path.rsplit(".", 1)[-1].lower()
+        builder = {"csv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}.get(ext)
+        if builder is None:
+            raise ValueError(f"{what} file {path!r}: use a .csv, .jsonl, .json or .parquet file")
+        from datasets import load_dataset
+
+        return load_dataset(builder, data_files=path, split="train").to_pandas()
+    if hasattr(source, "to_pandas"):  # datasets.Dataset, mlflow EvaluationDataset
+        return source.to_pandas()
+    raise TypeError(f"{what} must be a pandas DataFrame or a file path, got {type(source).__name__}")
+
+
+def _column(df, name: str, what: str):
+    if name not in df.columns:
+        raise ValueError(
+            f"{what} has no column {name!r}; its columns are {list(df.columns)}. "
+            f"Name the right column (e.g. text_column=...)"
+        )
+    return df[name]
+
+
+@dataclass(frozen=True)
+class AuditDataset:
+    """The target pool: samples whose membership the attack must decide.
+
+    Attributes
+    ----------
+    texts : tuple of str, length n_samples
+    labels : ndarray of shape (n_samples,), dtype int8
+        1 = member of the target model's training data, 0 = non-member.
+    sample_ids : tuple of str, length n_samples
+        Stable identifiers written to artifacts instead of raw text.
+    groups : tuple of str or None
+        User / patient / document id of each sample, for user-level results.
+
+    Raises
+    ------
+    ValueError
+        Empty or blank texts, labels other than 0/1 or NaN, length mismatches,
+        duplicate sample ids, or a group containing both members and non-members.
+    """
+
+    texts: tuple[str, ...]
+    labels: np.ndarray
+    sample_ids: tuple[str, ...] | None = None
+    groups: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        texts = _check_texts(self.texts, "the target pool")
+        object.__setattr__(self, "texts", texts)
+        raw = np.asarray(self.labels)
+        if raw.shape != (len(texts),):
+            raise ValueError(f"labels has shape {raw.shape}, expected ({len(texts)},) to match the texts")
+        if raw.dtype.kind == "f" and np.isnan(raw).any():
+            raise ValueError(f"labels contain {int(np.isnan(raw).sum())} NaN value(s); every sample needs 0 or 1")
+        if raw.dtype.kind == "b":
+            raw = raw.astype(np.int8)
+        if raw.dtype.kind not in "iuf" or not np.isin(raw, (0, 1)).all():
+            values = sorted({str(v) for v in np.unique(raw)})[:5]
+            raise ValueError(
+                f"labels must be 1 (member) or 0 (non-member), got values {values}; "
+                "map your column to 1/0 before the audit"
+            )
+        labels = raw.astype(np.int8)
+        labels.setflags(write=False)
+        object.__setattr__(self, "labels", labels)
+        ids = self.sample_ids
+        if ids is None:
+            ids = tuple(str(i) for i in range(len(texts)))
+        ids = tuple(str(i) for i in ids)
+        if len(ids) != len(texts):
+            raise ValueError(f"sample_ids has {len(ids)} entries, expected {len(texts)}")
+        if len(set(ids)) != len(ids):
+            raise ValueError("sample_ids must be unique")
+        object.__setattr__(self, "sample_ids", ids)
+        if self.groups is not None:
+            groups = tuple(self.groups)
+            if len(groups) != len(texts):
+                raise ValueError(f"groups has {len(groups)} entries, expected {len(texts)}")
+            if any(g is None or (isinstance(g, float) and math.isnan(g)) for g in groups):
+                raise ValueError("groups contain missing values; every sample needs a group id")
+            groups = tuple(str(g) for g in groups)
+            mixed = _mixed_groups(groups, labels)
+            if mixed:
+                raise ValueError(
+                    f"{len(mixed)} group(s) contain both members and non-members (e.g. {mixed[0]!r}); "
+                    "a user is a member when all of their samples are"
+                )
+            object.__setattr__(self, "groups", groups)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def text_hashes(self) -> tuple[str, ...]:
+        return tuple(text_hash(t) for t in self.texts)
+
+    @classmethod
+    def from_frame(cls, data, *, text_column: str = "text", label_column: str = "is_member",
+                   id_column: str | None = None, group_column: str | None = None) -> "AuditDataset":
+        """Build the pool from a DataFrame or file (see :func:`load_table`)."""
+        df = load_table(data, what="the target pool")
+        texts = _column(df, text_column, "the target pool")
+        labels = _column(df, label_column, "the target pool")
+        ids = _column(df, id_column, "the target pool").tolist() if id_column else None
+        groups = _column(df, group_column, "the target pool").tolist() if group_column else None
+        return cls(texts=tuple(texts.tolist()), labels=labels.to_numpy(), sample_ids=ids, groups=groups)
+
+
+def _mixed_groups(groups: Sequence[str], labels: np.ndarray) -> list[str]:
+    _, inverse = np.unique(np.asarray(groups, dtype=object), return_inverse=True)
+    lo = np.full(inverse.max() + 1, 2, dtype=np.int8)
+    hi = np.full(inverse.max() + 1, -1, dtype=np.int8)
+    np.minimum.at(lo, inverse, labels)
+    np.maximum.at(hi, inverse, labels)
+    bad = set(np.flatnonzero(lo != hi).tolist())
+    return sorted({g for g, k in zip(groups, inverse) if k in bad})
+
+
+@dataclass(frozen=True)
+class PopulationSet:
+    """Samples from the general population, disjoint from the target pool.
+
+    Only used to choose thresholds: the ``1 - alpha`` quantile of the attack
+    score over these samples (Mireshghallah et al. 2022, Sec. 2.4, Fig. 2a).
+
+    Attributes
+    ----------
+    texts : tuple of str, length n_population
+    """
+
+    texts: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "texts", _check_texts(self.texts, "the population set"))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @classmethod
+    def from_frame(cls, data, *, text_column: str = "text") -> "PopulationSet":
+        df = load_table(data, what="the population set")
+        return cls(texts=tuple(_column(df, text_column, "the population set").tolist()))
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> "PopulationSet":
+        return cls(texts=tuple(texts))

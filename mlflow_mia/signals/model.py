@@ -1,0 +1,134 @@
+"""A masked language model with its tokenizer and a stable identity.
+
+This is the only place (with ``energy.py``) that touches torch models. The
+identity (``model_id``) keys the signal cache: a registry URI resolved to a
+version when the model comes from MLflow, else a content hash of the weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["MaskedLM", "weights_digest", "tokenizer_digest"]
+
+log = logging.getLogger(__name__)
+
+# Attribute names under which Hugging Face *ForMaskedLM classes keep their head
+# (BERT/DeBERTa: cls, RoBERTa/XLM-R/CamemBERT: lm_head, ALBERT: predictions).
+_HEAD_ATTRIBUTES = ("cls", "lm_head", "predictions")
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """Hex sha256 over parameter and buffer names, dtypes, shapes and bytes (sorted by name)."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """Hex sha256 of what decides token ids: the vocabulary, rules and special tokens."""
+    h = hashlib.sha256(type(tokenizer).__name__.encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        h.update(backend.to_str().encode())
+    else:
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    h.update(json.dumps(tokenizer.all_special_tokens).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class MaskedLM:
+    """A Hugging Face masked LM, its tokenizer and a cache identity.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A model with an MLM head (``AutoModelForMaskedLM``).
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Its tokenizer; must define a mask token.
+    model_id : str, optional
+        Identity for the signal cache (e.g. ``"models:/bbc-target/3"``); by default the
+        sha256 of the weights.
+    name : str, optional
+        Human-readable name for logs and reports.
+
+    Raises
+    ------
+    ValueError
+        The model has no MLM head, or the tokenizer has no mask token or pad token.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    model_id: str | None = None
+    name: str | None = None
+    _tokenizer_id: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        if head is None:
+            raise ValueError(
+                f"{type(self.model).__name__} has no masked-LM head; load the model with "
+                "transformers.AutoModelForMaskedLM (e.g. BertForMaskedLM), not AutoModel"
+            )
+        if getattr(self.tokenizer, "mask_token_id", None) is None:
+            raise ValueError(
+                f"tokenizer {type(self.tokenizer).__name__} has no mask token; masked energies need one "
+                "(use the tokenizer the MLM was trained with)"
+            )
+        if getattr(self.tokenizer, "pad_token_id", None) is None:
+            raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no pad token; set tokenizer.pad_token")
+        if self.model_id is None:
+            self.model_id = "sha256:" + weights_digest(self.model)
+        if self.name is None:
+            self.name = self.model_id
+        self.model.eval()
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
+                        **kwargs) -> "MaskedLM":
+        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a local folder or hub id."""
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        path = os.fspath(path)
+        model = AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return cls(model, tokenizer, model_id=model_id, name=name or path)
+
+    @property
+    def tokenizer_id(self) -> str:
+        if self._tokenizer_id is None:
+            self._tokenizer_id = tokenizer_digest(self.tokenizer)
+        return self._tokenizer_id
+
+    @property
+    def max_length(self) -> int:
+        """Model limit in tokens, special tokens included."""
+        limits = [getattr(self.tokenizer, "model_max_length", None)]
+        config = getattr(self.model, "config", None)
+        positions = getattr(config, "max_position_embeddings", None)
+        if positions:
+            # RoBERTa-style models offset positions by padding_idx + 1.
+            offset = (config.pad_token_id + 1) if getattr(config, "model_type", "") in ("roberta", "xlm-roberta",
+                                                                                         "camembert") else 0
+            limits.append(positions - offset)
+        limits = [x for x in limits if isinstance(x, int) and 0 < x < 1_000_000]
+        return min(limits) if limits else 512
+
+    def split_head(self):
+        """Return ``(encoder, head)`` so the head can run on masked positions only, or None."""
+        for attr in _HEAD_ATTRIBUTES:
+            head = getattr(self.model, attr, None)
+            if isinstance(head, torch.nn.Module):
+                return self.model.base_model, head
+        return None

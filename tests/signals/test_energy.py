@@ -1,0 +1,231 @@
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+import torch
+
+from mlflow_mia.config import SignalConfig
+from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals, tokenize
+from mlflow_mia.signals import energy as energy_module
+from mlflow_mia.signals.testing import tiny_bert, tiny_roberta
+
+TEXTS = [
+    "the cat sat on the mat",
+    "the bank said profit growth was good this year",
+    "a dog ran",
+    "patient note : fever and pain , dose two mg a day for a week",
+    "the firm said shares were red",
+]
+
+
+@pytest.fixture(params=["bert", "roberta"])
+def lm(request):
+    model, tok = (tiny_bert if request.param == "bert" else tiny_roberta)(seed=1)
+    return MaskedLM(model, tok)
+
+
+def brute_force_subset_logprob(lm, text, subset):
+    """Sum of log p(s_i | s_\\I) over i in subset, one full forward pass, full LM head."""
+    enc = lm.tokenizer(text, return_special_tokens_mask=True)
+    ids = torch.tensor([enc["input_ids"]])
+    maskable = np.flatnonzero(~np.asarray(enc["special_tokens_mask"], dtype=bool))
+    positions = maskable[list(subset)]
+    masked = ids.clone()
+    masked[0, positions] = lm.tokenizer.mask_token_id
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.model(input_ids=masked).logits[0].double(), dim=-1)
+    return float(sum(logp[p, ids[0, p]] for p in positions))
+
+
+def test_energy_with_all_subsets_equals_eq2(lm):
+    text = "the cat sat on the mat and the dog ran"  # T = 10, l = 2, C = 45
+    config = SignalConfig(num_masks=1000, mask_rate=0.15)
+    res = compute_signals(lm, [text], config, progress=False)
+    T = int(res.n_tokens[0])
+    length = math.ceil(0.15 * T)
+    subsets = list(combinations(range(T), length))
+    expected = -np.mean([brute_force_subset_logprob(lm, text, s) for s in subsets])
+    assert T == 10 and len(res.token_logprobs[0]) == len(subsets) * length
+    assert res.energy[0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_pll_equals_mean_nll_per_token(lm):
+    text = TEXTS[1]
+    res = compute_signals(lm, [text], SignalConfig(kind="pll"), progress=False)
+    T = int(res.n_tokens[0])
+    expected = -np.mean([brute_force_subset_logprob(lm, text, (i,)) for i in range(T)])
+    assert res.energy[0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_batched_equals_one_sample_at_a_time(lm):
+    config = SignalConfig(num_masks=4, token_budget=4096)
+    together = compute_signals(lm, TEXTS, config, progress=False, chunk_size=2)
+    alone = [compute_signals(lm, [t], SignalConfig(num_masks=4, token_budget=16), progress=False) for t in TEXTS]
+    np.testing.assert_allclose(together.energy, [a.energy[0] for a in alone], rtol=1e-5)
+    for t, a in zip(together.token_logprobs, alone):
+        np.testing.assert_allclose(t, a.token_logprobs[0], rtol=1e-5, atol=1e-6)
+
+
+def test_masks_do_not_depend_on_batch_order(lm):
+    config = SignalConfig(num_masks=3)
+    forward = compute_signals(lm, TEXTS, config, progress=False)
+    backward = compute_signals(lm, TEXTS[::-1], config, progress=False)
+    np.testing.assert_allclose(forward.energy, backward.energy[::-1], rtol=1e-6)
+    other_seed = compute_signals(lm, TEXTS, SignalConfig(num_masks=3, seed=1), progress=False)
+    assert not np.allclose(forward.energy, other_seed.energy)
+
+
+def test_special_tokens_and_padding_never_masked(lm, monkeypatch):
+    seen = []
+    original = energy_module.masked_token_logprobs
+
+    def spy(lm_, ids, copies, **kw):
+        seen.extend((ids[s], pos) for s, pos in copies)
+        return original(lm_, ids, copies, **kw)
+
+    monkeypatch.setattr(energy_module, "masked_token_logprobs", spy)
+    compute_signals(lm, TEXTS, SignalConfig(num_masks=5), progress=False)
+    # [UNK] stands for real text and is maskable; the structural tokens never are.
+    special = set(lm.tokenizer.all_special_ids) - {lm.tokenizer.unk_token_id}
+    assert seen
+    for ids, positions in seen:
+        assert len(positions) > 0
+        assert positions.max() < len(ids)  # never a padding position
+        assert not special & set(ids[positions].tolist())
+    ids, maskable, _ = tokenize(lm, ["the cat"], max_length=64)
+    assert ids[0][0] in special and ids[0][-1] in special and maskable[0].tolist() == [1, 2]
+
+
+def test_target_and_reference_share_masks_when_tokenizers_agree(monkeypatch):
+    target_model, tok = tiny_bert(seed=1)
+    reference_model, _ = tiny_bert(tok, seed=2)
+    calls = []
+    original = energy_module.masked_token_logprobs
+
+    def spy(lm_, ids, copies, **kw):
+        calls.append([(ids[s].tolist(), pos.tolist()) for s, pos in copies])
+        return original(lm_, ids, copies, **kw)
+
+    monkeypatch.setattr(energy_module, "masked_token_logprobs", spy)
+    a = compute_signals(MaskedLM(target_model, tok), TEXTS, progress=False)
+    b = compute_signals(MaskedLM(reference_model, tok), TEXTS, progress=False)
+    assert calls[0] == calls[1]
+    assert not np.allclose(a.energy, b.energy)
+
+
+def test_energy_is_sum_over_masked_tokens_mean_over_masks(lm):
+    res = compute_signals(lm, TEXTS, SignalConfig(num_masks=7), progress=False)
+    for e, lp, T in zip(res.energy, res.token_logprobs, res.n_tokens):
+        length = math.ceil(round(0.15 * T, 9))
+        n_masks = min(7, math.comb(int(T), length))
+        assert len(lp) == n_masks * length
+        assert e == pytest.approx(-lp.astype(np.float64).sum() / n_masks, rel=1e-6)
+        assert (lp <= 0).all()
+
+
+def test_head_only_at_masked_positions_equals_full_head(lm, monkeypatch):
+    fast = compute_signals(lm, TEXTS, progress=False)
+    monkeypatch.setattr(MaskedLM, "split_head", lambda self: None)
+    full = compute_signals(lm, TEXTS, progress=False)
+    np.testing.assert_allclose(fast.energy, full.energy, rtol=1e-5)
+
+
+def test_long_texts_are_truncated_and_counted(caplog):
+    model, tok = tiny_bert()
+    lm = MaskedLM(model, tok)
+    long_text = " ".join(["the cat sat on the mat"] * 20)  # 120 words > 64 tokens
+    with caplog.at_level("WARNING"):
+        res = compute_signals(lm, [long_text, TEXTS[0]], progress=False)
+    assert res.truncated.tolist() == [True, False] and res.n_truncated == 1
+    assert res.n_tokens[0] == 62  # 64 minus [CLS] and [SEP]
+    assert "truncated" in caplog.text
+    short = compute_signals(lm, [long_text], SignalConfig(max_length=10), progress=False)
+    assert short.n_tokens[0] == 8
+
+
+class _ForwardCounter:
+    def __init__(self, model):
+        self.calls = 0
+        model.base_model.embeddings.register_forward_hook(self)
+
+    def __call__(self, *args):
+        self.calls += 1
+
+
+def test_cache_hit_runs_no_forward_pass(tmp_path):
+    model, tok = tiny_bert()
+    lm = MaskedLM(model, tok)
+    counter = _ForwardCounter(model)
+    cache = SignalCache(tmp_path)
+    first = compute_signals(lm, TEXTS, cache=cache, progress=False)
+    assert counter.calls > 0
+    counter.calls = 0
+    again = compute_signals(lm, TEXTS + TEXTS[:2], cache=SignalCache(tmp_path), progress=False)
+    assert counter.calls == 0
+    np.testing.assert_array_equal(again.energy[:5], first.energy)
+    np.testing.assert_array_equal(again.energy[5:], first.energy[:2])
+    # Other settings are another key: computed, not served from the cache.
+    compute_signals(lm, TEXTS, SignalConfig(num_masks=3), cache=cache, progress=False)
+    assert counter.calls > 0
+
+
+def test_cache_is_keyed_by_weights(tmp_path):
+    cache = SignalCache(tmp_path)
+    m1, tok = tiny_bert(seed=1)
+    m2, _ = tiny_bert(tok, seed=2)
+    a = compute_signals(MaskedLM(m1, tok), TEXTS, cache=cache, progress=False)
+    b = compute_signals(MaskedLM(m2, tok), TEXTS, cache=cache, progress=False)
+    assert not np.allclose(a.energy, b.energy)
+
+
+def test_killed_run_resumes_from_cache(tmp_path):
+    model, tok = tiny_bert()
+    lm = MaskedLM(model, tok)
+    texts = [f"the {w} sat on the mat" for w in ("cat", "dog", "bank", "firm", "model", "patient")]
+    config = SignalConfig(num_masks=2, token_budget=16)  # 8-token copies: a chunk of 2 samples = 2 batches
+    reference = compute_signals(lm, texts, config, progress=False)
+    counter = _ForwardCounter(model)
+    state = {"batches": 0}
+
+    def crash(*args):
+        state["batches"] += 1
+        if state["batches"] > 2:
+            raise KeyboardInterrupt
+
+    handle = model.base_model.encoder.register_forward_hook(crash)
+    with pytest.raises(KeyboardInterrupt):
+        compute_signals(lm, texts, config, cache=SignalCache(tmp_path), progress=False,
+                        chunk_size=2)
+    handle.remove()
+    assert SignalCache(tmp_path).count() == 2  # the first chunk was committed
+    counter.calls = 0
+    resumed = compute_signals(lm, texts, config, cache=SignalCache(tmp_path), progress=False,
+                              chunk_size=2)
+    np.testing.assert_allclose(resumed.energy, reference.energy, rtol=1e-6)
+    full_batches = counter.calls
+    counter.calls = 0
+    compute_signals(lm, texts, config, progress=False, chunk_size=2)
+    assert full_batches == counter.calls - 2
+
+
+def test_model_without_mlm_head_is_rejected():
+    from transformers import BertConfig, BertModel
+
+    _, tok = tiny_bert()
+    with pytest.raises(ValueError, match="no masked-LM head.*AutoModelForMaskedLM"):
+        MaskedLM(BertModel(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1,
+                                      num_attention_heads=2, intermediate_size=32)), tok)
+
+
+def test_tokenizer_without_mask_token_is_rejected():
+    model, tok = tiny_bert()
+    tok.mask_token = None
+    with pytest.raises(ValueError, match="no mask token"):
+        MaskedLM(model, tok)
+
+
+def test_text_without_maskable_token_is_rejected():
+    model, tok = tiny_bert()
+    with pytest.raises(ValueError, match="no maskable token"):
+        compute_signals(MaskedLM(model, tok), ["the cat", "\u200b"], progress=False)
