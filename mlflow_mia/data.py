@@ -191,20 +191,35 @@ class PopulationSet:
     Attributes
     ----------
     texts : tuple of str, length n_population
+    groups : tuple of str or None
+        User / document id of each sample; with it, user-level thresholds come from
+        the population's user scores (mean of each user's sample scores).
     """
 
     texts: tuple[str, ...]
+    groups: tuple[str, ...] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "texts", _check_texts(self.texts, "the population set"))
+        if self.groups is not None:
+            groups = tuple(str(g) for g in self.groups)
+            if len(groups) != len(self.texts):
+                raise ValueError(f"population groups has {len(groups)} entries, expected {len(self.texts)}")
+            object.__setattr__(self, "groups", groups)
+
+    @property
+    def text_hashes(self) -> tuple[str, ...]:
+        return tuple(text_hash(t) for t in self.texts)
 
     def __len__(self) -> int:
         return len(self.texts)
 
     @classmethod
-    def from_frame(cls, data, *, text_column: str = "text") -> "PopulationSet":
+    def from_frame(cls, data, *, text_column: str = "text", group_column: str | None = None) -> "PopulationSet":
+        """Build the population from a DataFrame or file; ``group_column`` is used when present."""
         df = load_table(data, what="the population set")
-        return cls(texts=tuple(_column(df, text_column, "the population set").tolist()))
+        groups = df[group_column].tolist() if group_column and group_column in df.columns else None
+        return cls(texts=tuple(_column(df, text_column, "the population set").tolist()), groups=groups)
 
     @classmethod
     def from_texts(cls, texts: Iterable[str]) -> "PopulationSet":

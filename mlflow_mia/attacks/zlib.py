@@ -1,0 +1,30 @@
+"""Zlib-ratio attack: the energy calibrated by the text's zlib entropy.
+
+Carlini et al. (2021), "Extracting Training Data from Large Language Models",
+USENIX Security, Sec. 5.1: the ratio of model perplexity to zlib compression
+length. Here: the masked energy over the zlib-compressed length in bytes.
+"""
+
+import zlib
+
+import numpy as np
+
+from mlflow_mia.attacks.base import Attack, register_attack
+
+
+def zlib_length(text: str) -> int:
+    """Bytes of the zlib-compressed UTF-8 text (level 9)."""
+    return len(zlib.compress(text.encode("utf-8"), 9))
+
+
+@register_attack
+class ZlibAttack(Attack):
+    """Score = ``-E(s; theta) / zlib_length(s)`` (energy in nats per compressed byte; higher = member)."""
+
+    name = "zlib"
+    citation = "Carlini et al. 2021"
+    requires = ("target",)
+
+    def score(self, inputs, config):
+        lengths = np.array([zlib_length(t) for t in inputs.texts], dtype=np.float64)
+        return -inputs.target.energy / lengths  # lower energy per compressed byte = member
