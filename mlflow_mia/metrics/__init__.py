@@ -1,0 +1,37 @@
+"""Pure numpy metrics of membership inference attacks.
+
+Label 1 = member, 0 = non-member; a higher score means "more likely a member".
+Every metric takes ``(y_true, y_score, *, ...)`` with keyword-only options.
+"""
+
+from .aggregate import GroupScores, group_scores, length_breakdown, riskiest_records
+from .bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from .roc import RocResult, roc, tpr_at_fpr, tpr_at_fpr_from_roc
+from .thresholds import (
+    ThresholdMetrics,
+    metrics_at_threshold,
+    min_population_size,
+    mu_threshold,
+    population_threshold,
+    population_threshold_metrics,
+)
+
+__all__ = [
+    "RocResult",
+    "roc",
+    "tpr_at_fpr",
+    "tpr_at_fpr_from_roc",
+    "ThresholdMetrics",
+    "min_population_size",
+    "population_threshold",
+    "metrics_at_threshold",
+    "population_threshold_metrics",
+    "mu_threshold",
+    "bootstrap_ci",
+    "auc_statistic",
+    "tpr_at_fpr_statistic",
+    "GroupScores",
+    "group_scores",
+    "length_breakdown",
+    "riskiest_records",
+]
