@@ -1,0 +1,50 @@
+"""Neighbourhood attack: the target's energy against that of generated neighbours.
+
+Mattern et al. (2023), "Membership Inference Attacks against Language Models via
+Neighbourhood Comparison", Findings of ACL, Eq. 3 (https://arxiv.org/abs/2305.18462):
+a sample is a member when its loss is well below the mean loss of its
+neighbours (texts with one word replaced by a masked LM):
+``L(f, x) - (1/n) sum_j L(f, x_j) < gamma``. Reference-free: it needs no data
+from the training distribution, only a generator masked LM.
+
+Notes
+-----
+The paper attacks a causal LM (GPT-2) through its loss, with BERT as generator.
+Here the target is itself a masked LM and its masked energy (or pseudo-log-
+likelihood, per ``SignalConfig.kind``) plays the loss; the generator is any
+masked LM, by default the reference model. Neighbour generation and its
+departures from the paper: :mod:`mlflow_mia.signals.neighbours`.
+"""
+
+import numpy as np
+
+from mlflow_mia.attacks.base import Attack, register_attack
+
+
+@register_attack
+class NeighbourhoodAttack(Attack):
+    """Score = ``mean_j E(x_j; theta) - E(s; theta)``, higher = member.
+
+    Both energies are the target model's, in nats. A sample without neighbours
+    (no replaceable word) has ``neighbour_energy`` NaN and so a NaN score; the
+    audit leaves such rows out of this attack's metrics and reports their count.
+
+    Examples
+    --------
+    >>> from mlflow_mia.attacks.base import AttackInputs
+    >>> from mlflow_mia.signals.types import SignalResult
+    >>> sig = SignalResult(np.array([1.0, 3.0, 2.0]), (), np.array([5, 5, 1]), np.zeros(3, bool))
+    >>> inputs = AttackInputs(("a", "b", "c"), target=sig, neighbour_energy=np.array([4.0, 3.5, np.nan]))
+    >>> NeighbourhoodAttack()(inputs).tolist()
+    [3.0, 0.5, nan]
+    """
+
+    name = "neighbourhood"
+    citation = "Mattern et al. 2023, Eq. 3"
+    requires = ("target", "neighbour_energy")
+    #: NaN scores mark samples without neighbours; they are excluded, not an error.
+    allows_nan = True
+
+    def score(self, inputs, config):
+        # Eq. 3 compares L(x) - mean L(x_j) to a threshold (low = member); negated so that higher = member.
+        return np.asarray(inputs.neighbour_energy, dtype=np.float64) - inputs.target.energy
