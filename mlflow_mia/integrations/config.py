@@ -1,0 +1,387 @@
+"""Parse the flat ``evaluator_config["mia"]`` dict once, at the boundary.
+
+The same flat keys drive the ``mia`` evaluator plugin, the ``mlflow-mia`` CLI
+and the MLproject entry points: each front end turns its input into this dict,
+and :func:`parse_options` turns the dict into an :class:`~mlflow_mia.config.AuditConfig`
+(what the audit computes) and :class:`MiaOptions` (where the data comes from and
+what gets logged). Unknown keys are an error that lists the valid ones.
+
+The release gate (:class:`Gate`) lives here too: a budget on the TPR at a fixed
+FPR, checked against the metrics of a finished audit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
+
+__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "parse_list"]
+
+#: Every key of ``evaluator_config["mia"]`` with its meaning (the public API).
+CONFIG_KEYS: dict[str, str] = {
+    # models
+    "reference_model": "URI or local folder of the reference model (models:/name/version, models:/name@alias, "
+                       "runs:/<run_id>/<path>, a saved MLflow model or Hugging Face folder). Required by "
+                       "likelihood_ratio; a model trained on similar data, disjoint from the target's.",
+    # data
+    "population_data": "Required. Population set used to set thresholds: a pandas DataFrame or a "
+                       ".csv/.jsonl/.json/.parquet path; same distribution as the members, disjoint from the pool.",
+    "text_column": "Text column of the pool (default 'text'); also of the population unless "
+                   "population_text_column is given.",
+    "label_column": "Membership column of the pool, 1 = member, 0 = non-member (default: the `targets` "
+                    "argument of mlflow.models.evaluate).",
+    "id_column": "Optional column of stable sample ids written to the per-sample table (default: row number).",
+    "group_column": "Optional user / document id column; enables user-level metrics (user/{attack}/...).",
+    "population_text_column": "Text column of the population set (default: text_column).",
+    "population_group_column": "Group column of the population set (default: group_column, when present); "
+                               "needed for user-level thresholds.",
+    # attacks and signals
+    "attacks": "Attack names, a list or a comma-separated string (default ['loss', 'likelihood_ratio']); "
+               "see mlflow_mia.attacks.ATTACKS for the registered ones.",
+    "signal": "'energy' (masked energy, K random masks; default) or 'pll' (pseudo-log-likelihood).",
+    "num_masks": "K, random mask subsets per sample for the energy (default 10).",
+    "mask_rate": "Fraction of tokens masked in each subset (default 0.15).",
+    "seed": "Seed of the masks and of the bootstrap (default 0).",
+    "max_length": "Token limit per text including special tokens (default: the model's limit); longer texts "
+                  "are truncated and counted.",
+    "token_budget": "Padded tokens per forward pass: batch size x padded length (default 8192).",
+    "half_precision": "Run the models in float16 on CUDA (default False; ignored on CPU).",
+    "num_neighbours": "Neighbours per sample of the neighbourhood attack (default 25).",
+    "neighbour_generator": "Model proposing neighbour words (default: the reference model).",
+    # metrics
+    "fprs": "False-positive rates alpha at which TPR, precision and recall are reported "
+            "(default [0.1, 0.01, 0.001]); a list or a comma-separated string.",
+    "bootstrap_rounds": "Bootstrap resamples for the confidence intervals (default 1000; 0 disables them).",
+    "confidence": "Two-sided confidence level of the intervals (default 0.95).",
+    "min_k_fraction": "k of the min_k attack (default 0.2).",
+    "top_records": "How many riskiest member records to list per attack (default 20).",
+    # logging and running
+    "log_texts": "Write raw texts into tables/samples.csv and tables/riskiest.csv (default False: only "
+                 "sha256 hashes and ids are logged).",
+    "metric_prefix": "Prefix for metric, parameter and artifact names (default '').",
+    "max_tpr_at_fpr": "Release gate: budget(s) 'ALPHA:MAX' (a string, a list of them, or a dict "
+                      "{alpha: max}). The run is tagged mia.gate=fail when any attack's TPR at FPR alpha, "
+                      "at sample or user level, exceeds MAX. Each alpha is added to fprs.",
+    "tag_model_version": "Tag the audited registered model version with headline numbers (default True).",
+    "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
+    "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available).",
+    "progress": "Show progress bars while computing signals (default True).",
+}
+
+
+def parse_list(value, *, what: str, cast=str) -> tuple:
+    """Turn a list, tuple or comma-separated string into a tuple of ``cast`` values.
+
+    Raises
+    ------
+    ValueError
+        An element cannot be converted.
+    """
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    try:
+        return tuple(cast(v) for v in items)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: cannot read {value!r} as a list of {cast.__name__}") from None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Verdict of a release gate.
+
+    Attributes
+    ----------
+    passed : bool
+    checks : tuple of dict
+        One per budget: ``alpha``, ``max_tpr``, ``metric`` (the worst metric key),
+        ``value`` (its TPR, nan when undefined) and ``passed``.
+    """
+
+    passed: bool
+    checks: tuple
+
+    @property
+    def status(self) -> str:
+        """``"pass"`` or ``"fail"`` (the value of the ``mia.gate`` tag)."""
+        return "pass" if self.passed else "fail"
+
+    def verdict(self) -> str:
+        """One line for a terminal or a CI log."""
+        parts = []
+        for c in self.checks:
+            value = "undefined" if math.isnan(c["value"]) else f"{c['value']:.3f}"
+            mark = "ok" if c["passed"] else "OVER BUDGET"
+            parts.append(f"{c['metric']} = {value} (budget {c['max_tpr']:g}) {mark}")
+        return f"mia.gate={self.status}: " + "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"status": self.status,
+                "checks": [{**c, "value": None if math.isnan(c["value"]) else c["value"]} for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Release budget: the TPR at FPR ``alpha`` may not exceed ``max_tpr``.
+
+    Every attack is checked, at sample level and (when groups are given) at user
+    level; the worst one decides. An undefined TPR (nan) fails the gate: the
+    audit could not show that the budget holds.
+
+    Attributes
+    ----------
+    budgets : tuple of (float, float)
+        ``(alpha, max_tpr)`` pairs, alpha in (0, 1), max_tpr in [0, 1].
+    """
+
+    budgets: tuple
+
+    def __post_init__(self):
+        if not self.budgets:
+            raise ValueError("a gate needs at least one ALPHA:MAX budget, e.g. '0.01:0.05'")
+        clean = []
+        for alpha, max_tpr in self.budgets:
+            alpha, max_tpr = float(alpha), float(max_tpr)
+            if not 0.0 < alpha < 1.0:
+                raise ValueError(f"gate FPR alpha must be in (0, 1), got {alpha}")
+            if not 0.0 <= max_tpr <= 1.0:
+                raise ValueError(f"gate budget (maximum TPR) must be in [0, 1], got {max_tpr}")
+            clean.append((alpha, max_tpr))
+        object.__setattr__(self, "budgets", tuple(sorted(set(clean), reverse=True)))
+
+    @property
+    def alphas(self) -> tuple[float, ...]:
+        return tuple(a for a, _ in self.budgets)
+
+    @classmethod
+    def parse(cls, spec) -> "Gate | None":
+        """Build a gate from ``"0.01:0.05"``, ``"0.01:0.05,0.001:0.01"``, a list of those,
+        a dict ``{alpha: max}`` or ``(alpha, max)`` pairs; None or empty gives None.
+
+        Raises
+        ------
+        ValueError
+            A budget is not of the form ``ALPHA:MAX`` or out of range.
+        """
+        if spec is None or spec == "" or spec == [] or spec == ():
+            return None
+        if isinstance(spec, Gate):
+            return spec
+        if isinstance(spec, Mapping):
+            return cls(tuple(spec.items()))
+        if isinstance(spec, str):
+            spec = [s for s in spec.split(",") if s.strip()]
+        budgets = []
+        for item in spec:
+            if isinstance(item, str):
+                alpha, sep, max_tpr = item.strip().partition(":")
+                if not sep:
+                    raise ValueError(f"gate budget {item!r} must look like ALPHA:MAX, e.g. 0.01:0.05 (the TPR "
+                                     "at FPR 0.01 may be at most 0.05)")
+                try:
+                    budgets.append((float(alpha), float(max_tpr)))
+                except ValueError:
+                    raise ValueError(f"gate budget {item!r}: ALPHA and MAX must be numbers") from None
+            else:
+                alpha, max_tpr = item
+                budgets.append((alpha, max_tpr))
+        return cls(tuple(budgets)) if budgets else None
+
+    def to_spec(self) -> str:
+        return ",".join(f"{a:g}:{m:g}" for a, m in self.budgets)
+
+    def check(self, metrics: Mapping[str, float]) -> GateResult:
+        """Compare the budgets with an audit's flat metrics (``AuditResult.metrics``).
+
+        Raises
+        ------
+        ValueError
+            No ``tpr_at_fpr_<alpha>`` metric exists for a budget's alpha.
+        """
+        from mlflow_mia.audit import fmt_alpha
+
+        checks = []
+        for alpha, max_tpr in self.budgets:
+            suffix = f"/tpr_at_fpr_{fmt_alpha(alpha)}"
+            found = {k: float(v) for k, v in metrics.items() if k.endswith(suffix)}
+            if not found:
+                raise ValueError(f"no metric ends with {suffix!r}: the audit did not report FPR {fmt_alpha(alpha)}")
+            # nan sorts as the worst value: it cannot show that the budget holds.
+            metric = max(found, key=lambda k: math.inf if math.isnan(found[k]) else found[k])
+            value = found[metric]
+            checks.append({"alpha": alpha, "max_tpr": max_tpr, "metric": metric, "value": value,
+                           "passed": (not math.isnan(value)) and value <= max_tpr})
+        return GateResult(passed=all(c["passed"] for c in checks), checks=tuple(checks))
+
+
+@dataclass(frozen=True)
+class MiaOptions:
+    """Everything in ``evaluator_config["mia"]`` that is not part of :class:`AuditConfig`.
+
+    See :data:`CONFIG_KEYS` for the meaning of each field.
+    """
+
+    population_data: Any = None
+    reference_model: Any = None
+    text_column: str = "text"
+    label_column: str | None = None
+    id_column: str | None = None
+    group_column: str | None = None
+    population_text_column: str | None = None
+    population_group_column: str | None = None
+    log_texts: bool = False
+    metric_prefix: str = ""
+    gate: Gate | None = None
+    tag_model_version: bool = True
+    cache_dir: str | None = None
+    device: str | None = None
+    progress: bool = True
+
+    def require_population(self) -> None:
+        """Raise the error that explains how to provide a population set.
+
+        Raises
+        ------
+        ValueError
+            ``population_data`` is missing.
+        """
+        if self.population_data is None or (isinstance(self.population_data, str) and not self.population_data):
+            raise ValueError(
+                "a population set is required: texts from the same distribution as the members, disjoint from "
+                "the audited pool; the attack thresholds are its score quantiles (Mireshghallah et al. 2022, "
+                "Sec. 2.4). Provide it as evaluator_config={'mia': {'population_data': <DataFrame or "
+                ".csv/.jsonl/.parquet path>, ...}} or, on the command line, --population PATH")
+
+
+def _bool(value, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no", ""):
+        return value.strip().lower() in ("true", "1", "yes")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{key} must be true or false, got {value!r}")
+
+
+def _opt_str(value) -> str | None:
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value or None
+
+
+def _int(value, key: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _prefix(value) -> str:
+    prefix = str(value or "")
+    if prefix and not re.fullmatch(r"[\w.\-/ ]+", prefix):
+        raise ValueError(f"metric_prefix {prefix!r} may only hold letters, digits and _ - . / or spaces")
+    return prefix
+
+
+def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = None
+                  ) -> tuple[AuditConfig, MiaOptions]:
+    """Parse a flat ``evaluator_config["mia"]`` dict into ``(AuditConfig, MiaOptions)``.
+
+    Parameters
+    ----------
+    config : mapping or None
+        Flat keys, see :data:`CONFIG_KEYS`. A nested ``{"mia": {...}}`` is unwrapped.
+    targets : str, optional
+        Name of the label column given to ``mlflow.models.evaluate(targets=...)``;
+        the default of ``label_column``.
+
+    Returns
+    -------
+    (AuditConfig, MiaOptions)
+
+    Raises
+    ------
+    ValueError
+        Unknown keys (the message lists the valid ones) or invalid values.
+    """
+    config = dict(config or {})
+    if set(config) == {"mia"} and isinstance(config["mia"], Mapping):
+        config = dict(config["mia"])
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"unknown evaluator_config['mia'] key(s) {unknown}; valid keys are {sorted(CONFIG_KEYS)}")
+    get = config.get
+    seed = _int(get("seed", 0), "seed")
+    signal = {"seed": seed}
+    if "signal" in config:
+        signal["kind"] = str(get("signal")).strip().lower()
+    for key, cast in (("num_masks", _int), ("token_budget", _int)):
+        if get(key) is not None and get(key) != "":
+            signal[key] = cast(get(key), key)
+    if get("max_length") not in (None, "", 0, "0"):
+        signal["max_length"] = _int(get("max_length"), "max_length")
+    if get("mask_rate") not in (None, ""):
+        signal["mask_rate"] = float(get("mask_rate"))
+    if "half_precision" in config:
+        signal["half_precision"] = _bool(get("half_precision"), "half_precision")
+
+    gate = Gate.parse(get("max_tpr_at_fpr"))
+    fprs = parse_list(get("fprs", MetricConfig.fprs), what="fprs", cast=float)
+    if gate is not None:
+        fprs = tuple(sorted(set(fprs) | set(gate.alphas), reverse=True))
+    metrics = {"fprs": fprs, "seed": seed}
+    for key in ("bootstrap_rounds", "top_records"):
+        if get(key) not in (None, ""):
+            metrics[key] = _int(get(key), key)
+    for key in ("confidence", "min_k_fraction"):
+        if get(key) not in (None, ""):
+            metrics[key] = float(get(key))
+
+    neighbourhood = {}
+    if get("num_neighbours") not in (None, ""):
+        neighbourhood["num_neighbours"] = _int(get("num_neighbours"), "num_neighbours")
+    if _opt_str(get("neighbour_generator")):
+        neighbourhood["generator_model"] = _opt_str(get("neighbour_generator"))
+
+    attacks = parse_list(get("attacks", AuditConfig.attacks), what="attacks")
+    from mlflow_mia.attacks import ATTACKS
+
+    bad = [a for a in attacks if a not in ATTACKS]
+    if bad:
+        raise ValueError(f"unknown attack(s) {bad}; registered attacks: {sorted(ATTACKS)}")
+    audit_config = AuditConfig(attacks=attacks, signal=SignalConfig.from_dict(signal),
+                               metrics=MetricConfig.from_dict(metrics),
+                               neighbourhood=NeighbourhoodConfig.from_dict(neighbourhood))
+    text_column = _opt_str(get("text_column")) or "text"
+    group_column = _opt_str(get("group_column"))
+    reference = get("reference_model")
+    options = MiaOptions(
+        population_data=get("population_data"),
+        reference_model=_opt_str(reference) if isinstance(reference, str) else reference,
+        text_column=text_column,
+        label_column=_opt_str(get("label_column")) or targets,
+        id_column=_opt_str(get("id_column")),
+        group_column=group_column,
+        population_text_column=_opt_str(get("population_text_column")) or text_column,
+        population_group_column=_opt_str(get("population_group_column")) or group_column,
+        log_texts=_bool(get("log_texts", False), "log_texts"),
+        metric_prefix=_prefix(get("metric_prefix")),
+        gate=gate,
+        tag_model_version=_bool(get("tag_model_version", True), "tag_model_version"),
+        cache_dir=_opt_str(get("cache_dir")),
+        device=_opt_str(get("device")),
+        progress=_bool(get("progress", True), "progress"),
+    )
+    return audit_config, options

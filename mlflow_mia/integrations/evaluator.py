@@ -1,0 +1,190 @@
+"""The ``mia`` evaluator plugin for ``mlflow.models.evaluate``.
+
+Registered in the entry-point group ``mlflow.model_evaluator`` under the name
+``mia``, so after ``pip install mlflow-mia``::
+
+    mlflow.models.evaluate(
+        model="models:/bbc-target@candidate", data=pool_df, targets="is_member",
+        model_type="mia", evaluators=["mia"],
+        evaluator_config={"mia": {
+            "reference_model": "models:/bbc-reference@champion",
+            "population_data": population_df,   # DataFrame or a csv/jsonl/parquet path
+            "text_column": "text", "group_column": "article_id",
+            "attacks": ["loss", "likelihood_ratio"],
+            "signal": "energy", "num_masks": 10, "mask_rate": 0.15, "seed": 0,
+            "fprs": [0.1, 0.01, 0.001], "log_texts": False}})
+
+``data`` is the target pool: one row per text, with the membership label in the
+``targets`` column (1 = member of the target's training data, 0 = non-member).
+The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
+
+Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
+
+=========================  ============================================================
+``reference_model``        reference model URI or folder (required by likelihood_ratio)
+``population_data``        **required**: DataFrame or .csv/.jsonl/.json/.parquet path
+``text_column``            text column of the pool (default ``"text"``)
+``label_column``           membership column (default: ``targets``)
+``id_column``              sample id column (default: row number)
+``group_column``           user / document column; enables ``user/{attack}/...`` metrics
+``population_text_column`` text column of the population (default: ``text_column``)
+``population_group_column`` group column of the population (default: ``group_column``)
+``attacks``                list or comma string (default ``["loss", "likelihood_ratio"]``)
+``signal``                 ``"energy"`` (default) or ``"pll"``
+``num_masks``              K random masks per text (default 10)
+``mask_rate``              fraction of tokens masked (default 0.15)
+``seed``                   seed of the masks and the bootstrap (default 0)
+``max_length``             token limit per text (default: the model's)
+``token_budget``           padded tokens per forward pass (default 8192)
+``half_precision``         float16 on CUDA (default False)
+``num_neighbours``         neighbours per text, neighbourhood attack (default 25)
+``neighbour_generator``    model proposing neighbours (default: the reference)
+``fprs``                   FPRs alpha of the TPR/precision/recall metrics (default 0.1, 0.01, 0.001)
+``bootstrap_rounds``       bootstrap resamples for the intervals (default 1000; 0 = none)
+``confidence``             interval level (default 0.95)
+``min_k_fraction``         k of the min_k attack (default 0.2)
+``top_records``            riskiest member records per attack (default 20)
+``log_texts``              include raw texts in the tables (default False)
+``metric_prefix``          prefix of metric, param and artifact names (default "")
+``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail``
+``tag_model_version``      tag the registry version with headline numbers (default True)
+``cache_dir``              signal cache directory (default ``~/.cache/mlflow_mia``)
+``device``                 torch device (default: CUDA when available)
+``progress``               progress bars (default True)
+=========================  ============================================================
+
+The same descriptions are in :data:`mlflow_mia.integrations.config.CONFIG_KEYS`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
+
+from mlflow_mia.integrations.config import MiaOptions, parse_options
+
+__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs"]
+
+log = logging.getLogger(__name__)
+
+
+def load_inputs(pool_data, options: MiaOptions):
+    """Build ``(AuditDataset, PopulationSet)`` from tables and the parsed options.
+
+    Raises
+    ------
+    ValueError
+        Missing population set (with how to provide one), missing columns, bad labels.
+    """
+    from mlflow_mia.data import AuditDataset, PopulationSet
+
+    options.require_population()
+    if not options.label_column:
+        raise ValueError("the membership label column is unknown: pass targets='<column>' to "
+                         "mlflow.models.evaluate or label_column in evaluator_config['mia']")
+    pool = AuditDataset.from_frame(pool_data, text_column=options.text_column, label_column=options.label_column,
+                                   id_column=options.id_column, group_column=options.group_column)
+    population = PopulationSet.from_frame(options.population_data, text_column=options.population_text_column,
+                                          group_column=options.population_group_column)
+    return pool, population
+
+
+def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, run_id=None,
+                  log_metrics: bool = True, extra_params: dict | None = None):
+    """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
+
+    Parameters
+    ----------
+    target, reference : ResolvedModel
+        From :func:`mlflow_mia.integrations.models.resolve_model`.
+    pool : AuditDataset
+    population : PopulationSet
+    config : AuditConfig
+    options : MiaOptions
+    run_id : str, optional
+        Default: the active run.
+    log_metrics : bool
+        False when ``mlflow.models.evaluate`` logs the returned metrics itself.
+    extra_params : dict, optional
+
+    Returns
+    -------
+    (AuditResult, GateResult or None, dict of artifacts)
+    """
+    from mlflow_mia.audit import run_audit
+    from mlflow_mia.integrations.logging import log_audit
+    from mlflow_mia.signals import SignalCache
+
+    cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
+    result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
+                       config=config, cache=cache, device=options.device, progress=options.progress)
+    gate = options.gate.check(result.metrics) if options.gate is not None else None
+    params = {**target.params("target"), **(reference.params("reference") if reference else {}),
+              **(extra_params or {})}
+    artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
+                          model_version=(target.registry_versions or None) if options.tag_model_version else None,
+                          log_metrics=log_metrics, prefix=options.metric_prefix, params=params,
+                          population=population, gate=gate)
+    if gate is not None:
+        log.info(gate.verdict())
+    return result, gate, artifacts
+
+
+def _pool_frame(dataset):
+    """The evaluation data as one DataFrame, the ``targets`` column put back."""
+    import pandas as pd
+
+    features = dataset.features_data
+    if not isinstance(features, pd.DataFrame):
+        raise ValueError("the mia evaluator needs `data` as a pandas DataFrame (or a dataset built from one) "
+                         "with a text column and a membership label column")
+    df = features.copy()
+    if getattr(dataset, "has_targets", False) and dataset.targets_name and dataset.targets_name not in df:
+        df[dataset.targets_name] = dataset.labels_data
+    return df
+
+
+class MiaEvaluator(ModelEvaluator):
+    """Membership inference audit of a masked language model (``model_type="mia"``).
+
+    See the module docstring for the configuration keys. Metrics are named
+    ``{attack}/auc``, ``{attack}/auc_ci_low``, ``{attack}/auc_ci_high``,
+    ``{attack}/tpr_at_fpr_{alpha}``, ``{attack}/precision_at_pop_fpr_{alpha}``,
+    ``{attack}/recall_at_pop_fpr_{alpha}``, and ``user/{attack}/...`` with a group column.
+    """
+
+    name = "mia"
+
+    @classmethod
+    def can_evaluate(cls, *, model_type, evaluator_config, **kwargs) -> bool:
+        return model_type == "mia"
+
+    def evaluate(self, *, model_type, dataset, run_id, evaluator_config, model=None, extra_metrics=None,
+                 custom_artifacts=None, predictions=None, **kwargs) -> EvaluationResult:
+        """Audit ``model`` on ``dataset`` and log the results to ``run_id``.
+
+        Raises
+        ------
+        ValueError
+            Invalid configuration, missing population set, no model, or unsupported
+            ``extra_metrics`` / ``custom_artifacts`` / ``predictions``.
+        """
+        from mlflow_mia.integrations.models import resolve_model
+
+        if extra_metrics or custom_artifacts:
+            raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
+        if model is None:
+            raise ValueError("the mia evaluator audits a model: pass model='models:/name@alias' (or a version, "
+                             "a runs:/ URI or a loaded pyfunc model); static predictions cannot be audited")
+        config, options = parse_options(evaluator_config, targets=getattr(dataset, "targets_name", None))
+        pool, population = load_inputs(_pool_frame(dataset), options)
+        target = resolve_model(model, role="target")
+        reference = resolve_model(options.reference_model, role="reference") if options.reference_model else None
+        # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
+        # logging them here too would duplicate every metric's history.
+        model_id = kwargs.get("model_id")
+        result, gate, artifacts = audit_and_log(target, pool, population, config, options, reference=reference,
+                                                run_id=run_id, log_metrics=model_id is None)
+        metrics = {f"{options.metric_prefix}{k}": float(v) for k, v in result.metrics.items()}
+        return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -1,0 +1,292 @@
+"""Log an :class:`~mlflow_mia.audit.AuditResult` to an MLflow run.
+
+What one audit writes (``prefix`` is prepended to every name):
+
+- params: the flattened :class:`~mlflow_mia.config.AuditConfig`, the resolved
+  model URIs and versions (from ``result.info`` plus ``params=``), dataset sizes
+  and sha256 digests of the sorted text hashes;
+- metrics: ``result.metrics`` in one ``log_batch`` (step 0, one timestamp), unless
+  ``log_metrics=False`` because ``mlflow.models.evaluate`` logs the returned
+  metrics itself;
+- figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
+  ``plots/hist_<attack>.png``;
+- tables: ``tables/samples.csv`` (ids, text hashes, labels, groups, lengths,
+  scores, flags; raw text only with ``log_texts=True``), ``tables/riskiest.csv``;
+- ``audit_summary.json``, ``audit_config.json`` and ``report.md``;
+- run tags ``mia.gate`` (with a gate), ``mia.headline_attack``, and on the
+  registered model version ``mia.<attack>.auc``, ``mia.<attack>.tpr_at_fpr_<alpha>``,
+  ``mia.gate``, ``mia.audit_run_id``.
+
+No raw text reaches params, metrics, tags or artifacts unless ``log_texts=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+
+__all__ = ["log_audit", "audit_params", "dataset_digest", "check_metric_names", "tag_model_version"]
+
+log = logging.getLogger(__name__)
+
+_METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
+
+
+def dataset_digest(text_hashes) -> str:
+    """sha256 of the sorted per-text sha256 hashes: the identity of a text set, independent of order."""
+    return hashlib.sha256("\n".join(sorted(text_hashes)).encode()).hexdigest()
+
+
+def check_metric_names(names) -> None:
+    """Raise ``ValueError`` for a name MLflow would reject (allowed: alphanumerics, ``_ - . /`` and space)."""
+    bad = [n for n in names if not _METRIC_NAME.match(n) or len(n) > 250]
+    if bad:
+        raise ValueError(f"metric names MLflow would reject: {bad[:5]}; use only letters, digits, _ - . / and spaces")
+
+
+def _flatten(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, (list, tuple)):
+        out[prefix] = ",".join("-".join(str(x) for x in v) if isinstance(v, (list, tuple)) else f"{v}"
+                               for v in value)
+    else:
+        out[prefix] = "None" if value is None else str(value)
+
+
+def audit_params(result, *, population=None) -> dict[str, str]:
+    """Params of an audit: flattened config, model identities, dataset sizes and digests.
+
+    Parameters
+    ----------
+    result : AuditResult
+    population : PopulationSet, optional
+        Its digest is logged when given (the result itself keeps no population hashes).
+    """
+    config = result.config.to_dict()
+    if not any(a == "neighbourhood" for a in result.config.attacks):
+        config.pop("neighbourhood", None)
+    out: dict[str, str] = {}
+    _flatten("", config, out)
+    info = result.info
+    out["target_model"] = str(info.get("target_model"))
+    if info.get("reference_model"):
+        out["reference_model"] = str(info.get("reference_model"))
+    samples = result.samples
+    out["pool.n_samples"] = str(len(samples))
+    out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
+    out["pool.n_non_members"] = str(int((samples["label"] == 0).sum()))
+    out["pool.sha256"] = dataset_digest(samples["text_hash"].tolist())
+    if "group" in samples and samples["group"].notna().any():
+        out["pool.n_groups"] = str(int(samples["group"].nunique()))
+    out["population.n_samples"] = str(info.get("n_population", ""))
+    if population is not None:
+        out["population.sha256"] = dataset_digest(population.text_hashes)
+        if population.groups is not None:
+            out["population.n_groups"] = str(len(set(population.groups)))
+    return out
+
+
+def _artifact_uri(run_id: str, path: str) -> str:
+    from mlflow.tracking.artifact_utils import get_artifact_uri
+
+    return get_artifact_uri(run_id=run_id, artifact_path=path)
+
+
+def _artifact(kind: str, run_id: str, path: str, content=None):
+    from mlflow.models.evaluation.artifacts import (CsvEvaluationArtifact, ImageEvaluationArtifact,
+                                                    JsonEvaluationArtifact, TextEvaluationArtifact)
+
+    cls = {"image": ImageEvaluationArtifact, "csv": CsvEvaluationArtifact, "json": JsonEvaluationArtifact,
+           "text": TextEvaluationArtifact}[kind]
+    return cls(uri=_artifact_uri(run_id, path), content=content)
+
+
+def _artifact_name(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _json(obj) -> str:
+    def clean(x):
+        if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+            return None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=2, sort_keys=True, default=str)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _fmt_tag(value) -> str:
+    return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4f}"
+
+
+def tag_model_version(registry, result, *, run_id: str, gate=None, client=None) -> dict[str, str]:
+    """Tag registry version(s) with the audit's headline numbers.
+
+    Parameters
+    ----------
+    registry : (name, version) or iterable of them, or a ModelVersion
+    result : AuditResult
+    run_id : str
+        The audit run, written to ``mia.audit_run_id``.
+    gate : GateResult, optional
+
+    Returns
+    -------
+    dict of str to str
+        The tags that were set.
+    """
+    from mlflow import MlflowClient
+
+    from mlflow_mia.audit import fmt_alpha
+
+    client = client or MlflowClient()
+    if hasattr(registry, "name") and hasattr(registry, "version"):
+        registry = [(registry.name, registry.version)]
+    elif isinstance(registry, tuple) and len(registry) == 2 and isinstance(registry[0], str):
+        registry = [registry]
+    tags = {"mia.audit_run_id": run_id, "mia.attacks": ",".join(result.attacks)}
+    for name, rep in result.attacks.items():
+        tags[f"mia.{name}.auc"] = _fmt_tag(rep.roc.auc)
+        for alpha, tpr in rep.tpr_at_fpr.items():
+            tags[f"mia.{name}.tpr_at_fpr_{fmt_alpha(alpha)}"] = _fmt_tag(tpr)
+    for name, rep in result.user_attacks.items():
+        tags[f"mia.user.{name}.auc"] = _fmt_tag(rep.roc.auc)
+    if gate is not None:
+        tags["mia.gate"] = gate.status
+    for name, version in registry:
+        for key, value in tags.items():
+            client.set_model_version_tag(name, str(version), key, value)
+        log.info("tagged %s version %s with %d mia.* tags", name, version, len(tags))
+    return tags
+
+
+def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
+              log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
+              gate=None, client=None) -> dict:
+    """Log an audit to an MLflow run.
+
+    Parameters
+    ----------
+    result : AuditResult
+        A finished audit.
+    run_id : str, optional
+        Target run; default the active run.
+    log_texts : bool
+        Add the raw texts (``texts``) to the sample and riskiest-record tables.
+        Default False: only ids and sha256 hashes are logged.
+    texts : sequence of str, optional
+        Pool texts in pool order (``AuditDataset.texts``); required when ``log_texts``.
+    model_version : (name, version), iterable of them, or ModelVersion, optional
+        Registry version(s) of the target to tag with the headline numbers.
+    log_metrics : bool
+        Log ``result.metrics`` (one batch). Set False when the caller logs them
+        (``mlflow.models.evaluate`` does when it knows a ``model_id``).
+    prefix : str
+        Prepended to metric, param and artifact names.
+    params : dict, optional
+        Extra params (e.g. the requested model URIs and registry versions).
+    population : PopulationSet, optional
+        For the population digest param.
+    gate : GateResult, optional
+        Release-gate verdict: tags the run ``mia.gate=pass|fail`` and goes into the report.
+    client : MlflowClient, optional
+
+    Returns
+    -------
+    dict of str to mlflow.models.EvaluationArtifact
+        Logged artifacts by name (``report``, ``samples``, ``roc``, ...), prefixed.
+
+    Raises
+    ------
+    ValueError
+        No run is active and no ``run_id`` is given; ``log_texts`` without texts; a
+        metric name MLflow would reject.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag
+
+    from mlflow_mia.report import render_report
+
+    client = client or MlflowClient()
+    if run_id is None:
+        active = mlflow.active_run()
+        if active is None:
+            raise ValueError("log_audit needs run_id=... or an active run (mlflow.start_run())")
+        run_id = active.info.run_id
+    if log_texts and (texts is None or len(texts) != len(result.samples)):
+        raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
+
+    metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
+    check_metric_names(metrics)
+    all_params = {**audit_params(result, population=population), **(params or {}),
+                  "log_texts": str(bool(log_texts))}
+    if gate is not None:
+        all_params["max_tpr_at_fpr"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+    now = int(time.time() * 1000)
+    tags = {f"{prefix}mia.headline_attack": result.headline_attack}
+    if gate is not None:
+        tags[f"{prefix}mia.gate"] = gate.status
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
+        params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
+        tags=[RunTag(k, v) for k, v in tags.items()])
+
+    artifacts, logged = {}, []
+    from matplotlib import pyplot as plt
+
+    for path, fig in result.figures().items():
+        try:
+            client.log_figure(run_id, fig, prefix + path)
+        finally:
+            plt.close(fig)
+        logged.append(prefix + path)
+        artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
+
+    samples = result.samples.copy()
+    riskiest = result.riskiest.copy()
+    if log_texts:
+        samples.insert(1, "text", list(texts))
+        by_id = dict(zip(samples["sample_id"], samples["text"]))
+        riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
+    summary = result.summary()
+    summary["gate"] = gate.to_dict() if gate is not None else None
+    summary["log_texts"] = bool(log_texts)
+    files = {  # path -> (artifact kind, artifact name, writer)
+        "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
+        "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
+        "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
+        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
+    }
+    logged += [prefix + rel for rel in files] + [prefix + "report.md"]
+    report = render_report(result, gate=gate, artifacts=sorted(logged))
+    files["report.md"] = ("text", "report", lambda p: _write(p, report))
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, (_, _, write) in files.items():
+            path = os.path.join(tmp, prefix + rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write(path)
+        client.log_artifacts(run_id, tmp)
+    for rel, (kind, name, _) in files.items():
+        artifacts[prefix + name] = _artifact(kind, run_id, prefix + rel)
+
+    if model_version is not None:
+        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client)
+    return artifacts

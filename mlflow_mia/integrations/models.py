@@ -1,0 +1,294 @@
+"""Resolve a model reference into a :class:`~mlflow_mia.signals.MaskedLM` with a pinned identity.
+
+Accepted references:
+
+- ``models:/name/version``, ``models:/name@alias``, ``models:/name/latest``,
+  ``models:/name/<stage>`` and ``models:/<logged model id>`` (MLflow registry);
+- ``runs:/<run_id>/<path>`` and other MLflow artifact URIs;
+- a local folder holding an MLflow-saved transformers model (an ``MLmodel`` file);
+- a local folder holding a Hugging Face model (``config.json``);
+- a :class:`mlflow.pyfunc.PyFuncModel` of the transformers flavor (what
+  ``mlflow.models.evaluate`` hands to an evaluator for a string URI);
+- a :class:`MaskedLM` or a ``(model, tokenizer)`` pair.
+
+The ``model_id`` of the returned model keys the signal cache, so it is always
+pinned: an alias is resolved to its version (``models:/bbc-target@candidate`` ->
+``models:/bbc-target/3``), and a model without a registry identity is keyed by
+the sha256 of its weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from mlflow_mia.signals.model import MaskedLM
+
+__all__ = ["ResolvedModel", "resolve_model", "registry_versions_of"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A loaded masked LM and where it came from.
+
+    Attributes
+    ----------
+    lm : MaskedLM
+        The model; ``lm.model_id`` is :attr:`resolved_uri` (or a weights digest).
+    requested : str
+        The reference as given (e.g. ``models:/bbc-target@candidate``).
+    resolved_uri : str
+        The version-pinned identity (e.g. ``models:/bbc-target/3``).
+    registered_name : str or None
+        Registered model name, when the model is a registry version.
+    version : str or None
+        Registered model version.
+    also_registered_as : tuple of (str, str)
+        Other registry versions pointing at the same logged model (tagged too).
+    """
+
+    lm: MaskedLM
+    requested: str
+    resolved_uri: str
+    registered_name: str | None = None
+    version: str | None = None
+    also_registered_as: tuple = ()
+
+    @property
+    def registry(self) -> tuple[str, str] | None:
+        """``(name, version)`` of the registry version, or None."""
+        return (self.registered_name, self.version) if self.registered_name else None
+
+    @property
+    def registry_versions(self) -> tuple:
+        """Every ``(name, version)`` known to hold these weights."""
+        return ((self.registry,) if self.registry else ()) + tuple(self.also_registered_as)
+
+    def params(self, role: str) -> dict[str, str]:
+        """Run parameters describing this model (``{role}_model``, ``{role}_model_version``, ...)."""
+        out = {f"{role}_model": self.resolved_uri, f"{role}_model_requested": self.requested}
+        if self.registry:
+            out[f"{role}_registered_model"] = self.registered_name
+            out[f"{role}_model_version"] = str(self.version)
+        return out
+
+
+def _client():
+    from mlflow import MlflowClient
+
+    return MlflowClient()
+
+
+def _version_key(mv) -> int:
+    try:
+        return int(mv.version)
+    except (TypeError, ValueError):
+        return -1
+
+
+def registry_versions_of(logged_model_id: str | None, run_id: str | None = None) -> list[tuple[str, str]]:
+    """Registered model versions whose source is the logged model ``logged_model_id``.
+
+    Returns ``[(name, version), ...]``, newest first; empty when the tracking
+    server knows none (or cannot be searched).
+    """
+    if not logged_model_id:
+        return []
+    client = _client()
+    found = []
+    try:
+        found = client.search_model_versions(f"source_path='models:/{logged_model_id}'")
+    except Exception as exc:  # noqa: BLE001 - a registry without this filter: fall back to run id
+        log.debug("search by source_path failed: %s", exc)
+        if run_id:
+            try:
+                found = [mv for mv in client.search_model_versions(f"run_id='{run_id}'")
+                         if str(mv.source).rstrip("/").endswith(logged_model_id)]
+            except Exception as exc2:  # noqa: BLE001
+                log.debug("search by run_id failed: %s", exc2)
+    found = sorted(found, key=_version_key, reverse=True)
+    return [(mv.name, str(mv.version)) for mv in found]
+
+
+def _parse_models_uri(uri: str) -> tuple[str | None, str | None, str | None]:
+    """``models:/...`` -> ``(name, version_or_stage, alias)``; ``(None, None, None)`` for a logged model id."""
+    rest = uri[len("models:/"):].strip("/")
+    if "@" in rest:
+        name, alias = rest.rsplit("@", 1)
+        return name, None, alias
+    if "/" in rest:
+        name, version = rest.rsplit("/", 1)
+        return name, version, None
+    return None, None, None
+
+
+def _pin_registry_uri(uri: str):
+    """Resolve a ``models:/`` URI to ``(pinned_uri, name, version, logged_model_id)``.
+
+    Raises
+    ------
+    ValueError
+        The alias, stage or version does not exist.
+    """
+    from mlflow.exceptions import MlflowException
+
+    name, version, alias = _parse_models_uri(uri)
+    if name is None:  # models:/<logged model id>
+        model_id = uri[len("models:/"):].strip("/")
+        return uri, None, None, model_id
+    client = _client()
+    try:
+        if alias is not None:
+            mv = client.get_model_version_by_alias(name, alias)
+        elif version.isdigit():
+            mv = client.get_model_version(name, version)
+        elif version.lower() == "latest":
+            versions = client.search_model_versions(f"name='{name}'")
+            if not versions:
+                raise ValueError(f"registered model {name!r} has no versions")
+            mv = max(versions, key=_version_key)
+        else:
+            versions = client.get_latest_versions(name, stages=[version])
+            if not versions:
+                raise ValueError(f"registered model {name!r} has no version in stage {version!r}")
+            mv = versions[0]
+    except MlflowException as exc:
+        raise ValueError(f"cannot resolve {uri!r} in the model registry at {_tracking_uri()}: {exc.message}") \
+            from None
+    source = str(mv.source or "")
+    model_id = getattr(mv, "model_id", None) or (source[len("models:/"):] if source.startswith("models:/") else None)
+    return f"models:/{mv.name}/{mv.version}", mv.name, str(mv.version), model_id
+
+
+def _tracking_uri() -> str:
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+def _load_components(uri: str):
+    import mlflow
+
+    components = mlflow.transformers.load_model(uri, return_type="components")
+    if "tokenizer" not in components:
+        raise ValueError(f"{uri} was saved without a tokenizer; log the model with "
+                         "transformers_model={'model': model, 'tokenizer': tokenizer}")
+    return components["model"], components["tokenizer"]
+
+
+def _logged_model_id(uri: str) -> tuple[str | None, str | None]:
+    """``(model_id, run_id)`` from the MLmodel file of ``uri`` (None when unknown)."""
+    try:
+        from mlflow.models import get_model_info
+
+        info = get_model_info(uri)
+        return getattr(info, "model_id", None), getattr(info, "run_id", None)
+    except Exception as exc:  # noqa: BLE001 - identity is best effort; weights digest is the fallback
+        log.debug("no MLmodel info for %s: %s", uri, exc)
+        return None, None
+
+
+def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
+              registry: list[tuple[str, str]]) -> ResolvedModel:
+    model, tokenizer = lm_parts
+    name, version = registry[0] if registry else (None, None)
+    if pinned is None and registry:
+        pinned = f"models:/{name}/{version}"
+    lm = MaskedLM(model, tokenizer, model_id=pinned, name=f"{role} {pinned or requested}")
+    return ResolvedModel(lm=lm, requested=requested, resolved_uri=lm.model_id, registered_name=name,
+                         version=version, also_registered_as=tuple(registry[1:]))
+
+
+def resolve_model(model, *, role: str = "target") -> ResolvedModel:
+    """Load ``model`` as a masked LM with a version-pinned identity.
+
+    Parameters
+    ----------
+    model : str, os.PathLike, PyFuncModel, MaskedLM or (model, tokenizer)
+        See the module docstring for the accepted forms.
+    role : str
+        ``"target"`` or ``"reference"``: used in names and messages.
+
+    Returns
+    -------
+    ResolvedModel
+
+    Raises
+    ------
+    ValueError
+        The URI cannot be resolved, the folder does not exist, or the model has no
+        masked-LM head or tokenizer.
+    TypeError
+        An unsupported object.
+    """
+    if isinstance(model, ResolvedModel):
+        return model
+    if isinstance(model, MaskedLM):
+        return ResolvedModel(lm=model, requested=model.name or model.model_id, resolved_uri=model.model_id)
+    if isinstance(model, tuple) and len(model) == 2:
+        return _resolved(model, requested=f"in-memory {role} model", pinned=None, role=role, registry=[])
+    if _is_pyfunc(model):
+        return _from_pyfunc(model, role=role)
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if not isinstance(model, str):
+        raise TypeError(f"{role} model must be a URI, a local folder, a PyFuncModel, a MaskedLM or a "
+                        f"(model, tokenizer) pair, got {type(model).__name__}")
+    uri = model.strip()
+    if uri.startswith("models:/"):
+        pinned, name, version, model_id = _pin_registry_uri(uri)
+        parts = _load_components(pinned)
+        registry = [(name, version)] if name else []
+        others = [r for r in registry_versions_of(model_id) if r not in registry]
+        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry + others)
+    if os.path.isdir(uri):
+        if os.path.exists(os.path.join(uri, "MLmodel")):
+            # A saved MLflow model: its MLmodel names the logged model, which may be a registry version
+            # (as for a PyFuncModel); otherwise the weights digest keys the cache.
+            parts = _load_components(uri)
+            model_id, run_id = _logged_model_id(uri)
+            return _resolved(parts, requested=uri, pinned=None, role=role,
+                             registry=registry_versions_of(model_id, run_id))
+        if os.path.exists(os.path.join(uri, "config.json")):
+            lm = MaskedLM.from_pretrained(uri)
+            lm.name = f"{role} {uri}"
+            return ResolvedModel(lm=lm, requested=uri, resolved_uri=lm.model_id)
+        raise ValueError(f"{role} model folder {uri!r} holds neither an MLmodel file (an MLflow model) nor a "
+                         "config.json (a Hugging Face model)")
+    if "://" in uri or uri.startswith("runs:/"):
+        parts = _load_components(uri)
+        model_id, run_id = _logged_model_id(uri)
+        registry = registry_versions_of(model_id, run_id)
+        # A registry version keys the cache when one exists, so every URI form of these weights shares it.
+        pinned = uri if uri.startswith("runs:/") and not registry else None
+        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry)
+    raise ValueError(f"{role} model {uri!r} is neither a local folder nor a model URI; use models:/name/version, "
+                     "models:/name@alias, runs:/<run_id>/<path> or the path of a saved model")
+
+
+def _is_pyfunc(obj) -> bool:
+    try:
+        from mlflow.pyfunc import PyFuncModel
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, PyFuncModel)
+
+
+def _from_pyfunc(model, *, role: str) -> ResolvedModel:
+    raw = model.get_raw_model()
+    hf_model, tokenizer = getattr(raw, "model", None), getattr(raw, "tokenizer", None)
+    if hf_model is None or tokenizer is None:
+        raise ValueError(
+            f"the {role} model is a {type(raw).__name__} pyfunc model; the mia evaluator needs a transformers "
+            "fill-mask model logged with mlflow.transformers.log_model(transformers_model={'model': ..., "
+            "'tokenizer': ...}, task='fill-mask')")
+    metadata = getattr(model, "metadata", None)
+    model_id = getattr(metadata, "model_id", None) or getattr(model, "model_id", None)
+    run_id = getattr(metadata, "run_id", None)
+    registry = registry_versions_of(model_id, run_id)
+    pinned = None if registry else (f"models:/{model_id}" if model_id else None)
+    requested = f"models:/{model_id}" if model_id else f"pyfunc {role} model"
+    return _resolved((hf_model, tokenizer), requested=requested, pinned=pinned, role=role, registry=registry)

@@ -1,0 +1,194 @@
+"""A short Markdown report of an audit, for a reviewer reading the MLflow UI.
+
+:func:`render_report` turns an :class:`~mlflow_mia.audit.AuditResult` into
+Markdown: what was audited, the headline numbers per attack at sample and user
+level with confidence intervals, what they mean in plain words, the release gate
+verdict and the warnings. It contains no raw text, only counts and metrics.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["render_report"]
+
+_GLOSSARY = (
+    "- **AUC**: the chance that a random member gets a higher attack score than a random non-member. "
+    "0.5 means the attack cannot tell them apart; 1.0 means it separates them perfectly.\n"
+    "- **TPR @ FPR a**: the share of members the attack recognises while wrongly flagging only a fraction a "
+    "of the non-members, read off the ROC curve of the audited pool. The low-FPR columns matter most: an "
+    "attacker who is confident about a few records is a real risk even when the AUC is modest.\n"
+    "- **Precision / recall @ population FPR a**: the threshold is set on the population set alone, as an "
+    "attacker without the member list would set it (the score exceeded by a fraction a of population texts). "
+    "Precision is the share of flagged pool records that really are members; recall is the share of members "
+    "flagged; the achieved FPR is measured on the pool's non-members.\n"
+    "- **User level**: each user's score is the mean of their samples' scores; a user is a member when their "
+    "samples were in the training data."
+)
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _pct(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    pct = 100 * x
+    return f"{pct:.0f}%" if abs(pct - round(pct)) < 0.05 or pct >= 10 else f"{pct:.1f}%"
+
+
+def _alpha(a: float) -> str:
+    from mlflow_mia.audit import fmt_alpha
+
+    return fmt_alpha(a)
+
+
+def _ci(ci) -> str:
+    if not ci:
+        return ""
+    lo, hi = ci
+    return f" [{_num(lo)}, {_num(hi)}]"
+
+
+def _roc_table(reports: dict, fprs) -> list[str]:
+    head = "| Attack | AUC [CI] | " + " | ".join(f"TPR @ FPR {_alpha(a)}" for a in fprs) + " |"
+    lines = [head, "|" + "---|" * (2 + len(fprs))]
+    for name, rep in reports.items():
+        cells = [f"`{name}`", _num(rep.roc.auc) + _ci(rep.ci.get("auc"))]
+        cells += [_num(rep.tpr_at_fpr.get(a)) + _ci(rep.ci.get(f"tpr_at_fpr_{_alpha(a)}")) for a in fprs]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _population_table(reports: dict) -> list[str]:
+    rows = [(name, t) for name, rep in reports.items() for t in rep.population]
+    if not rows:
+        return ["_No population thresholds at this level (the population set has no group column)._"]
+    lines = ["| Attack | Population FPR | Precision | Recall | Achieved FPR on pool | Flagged |",
+             "|---|---|---|---|---|---|"]
+    for name, t in rows:
+        lines.append(f"| `{name}` | {_alpha(t.alpha)} | {_num(t.precision)} | {_num(t.tpr)} | {_num(t.fpr)} "
+                     f"| {t.n_flagged} |")
+    return lines
+
+
+def _strongest(reports: dict):
+    def key(item):
+        auc = item[1].roc.auc
+        return -math.inf if auc is None or math.isnan(auc) else auc
+
+    return max(reports.items(), key=key) if reports else (None, None)
+
+
+def _summary_sentences(result) -> list[str]:
+    name, rep = _strongest(result.attacks)
+    if rep is None:
+        return []
+    metrics = result.metrics
+    n_members = int(metrics.get("n_members", 0))
+    out = []
+    ci = rep.ci.get("auc")
+    out.append(f"The strongest attack, `{name}`, tells members from non-members with AUC {_num(rep.roc.auc)}"
+               + (f" (95% interval {_num(ci[0])} to {_num(ci[1])})" if ci else "") + "; 0.5 would mean no leakage.")
+    alpha = min(rep.tpr_at_fpr) if rep.tpr_at_fpr else None
+    if alpha is not None:
+        tpr = rep.tpr_at_fpr[alpha]
+        found = "" if math.isnan(tpr) else f", about {round(tpr * n_members)} of the {n_members} members"
+        out.append(f"Allowing {_pct(alpha)} false positives, it recognises {_pct(tpr)} of the training "
+                   f"samples{found}.")
+    defined = [t for t in rep.population if not math.isnan(t.precision)]
+    if defined:
+        t = defined[-1]
+        out.append(f"With a threshold set on population data alone (FPR {_alpha(t.alpha)}), {_pct(t.precision)} of "
+                   f"the records it flags are members and it flags {_pct(t.tpr)} of all members.")
+    elif rep.population:
+        out.append("With thresholds set on population data alone, it flags no record of the pool.")
+    user = result.user_attacks.get(name)
+    if user is not None:
+        out.append(f"Grouped by user, the same attack reaches AUC {_num(user.roc.auc)}.")
+    if ci:
+        if ci[0] > 0.5:
+            out.append("The interval excludes 0.5: the model leaks membership of its training data.")
+        else:
+            out.append("The interval includes 0.5: this audit found no clear evidence of leakage at this sample "
+                       "size, which is not a proof of privacy.")
+    return out
+
+
+def _gate_lines(gate) -> list[str]:
+    if gate is None:
+        return []
+    data = gate.to_dict() if hasattr(gate, "to_dict") else dict(gate)
+    lines = [f"**Release gate: {data['status'].upper()}**", ""]
+    for c in data["checks"]:
+        value = "undefined" if c["value"] is None else _num(c["value"])
+        mark = "within budget" if c["passed"] else "**over budget**"
+        lines.append(f"- TPR at FPR {_alpha(c['alpha'])} may be at most {c['max_tpr']:g}: worst is "
+                     f"`{c['metric']}` = {value}, {mark}.")
+    return lines + [""]
+
+
+def render_report(result, *, gate=None, title: str | None = None, artifacts=None) -> str:
+    """Render an audit as Markdown for reviewers.
+
+    Parameters
+    ----------
+    result : AuditResult
+        A finished audit.
+    gate : GateResult or dict, optional
+        Release-gate verdict (``mlflow_mia.integrations.config.GateResult``) to show first.
+    title : str, optional
+        First heading; default names the target model.
+    artifacts : iterable of str, optional
+        Artifact paths to list at the end.
+
+    Returns
+    -------
+    str
+        Markdown without raw texts.
+    """
+    info, metrics, cfg = result.info, result.metrics, result.config
+    fprs = cfg.metrics.fprs
+    target = info.get("target_model") or "target model"
+    lines = [f"# {title or 'Membership inference audit of ' + str(target)}", ""]
+    lines += _gate_lines(gate)
+    sig = cfg.signal
+    signal = (f"{sig.kind}, {sig.num_masks} random masks at {sig.mask_rate:g} of tokens, seed {sig.seed}"
+              if sig.kind == "energy" else f"{sig.kind} (every token masked once)")
+    pool = f"{int(metrics.get('n_members', 0))} members, {int(metrics.get('n_non_members', 0))} non-members"
+    if "user/n_members" in metrics:
+        pool += (f" ({int(metrics['user/n_members'])} member users, "
+                 f"{int(metrics['user/n_non_members'])} non-member users)")
+    lines += ["| | |", "|---|---|",
+              f"| Target model | `{target}` |",
+              f"| Reference model | `{info.get('reference_model') or 'none'}` |",
+              f"| Audited pool | {pool} |",
+              f"| Population set | {int(metrics.get('n_population', 0))} texts, used only to set thresholds |",
+              f"| Attacks | {', '.join(f'`{a}`' for a in cfg.attacks)} |",
+              f"| Signal | {signal} |",
+              f"| Confidence intervals | {cfg.metrics.bootstrap_rounds} bootstrap rounds, "
+              f"{cfg.metrics.confidence:.0%} |" if cfg.metrics.bootstrap_rounds else
+              "| Confidence intervals | none (bootstrap_rounds=0) |",
+              ""]
+    sentences = _summary_sentences(result)
+    if sentences:
+        lines += ["## In brief", "", " ".join(sentences), ""]
+    lines += ["## Sample level", "", *_roc_table(result.attacks, fprs), "",
+              "Thresholds set on the population set:", "", *_population_table(result.attacks), ""]
+    if result.user_attacks:
+        lines += ["## User level", "", *_roc_table(result.user_attacks, fprs), "",
+                  "Thresholds set on the population set's users:", "", *_population_table(result.user_attacks), ""]
+    lines += ["## How to read these numbers", "", _GLOSSARY, ""]
+    warnings = list(result.warnings)
+    n_trunc = int(metrics.get("n_truncated", 0) or 0)
+    if n_trunc and not any("truncated" in w for w in warnings):
+        warnings.append(f"{n_trunc} sample(s) longer than the model limit were truncated")
+    lines += ["## Warnings", ""]
+    lines += [f"- {w}" for w in warnings] if warnings else ["- none"]
+    lines += ["", f"Truncated samples: {n_trunc}.", ""]
+    if artifacts:
+        lines += ["## Artifacts", "", *[f"- `{a}`" for a in artifacts], ""]
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""The ``mia`` evaluator plugin through ``mlflow.models.evaluate`` and ``mlflow.evaluate``."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_mia.integrations.config import CONFIG_KEYS
+from mlflow_mia.integrations.evaluator import MiaEvaluator
+
+METRIC_RE = re.compile(
+    r"^(user/)?(loss|likelihood_ratio)/(auc|auc_ci_low|auc_ci_high|tpr_at_fpr_0\.(1|05)(_ci_low|_ci_high)?|"
+    r"precision_at_pop_fpr_0\.(1|05)|recall_at_pop_fpr_0\.(1|05)|achieved_fpr_at_pop_fpr_0\.(1|05)|"
+    r"threshold_at_pop_fpr_0\.(1|05)|precision_at_mu|recall_at_mu|auc_len_\d+-\d+)$"
+    r"|^(user/)?n_(members|non_members)$|^n_(population|truncated)$")
+
+
+def _evaluate(store, model, *, evaluate=None, **overrides):
+    evaluate = evaluate or mlflow.models.evaluate
+    with mlflow.start_run() as run:
+        result = evaluate(model=model, data=store.pool, targets="is_member", model_type="mia",
+                          evaluators=["mia"], evaluator_config={"mia": store.config(**overrides)})
+    return run.info.run_id, result
+
+
+def _assert_single_history(run_id, metrics):
+    client = MlflowClient()
+    logged = client.get_run(run_id).data.metrics
+    assert set(metrics) <= set(logged)
+    for key in metrics:
+        history = client.get_metric_history(run_id, key)
+        assert len(history) == 1, f"{key} has {len(history)} history entries"
+
+
+def test_plugin_is_listed():
+    assert "mia" in mlflow.models.list_evaluators()
+    assert MiaEvaluator.name == "mia"
+    assert MiaEvaluator.can_evaluate(model_type="mia", evaluator_config={})
+    assert not MiaEvaluator.can_evaluate(model_type="classifier", evaluator_config={})
+
+
+def test_evaluate_alias_logs_stable_metrics_once(tracking):
+    run_id, result = _evaluate(tracking, "models:/tgt@candidate")
+    metrics = result.metrics
+    for level in ("", "user/"):
+        for attack in ("loss", "likelihood_ratio"):
+            for name in ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.1", "tpr_at_fpr_0.05",
+                         "precision_at_pop_fpr_0.1", "recall_at_pop_fpr_0.05"):
+                assert f"{level}{attack}/{name}" in metrics
+    assert not [k for k in metrics if not METRIC_RE.match(k)]
+    assert metrics["likelihood_ratio/auc"] > 0.8  # v2 was trained on the members
+    _assert_single_history(run_id, metrics)
+    assert result.run_id == run_id
+    assert {"report", "samples", "riskiest", "audit_summary", "audit_config", "roc", "roc_loglog",
+            "hist_likelihood_ratio", "user_roc"} <= set(result.artifacts)
+
+    client = MlflowClient()
+    run = client.get_run(run_id)
+    params = run.data.params
+    assert params["target_model"] == "models:/tgt/2"
+    assert params["reference_model"] == "models:/ref/1"
+    assert params["reference_model_requested"] == "models:/ref@champion"
+    assert params["target_model_version"] == "2"
+    assert params["pool.n_samples"] == "40" and params["population.n_samples"] == "100"
+    assert len(params["pool.sha256"]) == 64 and len(params["population.sha256"]) == 64
+    assert params["signal.num_masks"] == "2" and params["metrics.fprs"] == "0.1,0.05"
+    tags = client.get_model_version("tgt", "2").tags
+    assert tags["mia.audit_run_id"] == run_id
+    assert float(tags["mia.likelihood_ratio.auc"]) == pytest.approx(metrics["likelihood_ratio/auc"], abs=1e-4)
+    assert "mia.likelihood_ratio.tpr_at_fpr_0.05" in tags
+
+
+def test_deprecated_alias_and_model_id_path_log_once(tracking):
+    # models:/<logged model id> gives evaluate() a model_id, so it logs the returned metrics itself.
+    logged_uri = f"models:/{tracking.model_ids['tgt/2']}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_id, result = _evaluate(tracking, logged_uri, evaluate=mlflow.evaluate)
+    _assert_single_history(run_id, result.metrics)
+    run_alias, alias = _evaluate(tracking, "models:/tgt@candidate")
+    # Same weights, same cache key (resolved to models:/tgt/2): identical numbers.
+    assert MlflowClient().get_run(run_id).data.params["target_model"] == "models:/tgt/2"
+    for key in ("loss/auc", "likelihood_ratio/auc", "user/likelihood_ratio/tpr_at_fpr_0.1"):
+        assert result.metrics[key] == pytest.approx(alias.metrics[key])
+
+
+@pytest.mark.parametrize("form", ["version", "runs", "local"])
+def test_every_target_uri_form(tracking, form):
+    if form == "version":
+        model, expect = "models:/tgt/1", "models:/tgt/1"
+    elif form == "runs":
+        model, expect = f"runs:/{tracking.run_ids['tgt/1']}/model", "models:/tgt/1"
+    else:
+        model = mlflow.artifacts.download_artifacts(f"models:/tgt/1", dst_path="downloaded")
+        expect = "models:/tgt/1"  # the MLmodel's logged model id is found in the registry
+    run_id, result = _evaluate(tracking, model, reference_model="models:/ref/1", bootstrap_rounds=0)
+    assert MlflowClient().get_run(run_id).data.params["target_model"] == expect
+    assert 0.0 <= result.metrics["loss/auc"] <= 1.0
+    _assert_single_history(run_id, result.metrics)
+
+
+def test_no_raw_text_by_default(tracking, tmp_path):
+    run_id, result = _evaluate(tracking, "models:/tgt@candidate", bootstrap_rounds=0)
+    root = mlflow.artifacts.download_artifacts(run_id=run_id, dst_path=str(tmp_path / "art"))
+    import pathlib
+
+    texts = tracking.pool["text"].tolist() + tracking.population["text"].tolist()
+    blobs = [p.read_bytes().decode("utf-8", "ignore") for p in pathlib.Path(root).rglob("*")
+             if p.is_file() and p.suffix in (".csv", ".json", ".md")]
+    run = MlflowClient().get_run(run_id)
+    blobs += list(run.data.params.values()) + list(run.data.tags.values())
+    assert not [t for t in texts if any(t in b for b in blobs)]
+    import pandas as pd
+
+    samples = pd.read_csv(pathlib.Path(root) / "tables" / "samples.csv")
+    assert "text" not in samples.columns
+    assert {"sample_id", "text_hash", "label", "group", "n_tokens", "score_loss", "score_likelihood_ratio",
+            "flagged_likelihood_ratio_fpr_0.05"} <= set(samples.columns)
+
+
+def test_log_texts_true_includes_texts(tracking, tmp_path):
+    run_id, _ = _evaluate(tracking, "models:/tgt@candidate", bootstrap_rounds=0, log_texts=True,
+                          tag_model_version=False, metric_prefix="with_text_")
+    import pandas as pd
+
+    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="with_text_tables/samples.csv",
+                                               dst_path=str(tmp_path))
+    samples = pd.read_csv(path)
+    assert samples["text"].tolist() == tracking.pool["text"].tolist()
+    assert "with_text_loss/auc" in MlflowClient().get_run(run_id).data.metrics
+
+
+def test_missing_population_says_how_to_provide(tracking):
+    with pytest.raises(ValueError, match="population_data"):
+        _evaluate(tracking, "models:/tgt/1", population_data=None)
+
+
+def test_unknown_key_lists_valid_keys(tracking):
+    with pytest.raises(ValueError, match=r"unknown evaluator_config\['mia'\] key\(s\) \['num_mask'\].*num_masks"):
+        _evaluate(tracking, "models:/tgt/1", num_mask=3)
+
+
+def test_every_config_key_is_documented():
+    import mlflow_mia.integrations.evaluator as ev
+
+    for key in CONFIG_KEYS:
+        assert f"``{key}``" in ev.__doc__, key
