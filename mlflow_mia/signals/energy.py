@@ -174,7 +174,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
 
 def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | None = None, *,
                     cache: SignalCache | None = None, device=None, progress: bool = True,
-                    chunk_size: int = 256, desc: str | None = None) -> SignalResult:
+                    chunk_size: int = 512, desc: str | None = None) -> SignalResult:
     """Masked energy (or PLL) and masked-token log-probs of every text.
 
     Parameters

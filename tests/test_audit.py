@@ -1,0 +1,198 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from mlflow_mia.audit import run_audit
+from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.signals import MaskedLM, SignalCache
+from mlflow_mia.signals.testing import WORDS, tiny_bert
+
+ALPHA_WORDS = [w for w in WORDS if w.isalpha()]
+FAST = dict(signal=SignalConfig(num_masks=3), metrics=MetricConfig(fprs=(0.1, 0.05), bootstrap_rounds=50))
+
+
+def sentences(n, seed):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(ALPHA_WORDS) for _ in range(rng.randint(6, 14))) for _ in range(n)]
+
+
+def train_mlm(model, tok, texts, steps, seed=0):
+    """A few hundred MLM steps on ``texts``: enough for a tiny BERT to memorize them."""
+    from transformers import DataCollatorForLanguageModeling
+
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=seed)
+    enc = [tok(t) for t in texts]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = random.Random(seed)
+    model.train()
+    for _ in range(steps):
+        batch = collator([enc[i] for i in rng.sample(range(len(enc)), 16)])
+        loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def setup():
+    texts = sentences(260, seed=0)
+    members, non_members, population, reference_data = texts[:30], texts[30:60], texts[60:140], texts[140:]
+    base, tok = tiny_bert(seed=0, hidden=64)
+    reference = train_mlm(base, tok, reference_data, steps=120, seed=1)
+    target, _ = tiny_bert(tok, seed=0, hidden=64)
+    target.load_state_dict(reference.state_dict())
+    target = train_mlm(target, tok, members, steps=150, seed=2)
+    pool = AuditDataset(texts=members + non_members, labels=[1] * 30 + [0] * 30,
+                        groups=[f"u{i // 3}" for i in range(60)])
+    return MaskedLM(target, tok, name="target"), MaskedLM(reference, tok, name="reference"), pool, \
+        PopulationSet(texts=population)
+
+
+def test_memorized_members_score_higher_label_convention(setup):
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    for name in ("loss", "likelihood_ratio"):
+        scores = res.samples[f"score_{name}"].to_numpy()
+        assert res.metrics[f"{name}/auc"] == pytest.approx(roc_auc_score(pool.labels, scores))
+        assert res.metrics[f"{name}/auc"] > 0.8  # members (label 1) get higher scores
+    # Scores are the negated energies: the loss score of a sample is -E(s; target).
+    assert (res.samples["score_loss"] < 0).all()
+
+
+def test_metric_names_and_population_thresholds(setup):
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    m = res.metrics
+    for name in ("loss", "likelihood_ratio"):
+        for key in ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.1", "tpr_at_fpr_0.05",
+                    "precision_at_pop_fpr_0.1", "recall_at_pop_fpr_0.05", "achieved_fpr_at_pop_fpr_0.1",
+                    "auc_len_10-20"):
+            assert f"{name}/{key}" in m
+        assert f"user/{name}/auc" in m
+        scores = res.samples[f"score_{name}"].to_numpy()
+        pop = res.population_scores[name]
+        t = m[f"{name}/threshold_at_pop_fpr_0.1"]
+        assert np.mean(pop > t) <= 0.1  # the threshold is a population quantile ...
+        flagged = scores > t
+        assert res.samples[f"flagged_{name}_fpr_0.1"].tolist() == flagged.tolist()
+        assert m[f"{name}/recall_at_pop_fpr_0.1"] == pytest.approx(flagged[pool.labels == 1].mean())
+        assert m[f"{name}/achieved_fpr_at_pop_fpr_0.1"] == pytest.approx(flagged[pool.labels == 0].mean())
+        assert m[f"{name}/auc_ci_low"] <= m[f"{name}/auc"] <= m[f"{name}/auc_ci_high"]
+    assert "loss/precision_at_mu" in m and "likelihood_ratio/precision_at_mu" not in m
+    assert m["n_members"] == 30 and m["user/n_members"] == 10
+    assert "text" not in res.samples.columns  # no raw text in the per-sample table
+
+
+def test_user_level_score_is_mean_of_user_samples(setup):
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference,
+                    config=AuditConfig(attacks=("loss",), **FAST), progress=False)
+    user_scores = res.samples.groupby("group")["score_loss"].mean()
+    user_labels = res.samples.groupby("group")["label"].first()
+    assert res.metrics["user/loss/auc"] == pytest.approx(roc_auc_score(user_labels, user_scores))
+
+
+def test_rows_stay_paired_when_pool_is_shuffled(setup):
+    target, reference, pool, population = setup
+    order = np.random.default_rng(0).permutation(len(pool))
+    shuffled = AuditDataset(texts=[pool.texts[i] for i in order], labels=pool.labels[order],
+                            sample_ids=[pool.sample_ids[i] for i in order])
+    a = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    b = run_audit(target, shuffled, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    merged = a.samples.merge(b.samples, on="sample_id")
+    np.testing.assert_allclose(merged["score_likelihood_ratio_x"], merged["score_likelihood_ratio_y"], rtol=1e-6)
+    assert a.metrics["likelihood_ratio/auc"] == pytest.approx(b.metrics["likelihood_ratio/auc"])
+
+
+def test_second_target_reuses_cached_reference(setup, tmp_path):
+    target, reference, pool, population = setup
+    cache = SignalCache(tmp_path)
+    run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), cache=cache, progress=False)
+    calls = []
+    hook = reference.model.base_model.embeddings.register_forward_hook(lambda *a: calls.append(1))
+    other_target = MaskedLM(tiny_bert(target.tokenizer, seed=5, hidden=64)[0], target.tokenizer)
+    run_audit(other_target, pool, population, reference=reference, config=AuditConfig(**FAST), cache=cache,
+              progress=False)
+    hook.remove()
+    assert calls == []
+
+
+def test_riskiest_records_are_flagged_members_by_score(setup):
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    lr = res.riskiest[res.riskiest["attack"] == "likelihood_ratio"]
+    t = res.metrics["likelihood_ratio/threshold_at_pop_fpr_0.05"]
+    assert (lr["score"] > t).all() and list(lr["score"]) == sorted(lr["score"], reverse=True)
+    labels = dict(zip(res.samples["sample_id"], res.samples["label"]))
+    assert all(labels[s] == 1 for s in lr["sample_id"])
+
+
+def test_figures_are_returned_not_shown(setup):
+    import matplotlib.pyplot as plt
+
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    before = plt.get_fignums()
+    figs = res.figures()
+    assert {"plots/roc.png", "plots/roc_loglog.png", "plots/user_roc.png", "plots/hist_loss.png",
+            "plots/hist_likelihood_ratio.png"} <= set(figs)
+    assert plt.get_fignums() == before
+    assert figs["plots/roc_loglog.png"].axes[0].get_xscale() == "log"
+
+
+# --- bad input: each is refused before any model runs ----------------------------------------------
+
+def _never_run(setup):
+    target, reference, pool, population = setup
+    calls = []
+    hooks = [m.model.base_model.embeddings.register_forward_hook(lambda *a: calls.append(1))
+             for m in (target, reference)]
+    return calls, hooks
+
+
+def test_missing_reference_is_an_error(setup):
+    target, _, pool, population = setup
+    with pytest.raises(ValueError, match=r"\['likelihood_ratio'\] need a reference model.*reference="):
+        run_audit(target, pool, population, config=AuditConfig(**FAST), progress=False)
+
+
+def test_pool_with_one_class_is_an_error(setup):
+    target, reference, pool, population = setup
+    members_only = AuditDataset(texts=pool.texts[:30], labels=[1] * 30)
+    with pytest.raises(ValueError, match=r"no non-members \(label 0\)"):
+        run_audit(target, members_only, population, reference=reference, progress=False)
+
+
+def test_population_too_small_says_how_many_it_needs(setup):
+    target, reference, pool, population = setup
+    calls, hooks = _never_run(setup)
+    with pytest.raises(ValueError, match="has 80 samples; a threshold at FPR 0.001 needs at least 1000"):
+        run_audit(target, pool, population, reference=reference, progress=False)
+    for h in hooks:
+        h.remove()
+    assert calls == []
+
+
+def test_missing_population_is_an_error(setup):
+    target, reference, pool, _ = setup
+    with pytest.raises(ValueError, match="population set is required"):
+        run_audit(target, pool, None, reference=reference, progress=False)
+
+
+def test_pool_and_population_must_be_disjoint(setup):
+    target, reference, pool, population = setup
+    leaky = PopulationSet(texts=population.texts + pool.texts[:1])
+    with pytest.raises(ValueError, match="1 text.*both in the target pool and the population"):
+        run_audit(target, pool, leaky, reference=reference, config=AuditConfig(**FAST), progress=False)
+
+
+def test_unknown_attack_lists_registered(setup):
+    target, reference, pool, population = setup
+    with pytest.raises(ValueError, match=r"unknown attack.*'lira'.*registered attacks: \[.*'loss'"):
+        run_audit(target, pool, population, reference=reference, config=AuditConfig(attacks=("lira",)),
+                  progress=False)
