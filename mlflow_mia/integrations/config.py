@@ -280,10 +280,12 @@ def _opt_str(value) -> str | None:
 def _int(value, key: str) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{key} must be an integer, got {value!r}")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise ValueError(f"{key} must be an integer, got {value!r}")
     try:
-        return int(value)
+        return int(str(value).strip())
     except (TypeError, ValueError):
         raise ValueError(f"{key} must be an integer, got {value!r}") from None
 

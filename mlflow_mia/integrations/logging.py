@@ -75,6 +75,8 @@ def audit_params(result, *, population=None) -> dict[str, str]:
         config.pop("neighbourhood", None)
     out: dict[str, str] = {}
     _flatten("", config, out)
+    # Top-level names would clash with the MLproject parameters that `mlflow run` logs to the same run.
+    out["audit.attacks"] = out.pop("attacks")
     info = result.info
     out["target_model"] = str(info.get("target_model"))
     if info.get("reference_model"):
@@ -236,9 +238,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
     check_metric_names(metrics)
     all_params = {**audit_params(result, population=population), **(params or {}),
-                  "log_texts": str(bool(log_texts))}
+                  "audit.log_texts": str(bool(log_texts))}
     if gate is not None:
-        all_params["max_tpr_at_fpr"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+        all_params["audit.gate"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
     now = int(time.time() * 1000)
     tags = {f"{prefix}mia.headline_attack": result.headline_attack}
     if gate is not None:

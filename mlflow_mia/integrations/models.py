@@ -243,6 +243,8 @@ def resolve_model(model, *, role: str = "target") -> ResolvedModel:
         parts = _load_components(pinned)
         registry = [(name, version)] if name else []
         others = [r for r in registry_versions_of(model_id) if r not in registry]
+        if name is None and others:
+            pinned = None  # a logged model that is a registry version: key the cache by the version
         return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry + others)
     if os.path.isdir(uri):
         if os.path.exists(os.path.join(uri, "MLmodel")):

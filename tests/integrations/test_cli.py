@@ -1,0 +1,162 @@
+"""The ``mlflow-mia`` CLI: help, audit, release gate exit codes, compare, demo defaults, MLproject."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_mia.integrations.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _runs():
+    experiment_id = os.environ["MLFLOW_EXPERIMENT_ID"]  # set per test by the `tracking` fixture
+    return MlflowClient().search_runs([experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def test_help_explains_every_option(capsys):
+    assert main(["--help"]) == 0
+    assert "audit" in capsys.readouterr().out
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, sub in subparsers.choices.items():
+        assert main([name, "--help"]) == 0
+        for action in sub._actions:
+            assert action.help, f"{name} {action.option_strings} has no help"
+    out = capsys.readouterr().out
+    assert "--max-tpr-at-fpr" in out and "exit codes" in out
+
+
+def test_usage_errors_exit_2(tracking, capsys):
+    assert main(["audit", "--num-masks", "many"]) == 2
+    assert main(["audit", "--target", "models:/tgt/1", "--data", str(tracking.pool_path)]) == 2
+    assert "population" in capsys.readouterr().err
+    assert main(["audit", "--target", "models:/tgt/1", *tracking.cli_args("--max-tpr-at-fpr", "0.01")]) == 2
+    assert "ALPHA:MAX" in capsys.readouterr().err
+
+
+def test_audit_gate_pass_and_fail(tracking, capsys):
+    args = ["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]
+    assert main([*args, "--max-tpr-at-fpr", "0.1:1.0", "--run-name", "gate-pass"]) == 0
+    out = capsys.readouterr().out
+    assert "mia.gate=pass" in out
+    assert main([*args, "--max-tpr-at-fpr", "0.05:0.0", "--max-tpr-at-fpr", "0.1:1", "--run-name", "gate-fail"]) == 1
+    out = capsys.readouterr().out
+    assert "mia.gate=fail" in out and "OVER BUDGET" in out
+    runs = {r.info.run_name: r for r in _runs()}
+    assert runs["gate-pass"].data.tags["mia.gate"] == "pass"
+    assert runs["gate-fail"].data.tags["mia.gate"] == "fail"
+    assert runs["gate-fail"].data.params["audit.gate"] == "0.1:1,0.05:0"
+    assert "likelihood_ratio/tpr_at_fpr_0.05" in runs["gate-fail"].data.metrics
+    assert MlflowClient().get_model_version("tgt", "2").tags["mia.gate"] == "fail"
+
+
+def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
+    from mlflow_mia.integrations import models as models_module
+
+    calls = {}
+    real = models_module.resolve_model
+
+    def counting(model, *, role="target"):
+        resolved = real(model, role=role)
+        key = f"{role}:{resolved.resolved_uri}"
+        resolved.lm.model.base_model.register_forward_pre_hook(lambda *a, k=key: calls.__setitem__(k, calls.get(k, 0) + 1))
+        return resolved
+
+    monkeypatch.setattr(models_module, "resolve_model", counting)
+    cache = tracking.root / "compare-cache"
+    args = ["compare", "--models", "tgt", *tracking.cli_args("--cache-dir", str(cache), "--run-name", "cmp")]
+    assert main(args) == 0
+    assert "comparison logged" in capsys.readouterr().out
+    # Same tokenizer, texts and masks: a full pass costs the same forward calls for every model,
+    # so a reference computed once has exactly as many calls as one target.
+    assert calls["reference:models:/ref/1"] == calls["target:models:/tgt/1"] == calls["target:models:/tgt/2"] > 0
+
+    runs = _runs()
+    parent = next(r for r in runs if r.info.run_name == "cmp")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.data.params["target_model"] for r in children) == ["models:/tgt/1", "models:/tgt/2"]
+    for child in children:
+        assert "likelihood_ratio/auc" in child.data.metrics
+    client = MlflowClient()
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "tables")} | \
+                {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert {"tables/comparison.csv", "plots/comparison.png", "plots/roc_likelihood_ratio_by_version.png"} <= artifacts
+    table = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=parent.info.run_id,
+                                                            artifact_path="tables/comparison.csv"))
+    sample = table[table["level"] == "sample"]
+    assert set(sample["version"]) == {1, 2} and set(sample["attack"]) == {"loss", "likelihood_ratio"}
+    assert {"auc", "tpr_at_fpr_0.05", "auc_ci_low"} <= set(table.columns)
+    lr = sample[sample["attack"] == "likelihood_ratio"].set_index("version")["auc"]
+    assert lr[2] > lr[1]  # the trained version leaks more
+
+
+def test_compare_aliases(tracking):
+    assert main(["compare", "--models", "tgt", "--aliases", "candidate", "--run-name", "cmp-alias",
+                 *tracking.cli_args("--bootstrap-rounds", "0", "--no-tag-model-version")]) == 0
+    runs = _runs()
+    parent = next(r for r in runs if r.info.run_name == "cmp-alias")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert [r.info.run_name for r in children] == ["tgt v2 (@candidate)"]
+
+
+def test_audit_without_target_runs_the_demo(tracking, monkeypatch):
+    seen = {}
+
+    def fake_build_demo(*, size="default", force=False, progress=True):
+        seen["size"] = size
+        return types.SimpleNamespace(
+            target_uri="models:/tgt@candidate", reference_uri="models:/ref@champion", ood_reference_uri=None,
+            pool_path=tracking.pool_path, population_path=tracking.population_path, text_column="text",
+            label_column="is_member", group_column="article_id", id_column="sample_id", size=size)
+
+    monkeypatch.setitem(sys.modules, "mlflow_mia.demo.build", types.SimpleNamespace(build_demo=fake_build_demo))
+    assert main(["audit", "--demo-size", "small", "--num-masks", "2", "--fprs", "0.1,0.05", "--bootstrap-rounds",
+                 "0", "--cache-dir", str(tracking.cache_dir), "--quiet", "--run-name", "demo"]) == 0
+    assert seen["size"] == "small"
+    run = next(r for r in _runs() if r.info.run_name == "demo")
+    assert run.data.params["target_model"] == "models:/tgt/2"
+    assert run.data.params["audit.attacks"] == "loss,likelihood_ratio"
+    assert "user/likelihood_ratio/auc" in run.data.metrics  # the demo's group column was used
+
+
+def test_mlproject_declares_entry_points():
+    from mlflow.projects._project_spec import load_project
+
+    project = load_project(str(REPO))
+    for name in ("audit", "compare", "build-demo"):
+        assert name in project._entry_points
+    audit = project.get_entry_point("audit")
+    assert {"target", "reference", "data", "population", "attacks", "signal", "num_masks", "seed", "fprs",
+            "group_column", "max_tpr_at_fpr", "demo_size"} <= set(audit.parameters)
+    assert audit.command.startswith("mlflow-mia audit")
+    assert {"models", "aliases"} <= set(project.get_entry_point("compare").parameters)
+
+
+@pytest.mark.skipif(not Path(sys.executable).with_name("mlflow").exists(), reason="mlflow console script missing")
+def test_mlflow_run_audit_env_manager_local(tracking):
+    import subprocess
+
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    cmd = [str(mlflow_bin), "run", str(REPO), "-e", "audit", "--env-manager", "local",
+           "--experiment-id", os.environ["MLFLOW_EXPERIMENT_ID"],
+           "-P", "target=models:/tgt/1", "-P", "reference=models:/ref/1", "-P", f"data={tracking.pool_path}",
+           "-P", f"population={tracking.population_path}", "-P", "group_column=article_id", "-P", "num_masks=2",
+           "-P", "fprs=0.1,0.05", "-P", "bootstrap_rounds=0", "-P", f"cache_dir={tracking.cache_dir}",
+           "-P", "max_tpr_at_fpr=0.1:1.0"]
+    # The entry point calls the `mlflow-mia` console script, installed next to this interpreter.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = next(r for r in _runs() if r.data.tags.get("mlflow.project.entryPoint") == "audit")
+    assert run.data.tags["mia.gate"] == "pass"
+    assert run.data.params["target_model"] == "models:/tgt/1"
+    assert "loss/auc" in run.data.metrics

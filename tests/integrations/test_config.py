@@ -1,0 +1,101 @@
+"""Parsing of the flat evaluator_config['mia'] dict and the release gate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mlflow_mia.integrations.config import CONFIG_KEYS, Gate, parse_options
+
+ISSUE_KEYS = {"reference_model", "population_data", "text_column", "group_column", "attacks", "signal", "num_masks",
+              "mask_rate", "seed", "fprs", "log_texts"}
+
+
+def test_issue_keys_are_public_api():
+    assert ISSUE_KEYS <= set(CONFIG_KEYS)
+    assert {"id_column", "label_column", "population_text_column", "population_group_column", "cache_dir",
+            "bootstrap_rounds", "max_length", "token_budget", "device", "max_tpr_at_fpr", "num_neighbours",
+            "neighbour_generator", "metric_prefix"} <= set(CONFIG_KEYS)
+
+
+def test_parse_maps_flat_keys_once():
+    config, options = parse_options(
+        {"mia": {"reference_model": "models:/r@champion", "population_data": "pop.csv", "text_column": "body",
+                 "group_column": "article_id", "attacks": "loss, likelihood_ratio", "signal": "pll",
+                 "num_masks": 4, "mask_rate": 0.2, "seed": 7, "fprs": "0.1,0.01", "bootstrap_rounds": 0,
+                 "max_length": 128, "log_texts": "true", "num_neighbours": 5}}, targets="is_member")
+    assert config.attacks == ("loss", "likelihood_ratio")
+    assert (config.signal.kind, config.signal.num_masks, config.signal.mask_rate) == ("pll", 4, 0.2)
+    assert config.signal.seed == config.metrics.seed == 7 and config.signal.max_length == 128
+    assert config.metrics.fprs == (0.1, 0.01) and config.metrics.bootstrap_rounds == 0
+    assert config.neighbourhood.num_neighbours == 5
+    assert options.label_column == "is_member" and options.text_column == "body"
+    assert options.population_text_column == "body" and options.population_group_column == "article_id"
+    assert options.log_texts is True and options.gate is None
+
+
+def test_defaults_match_the_library():
+    from mlflow_mia.config import AuditConfig
+
+    config, options = parse_options({})
+    assert config == AuditConfig()
+    assert options.log_texts is False and options.tag_model_version is True
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"num_mask": 3}, r"unknown .*\['num_mask'\].*valid keys are"),
+    ({"attacks": ["loss", "nope"]}, "registered attacks"),
+    ({"signal": "bogus"}, "signal kind"),
+    ({"fprs": [0.0]}, "fprs"),
+    ({"log_texts": "maybe"}, "log_texts"),
+    ({"num_masks": 2.5}, "num_masks"),
+    ({"metric_prefix": "a@b"}, "metric_prefix"),
+])
+def test_invalid_config_is_rejected(bad, match):
+    with pytest.raises(ValueError, match=match):
+        parse_options(bad)
+
+
+def test_missing_population_error_says_how():
+    _, options = parse_options({})
+    with pytest.raises(ValueError, match="population_data.*--population"):
+        options.require_population()
+
+
+def test_gate_alphas_are_added_to_fprs():
+    config, options = parse_options({"fprs": [0.1], "max_tpr_at_fpr": "0.01:0.05"})
+    assert config.metrics.fprs == (0.1, 0.01)
+    assert options.gate.budgets == ((0.01, 0.05),)
+
+
+@pytest.mark.parametrize("spec", ["0.01:0.05", ["0.01:0.05"], {0.01: 0.05}, [(0.01, 0.05)]])
+def test_gate_spec_forms(spec):
+    assert Gate.parse(spec).budgets == ((0.01, 0.05),)
+
+
+@pytest.mark.parametrize("spec", ["0.01", "a:b", "0:0.1", "0.01:2"])
+def test_gate_rejects_bad_budgets(spec):
+    with pytest.raises(ValueError):
+        Gate.parse(spec)
+
+
+def test_gate_checks_worst_attack_and_level():
+    gate = Gate.parse("0.1:0.3,0.05:0.2")
+    metrics = {"loss/tpr_at_fpr_0.1": 0.1, "likelihood_ratio/tpr_at_fpr_0.1": 0.25,
+               "user/likelihood_ratio/tpr_at_fpr_0.1": 0.5, "loss/tpr_at_fpr_0.05": 0.0,
+               "likelihood_ratio/tpr_at_fpr_0.05": 0.2}
+    result = gate.check(metrics)
+    assert not result.passed and result.status == "fail"
+    first, second = result.checks
+    assert first["metric"] == "user/likelihood_ratio/tpr_at_fpr_0.1" and not first["passed"]
+    assert second["passed"]  # 0.2 <= 0.2
+    assert result.verdict().startswith("mia.gate=fail")
+    assert Gate.parse("0.1:0.6").check(metrics).passed
+
+
+def test_gate_treats_nan_as_fail_and_needs_the_metric():
+    result = Gate.parse("0.1:1").check({"loss/tpr_at_fpr_0.1": math.nan, "lr/tpr_at_fpr_0.1": 0.0})
+    assert not result.passed and result.to_dict()["checks"][0]["value"] is None
+    with pytest.raises(ValueError, match="did not report"):
+        Gate.parse("0.01:1").check({"loss/tpr_at_fpr_0.1": 0.0})

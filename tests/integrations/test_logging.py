@@ -1,0 +1,118 @@
+"""log_audit: params, one batch of metrics, figures, tables, report, tags; no raw text by default."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_mia.integrations.config import Gate
+from mlflow_mia.integrations.logging import check_metric_names, dataset_digest, log_audit
+
+NAME = re.compile(r"^[\w.\-/ ]+$")
+
+
+@pytest.fixture(scope="module")
+def audit(store):
+    """A small audit of in-memory tiny models (no registry)."""
+    from mlflow_mia.audit import run_audit
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.data import AuditDataset, PopulationSet
+    from mlflow_mia.signals import MaskedLM
+    from mlflow_mia.signals.testing import tiny_bert
+
+    pool = AuditDataset.from_frame(store.pool, id_column="sample_id", group_column="article_id")
+    population = PopulationSet.from_frame(store.population, group_column="article_id")
+    model, tok = tiny_bert(seed=1)
+    config = AuditConfig.from_dict({"signal": {"num_masks": 2},
+                                    "metrics": {"fprs": [0.1, 0.05], "bootstrap_rounds": 20}})
+    result = run_audit(MaskedLM(model, tok), pool, population, reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok),
+                       config=config, cache=str(store.cache_dir), progress=False)
+    return result, pool, population
+
+
+def _artifacts(run_id):
+    client, out, todo = MlflowClient(), set(), [None]
+    while todo:
+        for f in client.list_artifacts(run_id, todo.pop()):
+            (todo.append(f.path) if f.is_dir else out.add(f.path))
+    return out
+
+
+def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
+    result, pool, population = audit
+    with mlflow.start_run() as run:
+        artifacts = log_audit(result, population=population, texts=pool.texts)
+    run_id = run.info.run_id
+    client = MlflowClient()
+    data = client.get_run(run_id).data
+    assert data.metrics.keys() == result.metrics.keys()
+    assert all(NAME.match(k) for k in data.metrics)
+    for key in ("loss/auc", "user/likelihood_ratio/precision_at_pop_fpr_0.05", "likelihood_ratio/tpr_at_fpr_0.1"):
+        assert len(client.get_metric_history(run_id, key)) == 1
+    assert data.params["pool.sha256"] == dataset_digest(pool.text_hashes)
+    assert data.params["population.sha256"] == dataset_digest(population.text_hashes)
+    assert data.params["audit.log_texts"] == "False" and data.params["target_model"].startswith("sha256:")
+    assert data.tags["mia.headline_attack"] == "likelihood_ratio" and "mia.gate" not in data.tags
+    files = _artifacts(run_id)
+    assert {"plots/roc.png", "plots/roc_loglog.png", "plots/user_roc.png", "plots/hist_loss.png",
+            "plots/hist_likelihood_ratio.png", "tables/samples.csv", "tables/riskiest.csv", "audit_summary.json",
+            "audit_config.json", "report.md"} == files
+    assert set(artifacts) == {"roc", "roc_loglog", "user_roc", "hist_loss", "hist_likelihood_ratio", "samples",
+                              "riskiest", "audit_summary", "audit_config", "report"}
+    assert isinstance(artifacts["samples"].content, pd.DataFrame)
+    assert "text" not in artifacts["samples"].content.columns
+    summary = json.loads(open(mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path="audit_summary.json", dst_path=str(tmp_path))).read())
+    assert summary["log_texts"] is False and summary["metrics"]["loss/auc"] == pytest.approx(result.metrics["loss/auc"])
+
+
+def test_prefix_gate_and_no_metrics(tracking, audit):
+    result, pool, population = audit
+    gate = Gate.parse("0.1:1.0").check(result.metrics)
+    with mlflow.start_run() as run:
+        artifacts = log_audit(result, prefix="v1_", log_metrics=False, gate=gate)
+    data = MlflowClient().get_run(run.info.run_id).data
+    assert data.metrics == {}
+    assert data.tags["v1_mia.gate"] == "pass" and data.params["v1_audit.gate"] == "0.1:1"
+    assert "v1_report" in artifacts and "v1_report.md" in _artifacts(run.info.run_id)
+    assert "Release gate: PASS" in artifacts["v1_report"].content
+
+
+def test_log_texts(tracking, audit):
+    result, pool, population = audit
+    with mlflow.start_run():
+        with pytest.raises(ValueError, match="texts"):
+            log_audit(result, log_texts=True)
+        artifacts = log_audit(result, log_texts=True, texts=pool.texts)
+    samples = artifacts["samples"].content
+    assert samples["text"].tolist() == list(pool.texts)
+
+
+def test_model_version_tags(tracking, audit):
+    result, _, _ = audit
+    gate = Gate.parse("0.05:0.0").check(result.metrics)
+    with mlflow.start_run() as run:
+        log_audit(result, model_version=("tgt", "1"), gate=gate, log_metrics=False)
+    tags = MlflowClient().get_model_version("tgt", "1").tags
+    assert tags["mia.audit_run_id"] == run.info.run_id
+    assert tags["mia.gate"] == gate.status
+    assert float(tags["mia.likelihood_ratio.auc"]) == pytest.approx(result.metrics["likelihood_ratio/auc"], abs=1e-4)
+    assert {"mia.loss.tpr_at_fpr_0.05", "mia.likelihood_ratio.tpr_at_fpr_0.1", "mia.user.loss.auc"} <= set(tags)
+
+
+def test_needs_a_run(audit):
+    with pytest.raises(ValueError, match="active run"):
+        log_audit(audit[0])
+
+
+def test_metric_names_and_digest():
+    check_metric_names(["loss/auc", "user/likelihood_ratio/tpr_at_fpr_0.001", "a b-c.d_e"])
+    for bad in ("loss@auc", "a=b", "x%"):
+        with pytest.raises(ValueError):
+            check_metric_names([bad])
+    assert dataset_digest(["b", "a"]) == dataset_digest(["a", "b"]) != dataset_digest(["a"])

@@ -1,0 +1,72 @@
+"""render_report: a reviewer-readable Markdown summary without raw text."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mlflow_mia.report import render_report
+
+
+@pytest.fixture(scope="module")
+def result():
+    from mlflow_mia.audit import run_audit
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.data import AuditDataset, PopulationSet
+    from mlflow_mia.signals import MaskedLM
+    from mlflow_mia.signals.testing import WORDS, tiny_bert
+
+    rng = random.Random(1)
+    words = [w for w in WORDS if w.isalpha()]
+    texts = list(dict.fromkeys(" ".join(rng.choice(words) for _ in range(rng.randint(5, 10))) for _ in range(300)))
+    pool = AuditDataset(texts=texts[:40], labels=[1] * 20 + [0] * 20, groups=[f"u{i // 2}" for i in range(40)])
+    population = PopulationSet(texts=texts[40:140], groups=[f"p{i // 2}" for i in range(100)])
+    model, tok = tiny_bert(seed=1)
+    config = AuditConfig.from_dict({"signal": {"num_masks": 2},
+                                    "metrics": {"fprs": [0.1, 0.05], "bootstrap_rounds": 20}})
+    res = run_audit(MaskedLM(model, tok, model_id="models:/tgt/7"), pool, population,
+                    reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok, model_id="models:/ref/1"),
+                    config=config, progress=False)
+    return res, texts[:140]
+
+
+def test_report_has_headline_tables_and_explanations(result):
+    res, texts = result
+    md = render_report(res)
+    assert md.startswith("# Membership inference audit of models:/tgt/7")
+    assert "`models:/ref/1`" in md and "20 members, 20 non-members" in md
+    assert "| Attack | AUC [CI] | TPR @ FPR 0.1 | TPR @ FPR 0.05 |" in md
+    assert "## Sample level" in md and "## User level" in md
+    assert md.count("| `likelihood_ratio` |") >= 4  # ROC and population rows at both levels
+    assert "Population FPR | Precision | Recall" in md
+    assert "## In brief" in md and "0.5 would mean no leakage" in md
+    assert "## How to read these numbers" in md
+    assert "## Warnings" in md and "Truncated samples: 0." in md
+    assert f"{res.attacks['loss'].roc.auc:.3f}" in md
+    assert not [t for t in texts if t in md]
+
+
+def test_report_shows_gate_and_artifacts(result):
+    from mlflow_mia.integrations.config import Gate
+
+    res, _ = result
+    gate = Gate.parse("0.1:0.0").check(res.metrics)
+    md = render_report(res, gate=gate, artifacts=["plots/roc.png", "report.md"])
+    assert f"**Release gate: {gate.status.upper()}**" in md
+    assert "TPR at FPR 0.1 may be at most 0" in md
+    assert "- `plots/roc.png`" in md
+    passed = render_report(res, gate=Gate.parse("0.1:1").check(res.metrics))
+    assert "**Release gate: PASS**" in passed and "within budget" in passed
+
+
+def test_report_lists_warnings(result):
+    import dataclasses
+
+    res, _ = result
+    noisy = dataclasses.replace(res, warnings=["user-level thresholds skipped: no group column"],
+                                metrics={**res.metrics, "n_truncated": 3})
+    md = render_report(noisy, title="Audit")
+    assert md.startswith("# Audit")
+    assert "- user-level thresholds skipped: no group column" in md
+    assert "3 sample(s) longer than the model limit were truncated" in md and "Truncated samples: 3." in md
