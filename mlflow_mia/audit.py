@@ -162,8 +162,9 @@ class AuditResult:
         labels = self.samples["label"].to_numpy()
         for name, report in self.attacks.items():
             scores = self.samples[f"score_{name}"].to_numpy()
+            scored = ~np.isnan(scores)  # NaN: unscored samples (neighbourhood without neighbours)
             display = ScoreHistogramDisplay.from_scores(
-                scores[labels == 1], scores[labels == 0], name=name,
+                scores[(labels == 1) & scored], scores[(labels == 0) & scored], name=name,
                 thresholds={t.alpha: t.threshold for t in report.population})
             figs[f"plots/hist_{name}.png"] = display.figure_
         return figs
@@ -178,6 +179,11 @@ def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditCo
         raise ValueError(
             f"attack(s) {needs_reference} need a reference model trained on similar but disjoint data; "
             "pass reference=... (or drop them, e.g. attacks=['loss'])")
+    needs_neighbours = [a for a in config.attacks if "neighbour_energy" in ATTACKS[a].requires]
+    if needs_neighbours and reference is None and config.neighbourhood.generator_model is None:
+        raise ValueError(
+            f"attack(s) {needs_neighbours} need a generator masked LM to propose neighbours; pass reference=... "
+            "or set neighbourhood.generator_model to a local model folder")
     n_members = int(pool.labels.sum())
     if n_members == 0 or n_members == len(pool):
         which = "non-members (label 0)" if n_members else "members (label 1)"
@@ -282,7 +288,9 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         from mlflow_mia.signals.neighbours import neighbour_energies
 
         start = time.perf_counter()
-        neighbour_energy = neighbour_energies(target, texts, generator=reference, config=config, cache=cache,
+        # An explicitly configured generator wins over the reference model.
+        generator = reference if config.neighbourhood.generator_model is None else None
+        neighbour_energy = neighbour_energies(target, texts, generator=generator, config=config, cache=cache,
                                               device=device, progress=progress)
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
     warnings: list[str] = []
@@ -308,28 +316,38 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         "sample_id": list(pool.sample_ids), "text_hash": list(pool.text_hashes), "label": y,
         "group": list(pool.groups) if pool.groups is not None else None,
         "n_tokens": n_tokens, "truncated": target_sig.truncated[:n_pool]})
-    attacks, user_attacks, pop_scores, risky = {}, {}, {}, []
+    attacks, user_attacks, pop_scores, risky, unscored = {}, {}, {}, [], {}
     for name in config.attacks:
         attack = get_attack(name)
         scores, pscores = attack(pool_inputs, config), attack(pop_inputs, config)
-        nan_rows = int(np.isnan(scores).sum() + np.isnan(pscores).sum())
-        if nan_rows:
+        nan_pool, nan_pop = np.isnan(scores), np.isnan(pscores)
+        nan_rows = int(nan_pool.sum() + nan_pop.sum())
+        if nan_rows and not getattr(attack, "allows_nan", False):
             raise ValueError(f"attack {name!r} produced {nan_rows} NaN score(s); nothing scoreable for those rows")
-        report = _report(name, y, scores, pscores, config, lengths=n_tokens)
+        if getattr(attack, "allows_nan", False):
+            # e.g. neighbourhood: a sample with no replaceable word has no neighbours and no score.
+            unscored[name] = nan_rows
+            if nan_rows:
+                warnings.append(f"attack {name!r} could not score {nan_rows} sample(s) ({int(nan_pool.sum())} in the "
+                                f"pool, {int(nan_pop.sum())} in the population); they are left out of its metrics")
+        keep = np.flatnonzero(~nan_pool)
+        y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[~nan_pop]
+        report = _report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep])
         attacks[name], pop_scores[name] = report, pscores
         samples[f"score_{name}"] = scores
         for t in report.population:
             samples[f"flagged_{name}_fpr_{fmt_alpha(t.alpha)}"] = scores > t.threshold
         if report.population:
             lowest = report.population[-1]
-            idx = riskiest_records(y, scores, threshold=lowest.threshold, top=config.metrics.top_records)
+            idx = keep[riskiest_records(y_k, scores_k, threshold=lowest.threshold, top=config.metrics.top_records)]
             risky.append(samples.iloc[idx][["sample_id", "text_hash", "group", "n_tokens"]].assign(
                 attack=name, score=scores[idx], flagged_at_fpr=lowest.alpha))
         if pool.groups is not None:
-            g = group_scores(y, scores, pool.groups)
+            g = group_scores(y_k, scores_k, np.asarray(pool.groups)[keep])
             user_pop = None
             if population.groups is not None:
-                user_pop = group_scores(np.zeros(len(pscores), dtype=np.int64), pscores, population.groups).y_score
+                user_pop = group_scores(np.zeros(len(pscores_k), dtype=np.int64), pscores_k,
+                                        np.asarray(population.groups)[~nan_pop]).y_score
             user_attacks[name] = _report(name, g.y_true, g.y_score, user_pop, config)
     if pool.groups is not None and population.groups is None:
         warnings.append("user-level thresholds skipped: the population set has no group column")
@@ -338,6 +356,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         metrics.update(report.metrics(f"{name}/"))
     for name, report in user_attacks.items():
         metrics.update(report.metrics(f"user/{name}/"))
+    metrics.update({f"{name}/n_unscored": count for name, count in unscored.items()})
     metrics.update({"n_members": int(y.sum()), "n_non_members": int((y == 0).sum()),
                     "n_population": len(population), "n_truncated": target_sig.n_truncated})
     if user_attacks:

@@ -1,0 +1,136 @@
+import doctest
+
+import numpy as np
+import pytest
+
+from mlflow_mia.attacks import ATTACKS, AttackInputs, get_attack
+from mlflow_mia.attacks import neighbourhood as neighbourhood_module
+from mlflow_mia.audit import run_audit
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.signals import MaskedLM
+from mlflow_mia.signals import neighbours as nb_module
+from mlflow_mia.signals.testing import WORDS, tiny_bert
+from mlflow_mia.signals.types import SignalResult
+
+
+def _sig(energy):
+    energy = np.asarray(energy, dtype=np.float64)
+    return SignalResult(energy, (), np.full(len(energy), 5), np.zeros(len(energy), bool))
+
+
+def test_registered_with_its_requirements():
+    assert ATTACKS["neighbourhood"] is neighbourhood_module.NeighbourhoodAttack
+    attack = get_attack("neighbourhood")
+    assert attack.requires == ("target", "neighbour_energy") and attack.higher_is_member
+    assert "Mattern" in attack.citation
+
+
+def test_score_is_neighbour_mean_minus_target_energy_higher_is_member():
+    # sample 0: far below its neighbours (member-like); sample 1: like its neighbours
+    inputs = AttackInputs(("a", "b", "c"), target=_sig([1.0, 4.0, 2.0]), neighbour_energy=np.array([5.0, 4.0, np.nan]))
+    scores = get_attack("neighbourhood")(inputs)
+    assert scores[0] == 4.0 and scores[1] == 0.0 and np.isnan(scores[2])
+    assert scores[0] > scores[1]
+
+
+def test_missing_neighbour_energy_says_so():
+    with pytest.raises(ValueError, match="neighbour_energy"):
+        get_attack("neighbourhood")(AttackInputs(("a",), target=_sig([1.0])))
+
+
+def test_docstring_examples():
+    assert doctest.testmod(neighbourhood_module).failed == 0
+
+
+def _texts(n, seed):
+    rng = np.random.default_rng(seed)
+    vocab = [w for w in WORDS if w.isalpha()]
+    return [" ".join(rng.choice(vocab, size=rng.integers(4, 9))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    texts = list(dict.fromkeys(_texts(60, 0)))
+    pool_texts = texts[:16] + ["12 , 34 ."]  # the last one has no replaceable word
+    labels = [1] * 8 + [0] * 9
+    pool = AuditDataset(tuple(pool_texts), np.array(labels))
+    population = PopulationSet(tuple(texts[16:36]))
+    return pool, population
+
+
+METRICS = {"fprs": (0.1,), "bootstrap_rounds": 20, "length_bins": ((0, 64),)}
+
+
+def _config(**neighbourhood):
+    return AuditConfig(attacks=("loss", "neighbourhood"), metrics=METRICS,
+                       neighbourhood={"num_neighbours": 6, **neighbourhood})
+
+
+def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
+    pool, population = data
+    target, reference = MaskedLM(*tiny_bert(seed=1)), MaskedLM(*tiny_bert(seed=2))
+    result = run_audit(target, pool, population, reference=reference, config=_config(), cache=str(tmp_path),
+                       progress=False)
+    scores = result.samples["score_neighbourhood"].to_numpy()
+    assert np.isnan(scores[-1]) and np.isfinite(scores[:-1]).all()
+    assert result.metrics["neighbourhood/n_unscored"] == 1
+    assert 0.0 <= result.metrics["neighbourhood/auc"] <= 1.0 and "loss/auc" in result.metrics
+    assert any("'neighbourhood' could not score 1 sample(s) (1 in the pool, 0 in the population)" in w
+               for w in result.warnings)
+    assert result.attacks["neighbourhood"].roc.fpr.size > 1
+    assert "neighbours_s" in result.info["timings"]
+    import matplotlib.pyplot as plt
+
+    figs = result.figures()  # the histogram leaves the unscored sample out
+    assert "plots/hist_neighbourhood.png" in figs
+    for fig in figs.values():
+        plt.close(fig)
+    # by hand: mean target energy of the neighbours minus the sample's
+    nbs = nb_module.generate_neighbours(reference, [pool.texts[0]], config=_config().neighbourhood, progress=False)
+    from mlflow_mia.signals import compute_signals
+
+    e = compute_signals(target, nbs[0] + [pool.texts[0]], progress=False).energy
+    assert scores[0] == pytest.approx(e[:-1].mean() - e[-1], rel=1e-9)
+    # a re-run reuses the cached neighbours and energies
+    def boom(*args, **kwargs):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
+    monkeypatch.setattr("mlflow_mia.signals.energy.masked_token_logprobs", boom)
+    again = run_audit(target, pool, population, reference=reference, config=_config(), cache=str(tmp_path),
+                      progress=False)
+    np.testing.assert_array_equal(again.samples["score_neighbourhood"].to_numpy(), scores)
+
+
+def test_run_audit_needs_a_generator_before_any_model_runs(data, monkeypatch):
+    pool, population = data
+    monkeypatch.setattr("mlflow_mia.audit.compute_signals", lambda *a, **k: pytest.fail("a model ran"))
+    with pytest.raises(ValueError, match="generator masked LM.*generator_model"):
+        run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, config=_config(), progress=False)
+
+
+def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
+    pool, population = data
+    seen = {}
+
+    def fake(target, texts, *, generator, config, cache, device, progress):
+        seen["generator"] = generator
+        return np.zeros(len(texts))
+
+    monkeypatch.setattr(nb_module, "neighbour_energies", fake)
+    reference = MaskedLM(*tiny_bert(seed=2))
+    run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
+              config=_config(generator_model=str(tmp_path)), progress=False)
+    assert seen["generator"] is None  # neighbour_energies then loads config.neighbourhood.generator_model
+    run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference, config=_config(), progress=False)
+    assert seen["generator"] is reference
+
+
+def test_other_attacks_stay_strict_about_nan(data, monkeypatch):
+    pool, population = data
+    monkeypatch.setattr("mlflow_mia.attacks.loss.LossAttack.score", lambda self, inputs, config:
+                        np.full(len(inputs.texts), np.nan))
+    with pytest.raises(ValueError, match="'loss' produced .* NaN"):
+        run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, config=AuditConfig(attacks=("loss",), metrics=METRICS),
+                  progress=False)
