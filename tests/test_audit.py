@@ -42,11 +42,11 @@ def train_mlm(model, tok, texts, steps, seed=0):
 def setup():
     texts = sentences(260, seed=0)
     members, non_members, population, reference_data = texts[:30], texts[30:60], texts[60:140], texts[140:]
-    base, tok = tiny_bert(seed=0, hidden=64)
-    reference = train_mlm(base, tok, reference_data, steps=120, seed=1)
-    target, _ = tiny_bert(tok, seed=0, hidden=64)
-    target.load_state_dict(reference.state_dict())
-    target = train_mlm(target, tok, members, steps=150, seed=2)
+    base, tok = tiny_bert(seed=0, hidden=48)
+    reference = train_mlm(base, tok, reference_data, steps=60, seed=1)
+    target, _ = tiny_bert(tok, seed=0, hidden=48)
+    target.load_state_dict(reference.state_dict())  # fine-tuned from the reference's starting point
+    target = train_mlm(target, tok, members, steps=100, seed=2)
     pool = AuditDataset(texts=members + non_members, labels=[1] * 30 + [0] * 30,
                         groups=[f"u{i // 3}" for i in range(60)])
     return MaskedLM(target, tok, name="target"), MaskedLM(reference, tok, name="reference"), pool, \
@@ -59,7 +59,9 @@ def test_memorized_members_score_higher_label_convention(setup):
     for name in ("loss", "likelihood_ratio"):
         scores = res.samples[f"score_{name}"].to_numpy()
         assert res.metrics[f"{name}/auc"] == pytest.approx(roc_auc_score(pool.labels, scores))
-        assert res.metrics[f"{name}/auc"] > 0.8  # members (label 1) get higher scores
+    # Members (label 1) get higher scores, and the reference calibrates the loss (the paper's finding).
+    assert res.metrics["loss/auc"] > 0.75
+    assert res.metrics["likelihood_ratio/auc"] > 0.9 > res.metrics["loss/auc"]
     # Scores are the negated energies: the loss score of a sample is -E(s; target).
     assert (res.samples["score_loss"] < 0).all()
 
@@ -115,7 +117,7 @@ def test_second_target_reuses_cached_reference(setup, tmp_path):
     run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), cache=cache, progress=False)
     calls = []
     hook = reference.model.base_model.embeddings.register_forward_hook(lambda *a: calls.append(1))
-    other_target = MaskedLM(tiny_bert(target.tokenizer, seed=5, hidden=64)[0], target.tokenizer)
+    other_target = MaskedLM(tiny_bert(target.tokenizer, seed=5, hidden=48)[0], target.tokenizer)
     run_audit(other_target, pool, population, reference=reference, config=AuditConfig(**FAST), cache=cache,
               progress=False)
     hook.remove()
