@@ -111,7 +111,11 @@ def _summary_sentences(result) -> list[str]:
         out.append(f"Grouped by user, the same attack reaches AUC {_num(user.roc.auc)}.")
     if ci:
         if ci[0] > 0.5:
-            out.append("The interval excludes 0.5: the model leaks membership of its training data.")
+            out.append("The interval lies above 0.5: the model leaks membership of its training data.")
+        elif ci[1] < 0.5:
+            out.append("The interval lies below 0.5: non-members score as more likely members, which points to a "
+                       "problem with the audit set-up (for example a reference model trained on the members, or "
+                       "members and non-members from different sources) rather than to privacy.")
         else:
             out.append("The interval includes 0.5: this audit found no clear evidence of leakage at this sample "
                        "size, which is not a proof of privacy.")

@@ -111,8 +111,10 @@ def _audit_options(parser: argparse.ArgumentParser) -> None:
     attack.add_argument("--signal", choices=("energy", "pll"),
                         help="energy: masked energy over --num-masks random masks (default); pll: "
                              "pseudo-log-likelihood, every token masked once")
-    attack.add_argument("--num-masks", type=_INT, metavar="K", help="random masks per text for the energy (default 10)")
-    attack.add_argument("--mask-rate", type=_FLOAT, metavar="R", help="fraction of tokens masked per mask (default 0.15)")
+    attack.add_argument("--num-masks", type=_INT, metavar="K",
+                        help="random masks per text for the energy (default 10)")
+    attack.add_argument("--mask-rate", type=_FLOAT, metavar="R",
+                        help="fraction of tokens masked per mask (default 0.15)")
     attack.add_argument("--seed", type=_INT, help="seed of the masks and of the bootstrap (default 0)")
     attack.add_argument("--max-length", type=_INT, metavar="N",
                         help="token limit per text including special tokens (default: the model's); longer texts "
@@ -333,7 +335,11 @@ def _compare_targets(names, aliases) -> list[tuple[str, str, tuple[str, ...]]]:
             mvs = client.search_model_versions(f"name='{name}'")
             if not mvs:
                 raise ValueError(f"registered model {name!r} has no versions at {client.tracking_uri}")
-            versions = {str(mv.version): tuple(sorted(getattr(mv, "aliases", []) or [])) for mv in mvs}
+            by_version: dict[str, list[str]] = {str(mv.version): [] for mv in mvs}
+            # search_model_versions leaves aliases empty on some stores; the registered model has them all.
+            for alias, version in (client.get_registered_model(name).aliases or {}).items():
+                by_version.setdefault(str(version), []).append(alias)
+            versions = {v: tuple(sorted(a)) for v, a in by_version.items()}
         out += [(name, v, versions[v]) for v in sorted(versions, key=int)]
     return out
 
@@ -343,7 +349,7 @@ def _label(name: str, version: str, aliases) -> str:
 
 
 def _comparison_figure(table, *, metric_columns):
-    """Grouped bars: one panel per metric, attacks on the x axis, one bar per model version."""
+    """Grouped bars: one panel per ``(column, title, chance level)``, attacks on the x axis, one bar per version."""
     import numpy as np
     from matplotlib.figure import Figure
 
@@ -362,15 +368,15 @@ def _comparison_figure(table, *, metric_columns):
             values = [float(rows.loc[a, column]) if a in rows.index else np.nan for a in attacks]
             bars = ax.bar(x + (i - (len(models) - 1) / 2) * width, values, width, label=model,
                           color=OKABE_ITO[i % len(OKABE_ITO)])
-            ax.bar_label(bars, fmt="%.2f", fontsize=7)
-        if chance is not None:
-            ax.axhline(chance, color="0.4", linestyle="--", linewidth=1, label=f"chance ({chance:g})")
+            ax.bar_label(bars, fmt="%.2f", fontsize=8)
+        ax.axhline(chance, color="0.4", linestyle="--", linewidth=1, label="random guessing")
         ax.set_xticks(x, attacks)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.08)
         ax.set_title(title)
         ax.set_xlabel("attack")
-    axes[0].legend(fontsize=8, loc="lower right")
-    fig.suptitle("Membership leakage by model version (sample level, higher = more leakage)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
+    fig.suptitle("Membership leakage by model version (sample level; higher = more leakage)")
     return fig
 
 
@@ -440,7 +446,7 @@ def _cmd_compare(args) -> int:
         from matplotlib import pyplot as plt
 
         figures = {"plots/comparison.png": _comparison_figure(
-            table, metric_columns=[("auc", "AUC", 0.5), (f"tpr_at_fpr_{a}", f"TPR at FPR {a}", None)])}
+            table, metric_columns=[("auc", "AUC", 0.5), (f"tpr_at_fpr_{a}", f"TPR at FPR {a}", alpha)])}
         for attack, curves in rocs.items():
             figures[f"plots/roc_{attack}_by_version.png"] = plot_roc_comparison(
                 curves, log_scale=True, title=f"{attack}: ROC by model version (log-log)")

@@ -170,6 +170,7 @@ class MiaEvaluator(ModelEvaluator):
             Invalid configuration, missing population set, no model, or unsupported
             ``extra_metrics`` / ``custom_artifacts`` / ``predictions``.
         """
+        from mlflow_mia.integrations.logging import mlflow_metrics
         from mlflow_mia.integrations.models import resolve_model
 
         if extra_metrics or custom_artifacts:
@@ -186,5 +187,5 @@ class MiaEvaluator(ModelEvaluator):
         model_id = kwargs.get("model_id")
         result, gate, artifacts = audit_and_log(target, pool, population, config, options, reference=reference,
                                                 run_id=run_id, log_metrics=model_id is None)
-        metrics = {f"{options.metric_prefix}{k}": float(v) for k, v in result.metrics.items()}
+        metrics = mlflow_metrics(result, prefix=options.metric_prefix)
         return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

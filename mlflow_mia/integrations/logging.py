@@ -5,7 +5,8 @@ What one audit writes (``prefix`` is prepended to every name):
 - params: the flattened :class:`~mlflow_mia.config.AuditConfig`, the resolved
   model URIs and versions (from ``result.info`` plus ``params=``), dataset sizes
   and sha256 digests of the sorted text hashes;
-- metrics: ``result.metrics`` in one ``log_batch`` (step 0, one timestamp), unless
+- metrics: ``result.metrics`` (less the raw score thresholds, which stay in
+  ``audit_summary.json``) in one ``log_batch`` (step 0, one timestamp), unless
   ``log_metrics=False`` because ``mlflow.models.evaluate`` logs the returned
   metrics itself;
 - figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
@@ -31,7 +32,8 @@ import re
 import tempfile
 import time
 
-__all__ = ["log_audit", "audit_params", "dataset_digest", "check_metric_names", "tag_model_version"]
+__all__ = ["log_audit", "audit_params", "dataset_digest", "check_metric_names", "mlflow_metrics",
+           "tag_model_version"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,17 @@ _METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
 def dataset_digest(text_hashes) -> str:
     """sha256 of the sorted per-text sha256 hashes: the identity of a text set, independent of order."""
     return hashlib.sha256("\n".join(sorted(text_hashes)).encode()).hexdigest()
+
+
+# Score cut-offs in each attack's own units: kept in audit_summary.json, not logged as MLflow
+# metrics, where a side-by-side of two versions would suggest they are comparable.
+_NOT_LOGGED = ("/threshold_at_pop_fpr_",)
+
+
+def mlflow_metrics(result, *, prefix: str = "") -> dict[str, float]:
+    """The metrics logged to MLflow: ``result.metrics`` without the raw score thresholds, prefixed."""
+    return {f"{prefix}{k}": float(v) for k, v in result.metrics.items()
+            if not any(part in f"/{k}" for part in _NOT_LOGGED)}
 
 
 def check_metric_names(names) -> None:
@@ -235,7 +248,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     if log_texts and (texts is None or len(texts) != len(result.samples)):
         raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
 
-    metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
+    metrics = mlflow_metrics(result, prefix=prefix)
     check_metric_names(metrics)
     all_params = {**audit_params(result, population=population), **(params or {}),
                   "audit.log_texts": str(bool(log_texts))}

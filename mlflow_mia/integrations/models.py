@@ -69,7 +69,9 @@ class ResolvedModel:
 
     def params(self, role: str) -> dict[str, str]:
         """Run parameters describing this model (``{role}_model``, ``{role}_model_version``, ...)."""
-        out = {f"{role}_model": self.resolved_uri, f"{role}_model_requested": self.requested}
+        out = {f"{role}_model": self.resolved_uri}
+        if self.requested != self.resolved_uri:
+            out[f"{role}_model_requested"] = self.requested
         if self.registry:
             out[f"{role}_registered_model"] = self.registered_name
             out[f"{role}_model_version"] = str(self.version)

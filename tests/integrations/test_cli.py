@@ -48,7 +48,8 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
     assert main([*args, "--max-tpr-at-fpr", "0.1:1.0", "--run-name", "gate-pass"]) == 0
     out = capsys.readouterr().out
     assert "mia.gate=pass" in out
-    assert main([*args, "--max-tpr-at-fpr", "0.05:0.0", "--max-tpr-at-fpr", "0.1:1", "--run-name", "gate-fail"]) == 1
+    assert main([*args, "--max-tpr-at-fpr", "0.05:0.0", "--max-tpr-at-fpr", "0.1:1",
+                 "--run-name", "gate-fail"]) == 1
     out = capsys.readouterr().out
     assert "mia.gate=fail" in out and "OVER BUDGET" in out
     runs = {r.info.run_name: r for r in _runs()}
@@ -68,7 +69,8 @@ def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
     def counting(model, *, role="target"):
         resolved = real(model, role=role)
         key = f"{role}:{resolved.resolved_uri}"
-        resolved.lm.model.base_model.register_forward_pre_hook(lambda *a, k=key: calls.__setitem__(k, calls.get(k, 0) + 1))
+        hook = lambda *args, k=key: calls.__setitem__(k, calls.get(k, 0) + 1)  # noqa: E731
+        resolved.lm.model.base_model.register_forward_pre_hook(hook)
         return resolved
 
     monkeypatch.setattr(models_module, "resolve_model", counting)
