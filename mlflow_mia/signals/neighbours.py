@@ -471,7 +471,7 @@ def _best_combinations(swaps: list[list[Swap]], *, n: int, m: int) -> list[tuple
     return [(score, tuple(sw for sw, _ in combo)) for score, combo in states[m]]
 
 
-def _apply(text: str, words: list[Word], combo) -> tuple[tuple[int, int, str], ...]:
+def _edits(words: list[Word], combo) -> tuple[tuple[int, int, str], ...]:
     return tuple(sorted((words[sw.word].start, words[sw.word].end, sw.replacement) for sw in combo))
 
 
@@ -479,7 +479,7 @@ def _neighbour_edits(text: str, words: list[Word], swaps: list[list[Swap]], *, n
     """Edits of the ``n`` best distinct neighbours of one text (none equal to the text)."""
     edits, seen = [], {text}
     for _, combo in _best_combinations(swaps, n=n + _SLACK, m=m):
-        e = _apply(text, words, combo)
+        e = _edits(words, combo)
         nb = _rebuild(text, e)
         if nb not in seen:
             seen.add(nb)
