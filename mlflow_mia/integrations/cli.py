@@ -241,13 +241,41 @@ def _flat_config(args, *, demo=None) -> dict:
     return {k: v for k, v in flat.items() if v is not None}
 
 
-def _build_demo(size: str, *, progress: bool, force: bool = False):
+def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, isolate: bool = True):
+    """``build_demo`` in its own run and experiment, then back to the audit's experiment.
+
+    Under ``mlflow run`` the project run is in ``MLFLOW_RUN_ID``; the demo's training run
+    must not resume it, so the variable is hidden while the demo builds. Without
+    ``--experiment`` or ``$MLFLOW_EXPERIMENT_*``, the audit joins the demo's experiment.
+    ``isolate=False`` (``build-demo``) lets the build record into the project run.
+    """
+    import mlflow
+
     try:
         from mlflow_mia.demo.build import build_demo
     except ImportError as exc:
         raise ValueError(f"the built-in demo is not available ({exc}); install the demo extras with "
                          "pip install 'mlflow-mia[demo]' or give --target/--data/--population") from None
-    return build_demo(size=size, force=force, progress=progress)
+    if not isolate:
+        try:
+            return build_demo(size=size, force=force, progress=progress)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"the demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
+    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
+    try:
+        return build_demo(size=size, force=force, progress=progress)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"the demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
+    finally:
+        if project_run is not None:
+            os.environ["MLFLOW_RUN_ID"] = project_run
+        # build_demo switches to its own experiment; go back to the one asked for, if any.
+        if args is not None and _blank(getattr(args, "experiment", None)) and project_run is None:
+            mlflow.set_experiment(_blank(args.experiment))
+        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
+            mlflow.set_experiment(experiment_id=os.environ["MLFLOW_EXPERIMENT_ID"])
+        elif os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+            mlflow.set_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
 
 
 def _setup_tracking(args) -> None:
@@ -296,7 +324,7 @@ def _cmd_audit(args) -> int:
     if target_uri is None:
         if data is not None:
             raise ValueError("--data was given without --target: name the model to audit")
-        demo = _build_demo(args.demo_size, progress=not args.quiet)
+        demo = _build_demo(args.demo_size, progress=not args.quiet, args=args)
         target_uri, data = demo.target_uri, str(demo.pool_path)
     elif data is None:
         raise ValueError("--target needs --data (the pool: texts with membership labels) and --population")
@@ -397,7 +425,7 @@ def _cmd_compare(args) -> int:
     if not names:
         if data is not None:
             raise ValueError("--data was given without --models: name the registered model(s) to compare")
-        demo = _build_demo(args.demo_size, progress=not args.quiet)
+        demo = _build_demo(args.demo_size, progress=not args.quiet, args=args)
         names, data = [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]], str(demo.pool_path)
     elif data is None:
         raise ValueError("--models needs --data (the pool: texts with membership labels) and --population")
@@ -500,7 +528,7 @@ def _cmd_build_demo(args) -> int:
     uri = _blank(args.tracking_uri)
     if uri:
         mlflow.set_tracking_uri(uri)
-    spec = _build_demo(args.size, progress=not args.quiet, force=args.force)
+    spec = _build_demo(args.size, progress=not args.quiet, force=args.force, isolate=False)
     print(f"demo ({args.size}) ready at {mlflow.get_tracking_uri()}:")
     for field in ("target_uri", "reference_uri", "ood_reference_uri", "pool_path", "population_path"):
         print(f"  {field:<18} {getattr(spec, field, None)}")
