@@ -89,17 +89,26 @@ def test_deprecated_alias_and_model_id_path_log_once(tracking):
 
 
 @pytest.mark.parametrize("form", ["version", "runs", "local"])
-def test_every_target_uri_form(tracking, form):
+def test_every_uri_form_for_both_models(tracking, form, tmp_path):
     if form == "version":
-        model, expect = "models:/tgt/1", "models:/tgt/1"
+        model, reference = "models:/tgt/1", "models:/ref/1"
+        expect = {"target_model": "models:/tgt/1", "reference_model": "models:/ref/1"}
     elif form == "runs":
-        model, expect = f"runs:/{tracking.run_ids['tgt/1']}/model", "models:/tgt/1"
-    else:
-        model = mlflow.artifacts.download_artifacts("models:/tgt/1", dst_path="downloaded")
-        expect = "models:/tgt/1"  # the MLmodel's logged model id is found in the registry
-    run_id, result = _evaluate(tracking, model, reference_model="models:/ref/1", bootstrap_rounds=0)
-    assert MlflowClient().get_run(run_id).data.params["target_model"] == expect
-    assert 0.0 <= result.metrics["loss/auc"] <= 1.0
+        model, reference = (f"runs:/{tracking.run_ids['tgt/1']}/model", f"runs:/{tracking.run_ids['ref/1']}/model")
+        expect = {"target_model": "models:/tgt/1", "reference_model": "models:/ref/1"}
+    else:  # a saved MLflow model folder as target, a saved Hugging Face folder as reference
+        model = mlflow.artifacts.download_artifacts("models:/tgt/1", dst_path=str(tmp_path / "mlflow_model"))
+        parts = mlflow.transformers.load_model("models:/ref/1", return_type="components")
+        reference = str(tmp_path / "hf_reference")
+        parts["model"].save_pretrained(reference)
+        parts["tokenizer"].save_pretrained(reference)
+        expect = {"target_model": "models:/tgt/1"}  # the MLmodel's logged model id is found in the registry
+    run_id, result = _evaluate(tracking, model, reference_model=reference, bootstrap_rounds=0)
+    params = MlflowClient().get_run(run_id).data.params
+    assert {k: params[k] for k in expect} == expect
+    if form == "local":
+        assert params["reference_model"].startswith("sha256:")  # keyed by its weights
+    assert 0.0 <= result.metrics["likelihood_ratio/auc"] <= 1.0
     _assert_single_history(run_id, result.metrics)
 
 
