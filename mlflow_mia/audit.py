@@ -116,6 +116,10 @@ class AuditResult:
     population_scores : dict of str to ndarray of shape (n_population,)
     riskiest : pandas.DataFrame
         Members flagged at the lowest alpha, by descending score, per attack.
+    exposure : pandas.DataFrame or None
+        Memorization-feature analysis of the headline attack (paper Sec. 4.6, Table 7):
+        precision / recall of predicting which members are flagged at the largest FPR
+        from features A-D; None when too few members are (un)exposed.
     info : dict
         Sizes, model identities, timings.
     warnings : list of str
@@ -131,6 +135,7 @@ class AuditResult:
     riskiest: object
     info: dict
     warnings: list = field(default_factory=list)
+    exposure: object = None
 
     @property
     def headline_attack(self) -> str:
@@ -362,6 +367,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     if user_attacks:
         g = group_scores(y, np.zeros(n_pool), pool.groups)
         metrics.update({"user/n_members": int(g.y_true.sum()), "user/n_non_members": int((g.y_true == 0).sum())})
+    headline = "likelihood_ratio" if "likelihood_ratio" in attacks else next(iter(attacks))
+    exposure = _exposure(target, pool, samples, attacks[headline], headline, config, warnings)
     timings["total_s"] = round(time.perf_counter() - t0, 3)
     info = {
         "target_model": target.model_id, "target_name": target.name,
@@ -374,4 +381,32 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     log.info("audit done in %.1f s: %s", timings["total_s"],
              ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in attacks.items()))
     return AuditResult(config=config, metrics=metrics, samples=samples, attacks=attacks, user_attacks=user_attacks,
-                       population_scores=pop_scores, riskiest=riskiest, info=info, warnings=warnings)
+                       population_scores=pop_scores, riskiest=riskiest, info=info, warnings=warnings,
+                       exposure=exposure)
+
+
+def _exposure(target: MaskedLM, pool: AuditDataset, samples, report: AttackReport, name: str,
+              config: AuditConfig, warnings: list):
+    """Features A-D of the members vs whether ``name`` flags them at the largest FPR."""
+    from mlflow_mia.metrics.exposure import exposure_analysis, sample_features, token_frequencies
+    from mlflow_mia.signals.energy import tokenize
+
+    if not report.population:
+        return None
+    widest = report.population[0]  # fprs are sorted descending
+    members = np.flatnonzero(pool.labels == 1)
+    scores = samples[f"score_{name}"].to_numpy()[members]
+    keep = members[~np.isnan(scores)]
+    exposed = samples[f"score_{name}"].to_numpy()[keep] > widest.threshold
+    ids, maskable, _ = tokenize(target, [pool.texts[i] for i in keep],
+                                max_length=min(config.signal.max_length or target.max_length, target.max_length))
+    token_ids = [x[m] for x, m in zip(ids, maskable)]
+    # Token frequencies from the members: the part of the training set the auditor holds.
+    freq = token_frequencies(token_ids, vocab_size=max(len(target.tokenizer), int(max(map(np.max, token_ids))) + 1))
+    try:
+        table = exposure_analysis(sample_features([pool.texts[i] for i in keep], token_ids, freq), exposed,
+                                  seed=config.metrics.seed)
+    except ValueError as err:
+        warnings.append(f"memorization-feature analysis skipped: {err}")
+        return None
+    return table.assign(attack=name, flagged_at_fpr=widest.alpha)

@@ -198,3 +198,14 @@ def test_unknown_attack_lists_registered(setup):
     with pytest.raises(ValueError, match=r"unknown attack.*'lira'.*registered attacks: \[.*'loss'"):
         run_audit(target, pool, population, reference=reference, config=AuditConfig(attacks=("lira",)),
                   progress=False)
+
+
+def test_memorization_feature_analysis_of_headline_attack(setup):
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    table = res.exposure
+    assert list(table["features"]) == ["A_digits", "B_length", "C_non_alnum", "D_rare_tokens", "all"]
+    assert (table["attack"] == "likelihood_ratio").all() and (table["flagged_at_fpr"] == 0.1).all()
+    flagged = res.samples.loc[res.samples["label"] == 1, "flagged_likelihood_ratio_fpr_0.1"]
+    assert table["exposed_rate"].iloc[0] == pytest.approx(flagged.mean())
+    assert (table["n_train"] + table["n_test"] == 30).all()
