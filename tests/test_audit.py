@@ -202,10 +202,22 @@ def test_unknown_attack_lists_registered(setup):
 
 def test_memorization_feature_analysis_of_headline_attack(setup):
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    res = run_audit(target, pool, population, config=AuditConfig(attacks=("loss",), **FAST), progress=False)
     table = res.exposure
     assert list(table["features"]) == ["A_digits", "B_length", "C_non_alnum", "D_rare_tokens", "all"]
-    assert (table["attack"] == "likelihood_ratio").all() and (table["flagged_at_fpr"] == 0.1).all()
-    flagged = res.samples.loc[res.samples["label"] == 1, "flagged_likelihood_ratio_fpr_0.1"]
+    assert (table["attack"] == "loss").all() and (table["flagged_at_fpr"] == 0.1).all()
+    flagged = res.samples.loc[res.samples["label"] == 1, "flagged_loss_fpr_0.1"]
+    assert 0 < flagged.mean() < 1
     assert table["exposed_rate"].iloc[0] == pytest.approx(flagged.mean())
     assert (table["n_train"] + table["n_test"] == 30).all()
+
+
+def test_memorization_feature_analysis_skipped_with_reason(setup):
+    target, reference, pool, population = setup
+    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    flagged = res.samples.loc[res.samples["label"] == 1, "flagged_likelihood_ratio_fpr_0.1"]
+    if (~flagged).sum() >= 2:
+        assert res.exposure is not None
+    else:  # the target memorized (almost) every member: nothing to contrast
+        assert res.exposure is None
+        assert any("memorization-feature analysis skipped" in w for w in res.warnings)
