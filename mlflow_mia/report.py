@@ -135,7 +135,8 @@ def _gate_lines(gate) -> list[str]:
     return lines + [""]
 
 
-def render_report(result, *, gate=None, title: str | None = None, artifacts=None) -> str:
+def render_report(result, *, gate=None, title: str | None = None, artifacts=None,
+                  group_column: str | None = None) -> str:
     """Render an audit as Markdown for reviewers.
 
     Parameters
@@ -148,6 +149,8 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
         First heading; default names the target model.
     artifacts : iterable of str, optional
         Artifact paths to list at the end.
+    group_column : str, optional
+        Name of the column that defined the groups ("users") of the user-level results.
 
     Returns
     -------
@@ -163,9 +166,10 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     signal = (f"{sig.kind}, {sig.num_masks} random masks at {sig.mask_rate:g} of tokens, seed {sig.seed}"
               if sig.kind == "energy" else f"{sig.kind} (every token masked once)")
     pool = f"{int(metrics.get('n_members', 0))} members, {int(metrics.get('n_non_members', 0))} non-members"
+    by = f" by `{group_column}`" if group_column else ""
     if "user/n_members" in metrics:
-        pool += (f" ({int(metrics['user/n_members'])} member users, "
-                 f"{int(metrics['user/n_non_members'])} non-member users)")
+        pool += (f"; grouped{by} into {int(metrics['user/n_members'])} member and "
+                 f"{int(metrics['user/n_non_members'])} non-member users")
     lines += ["| | |", "|---|---|",
               f"| Target model | `{target}` |",
               f"| Reference model | `{info.get('reference_model') or 'none'}` |",
@@ -183,7 +187,9 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     lines += ["## Sample level", "", *_roc_table(result.attacks, fprs), "",
               "Thresholds set on the population set:", "", *_population_table(result.attacks), ""]
     if result.user_attacks:
-        lines += ["## User level", "", *_roc_table(result.user_attacks, fprs), "",
+        lines += ["## User level", "",
+                  f"Each user (a group of samples{by}) is scored by the mean of its samples' scores.", "",
+                  *_roc_table(result.user_attacks, fprs), "",
                   "Thresholds set on the population set's users:", "", *_population_table(result.user_attacks), ""]
     lines += ["## How to read these numbers", "", _GLOSSARY, ""]
     warnings = list(result.warnings)

@@ -36,6 +36,7 @@ def test_report_has_headline_tables_and_explanations(result):
     md = render_report(res)
     assert md.startswith("# Membership inference audit of models:/tgt/7")
     assert "`models:/ref/1`" in md and "20 members, 20 non-members" in md
+    assert "10 member and 10 non-member users" in md
     assert "| Attack | AUC [CI] | TPR @ FPR 0.1 | TPR @ FPR 0.05 |" in md
     assert "## Sample level" in md and "## User level" in md
     assert md.count("| `likelihood_ratio` |") >= 4  # ROC and population rows at both levels
@@ -52,7 +53,8 @@ def test_report_shows_gate_and_artifacts(result):
 
     res, _ = result
     gate = Gate.parse("0.1:0.0").check(res.metrics)
-    md = render_report(res, gate=gate, artifacts=["plots/roc.png", "report.md"])
+    md = render_report(res, gate=gate, artifacts=["plots/roc.png", "report.md"], group_column="article_id")
+    assert "grouped by `article_id`" in md
     assert f"**Release gate: {gate.status.upper()}**" in md
     assert "TPR at FPR 0.1 may be at most 0" in md
     assert "- `plots/roc.png`" in md

@@ -86,7 +86,8 @@ def _audit_options(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--data", metavar="PATH",
                       help="target pool (.csv, .jsonl, .json or .parquet): one text per row with a membership "
-                           "label, 1 = in the target's training data, 0 = not (demo: the BBC pool)")
+                           "label, 1 = in the target's training data, 0 = not (default: the BBC demo's pool, built "
+                           "on first use, with its population, reference and columns)")
     data.add_argument("--population", metavar="PATH",
                       help="population set (same formats): texts from the same distribution as the members, "
                            "disjoint from the pool; only used to set thresholds. Required with --data")
@@ -143,8 +144,8 @@ def _audit_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--no-tag-model-version", action="store_true",
                      help="do not tag the audited registry version with mia.* headline numbers")
     out.add_argument("--experiment", metavar="NAME",
-                     help="MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME or the active one; ignored under "
-                          "mlflow run)")
+                     help="MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME, else mlflow-mia-demo for demo "
+                          "audits, else the active one; ignored under mlflow run)")
     out.add_argument("--run-name", metavar="NAME", help="name of the MLflow run")
     out.add_argument("--tracking-uri", metavar="URI",
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
@@ -173,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(trained and registered on first use).")
     audit.add_argument("--target", metavar="URI",
                        help="model under audit: models:/name/version, models:/name@alias, runs:/<run_id>/<path> or "
-                            "a local folder (default: the demo's models:/bbc-target@candidate)")
+                            "a local folder (default: the demo's models:/bbc-target@candidate; required with --data)")
     _audit_options(audit)
 
     compare = sub.add_parser(
@@ -183,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "reference, one nested run per version, and log a comparison table (attack x model version) "
                     "and plots to the parent run. The reference signals are computed once (signal cache).")
     compare.add_argument("--models", metavar="NAME[,NAME]",
-                         help="registered model name(s) to compare (default: the demo's bbc-target)")
+                         help="registered model name(s) to compare (default: the demo's bbc-target; required with "
+                              "--data)")
     compare.add_argument("--aliases", metavar="A[,B]",
                          help="aliases to audit, e.g. champion,candidate (default: every version)")
     _audit_options(compare)
@@ -246,7 +248,8 @@ def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, is
 
     Under ``mlflow run`` the project run is in ``MLFLOW_RUN_ID``; the demo's training run
     must not resume it, so the variable is hidden while the demo builds. Without
-    ``--experiment`` or ``$MLFLOW_EXPERIMENT_*``, the audit joins the demo's experiment.
+    ``--experiment`` or ``$MLFLOW_EXPERIMENT_*``, the audit joins the demo's experiment
+    (``mlflow-mia-demo``).
     ``isolate=False`` (``build-demo``) lets the build record into the project run.
     """
     import mlflow
@@ -276,6 +279,9 @@ def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, is
             mlflow.set_experiment(experiment_id=os.environ["MLFLOW_EXPERIMENT_ID"])
         elif os.environ.get("MLFLOW_EXPERIMENT_NAME"):
             mlflow.set_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
+        else:  # next to the demo's build run, whether or not this call built it
+            mlflow.set_experiment(getattr(sys.modules.get("mlflow_mia.demo.build"), "EXPERIMENT_NAME",
+                                          "mlflow-mia-demo"))
 
 
 def _setup_tracking(args) -> None:
@@ -306,6 +312,29 @@ def _run(name: str | None, *, nested: bool = False):
         yield run
 
 
+def _config_and_inputs(args, data, demo):
+    """Parse the options and load the tables; the demo's default FPRs fit its population size.
+
+    Outside the demo a population too small for an FPR is an error (from ``run_audit``);
+    the small demo's 300 population texts cannot resolve FPR 0.001, so when ``--fprs``
+    is not given the demo drops the rates it cannot resolve and says so.
+    """
+    from mlflow_mia.integrations.config import parse_options
+    from mlflow_mia.integrations.evaluator import load_inputs
+    from mlflow_mia.metrics.thresholds import min_population_size
+
+    flat = _flat_config(args, demo=demo)
+    config, options = parse_options(flat)
+    pool, population = load_inputs(data, options)
+    if demo is not None and "fprs" not in flat:
+        fprs = [a for a in config.metrics.fprs if min_population_size(a) <= len(population)]
+        if fprs and len(fprs) < len(config.metrics.fprs):
+            print(f"demo ({demo.size}): {len(population)} population texts resolve FPRs down to {min(fprs):g}; "
+                  f"reporting fprs {','.join(f'{a:g}' for a in fprs)}")
+            config, options = parse_options({**flat, "fprs": fprs})
+    return config, options, pool, population
+
+
 def _print_result(result, run, gate) -> None:
     for name, rep in result.attacks.items():
         tprs = ", ".join(f"TPR@{a:g} {v:.3f}" for a, v in rep.tpr_at_fpr.items())
@@ -316,20 +345,16 @@ def _print_result(result, run, gate) -> None:
 
 
 def _cmd_audit(args) -> int:
-    from mlflow_mia.integrations.config import parse_options
-    from mlflow_mia.integrations.evaluator import audit_and_log, load_inputs
+    from mlflow_mia.integrations.evaluator import audit_and_log
     from mlflow_mia.integrations.models import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
-    if target_uri is None:
-        if data is not None:
-            raise ValueError("--data was given without --target: name the model to audit")
+    if data is None:  # the demo's data (and models, unless given)
         demo = _build_demo(args.demo_size, progress=not args.quiet, args=args)
-        target_uri, data = demo.target_uri, str(demo.pool_path)
-    elif data is None:
-        raise ValueError("--target needs --data (the pool: texts with membership labels) and --population")
-    config, options = parse_options(_flat_config(args, demo=demo))
-    pool, population = load_inputs(data, options)
+        target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
+    elif target_uri is None:
+        raise ValueError("--data was given without --target: name the model to audit")
+    config, options, pool, population = _config_and_inputs(args, data, demo)
     target = resolve_model(target_uri, role="target")
     reference = resolve_model(options.reference_model, role="reference") if options.reference_model else None
     params = {"pool_source": os.path.basename(str(data)),
@@ -413,8 +438,7 @@ def _cmd_compare(args) -> int:
     import pandas as pd
 
     from mlflow_mia.audit import fmt_alpha
-    from mlflow_mia.integrations.config import parse_options
-    from mlflow_mia.integrations.evaluator import audit_and_log, load_inputs
+    from mlflow_mia.integrations.evaluator import audit_and_log
     from mlflow_mia.integrations.logging import audit_params
     from mlflow_mia.integrations.models import resolve_model
     from mlflow_mia.plots import plot_roc_comparison
@@ -422,15 +446,13 @@ def _cmd_compare(args) -> int:
     names = [n.strip() for n in (_blank(args.models) or "").split(",") if n.strip()]
     aliases = [a.strip().lstrip("@") for a in (_blank(args.aliases) or "").split(",") if a.strip()]
     data, demo = _blank(args.data), None
-    if not names:
-        if data is not None:
-            raise ValueError("--data was given without --models: name the registered model(s) to compare")
+    if data is None:  # the demo's data (and target model, unless given)
         demo = _build_demo(args.demo_size, progress=not args.quiet, args=args)
-        names, data = [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]], str(demo.pool_path)
-    elif data is None:
-        raise ValueError("--models needs --data (the pool: texts with membership labels) and --population")
-    config, options = parse_options(_flat_config(args, demo=demo))
-    pool, population = load_inputs(data, options)
+        names = names or [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]]
+        data = str(demo.pool_path)
+    elif not names:
+        raise ValueError("--data was given without --models: name the registered model(s) to compare")
+    config, options, pool, population = _config_and_inputs(args, data, demo)
     targets = _compare_targets(names, aliases)
     reference = resolve_model(options.reference_model, role="reference") if options.reference_model else None
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
@@ -455,6 +477,7 @@ def _cmd_compare(args) -> int:
                            "auc": rep.roc.auc, "auc_ci_low": rep.ci.get("auc", (float("nan"),) * 2)[0],
                            "auc_ci_high": rep.ci.get("auc", (float("nan"),) * 2)[1]}
                     row.update({f"tpr_at_fpr_{fmt_alpha(a)}": v for a, v in rep.tpr_at_fpr.items()})
+                    row["gate"] = gate.status if gate is not None else ""
                     row["run_id"] = child.info.run_id
                     rows.append(row)
             for attack, rep in result.attacks.items():
@@ -481,12 +504,15 @@ def _cmd_compare(args) -> int:
         for path, fig in figures.items():
             mlflow.log_figure(fig, path)
             plt.close(fig)
-        mlflow.log_text(_comparison_markdown(table, alpha=a, reference=reference), "report.md")
+        pool_line = (f"{int(result.metrics['n_members'])} members, {int(result.metrics['n_non_members'])} "
+                     f"non-members; population {int(result.metrics['n_population'])} texts")
+        mlflow.log_text(_comparison_markdown(table, alpha=a, reference=reference, pool=pool_line), "report.md")
         failed = [g for g in gates if g is not None and not g.passed]
         if any(g is not None for g in gates):
             mlflow.set_tag("mia.gate", "fail" if failed else "pass")
     print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
-    print(table[table["level"] == "sample"][["model", "attack", "auc", f"tpr_at_fpr_{a}"]].to_string(index=False))
+    sample = table[table["level"] == "sample"][["model", "attack", "auc", f"tpr_at_fpr_{a}"]]
+    print(sample.to_string(index=False, float_format="{:.3f}".format))
     if any(g is not None for g in gates):
         print(f"mia.gate={'fail' if failed else 'pass'}: {len(failed)} of {len(gates)} version(s) over budget")
     return EXIT_GATE_FAILED if failed else EXIT_OK
@@ -502,23 +528,31 @@ def _tmp_csv(table):
         yield path
 
 
-def _comparison_markdown(table, *, alpha: str, reference) -> str:
+def _comparison_markdown(table, *, alpha: str, reference, pool: str) -> str:
+    import math
+
+    def ci(r) -> str:
+        lo, hi = r["auc_ci_low"], r["auc_ci_high"]
+        return "" if math.isnan(lo) or math.isnan(hi) else f" [{lo:.3f}, {hi:.3f}]"
+
     col = f"tpr_at_fpr_{alpha}"
+    gated = "gate" in table and table["gate"].astype(str).str.len().gt(0).any()
     lines = ["# Membership inference: model versions compared", "",
-             f"Reference model: `{reference.resolved_uri if reference else 'none'}`. One nested run per version; "
-             "the same pool, population set and settings for all.", ""]
+             f"Reference model: `{reference.resolved_uri if reference else 'none'}`. Audited pool: {pool}. "
+             "One nested run per version, all with the same pool, population set and settings.", ""]
     for level in ("sample", "user"):
         part = table[table["level"] == level]
         if part.empty:
             continue
-        lines += [f"## {level.capitalize()} level", "", f"| Model version | Attack | AUC [CI] | TPR @ FPR {alpha} |",
-                  "|---|---|---|---|"]
+        head = f"| Model version | Attack | AUC [CI] | TPR @ FPR {alpha} |" + (" Release gate |" if gated else "")
+        lines += [f"## {level.capitalize()} level", "", head, "|---" * (5 if gated else 4) + "|"]
         for _, r in part.iterrows():
-            lines.append(f"| {r['model']} | `{r['attack']}` | {r['auc']:.3f} [{r['auc_ci_low']:.3f}, "
-                         f"{r['auc_ci_high']:.3f}] | {r[col]:.3f} |")
+            lines.append(f"| {r['model']} | `{r['attack']}` | {r['auc']:.3f}{ci(r)} | {r[col]:.3f} |"
+                         + (f" {r['gate'] or '-'} |" if gated else ""))
         lines.append("")
     lines += ["AUC 0.5 means the attack cannot tell members from non-members; higher means more leakage. "
-              f"TPR @ FPR {alpha} is the share of members recognised while flagging {alpha} of non-members.", ""]
+              f"TPR @ FPR {alpha} is the share of members recognised while flagging {alpha} of non-members. "
+              "Each version's run holds its full report, figures and per-sample table.", ""]
     return "\n".join(lines)
 
 

@@ -125,7 +125,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
                           model_version=(target.registry_versions or None) if options.tag_model_version else None,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=params,
-                          population=population, gate=gate)
+                          population=population, gate=gate, group_column=options.group_column)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts

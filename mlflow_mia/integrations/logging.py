@@ -51,8 +51,14 @@ _NOT_LOGGED = ("/threshold_at_pop_fpr_",)
 
 
 def mlflow_metrics(result, *, prefix: str = "") -> dict[str, float]:
-    """The metrics logged to MLflow: ``result.metrics`` without the raw score thresholds, prefixed."""
-    return {f"{prefix}{k}": float(v) for k, v in result.metrics.items()
+    """The metrics logged to MLflow: ``result.metrics`` without the raw score thresholds, prefixed.
+
+    The headline attack's AUC comes first: the MLflow UI's run comparison plots the first
+    metric of a run by default.
+    """
+    first = f"{result.headline_attack}/auc"
+    keys = sorted(result.metrics, key=lambda k: k != first)  # stable: the rest keep their order
+    return {f"{prefix}{k}": float(result.metrics[k]) for k in keys
             if not any(part in f"/{k}" for part in _NOT_LOGGED)}
 
 
@@ -193,7 +199,7 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None) 
 
 def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
-              gate=None, client=None) -> dict:
+              gate=None, group_column: str | None = None, client=None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -220,6 +226,8 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         For the population digest param.
     gate : GateResult, optional
         Release-gate verdict: tags the run ``mia.gate=pass|fail`` and goes into the report.
+    group_column : str, optional
+        Name of the group column, for the report's user-level section.
     client : MlflowClient, optional
 
     Returns
@@ -291,7 +299,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
     }
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
-    report = render_report(result, gate=gate, artifacts=sorted(logged))
+    report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
     with tempfile.TemporaryDirectory() as tmp:
         for rel, (_, _, write) in files.items():
