@@ -141,6 +141,7 @@ def store(tmp_path_factory) -> Store:
         client.set_registered_model_alias("tgt", "champion", "1")
         client.set_registered_model_alias("tgt", "candidate", "2")
         client.set_registered_model_alias("ref", "champion", "1")
+        os.chdir(old_cwd)
         yield Store(tracking_uri=uri, root=root, pool_path=pool_path, population_path=population_path,
                     cache_dir=root / "cache", pool=pool, population=population, run_ids=run_ids,
                     model_ids=model_ids)
