@@ -109,6 +109,8 @@ def store(tmp_path_factory) -> Store:
     os.chdir(root)  # ./mlruns of the logged models lands here
     _set_uri(uri)
     try:
+        # An experiment of this store: another test may have left a foreign active experiment id.
+        mlflow.set_experiment("registered-test-models")
         texts = _texts(TEXT_POOL_SIZE + POPULATION_SIZE)
         members = texts[:TEXT_POOL_SIZE // 2]
         pool = pd.DataFrame({"sample_id": [f"s{i:03d}" for i in range(TEXT_POOL_SIZE)],
