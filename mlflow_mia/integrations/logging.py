@@ -12,7 +12,8 @@ What one audit writes (``prefix`` is prepended to every name):
 - figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
   ``plots/hist_<attack>.png``;
 - tables: ``tables/samples.csv`` (ids, text hashes, labels, groups, lengths,
-  scores, flags; raw text only with ``log_texts=True``), ``tables/riskiest.csv``;
+  scores, flags; raw text only with ``log_texts=True``), ``tables/riskiest.csv``,
+  ``tables/exposure_features.csv`` (which features predict the flagged members, when computed);
 - ``audit_summary.json``, ``audit_config.json`` and ``report.md``;
 - run tags ``mia.gate`` (with a gate), ``mia.headline_attack``, and on the
   registered model version ``mia.<attack>.auc``, ``mia.<attack>.tpr_at_fpr_<alpha>``,
@@ -298,6 +299,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
         "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
     }
+    if result.exposure is not None:  # memorization-feature analysis (paper Sec. 4.6)
+        files["tables/exposure_features.csv"] = ("csv", "exposure_features",
+                                                 lambda p: result.exposure.to_csv(p, index=False))
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
