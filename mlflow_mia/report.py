@@ -135,6 +135,21 @@ def _gate_lines(gate) -> list[str]:
     return lines + [""]
 
 
+def _exposure_lines(exposure) -> list[str]:
+    """The memorization-feature table (Mireshghallah et al. 2022, Sec. 4.6), when the audit computed it."""
+    if exposure is None or len(exposure) == 0:
+        return []
+    first = exposure.iloc[0]
+    lines = ["## Which members are exposed", "",
+             f"Members flagged by `{first.get('attack', '')}` at FPR {_alpha(float(first.get('flagged_at_fpr')))} "
+             "are predicted from simple features of the text (a logistic regression; higher test precision and "
+             "recall mean the feature explains exposure better).", "",
+             "| Features | Test precision | Test recall |", "|---|---|---|"]
+    for _, row in exposure.iterrows():
+        lines.append(f"| {row['features']} | {_num(row['test_precision'])} | {_num(row['test_recall'])} |")
+    return lines + [""]
+
+
 def render_report(result, *, gate=None, title: str | None = None, artifacts=None,
                   group_column: str | None = None) -> str:
     """Render an audit as Markdown for reviewers.
@@ -191,6 +206,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
                   f"Each user (a group of samples{by}) is scored by the mean of its samples' scores.", "",
                   *_roc_table(result.user_attacks, fprs), "",
                   "Thresholds set on the population set's users:", "", *_population_table(result.user_attacks), ""]
+    lines += _exposure_lines(getattr(result, "exposure", None))
     lines += ["## How to read these numbers", "", _GLOSSARY, ""]
     warnings = list(result.warnings)
     n_trunc = int(metrics.get("n_truncated", 0) or 0)

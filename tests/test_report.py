@@ -72,3 +72,17 @@ def test_report_lists_warnings(result):
     assert md.startswith("# Audit")
     assert "- user-level thresholds skipped: no group column" in md
     assert "3 sample(s) longer than the model limit were truncated" in md and "Truncated samples: 3." in md
+
+
+def test_report_shows_the_exposure_table(result):
+    import dataclasses
+
+    import pandas as pd
+
+    res, _ = result
+    table = pd.DataFrame({"features": ["C_non_alnum", "all"], "test_precision": [0.7, 0.8],
+                          "test_recall": [0.5, 0.6], "attack": "likelihood_ratio", "flagged_at_fpr": 0.1})
+    md = render_report(dataclasses.replace(res, exposure=table))
+    assert "## Which members are exposed" in md and "flagged by `likelihood_ratio` at FPR 0.1" in md
+    assert "| C_non_alnum | 0.700 | 0.500 |" in md
+    assert "## Which members are exposed" not in render_report(dataclasses.replace(res, exposure=None))
