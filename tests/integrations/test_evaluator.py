@@ -12,11 +12,9 @@ from mlflow import MlflowClient
 from mlflow_mia.integrations.config import CONFIG_KEYS
 from mlflow_mia.integrations.evaluator import MiaEvaluator
 
-METRIC_RE = re.compile(
-    r"^(user/)?(loss|likelihood_ratio)/(auc|auc_ci_low|auc_ci_high|tpr_at_fpr_0\.(1|05)(_ci_low|_ci_high)?|"
-    r"precision_at_pop_fpr_0\.(1|05)|recall_at_pop_fpr_0\.(1|05)|achieved_fpr_at_pop_fpr_0\.(1|05)|"
-    r"precision_at_mu|recall_at_mu|auc_len_\d+-\d+)$"
-    r"|^(user/)?n_(members|non_members)$|^n_(population|truncated)$")
+# Every metric is "[user/]<attack>/<name>" or a "[user/]n_..." count; alphas are written 0.1, 0.05.
+METRIC_RE = re.compile(r"^(user/)?(loss|likelihood_ratio)/[a-z_]+(_0\.(1|05))?(_[a-z_]+)?$"
+                       r"|^(user/)?(loss|likelihood_ratio)/auc_len_\d+-\d+$|^(user/)?n_[a-z_]+$")
 
 
 def _evaluate(store, model, *, evaluate=None, **overrides):
