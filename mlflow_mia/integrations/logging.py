@@ -171,7 +171,8 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None) 
     Returns
     -------
     dict of str to str
-        The tags that were set.
+        The tags that were set. Other ``mia.*`` tags of the version (from an earlier
+        audit with another attack or a gate) are removed, so the tags describe one audit.
     """
     from mlflow import MlflowClient
 
@@ -192,6 +193,11 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None) 
     if gate is not None:
         tags["mia.gate"] = gate.status
     for name, version in registry:
+        # The registry shows the latest audit only: drop mia.* tags it did not set (another attack, a gate).
+        stale = [k for k in (client.get_model_version(name, str(version)).tags or {})
+                 if k.startswith("mia.") and k not in tags]
+        for key in stale:
+            client.delete_model_version_tag(name, str(version), key)
         for key, value in tags.items():
             client.set_model_version_tag(name, str(version), key, value)
         log.info("tagged %s version %s with %d mia.* tags", name, version, len(tags))
