@@ -119,20 +119,15 @@ def run_ours(model, tok, texts, config):
     """Time compute_signals and count the work it did (padded tokens, masked positions)."""
     from mlflow_mia.signals import MaskedLM, compute_signals
     from mlflow_mia.signals import energy as energy_module
+    from mlflow_mia.signals.batching import plan_batches
 
     stats = {"padded": 0, "masked": 0, "lens": []}
     original = energy_module.masked_token_logprobs
 
     def counting(lm, ids, copies, **kw):
-        lens = sorted((len(ids[s]) for s, _ in copies), reverse=True)
-        budget = kw["token_budget"]
-        i = 0
-        while i < len(lens):  # replay the batch plan to count padded tokens
-            width = lens[i]
-            rows = min(len(lens) - i, max(1, budget // width))
-            stats["padded"] += rows * width
-            i += rows
-        stats["lens"] += lens
+        lens = np.array([len(ids[s]) for s, _ in copies])
+        stats["padded"] += sum(len(rows) * int(lens[rows].max()) for rows in plan_batches(lens, kw["token_budget"]))
+        stats["lens"] += lens.tolist()
         stats["masked"] += sum(len(p) for _, p in copies)
         return original(lm, ids, copies, **kw)
 

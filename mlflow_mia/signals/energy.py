@@ -37,6 +37,7 @@ import torch
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
+from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.model import MaskedLM
@@ -122,42 +123,21 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
         ``log p(s_i | s_{\\I})`` in nats for each masked position, in ``positions`` order.
     """
     device = resolve_device(device)
-    model = lm.model.to(device)
-    split = lm.split_head()
-    pad_id, mask_id = lm.tokenizer.pad_token_id, lm.tokenizer.mask_token_id
+    lm.model.to(device)
+    mask_id = lm.tokenizer.mask_token_id
     lengths = np.array([len(ids[s]) for s, _ in copies], dtype=np.int64)
-    order = np.argsort(-lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(copies)
     autocast = (torch.autocast(device_type="cuda", dtype=torch.float16)
                 if half_precision and device.type == "cuda" else torch.autocast("cpu", enabled=False))
-    start = 0
     with torch.inference_mode(), autocast:
-        while start < len(order):
-            width = int(lengths[order[start]])
-            stop = min(len(order), start + max(1, token_budget // width))
-            rows = order[start:stop]
-            batch = np.full((len(rows), width), pad_id, dtype=np.int64)
-            attention = np.zeros((len(rows), width), dtype=np.int64)
-            row_idx, col_idx = [], []
-            for r, c in enumerate(rows):
-                sample, positions = copies[c]
-                seq = ids[sample]
-                batch[r, :len(seq)] = seq
-                attention[r, :len(seq)] = 1
-                row_idx.append(np.full(len(positions), r, dtype=np.int64))
-                col_idx.append(positions)
-            row_idx, col_idx = np.concatenate(row_idx), np.concatenate(col_idx)
+        for rows in plan_batches(lengths, token_budget):
+            batch, attention = pad_batch([ids[copies[c][0]] for c in rows], lm.tokenizer.pad_token_id)
+            row_idx = np.concatenate([np.full(len(copies[c][1]), r, dtype=np.int64) for r, c in enumerate(rows)])
+            col_idx = np.concatenate([copies[c][1] for c in rows])
             targets = torch.from_numpy(batch[row_idx, col_idx]).to(device)
             batch[row_idx, col_idx] = mask_id
-            input_ids = torch.from_numpy(batch).to(device)
-            attention_mask = torch.from_numpy(attention).to(device)
-            r_t, c_t = torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device)
-            if split is not None:
-                encoder, head = split
-                hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-                logits = head(hidden[r_t, c_t])
-            else:  # no separable head: full logits, then keep the masked positions
-                logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[r_t, c_t]
+            logits = lm.logits_at(torch.from_numpy(batch).to(device), torch.from_numpy(attention).to(device),
+                                  torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device))
             logits = logits.float()
             logp = logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
             logp = logp.cpu().numpy().astype(np.float32)
@@ -168,7 +148,6 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
                 offset += n
             if progress is not None:
                 progress.update(len(rows))
-            start = stop
     return out  # type: ignore[return-value]
 
 

@@ -132,3 +132,18 @@ class MaskedLM:
             if isinstance(head, torch.nn.Module):
                 return self.model.base_model, head
         return None
+
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
+                  cols: torch.Tensor) -> torch.Tensor:
+        """MLM logits of shape (n_positions, vocab) at positions ``(rows[i], cols[i])`` only.
+
+        The encoder runs on the whole batch; the LM head (for a 30k vocabulary most of
+        a small model's arithmetic) only at the selected positions. Models whose head
+        cannot be separated (see :meth:`split_head`) compute all logits and select.
+        """
+        split = self.split_head()
+        if split is None:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits[rows, cols]
+        encoder, head = split
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return head(hidden[rows, cols])

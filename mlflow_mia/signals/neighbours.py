@@ -86,6 +86,7 @@ import torch
 
 from mlflow_mia.config import AuditConfig, NeighbourhoodConfig
 from mlflow_mia.data import text_hash
+from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache, signal_key
 from mlflow_mia.signals.energy import compute_signals, resolve_device
 from mlflow_mia.signals.model import MaskedLM
@@ -373,8 +374,6 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
     tok = lm.tokenizer
     ids, words = replaceable_words(tok, texts, max_length=max_length)
     model = lm.model.to(device)
-    split = lm.split_head()
-    pad_id = tok.pad_token_id
     copies = [(i, j) for i in range(len(texts)) for j in range(len(words[i]))]
     if bar is not None and bar.total is not None:
         bar.total += len(copies)
@@ -382,23 +381,15 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
     scales = {}
     swaps: list[list[list[Swap]]] = [[[] for _ in w] for w in words]
     lengths = np.array([len(ids[i]) for i, _ in copies], dtype=np.int64)
-    order = np.argsort(-lengths, kind="stable")
     hook = _EmbeddingDropout()
     handle = model.get_input_embeddings().register_forward_hook(hook)
     try:
-        start = 0
         with torch.inference_mode():
-            while start < len(order):
-                width = int(lengths[order[start]])
-                stop = min(len(order), start + max(1, token_budget // width))
-                rows = order[start:stop]
-                batch = np.full((len(rows), width), pad_id, dtype=np.int64)
-                attention = np.zeros((len(rows), width), dtype=np.int64)
+            for rows in plan_batches(lengths, token_budget):
+                batch, attention = pad_batch([ids[copies[c][0]] for c in rows], tok.pad_token_id)
                 cols, scale_rows = [], []
-                for r, c in enumerate(rows):
+                for c in rows:
                     i, j = copies[c]
-                    batch[r, :len(ids[i])] = ids[i]
-                    attention[r, :len(ids[i])] = 1
                     cols.append(words[i][j].position)
                     if i not in scales:
                         scales[i] = _dropout_scales(len(words[i]), tables.hidden, dropout, seed, text_hash(texts[i]))
@@ -407,14 +398,8 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
                 c_t = torch.tensor(cols, dtype=torch.long, device=device)
                 hook.rows, hook.cols, hook.scale = r_t, c_t, torch.stack(scale_rows).to(device)
                 input_ids = torch.from_numpy(batch).to(device)
-                attention_mask = torch.from_numpy(attention).to(device)
                 try:
-                    if split is not None:
-                        encoder, head = split
-                        out = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-                        logits = head(out[r_t, c_t])
-                    else:  # no separable head: full logits, then keep the perturbed positions
-                        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[r_t, c_t]
+                    logits = lm.logits_at(input_ids, torch.from_numpy(attention).to(device), r_t, c_t)
                 finally:
                     hook.rows = None
                 logits = logits.float()
@@ -443,7 +428,6 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
                     swaps[i][j] = kept
                 if bar is not None:
                     bar.update(len(rows))
-                start = stop
     finally:
         handle.remove()
     return words, swaps

@@ -1,0 +1,66 @@
+"""Length-sorted batches under a token budget, and right-padding.
+
+Used by every forward loop of the signals layer (masked energy, PLL, neighbour
+generation): rows are sorted by length, longest first, and each batch takes as
+many rows as fit in ``token_budget`` padded tokens, so batches are large for
+short texts and padding stays small.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["plan_batches", "pad_batch"]
+
+
+def plan_batches(lengths, token_budget: int) -> Iterator[np.ndarray]:
+    """Yield the row indices of each batch.
+
+    Parameters
+    ----------
+    lengths : array-like of shape (n_rows,), int
+        Token count of each row.
+    token_budget : int
+        Upper bound of ``rows x padded width`` per batch (a longer row still gets a
+        batch of its own).
+
+    Yields
+    ------
+    ndarray of int64
+        Indices into ``lengths``, longest first (stable for equal lengths).
+
+    >>> [b.tolist() for b in plan_batches([3, 9, 4, 4], token_budget=9)]
+    [[1], [2, 3], [0]]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    start = 0
+    while start < len(order):
+        width = int(lengths[order[start]])
+        stop = min(len(order), start + max(1, token_budget // width))
+        yield order[start:stop]
+        start = stop
+
+
+def pad_batch(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad token id sequences.
+
+    Returns
+    -------
+    input_ids : ndarray of shape (n_rows, max_len), int64
+    attention_mask : ndarray of shape (n_rows, max_len), int64
+        1 on real tokens, 0 on padding.
+
+    >>> ids, mask = pad_batch([np.array([5, 6, 7]), np.array([8])], pad_id=0)
+    >>> ids.tolist(), mask.tolist()
+    ([[5, 6, 7], [8, 0, 0]], [[1, 1, 1], [1, 0, 0]])
+    """
+    width = max(len(s) for s in sequences)
+    input_ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((len(sequences), width), dtype=np.int64)
+    for r, seq in enumerate(sequences):
+        input_ids[r, :len(seq)] = seq
+        attention_mask[r, :len(seq)] = 1
+    return input_ids, attention_mask
