@@ -28,6 +28,7 @@ from mlflow_mia.metrics.roc import RocResult, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (ThresholdMetrics, metrics_at_threshold, min_population_size,
                                            mu_threshold, population_threshold_metrics)
 from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
+from mlflow_mia.signals.model import as_masked_lm
 
 __all__ = ["run_audit", "AuditResult", "AttackReport", "fmt_alpha"]
 
@@ -209,16 +210,6 @@ def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditCo
                          "the population must be disjoint from the pool")
 
 
-def _as_lm(model, role: str) -> MaskedLM:
-    if model is None or isinstance(model, MaskedLM):
-        return model
-    if isinstance(model, str):
-        return MaskedLM.from_pretrained(model, name=role)
-    if isinstance(model, tuple) and len(model) == 2:
-        return MaskedLM(model[0], model[1], name=role)
-    raise TypeError(f"{role} must be a MaskedLM, a (model, tokenizer) pair or a local path, got {type(model).__name__}")
-
-
 def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None) -> AttackReport:
     mc = config.metrics
     curve = roc(y_true, y_score)
@@ -271,7 +262,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         class, a missing or too small population set, pool and population overlap.
     """
     config = config or AuditConfig()
-    target, reference = _as_lm(target, "target"), _as_lm(reference, "reference")
+    target = as_masked_lm(target, role="target")
+    reference = None if reference is None else as_masked_lm(reference, role="reference")
     if isinstance(cache, str):
         cache = SignalCache(cache)
     _check_inputs(pool, population, config, reference)

@@ -15,13 +15,35 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MaskedLM", "weights_digest", "tokenizer_digest"]
+__all__ = ["MaskedLM", "as_masked_lm", "weights_digest", "tokenizer_digest"]
 
 log = logging.getLogger(__name__)
 
 # Attribute names under which Hugging Face *ForMaskedLM classes keep their head
 # (BERT/DeBERTa: cls, RoBERTa/XLM-R/CamemBERT: lm_head, ALBERT: predictions).
 _HEAD_ATTRIBUTES = ("cls", "lm_head", "predictions")
+# Checkpoint key prefixes of MLM heads (also ELECTRA's generator_lm_head, DistilBERT's vocab_*).
+_HEAD_PREFIXES = tuple(f"{a}." for a in _HEAD_ATTRIBUTES) + ("generator_lm_head.", "vocab_")
+
+
+def as_masked_lm(obj, *, role: str = "model") -> "MaskedLM":
+    """A :class:`MaskedLM` from a MaskedLM, a ``(model, tokenizer)`` pair or a local folder.
+
+    Raises
+    ------
+    ValueError
+        Not a masked LM (see :class:`MaskedLM` and :meth:`MaskedLM.from_pretrained`).
+    TypeError
+        ``obj`` is of another type.
+    """
+    if isinstance(obj, MaskedLM):
+        return obj
+    if isinstance(obj, tuple) and len(obj) == 2:
+        return MaskedLM(obj[0], obj[1], name=role)
+    if isinstance(obj, (str, os.PathLike)):
+        return MaskedLM.from_pretrained(obj, name=role)
+    raise TypeError(f"the {role} must be a MaskedLM, a (model, tokenizer) pair or a local folder, "
+                    f"got {type(obj).__name__}")
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -97,13 +119,28 @@ class MaskedLM:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
                         **kwargs) -> "MaskedLM":
-        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a local folder or hub id."""
+        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a local folder or hub id.
+
+        Raises
+        ------
+        ValueError
+            The architecture has no masked-LM class, or the checkpoint lacks the MLM
+            head's weights (e.g. a sentence encoder saved without one): transformers
+            would initialise them at random, and every signal would be noise.
+        """
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         path = os.fspath(path)
-        model = AutoModelForMaskedLM.from_pretrained(path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        return cls(model, tokenizer, model_id=model_id, name=name or path)
+        try:
+            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
+        except ValueError as exc:
+            raise ValueError(f"{path!r} cannot be loaded as a masked LM: {exc}") from None
+        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith(_HEAD_PREFIXES))
+        if missing:
+            raise ValueError(
+                f"{path!r} has no trained masked-LM head (missing weights: {missing[:4]}); its predictions "
+                "would be random. Train or fine-tune it with an MLM objective first")
+        return cls(model, AutoTokenizer.from_pretrained(path), model_id=model_id, name=name or path)
 
     @property
     def tokenizer_id(self) -> str:

@@ -89,7 +89,7 @@ from mlflow_mia.data import text_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache, signal_key
 from mlflow_mia.signals.energy import compute_signals, resolve_device
-from mlflow_mia.signals.model import MaskedLM
+from mlflow_mia.signals.model import MaskedLM, as_masked_lm
 
 __all__ = ["generate_neighbours", "neighbour_energies", "candidate_swaps", "load_generator", "Swap", "Word",
            "replaceable_words"]
@@ -97,7 +97,6 @@ __all__ = ["generate_neighbours", "neighbour_energies", "candidate_swaps", "load
 log = logging.getLogger(__name__)
 
 _BOUNDARY_MARKERS = ("Ġ", "▁")  # byte-level BPE (RoBERTa, GPT-2) and SentencePiece word-start markers
-_HEAD_PREFIXES = ("cls.", "lm_head.", "predictions.", "generator_lm_head.", "vocab_")
 _CACHE_VERSION = 1
 _SLACK = 8  # extra candidates kept so that dropping duplicate neighbour texts still leaves n
 
@@ -160,30 +159,10 @@ def load_generator(generator, *, role: str = "neighbour generator") -> MaskedLM:
     TypeError
         ``generator`` is of another type.
     """
-    if isinstance(generator, MaskedLM):
-        lm = generator
-    elif isinstance(generator, tuple) and len(generator) == 2:
-        try:
-            lm = MaskedLM(generator[0], generator[1], name=role)
-        except ValueError as exc:
-            raise ValueError(f"the {role} must be a masked LM: {exc}") from None
-    elif isinstance(generator, (str, os.PathLike)):
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-        path = os.fspath(generator)
-        try:
-            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
-        except ValueError as exc:  # an architecture with no masked-LM class
-            raise ValueError(f"the {role} {path!r} cannot be loaded as a masked LM: {exc}") from None
-        missing = [k for k in info.get("missing_keys", ()) if k.startswith(_HEAD_PREFIXES)]
-        if missing:
-            raise ValueError(
-                f"the {role} {path!r} has no trained masked-LM head (missing weights: {sorted(missing)[:4]}); "
-                "its proposals would be random. Give a model trained with an MLM objective")
-        lm = MaskedLM(model, AutoTokenizer.from_pretrained(path), name=role)
-    else:
-        raise TypeError(f"the {role} must be a MaskedLM, a (model, tokenizer) pair or a local path, "
-                        f"got {type(generator).__name__}")
+    try:
+        lm = as_masked_lm(generator, role=role)
+    except ValueError as exc:
+        raise ValueError(f"the {role} must be a masked LM with a trained head: {exc}") from None
     if not getattr(lm.tokenizer, "is_fast", False):
         raise ValueError(f"the {role}'s tokenizer {type(lm.tokenizer).__name__} is not a fast tokenizer; "
                          "word offsets (word_ids, offset_mapping) are needed to replace whole words")

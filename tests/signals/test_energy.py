@@ -229,3 +229,19 @@ def test_text_without_maskable_token_is_rejected():
     model, tok = tiny_bert()
     with pytest.raises(ValueError, match="no maskable token"):
         compute_signals(MaskedLM(model, tok), ["the cat", "\u200b"], progress=False)
+
+
+def test_checkpoint_without_trained_head_is_rejected(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    _, tok = tiny_bert()
+    encoder = BertModel(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=32))
+    encoder.save_pretrained(tmp_path)  # a sentence encoder: no MLM head in the checkpoint
+    tok.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no trained masked-LM head.*cls.predictions"):
+        MaskedLM.from_pretrained(tmp_path)
+    model, _ = tiny_bert(tok)
+    model.save_pretrained(tmp_path / "mlm")
+    tok.save_pretrained(tmp_path / "mlm")
+    assert MaskedLM.from_pretrained(tmp_path / "mlm").model_id.startswith("sha256:")
