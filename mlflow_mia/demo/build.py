@@ -94,7 +94,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mlflow_mia.demo import bbc
@@ -132,6 +132,11 @@ class DemoSize:
         *member* sentences and fixes the number of steps, which the references reuse.
     seed : int
         Seed of the model initialisation.
+    num_threads : int or None
+        Torch CPU threads for training when :func:`build_demo` is not given any;
+        ``None`` keeps torch's setting. The small size uses 1: its matrices are too
+        small to gain from a second thread, and one thread cannot be slowed down by
+        OpenMP oversubscription when other jobs share the cores.
     """
 
     prefix: str
@@ -140,6 +145,7 @@ class DemoSize:
     base: TrainConfig
     finetune: TrainConfig
     seed: int = 0
+    num_threads: int | None = None
 
 
 DEMO_SIZES: dict[str, DemoSize] = {
@@ -162,6 +168,7 @@ DEMO_SIZES: dict[str, DemoSize] = {
         model=ModelSpec(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256, vocab_size=2000),
         base=TrainConfig(epochs=2.0, batch_size=32, learning_rate=3e-3),
         finetune=TrainConfig(epochs=10.0, batch_size=16, learning_rate=2e-3),
+        num_threads=1,
     ),
 }
 
@@ -210,7 +217,10 @@ def _aliases() -> dict[str, str]:
 
 
 def _data_dir(size_name: str, data_dir) -> Path:
-    return Path(data_dir) if data_dir is not None else Path.cwd() / "mlflow_mia_demo" / size_name
+    """``data_dir``, else ``$MLFLOW_MIA_DEMO_DIR/<size>``, else ``./mlflow_mia_demo/<size>``."""
+    if data_dir is not None:
+        return Path(data_dir)
+    return Path(os.environ.get("MLFLOW_MIA_DEMO_DIR") or Path.cwd() / "mlflow_mia_demo") / size_name
 
 
 def demo_spec(size: str = "default", *, data_dir=None, run_id: str | None = None) -> DemoSpec:
@@ -378,9 +388,10 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
         Folder of ``pool.jsonl`` and ``population.jsonl``; default
         ``./mlflow_mia_demo/<size>``.
     num_threads : int, optional
-        Torch CPU threads while training (restored afterwards); ``None`` keeps torch's
-        setting. On a machine whose cores are busy with other jobs, 1 thread avoids
-        OpenMP oversubscription, which can slow training by 10x.
+        Torch CPU threads while training (restored afterwards); ``None`` uses the size's
+        ``num_threads`` (small: 1; default: torch's setting). On a machine whose cores
+        are busy with other jobs, 1 thread avoids OpenMP oversubscription, which slowed
+        training 10x in our measurements.
 
     Returns
     -------
@@ -424,7 +435,7 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
 
     logger.info("building the %r demo in %s", size, tracking_uri)
     timings = {}
-    with _build_run(client, size) as run, _torch_threads(num_threads):
+    with _build_run(client, size) as run, _torch_threads(num_threads or cfg.num_threads):
         mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest})
         mlflow.log_params(_params(size, cfg, split, digest))
 
