@@ -14,7 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_mlflow_run_audit_on_small_demo(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_MIA_DEMO_DIR": str(tmp_path / "demo"),
+    # No MLFLOW_* variables inherited from other tests (an experiment id of another store).
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env = {**inherited, "MLFLOW_TRACKING_URI": uri, "MLFLOW_MIA_DEMO_DIR": str(tmp_path / "demo"),
            "MLFLOW_MIA_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            # the entry point calls the `mlflow-mia` console script installed beside this interpreter
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
