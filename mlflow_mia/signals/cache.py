@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["SignalCache", "signal_key", "default_cache_dir"]
+__all__ = ["SignalCache", "SqliteSpecStore", "signal_key", "default_cache_dir"]
 
 
 def default_cache_dir() -> str:
@@ -31,41 +31,24 @@ def signal_key(spec: Mapping) -> str:
     return hashlib.sha256(json.dumps(dict(spec), sort_keys=True).encode()).hexdigest()[:32]
 
 
-class SignalCache:
-    """A persistent map ``(signal spec, text hash) -> per-sample signal``.
+class SqliteSpecStore:
+    """A SQLite file with a ``specs`` table: the shared base of the on-disk caches.
 
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A directory (the file ``signals.sqlite`` is created in it) or a ``.sqlite`` file.
-
-    Notes
-    -----
-    A stored row holds ``energy`` (float64), ``n_tokens`` (int), ``truncated``
-    (bool) and the masked-token log-probs (float32 bytes). Extra per-sample arrays
-    (e.g. neighbour energies) use the same table under their own spec.
+    Each cache adds its own rows table (``table_sql``); rows are keyed by the digest
+    of a spec (:func:`signal_key`), and :meth:`register` checks that the spec
+    stored under a key is the one asked for.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None):
-        path = os.fspath(path or default_cache_dir())
-        if not path.endswith(".sqlite"):
-            os.makedirs(path, exist_ok=True)
-            path = os.path.join(path, "signals.sqlite")
-        else:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    table_sql = ""
+
+    def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("CREATE TABLE IF NOT EXISTS specs (key TEXT PRIMARY KEY, spec TEXT NOT NULL)")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS signals (key TEXT NOT NULL, text_hash TEXT NOT NULL, energy REAL,"
-            " n_tokens INTEGER, truncated INTEGER, logprobs BLOB, PRIMARY KEY (key, text_hash))"
-        )
+        self._conn.execute(self.table_sql)
         self._conn.commit()
-
-    def __repr__(self) -> str:
-        return f"SignalCache({self.path!r})"
 
     def register(self, spec: Mapping) -> str:
         """Store ``spec`` under its key and return the key.
@@ -85,6 +68,41 @@ class SignalCache:
             elif row[0] != text:
                 raise RuntimeError(f"cache {self.path} holds another spec under key {key}; delete the file")
         return key
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class SignalCache(SqliteSpecStore):
+    """A persistent map ``(signal spec, text hash) -> per-sample signal``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A directory (the file ``signals.sqlite`` is created in it) or a ``.sqlite`` file.
+
+    Notes
+    -----
+    A stored row holds ``energy`` (float64), ``n_tokens`` (int), ``truncated``
+    (bool) and the masked-token log-probs (float32 bytes). Extra per-sample arrays
+    (e.g. neighbour energies) use the same table under their own spec.
+    """
+
+    table_sql = ("CREATE TABLE IF NOT EXISTS signals (key TEXT NOT NULL, text_hash TEXT NOT NULL, energy REAL,"
+                 " n_tokens INTEGER, truncated INTEGER, logprobs BLOB, PRIMARY KEY (key, text_hash))")
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        path = os.fspath(path or default_cache_dir())
+        if not path.endswith(".sqlite"):
+            os.makedirs(path, exist_ok=True)
+            path = os.path.join(path, "signals.sqlite")
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        super().__init__(path)
+
+    def __repr__(self) -> str:
+        return f"SignalCache({self.path!r})"
 
     def get_many(self, key: str, text_hashes: Iterable[str]) -> dict[str, tuple[float, int, bool, np.ndarray]]:
         """Cached rows of ``text_hashes`` under ``key`` (missing hashes are absent)."""
@@ -115,7 +133,3 @@ class SignalCache:
             if key is None:
                 return self._conn.execute("SELECT COUNT(*) FROM signals").fetchone()[0]
             return self._conn.execute("SELECT COUNT(*) FROM signals WHERE key = ?", (key,)).fetchone()[0]
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()

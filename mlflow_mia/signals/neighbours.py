@@ -76,8 +76,6 @@ import heapq
 import json
 import logging
 import os
-import sqlite3
-import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -87,7 +85,7 @@ import torch
 from mlflow_mia.config import AuditConfig, NeighbourhoodConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
-from mlflow_mia.signals.cache import SignalCache, signal_key
+from mlflow_mia.signals.cache import SignalCache, SqliteSpecStore
 from mlflow_mia.signals.energy import compute_signals, resolve_device
 from mlflow_mia.signals.model import MaskedLM, as_masked_lm
 
@@ -458,31 +456,14 @@ def _rebuild(text: str, edits) -> str:
     return text
 
 
-class _NeighbourStore:
+class _NeighbourStore(SqliteSpecStore):
     """Neighbour edits cached beside a :class:`SignalCache` (``neighbours.sqlite``): spans and vocabulary words only."""
 
-    def __init__(self, cache: SignalCache):
-        path = os.path.join(os.path.dirname(os.path.abspath(cache.path)), "neighbours.sqlite")
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS specs (key TEXT PRIMARY KEY, spec TEXT NOT NULL)")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS neighbours (key TEXT NOT NULL, text_hash TEXT NOT NULL,"
-                           " edits TEXT NOT NULL, PRIMARY KEY (key, text_hash))")
-        self._conn.commit()
-        self.path = path
+    table_sql = ("CREATE TABLE IF NOT EXISTS neighbours (key TEXT NOT NULL, text_hash TEXT NOT NULL,"
+                 " edits TEXT NOT NULL, PRIMARY KEY (key, text_hash))")
 
-    def register(self, spec: dict) -> str:
-        key = signal_key(spec)
-        text = json.dumps(spec, sort_keys=True)
-        with self._lock:
-            row = self._conn.execute("SELECT spec FROM specs WHERE key = ?", (key,)).fetchone()
-            if row is None:
-                self._conn.execute("INSERT INTO specs VALUES (?, ?)", (key, text))
-                self._conn.commit()
-            elif row[0] != text:
-                raise RuntimeError(f"neighbour cache {self.path} holds another spec under key {key}; delete the file")
-        return key
+    def __init__(self, cache: SignalCache):
+        super().__init__(os.path.join(os.path.dirname(os.path.abspath(cache.path)), "neighbours.sqlite"))
 
     def get_many(self, key: str, hashes) -> dict:
         hashes, out = list(dict.fromkeys(hashes)), {}
@@ -500,10 +481,6 @@ class _NeighbourStore:
             self._conn.executemany("INSERT OR REPLACE INTO neighbours VALUES (?, ?, ?)",
                                    [(key, h, json.dumps(edits)) for h, edits in rows.items()])
             self._conn.commit()
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
 
 def generate_neighbours(generator, texts: Sequence[str], *, config: NeighbourhoodConfig | None = None, seed: int = 0,
