@@ -125,6 +125,11 @@ class AuditResult:
         Sizes, model identities, timings.
     warnings : list of str
         What was skipped or degraded, and why.
+    neighbour_examples : pandas.DataFrame or None
+        When ``neighbourhood`` ran: the members it scores highest, each followed by
+        its neighbours (``sample_id``, ``text_hash``, ``kind`` = sample / neighbour,
+        ``text``, ``energy`` in nats under the target). Holds raw text: loggers
+        write it only when asked to log texts.
     """
 
     config: AuditConfig
@@ -137,6 +142,7 @@ class AuditResult:
     info: dict
     warnings: list = field(default_factory=list)
     exposure: object = None
+    neighbour_examples: object = None
 
     @property
     def headline_attack(self) -> str:
@@ -176,7 +182,8 @@ class AuditResult:
         return figs
 
 
-def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditConfig, reference) -> None:
+def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditConfig, reference,
+                  generator=None) -> None:
     unknown = [a for a in config.attacks if a not in ATTACKS]
     if unknown:
         raise ValueError(f"unknown attack(s) {unknown}; registered attacks: {sorted(ATTACKS)}")
@@ -186,10 +193,10 @@ def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditCo
             f"attack(s) {needs_reference} need a reference model trained on similar but disjoint data; "
             "pass reference=... (or drop them, e.g. attacks=['loss'])")
     needs_neighbours = [a for a in config.attacks if "neighbour_energy" in ATTACKS[a].requires]
-    if needs_neighbours and reference is None and config.neighbourhood.generator_model is None:
+    if needs_neighbours and reference is None and generator is None and config.neighbourhood.generator_model is None:
         raise ValueError(
-            f"attack(s) {needs_neighbours} need a generator masked LM to propose neighbours; pass reference=... "
-            "or set neighbourhood.generator_model to a local model folder")
+            f"attack(s) {needs_neighbours} need a generator masked LM to propose neighbours; pass generator=... "
+            "or reference=..., or set neighbourhood.generator_model to a local model folder")
     n_members = int(pool.labels.sum())
     if n_members == 0 or n_members == len(pool):
         which = "non-members (label 0)" if n_members else "members (label 1)"
@@ -227,7 +234,7 @@ def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=N
                         lengths=bins)
 
 
-def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None,
+def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
               config: AuditConfig | None = None, cache: SignalCache | str | None = None, device=None,
               progress: bool = True) -> AuditResult:
     """Audit a target masked LM for membership leakage.
@@ -243,6 +250,10 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         thresholds. Needs at least ``ceil(1 / min(fprs))`` samples.
     reference : MaskedLM, (model, tokenizer) or str, optional
         A model trained on similar but disjoint data; required by ``likelihood_ratio``.
+    generator : MaskedLM, (model, tokenizer) or str, optional
+        The masked LM proposing neighbours for ``neighbourhood`` (Mattern et al.
+        2023, Sec. 3). Precedence: this argument, then
+        ``config.neighbourhood.generator_model`` (a local folder), then ``reference``.
     config : AuditConfig, optional
         Attacks, signal and metric settings (defaults: loss and likelihood ratio,
         energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
@@ -266,7 +277,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     reference = None if reference is None else as_masked_lm(reference, role="reference")
     if isinstance(cache, str):
         cache = SignalCache(cache)
-    _check_inputs(pool, population, config, reference)
+    generator = None if generator is None else as_masked_lm(generator, role="neighbour generator")
+    _check_inputs(pool, population, config, reference, generator)
     needs_reference = any("reference" in ATTACKS[a].requires for a in config.attacks)
     t0 = time.perf_counter()
     texts = list(pool.texts) + list(population.texts)
@@ -280,13 +292,15 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         signals[role] = compute_signals(lm, texts, config.signal, cache=cache, device=device, progress=progress,
                                         desc=f"{config.signal.kind} of {role}")
         timings[f"signals_{role}_s"] = round(time.perf_counter() - start, 3)
-    neighbour_energy = None
+    neighbour_energy, generator_id = None, None
     if any("neighbour_energy" in ATTACKS[a].requires for a in config.attacks):
         from mlflow_mia.signals.neighbours import neighbour_energies
 
         start = time.perf_counter()
-        # An explicitly configured generator wins over the reference model.
-        generator = reference if config.neighbourhood.generator_model is None else None
+        # An explicitly given or configured generator wins over the reference model.
+        if generator is None and config.neighbourhood.generator_model is None:
+            generator = reference
+        generator_id = generator.model_id if generator is not None else config.neighbourhood.generator_model
         neighbour_energy = neighbour_energies(target, texts, generator=generator, config=config, cache=cache,
                                               device=device, progress=progress)
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
@@ -359,6 +373,9 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     if user_attacks:
         g = group_scores(y, np.zeros(n_pool), pool.groups)
         metrics.update({"user/n_members": int(g.y_true.sum()), "user/n_non_members": int((g.y_true == 0).sum())})
+    examples = None
+    if "neighbourhood" in attacks:
+        examples = _neighbour_examples(target, generator, pool, samples, config, cache=cache, device=device)
     headline = "likelihood_ratio" if "likelihood_ratio" in attacks else next(iter(attacks))
     exposure = _exposure(target, pool, samples, attacks[headline], headline, config, warnings)
     timings["total_s"] = round(time.perf_counter() - t0, 3)
@@ -368,13 +385,50 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         "reference_name": reference.name if reference is not None else None,
         "n_pool": n_pool, "n_population": len(population), "timings": timings,
     }
+    if generator_id is not None:
+        info["neighbour_generator"] = generator_id
     riskiest = pd.concat(risky, ignore_index=True) if risky else pd.DataFrame(
         columns=["sample_id", "text_hash", "group", "n_tokens", "attack", "score", "flagged_at_fpr"])
     log.info("audit done in %.1f s: %s", timings["total_s"],
              ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in attacks.items()))
     return AuditResult(config=config, metrics=metrics, samples=samples, attacks=attacks, user_attacks=user_attacks,
                        population_scores=pop_scores, riskiest=riskiest, info=info, warnings=warnings,
-                       exposure=exposure)
+                       exposure=exposure, neighbour_examples=examples)
+
+
+def _neighbour_examples(target: MaskedLM, generator, pool: AuditDataset, samples, config: AuditConfig, *,
+                        cache, device, n_samples: int = 5, n_neighbours: int = 5):
+    """The ``n_samples`` members the neighbourhood attack scores highest, with their first neighbours.
+
+    Neighbours and energies come from the cache the attack just filled (recomputed
+    for these few texts without a cache).
+    """
+    import pandas as pd
+
+    from mlflow_mia.signals.neighbours import generate_neighbours
+
+    scores = samples["score_neighbourhood"].to_numpy()
+    members = np.flatnonzero((samples["label"].to_numpy() == 1) & ~np.isnan(scores))
+    top = members[np.argsort(-scores[members], kind="stable")[:n_samples]]
+    if not len(top):
+        return None
+    sc = config.signal
+    texts = [pool.texts[i] for i in top]
+    neighbours = generate_neighbours(generator if generator is not None else config.neighbourhood.generator_model,
+                                     texts, config=config.neighbourhood, seed=sc.seed, device=device,
+                                     progress=False, cache=cache, max_length=sc.max_length,
+                                     token_budget=sc.token_budget)
+    shown = [nb[:n_neighbours] for nb in neighbours]
+    flat = texts + [x for nb in shown for x in nb]
+    energy = dict(zip(flat, compute_signals(target, flat, sc, cache=cache, device=device, progress=False).energy))
+    rows = []
+    for i, text, nb in zip(top, texts, shown):
+        base = {"sample_id": samples["sample_id"].iat[i], "text_hash": samples["text_hash"].iat[i]}
+        rows.append({**base, "kind": "sample", "text": text, "energy": float(energy[text]),
+                     "score_neighbourhood": float(scores[i])})
+        rows += [{**base, "kind": "neighbour", "text": x, "energy": float(energy[x]),
+                  "score_neighbourhood": float("nan")} for x in nb]
+    return pd.DataFrame(rows)
 
 
 def _exposure(target: MaskedLM, pool: AuditDataset, samples, report: AttackReport, name: str,

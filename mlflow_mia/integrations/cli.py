@@ -29,6 +29,8 @@ examples:
       --data pool.csv --population population.csv --group-column article_id --max-tpr-at-fpr 0.01:0.05
   mlflow-mia compare --models bbc-target --aliases champion,candidate --reference models:/bbc-reference@champion \\
       --data pool.csv --population population.csv
+  mlflow-mia compare --reference models:/bbc-reference@champion,models:/bbc-reference-ood@champion \\
+      --attacks loss,likelihood_ratio,neighbourhood --neighbour-generator models:/bbc-reference-ood@champion
 
 exit codes: 0 = done (gate passed or none set), 1 = release gate failed, 2 = usage or input error.
 """
@@ -76,13 +78,16 @@ def _flag(text: str) -> bool:
 _INT, _FLOAT = _number(int), _number(float)
 
 
-def _audit_options(parser: argparse.ArgumentParser) -> None:
+def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool = False) -> None:
     """Options shared by ``audit`` and ``compare`` (defaults None = library default or demo value)."""
     models = parser.add_argument_group("models")
-    models.add_argument("--reference", metavar="URI",
+    models.add_argument("--reference", metavar="URI[,URI]" if several_references else "URI",
                         help="reference model: models:/name/version, models:/name@alias, runs:/<run_id>/<path> or "
                              "a local folder. Needed by likelihood_ratio: a model trained on similar data, disjoint "
-                             "from the target's training data (demo: models:/bbc-reference@champion)")
+                             "from the target's training data (demo: models:/bbc-reference@champion)"
+                             + ("; comma-separated for several: every version is audited against each, one nested "
+                                "run per pair (e.g. an in-domain and an out-of-domain reference)"
+                                if several_references else ""))
     data = parser.add_argument_group("data")
     data.add_argument("--data", metavar="PATH",
                       help="target pool (.csv, .jsonl, .json or .parquet): one text per row with a membership "
@@ -188,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "--data)")
     compare.add_argument("--aliases", metavar="A[,B]",
                          help="aliases to audit, e.g. champion,candidate (default: every version)")
-    _audit_options(compare)
+    _audit_options(compare, several_references=True)
 
     demo = sub.add_parser("build-demo", help="train and register the BBC News demo models",
                           description="Build the real-data demo: BBC News sentences, a target model fine-tuned on "
@@ -397,6 +402,55 @@ def _compare_targets(names, aliases) -> list[tuple[str, str, tuple[str, ...]]]:
     return out
 
 
+def _reference_uris(value) -> list:
+    """``compare --reference A,B``: the reference URIs to audit every version against."""
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        return [value]
+    return [uri.strip() for uri in value.split(",") if uri.strip()]
+
+
+def _reference_label(reference) -> str:
+    """``ref bbc-reference v1 (@champion)``, or the folder / URI of an unregistered reference."""
+    if reference is None:
+        return "no reference"
+    if reference.registered_name:
+        alias = reference.requested.rsplit("@", 1)[1] if "@" in reference.requested else None
+        return f"ref {reference.registered_name} v{reference.version}" + (f" (@{alias})" if alias else "")
+    return f"ref {os.path.basename(str(reference.resolved_uri).rstrip('/'))}"
+
+
+def _distinct_curves(rocs: dict, scores: dict, *, one_target: bool) -> dict:
+    """``{legend label: roc}`` over all attacks, one curve per distinct score vector.
+
+    An attack that does not use the reference (loss, or neighbourhood with a fixed
+    generator) scores a target alike in every run; it is drawn once, labelled without
+    the reference. With one target the labels leave the target out.
+    """
+    import numpy as np
+
+    out = {}
+    for attack, curves in rocs.items():
+        groups: list[tuple[np.ndarray, list[str]]] = []
+        for label in curves:
+            vector = scores[(attack, label)]
+            for seen, labels in groups:
+                if np.array_equal(seen, vector, equal_nan=True):
+                    labels.append(label)
+                    break
+            else:
+                groups.append((vector, [label]))
+        for _, labels in groups:
+            target_part, _, reference_part = labels[0].partition(" vs ")
+            if one_target:
+                who = "" if len(labels) > 1 else reference_part
+            else:
+                who = target_part if len(labels) > 1 else labels[0]
+            out[f"{attack} ({who})" if who else attack] = curves[labels[0]]
+    return out
+
+
 def _label(name: str, version: str, aliases) -> str:
     return f"{name} v{version}" + (f" (@{', @'.join(aliases)})" if aliases else "")
 
@@ -438,7 +492,7 @@ def _cmd_compare(args) -> int:
     import pandas as pd
 
     from mlflow_mia.audit import fmt_alpha
-    from mlflow_mia.integrations.evaluator import audit_and_log
+    from mlflow_mia.integrations.evaluator import audit_and_log, resolve_generator
     from mlflow_mia.integrations.logging import audit_params
     from mlflow_mia.integrations.models import resolve_model
     from mlflow_mia.plots import plot_roc_comparison
@@ -454,42 +508,51 @@ def _cmd_compare(args) -> int:
         raise ValueError("--data was given without --models: name the registered model(s) to compare")
     config, options, pool, population = _config_and_inputs(args, data, demo)
     targets = _compare_targets(names, aliases)
-    reference = resolve_model(options.reference_model, role="reference") if options.reference_model else None
+    references = [resolve_model(uri, role="reference") for uri in _reference_uris(options.reference_model)] or [None]
+    generator = resolve_generator(config)
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
-    rows, rocs, gates = [], {}, []
+    rows, rocs, scores, gates = [], {}, {}, []
     with _run(_blank(args.run_name) or f"compare {', '.join(names)}") as parent:
         client = mlflow.MlflowClient()
         for name, version, version_aliases in targets:
-            label = _label(name, version, version_aliases)
             target = resolve_model(f"models:/{name}/{version}", role="target")
-            with _run(label, nested=True) as child:
-                client.set_tag(child.info.run_id, "mia.compare_parent", parent.info.run_id)
-                result, gate, _ = audit_and_log(target, pool, population, config, options, reference=reference,
-                                                run_id=child.info.run_id,
-                                                extra_params={"target_model_aliases": ",".join(version_aliases)})
-            print(f"{label}:")
-            _print_result(result, child, gate)
-            gates.append(gate)
-            for level, reports in (("sample", result.attacks), ("user", result.user_attacks)):
-                for attack, rep in reports.items():
-                    row = {"model": label, "registered_model": name, "version": int(version),
-                           "aliases": ",".join(version_aliases), "attack": attack, "level": level,
-                           "auc": rep.roc.auc, "auc_ci_low": rep.ci.get("auc", (float("nan"),) * 2)[0],
-                           "auc_ci_high": rep.ci.get("auc", (float("nan"),) * 2)[1]}
-                    row.update({f"tpr_at_fpr_{fmt_alpha(a)}": v for a, v in rep.tpr_at_fpr.items()})
-                    row["gate"] = gate.status if gate is not None else ""
-                    row["run_id"] = child.info.run_id
-                    rows.append(row)
-            for attack, rep in result.attacks.items():
-                rocs.setdefault(attack, {})[label] = rep.roc
+            for reference in references:
+                label = _label(name, version, version_aliases)
+                if len(references) > 1:
+                    label += f" vs {_reference_label(reference)}"
+                with _run(label, nested=True) as child:
+                    client.set_tag(child.info.run_id, "mia.compare_parent", parent.info.run_id)
+                    result, gate, _ = audit_and_log(
+                        target, pool, population, config, options, reference=reference, generator=generator,
+                        run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)})
+                print(f"{label}:")
+                _print_result(result, child, gate)
+                gates.append(gate)
+                for level, reports in (("sample", result.attacks), ("user", result.user_attacks)):
+                    for attack, rep in reports.items():
+                        row = {"model": label, "registered_model": name, "version": int(version),
+                               "aliases": ",".join(version_aliases),
+                               "reference": reference.resolved_uri if reference is not None else "",
+                               "attack": attack, "level": level, "auc": rep.roc.auc,
+                               "auc_ci_low": rep.ci.get("auc", (float("nan"),) * 2)[0],
+                               "auc_ci_high": rep.ci.get("auc", (float("nan"),) * 2)[1]}
+                        row.update({f"tpr_at_fpr_{fmt_alpha(a)}": v for a, v in rep.tpr_at_fpr.items()})
+                        row["gate"] = gate.status if gate is not None else ""
+                        row["run_id"] = child.info.run_id
+                        rows.append(row)
+                for attack, rep in result.attacks.items():
+                    rocs.setdefault(attack, {})[label] = rep.roc
+                    scores[(attack, label)] = result.samples[f"score_{attack}"].to_numpy()
             del target
         table = pd.DataFrame(rows)
         parent_params = {k: v for k, v in audit_params(result, population=population).items()
                          if k != "target_model"}
         parent_params.update({"compared_models": ",".join(names), "compared_aliases": ",".join(aliases) or "all",
                               "compared_versions": ",".join(_label(n, v, a) for n, v, a in targets)[:6000]})
-        if reference is not None:
-            parent_params.update(reference.params("reference"))
+        if len(references) > 1:
+            parent_params["compared_references"] = ",".join(r.resolved_uri for r in references)[:6000]
+        elif references[0] is not None:
+            parent_params.update(references[0].params("reference"))
         mlflow.log_params(parent_params)
         a = fmt_alpha(alpha)
         with _tmp_csv(table) as path:
@@ -501,12 +564,18 @@ def _cmd_compare(args) -> int:
         for attack, curves in rocs.items():
             figures[f"plots/roc_{attack}_by_version.png"] = plot_roc_comparison(
                 curves, log_scale=True, title=f"{attack}: ROC by model version (log-log)")
+        distinct = _distinct_curves(rocs, scores, one_target=len(targets) == 1)
+        if len(distinct) > 1:
+            for log_scale, suffix in ((False, ""), (True, "_log")):
+                figures[f"plots/roc_all{suffix}.png"] = plot_roc_comparison(
+                    distinct, log_scale=log_scale,
+                    title="All attacks and models: ROC" + (" (log-log)" if log_scale else ""))
         for path, fig in figures.items():
             mlflow.log_figure(fig, path)
             plt.close(fig)
         pool_line = (f"{int(result.metrics['n_members'])} members, {int(result.metrics['n_non_members'])} "
                      f"non-members; population {int(result.metrics['n_population'])} texts")
-        mlflow.log_text(_comparison_markdown(table, alpha=a, reference=reference, pool=pool_line), "report.md")
+        mlflow.log_text(_comparison_markdown(table, alpha=a, references=references, pool=pool_line), "report.md")
         failed = [g for g in gates if g is not None and not g.passed]
         if any(g is not None for g in gates):
             mlflow.set_tag("mia.gate", "fail" if failed else "pass")
@@ -528,7 +597,7 @@ def _tmp_csv(table):
         yield path
 
 
-def _comparison_markdown(table, *, alpha: str, reference, pool: str) -> str:
+def _comparison_markdown(table, *, alpha: str, references, pool: str) -> str:
     import math
 
     def ci(r) -> str:
@@ -538,8 +607,11 @@ def _comparison_markdown(table, *, alpha: str, reference, pool: str) -> str:
     col = f"tpr_at_fpr_{alpha}"
     gated = "gate" in table and table["gate"].astype(str).str.len().gt(0).any()
     lines = ["# Membership inference: model versions compared", "",
-             f"Reference model: `{reference.resolved_uri if reference else 'none'}`. Audited pool: {pool}. "
-             "One nested run per version, all with the same pool, population set and settings.", ""]
+             f"Reference model{'s' if len(references) > 1 else ''}: "
+             f"{', '.join(f'`{r.resolved_uri}`' for r in references if r is not None) or 'none'}. "
+             f"Audited pool: {pool}. One nested run per "
+             f"{'version and reference' if len(references) > 1 else 'version'}, all with the same pool, "
+             "population set and settings.", ""]
     for level in ("sample", "user"):
         part = table[table["level"] == level]
         if part.empty:

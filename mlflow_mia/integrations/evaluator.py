@@ -90,14 +90,18 @@ def load_inputs(pool_data, options: MiaOptions):
     return pool, population
 
 
-def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, run_id=None,
-                  log_metrics: bool = True, extra_params: dict | None = None):
+def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, generator=None,
+                  run_id=None, log_metrics: bool = True, extra_params: dict | None = None):
     """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
 
     Parameters
     ----------
     target, reference : ResolvedModel
         From :func:`mlflow_mia.integrations.models.resolve_model`.
+    generator : ResolvedModel, optional
+        Neighbour generator of the ``neighbourhood`` attack. Default: resolved from
+        ``config.neighbourhood.generator_model`` (any URI :func:`resolve_model`
+        takes) when that attack runs, else the reference model.
     pool : AuditDataset
     population : PopulationSet
     config : AuditConfig
@@ -116,9 +120,11 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     from mlflow_mia.integrations.logging import log_audit
     from mlflow_mia.signals import SignalCache
 
+    generator = generator or resolve_generator(config)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
     result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
-                       config=config, cache=cache, device=options.device, progress=options.progress)
+                       generator=generator.lm if generator else None, config=config, cache=cache,
+                       device=options.device, progress=options.progress)
     gate = options.gate.check(result.metrics) if options.gate is not None else None
     params = {**target.params("target"), **(reference.params("reference") if reference else {}),
               **(extra_params or {})}
@@ -129,6 +135,22 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts
+
+
+def resolve_generator(config):
+    """The neighbour generator named in ``config.neighbourhood.generator_model``, resolved.
+
+    Returns None when no attack needs neighbours or none is named (the reference
+    model is then the generator). A registry URI (``models:/name@alias``), a run
+    URI or a local folder are all accepted, as for the target and reference.
+    """
+    from mlflow_mia.attacks import ATTACKS
+    from mlflow_mia.integrations.models import resolve_model
+
+    uri = config.neighbourhood.generator_model
+    if not uri or not any("neighbour_energy" in ATTACKS[a].requires for a in config.attacks if a in ATTACKS):
+        return None
+    return resolve_model(uri, role="neighbour generator")
 
 
 def _pool_frame(dataset):

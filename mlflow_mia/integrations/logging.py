@@ -13,7 +13,9 @@ What one audit writes (``prefix`` is prepended to every name):
   ``plots/hist_<attack>.png``;
 - tables: ``tables/samples.csv`` (ids, text hashes, labels, groups, lengths,
   scores, flags; raw text only with ``log_texts=True``), ``tables/riskiest.csv``,
-  ``tables/exposure_features.csv`` (which features predict the flagged members, when computed);
+  ``tables/exposure_features.csv`` (which features predict the flagged members, when computed),
+  ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
+  their neighbours with target energies; only with ``log_texts=True``);
 - ``audit_summary.json``, ``audit_config.json`` and ``report.md``;
 - run tags ``mia.gate`` (with a gate), ``mia.headline_attack``, and on the
   registered model version ``mia.<attack>.auc``, ``mia.<attack>.tpr_at_fpr_<alpha>``,
@@ -101,6 +103,8 @@ def audit_params(result, *, population=None) -> dict[str, str]:
     out["target_model"] = str(info.get("target_model"))
     if info.get("reference_model"):
         out["reference_model"] = str(info.get("reference_model"))
+    if info.get("neighbour_generator"):
+        out["neighbourhood.generator"] = str(info.get("neighbour_generator"))
     samples = result.samples
     out["pool.n_samples"] = str(len(samples))
     out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
@@ -305,6 +309,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
         "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
     }
+    if log_texts and getattr(result, "neighbour_examples", None) is not None:  # raw text: only when asked
+        files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
+                                                  lambda p: result.neighbour_examples.to_csv(p, index=False))
     if result.exposure is not None:  # memorization-feature analysis (paper Sec. 4.6)
         files["tables/exposure_features.csv"] = ("csv", "exposure_features",
                                                  lambda p: result.exposure.to_csv(p, index=False))

@@ -92,6 +92,21 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
 
     e = compute_signals(target, nbs[0] + [pool.texts[0]], progress=False).energy
     assert scores[0] == pytest.approx(e[:-1].mean() - e[-1], rel=1e-9)
+    # examples for the report: the top-scored members, each followed by neighbours, energies under the target
+    ex = result.neighbour_examples
+    heads = ex[ex["kind"] == "sample"]
+    members = result.samples[result.samples["label"] == 1].dropna(subset=["score_neighbourhood"])
+    top = members.nlargest(len(heads), "score_neighbourhood")
+    assert list(heads["sample_id"]) == list(top["sample_id"]) and len(heads) == 5
+    first = ex[ex["sample_id"] == heads["sample_id"].iat[0]]
+    text = pool.texts[list(result.samples["sample_id"]).index(heads["sample_id"].iat[0])]
+    assert first["text"].iat[0] == text and len(first) == 6 and (first["kind"].iloc[1:] == "neighbour").all()
+    e_ex = compute_signals(target, list(first["text"]), progress=False).energy
+    np.testing.assert_allclose(first["energy"].to_numpy(), e_ex, rtol=1e-12)
+    assert first["score_neighbourhood"].iat[0] == pytest.approx(
+        np.mean(compute_signals(target, nb_module.generate_neighbours(
+            reference, [text], config=_config().neighbourhood, progress=False)[0], progress=False).energy)
+        - e_ex[0], rel=1e-9)
     # a re-run reuses the cached neighbours and energies
     def boom(*args, **kwargs):
         raise AssertionError("recomputed")
@@ -119,12 +134,32 @@ def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
         return np.zeros(len(texts))
 
     monkeypatch.setattr(nb_module, "neighbour_energies", fake)
+    monkeypatch.setattr("mlflow_mia.audit._neighbour_examples", lambda *a, **k: None)
     reference = MaskedLM(*tiny_bert(seed=2))
     run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
               config=_config(generator_model=str(tmp_path)), progress=False)
     assert seen["generator"] is None  # neighbour_energies then loads config.neighbourhood.generator_model
     run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference, config=_config(), progress=False)
     assert seen["generator"] is reference
+
+
+def test_generator_argument_wins_and_needs_no_reference(data, monkeypatch):
+    pool, population = data
+    seen = []
+
+    def fake(target, texts, *, generator, config, cache, device, progress):
+        seen.append(generator)
+        return np.zeros(len(texts))
+
+    monkeypatch.setattr(nb_module, "neighbour_energies", fake)
+    monkeypatch.setattr("mlflow_mia.audit._neighbour_examples", lambda *a, **k: None)
+    generator, reference = MaskedLM(*tiny_bert(seed=3)), MaskedLM(*tiny_bert(seed=2))
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, reference=reference,
+                       config=_config(generator_model="/not/used"), progress=False)
+    assert seen[-1] is generator and result.info["neighbour_generator"] == generator.model_id
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, config=_config(),
+                       progress=False)  # no reference needed
+    assert seen[-1] is generator and result.info["reference_model"] is None
 
 
 def test_other_attacks_stay_strict_about_nan(data, monkeypatch):

@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
@@ -99,6 +100,60 @@ def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
     assert {"auc", "tpr_at_fpr_0.05", "auc_ci_low"} <= set(table.columns)
     lr = sample[sample["attack"] == "likelihood_ratio"].set_index("version")["auc"]
     assert lr[2] > lr[1]  # the trained version leaks more
+
+
+def test_compare_references_with_a_registered_neighbour_generator(tracking, capsys):
+    """compare --reference A,B: one nested run per (version, reference); loss and a fixed-generator
+    neighbourhood attack score alike in both, the likelihood ratio does not."""
+    args = ["compare", "--models", "tgt", "--aliases", "candidate", "--run-name", "cmp-refs",
+            *tracking.cli_args("--reference", "models:/ref@champion,models:/tgt@champion",
+                               "--attacks", "loss,likelihood_ratio,neighbourhood", "--num-neighbours", "3",
+                               "--neighbour-generator", "models:/ref@champion", "--bootstrap-rounds", "0",
+                               "--no-tag-model-version", "--log-texts")]
+    assert main(args) == 0
+    capsys.readouterr()
+    runs = _runs()
+    parent = next(r for r in runs if r.info.run_name == "cmp-refs")
+    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert sorted(children) == ["tgt v2 (@candidate) vs ref ref v1 (@champion)",
+                                "tgt v2 (@candidate) vs ref tgt v1 (@champion)"]
+    for child in children.values():
+        assert child.data.params["neighbourhood.generator"] == "models:/ref/1"
+        assert child.data.params["neighbourhood.generator_model"] == "models:/ref@champion"
+        assert child.data.params["neighbourhood.num_neighbours"] == "3"
+    assert parent.data.params["compared_references"] == "models:/ref/1,models:/tgt/1"
+
+    def samples(run):
+        return pd.read_csv(mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                               artifact_path="tables/samples.csv"))
+
+    a, b = (samples(children[name]) for name in sorted(children))
+    pd.testing.assert_series_equal(a["score_loss"], b["score_loss"])
+    pd.testing.assert_series_equal(a["score_neighbourhood"], b["score_neighbourhood"])
+    assert not a["score_likelihood_ratio"].equals(b["score_likelihood_ratio"])
+    table = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=parent.info.run_id,
+                                                            artifact_path="tables/comparison.csv"))
+    assert set(table["reference"]) == {"models:/ref/1", "models:/tgt/1"}
+    plots = {p.path for p in MlflowClient().list_artifacts(parent.info.run_id, "plots")}
+    assert {"plots/roc_all.png", "plots/roc_all_log.png"} <= plots
+    # --log-texts: example neighbours of the top-scored members, with their target energies
+    examples = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=children[sorted(children)[0]].info.run_id,
+                                                               artifact_path="tables/neighbour_examples.csv"))
+    assert set(examples["kind"]) == {"sample", "neighbour"}
+    assert set(examples["sample_id"]) <= set(a.loc[a["label"] == 1, "sample_id"])
+
+
+def test_distinct_curves_draws_reference_free_attacks_once():
+    from mlflow_mia.integrations.cli import _distinct_curves
+
+    one, two = "tgt v2 vs ref a", "tgt v2 vs ref b"
+    rocs = {"loss": {one: "L1", two: "L2"}, "likelihood_ratio": {one: "R1", two: "R2"}}
+    scores = {("loss", one): np.array([1.0, np.nan]), ("loss", two): np.array([1.0, np.nan]),
+              ("likelihood_ratio", one): np.array([1.0, 2.0]), ("likelihood_ratio", two): np.array([2.0, 1.0])}
+    assert _distinct_curves(rocs, scores, one_target=True) == {
+        "loss": "L1", "likelihood_ratio (ref a)": "R1", "likelihood_ratio (ref b)": "R2"}
+    assert _distinct_curves(rocs, scores, one_target=False) == {
+        "loss (tgt v2)": "L1", "likelihood_ratio (tgt v2 vs ref a)": "R1", "likelihood_ratio (tgt v2 vs ref b)": "R2"}
 
 
 def test_compare_aliases(tracking):

@@ -97,6 +97,22 @@ def test_log_texts(tracking, audit):
     assert samples["text"].tolist() == list(pool.texts)
 
 
+def test_neighbour_examples_only_with_log_texts(tracking, audit):
+    import dataclasses
+
+    result, pool, _ = audit
+    examples = pd.DataFrame({"sample_id": ["s000"], "text_hash": ["h"], "kind": ["sample"], "text": ["secret"],
+                             "energy": [1.0], "score_neighbourhood": [0.5]})
+    result = dataclasses.replace(result, neighbour_examples=examples)
+    with mlflow.start_run() as quiet:
+        log_audit(result, log_metrics=False)
+    assert not any("neighbour" in f for f in _artifacts(quiet.info.run_id))
+    with mlflow.start_run() as loud:
+        artifacts = log_audit(result, log_metrics=False, log_texts=True, texts=pool.texts)
+    assert "tables/neighbour_examples.csv" in _artifacts(loud.info.run_id)
+    assert artifacts["neighbour_examples"].content["text"].tolist() == ["secret"]
+
+
 def test_model_version_tags(tracking, audit):
     result, _, _ = audit
     gate = Gate.parse("0.05:0.0").check(result.metrics)
