@@ -21,7 +21,7 @@ import numpy as np
 
 from mlflow_mia.attacks import ATTACKS, AttackInputs, get_attack
 from mlflow_mia.config import AuditConfig
-from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.data import AuditDataset, PopulationSet, text_hash
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
 from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
 from mlflow_mia.metrics.roc import RocResult, roc, tpr_at_fpr_from_roc
@@ -419,14 +419,17 @@ def _neighbour_examples(target: MaskedLM, generator, pool: AuditDataset, samples
                                      progress=False, cache=cache, max_length=sc.max_length,
                                      token_budget=sc.token_budget)
     shown = [nb[:n_neighbours] for nb in neighbours]
-    flat = texts + [x for nb in shown for x in nb]
-    energy = dict(zip(flat, compute_signals(target, flat, sc, cache=cache, device=device, progress=False).energy))
+    own = compute_signals(target, texts, sc, cache=cache, device=device, progress=False).energy
+    flat = [x for nb in shown for x in nb]
+    keys = [text_hash(t) for t, nb in zip(texts, shown) for _ in nb] if config.neighbourhood.shared_masks else None
+    theirs = iter(compute_signals(target, flat, sc, cache=cache, device=device, progress=False,
+                                  mask_keys=keys).energy)
     rows = []
-    for i, text, nb in zip(top, texts, shown):
+    for i, text, e, nb in zip(top, texts, own, shown):
         base = {"sample_id": samples["sample_id"].iat[i], "text_hash": samples["text_hash"].iat[i]}
-        rows.append({**base, "kind": "sample", "text": text, "energy": float(energy[text]),
+        rows.append({**base, "kind": "sample", "text": text, "energy": float(e),
                      "score_neighbourhood": float(scores[i])})
-        rows += [{**base, "kind": "neighbour", "text": x, "energy": float(energy[x]),
+        rows += [{**base, "kind": "neighbour", "text": x, "energy": float(next(theirs)),
                   "score_neighbourhood": float("nan")} for x in nb]
     return pd.DataFrame(rows)
 

@@ -123,12 +123,18 @@ class NeighbourhoodConfig:
         Dropout probability applied to the input embedding of the replaced position only.
     generator_model : str or None
         Model that proposes replacements; ``None`` uses the reference model.
+    shared_masks : bool
+        With the energy signal, draw each neighbour's K masks from its *sample's*
+        key, so a neighbour of equal token count is masked where its sample is and
+        the score compares like with like (common random numbers). False draws them
+        from the neighbour's own text, as for any other text. No effect on PLL.
     """
 
     num_neighbours: int = 25
     num_replacements: int = 1
     dropout: float = 0.7
     generator_model: str | None = None
+    shared_masks: bool = True
 
     def __post_init__(self):
         if not isinstance(self.num_neighbours, int) or self.num_neighbours < 1:

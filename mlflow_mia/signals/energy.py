@@ -16,7 +16,8 @@ How it is computed (one code path for both signals):
   batches carry little padding;
 * the encoder runs on the whole batch, the LM head only on the masked positions
   (for a 30k vocabulary that is most of the arithmetic of a small model);
-* the NLL is ``logsumexp(logits) - logit[target]``, in float32, no full softmax;
+* the NLL is ``logsumexp(logits) - logit[target]``, in float32, no full softmax,
+  over a few hundred masked positions at a time (the logits stay in cache);
 * texts stream through in chunks of ``chunk_size`` samples, each chunk written to
   the cache before the next starts: memory stays flat as the data grows, and a
   killed run resumes from the cache;
@@ -93,6 +94,14 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
     return ids, maskable, truncated
 
 
+def _is_hex(key) -> bool:
+    try:
+        int(key, 16)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _masks(n_tokens: int, config: SignalConfig, key: str) -> np.ndarray:
     if config.kind == "pll":
         return pll_masks(n_tokens)
@@ -136,11 +145,10 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
             col_idx = np.concatenate([copies[c][1] for c in rows])
             targets = torch.from_numpy(batch[row_idx, col_idx]).to(device)
             batch[row_idx, col_idx] = mask_id
-            logits = lm.logits_at(torch.from_numpy(batch).to(device), torch.from_numpy(attention).to(device),
-                                  torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device))
-            logits = logits.float()
-            logp = logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
-            logp = logp.cpu().numpy().astype(np.float32)
+            logp = lm.target_logprobs_at(torch.from_numpy(batch).to(device), torch.from_numpy(attention).to(device),
+                                         torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device),
+                                         targets)
+            logp = logp.cpu().numpy()
             offset = 0
             for c in rows:
                 n = len(copies[c][1])
@@ -153,7 +161,8 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
 
 def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | None = None, *,
                     cache: SignalCache | None = None, device=None, progress: bool = True,
-                    chunk_size: int = 512, desc: str | None = None) -> SignalResult:
+                    chunk_size: int = 512, desc: str | None = None,
+                    mask_keys: Sequence[str] | None = None) -> SignalResult:
     """Masked energy (or PLL) and masked-token log-probs of every text.
 
     Parameters
@@ -172,6 +181,13 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         Show a tqdm progress bar over masked copies.
     chunk_size : int
         Samples per streamed chunk (memory and cache-commit granularity).
+    mask_keys : sequence of str, optional
+        One hex text hash per text (:func:`mlflow_mia.data.text_hash` of another
+        text) from which its masks are drawn instead of its own sha256. The neighbourhood attack passes the source sample's hash for each
+        neighbour, so a neighbour of the same token count is masked at the same
+        positions as its sample and the mask-sampling noise cancels in the
+        difference, as it does between target and reference in the likelihood ratio.
+        Cached apart from the rows of plain texts.
 
     Returns
     -------
@@ -203,9 +219,24 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
 
     config = config or SignalConfig()
     texts = list(texts)
-    hashes = [text_hash(t) for t in texts]
+    if config.kind != "energy":
+        mask_keys = None  # PLL masks every token once: nothing random to share
+    if mask_keys is None:
+        hashes = [text_hash(t) for t in texts]
+        mask_of: dict[str, str] = {}
+    else:
+        mask_keys = list(mask_keys)
+        if len(mask_keys) != len(texts):
+            raise ValueError(f"mask_keys has {len(mask_keys)} entries for {len(texts)} texts; give one per text")
+        bad = next((k for k in mask_keys if not _is_hex(k)), None)
+        if bad is not None:
+            raise ValueError(f"mask_keys must be hex text hashes (mlflow_mia.data.text_hash(sample)), got {bad!r}")
+        hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
+        mask_of = dict(zip(hashes, mask_keys))
     max_length = min(config.max_length or lm.max_length, lm.max_length)
     spec = {"model_id": lm.model_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length}
+    if mask_keys is not None and config.kind == "energy":
+        spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None
     unique: dict[str, str] = dict(zip(hashes, texts))
     rows = cache.get_many(key, unique) if cache is not None else {}
@@ -219,7 +250,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         if truncated.any():
             log.warning("%d of %d texts are longer than %d tokens and are truncated to their first %d tokens",
                         int(truncated.sum()), len(todo_texts), max_length, max_length)
-        masks = [_masks(len(m), config, h) for m, h in zip(maskable, todo)]
+        masks = [_masks(len(m), config, mask_of.get(h, h)) for m, h in zip(maskable, todo)]
         order = np.argsort([len(x) for x in ids], kind="stable")
         total = sum(len(m) for m in masks)
         bar = tqdm(total=total, desc=desc or f"{config.kind} {lm.name}", unit="mask", disable=not progress,

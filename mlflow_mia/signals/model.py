@@ -170,6 +170,35 @@ class MaskedLM:
                 return self.model.base_model, head
         return None
 
+    def target_logprobs_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
+                           cols: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 256) -> torch.Tensor:
+        """``log p(targets[i] | input)`` at positions ``(rows[i], cols[i])``, shape (n_positions,), float32.
+
+        Same numbers as ``log_softmax(logits_at(...))`` at the targets, computed as
+        ``logit[target] - logsumexp(logits)`` in float32 over ``chunk_rows`` positions at
+        a time: the (chunk, vocab) logits stay small enough for the CPU cache, so the
+        memory-bound logsumexp passes over a 30k vocabulary cost little next to the
+        head's matrix multiply, and peak memory does not grow with the batch.
+        """
+        split = self.split_head()
+        if split is None:
+            logits_all = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+            def logits_of(r, c):
+                return logits_all[r, c]
+        else:
+            encoder, head = split
+            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+            def logits_of(r, c):
+                return head(hidden[r, c])
+        out = torch.empty(len(rows), dtype=torch.float32, device=rows.device)
+        for start in range(0, len(rows), chunk_rows):
+            stop = start + chunk_rows
+            logits = logits_of(rows[start:stop], cols[start:stop]).float()
+            out[start:stop] = logits.gather(1, targets[start:stop, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+        return out
+
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                   cols: torch.Tensor) -> torch.Tensor:
         """MLM logits of shape (n_positions, vocab) at positions ``(rows[i], cols[i])`` only.

@@ -639,16 +639,22 @@ def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None
     neighbours = generate_neighbours(generator, texts, config=config.neighbourhood, seed=sc.seed, device=device,
                                      progress=progress, cache=cache, max_length=sc.max_length,
                                      token_budget=sc.token_budget)
-    flat = list(dict.fromkeys(x for nb in neighbours for x in nb))
     out = np.full(len(texts), np.nan, dtype=np.float64)
-    if not flat:
+    if not any(neighbours):
         return out
-    res = compute_signals(target, flat, sc, cache=cache, device=device, progress=progress,
-                          desc=f"{sc.kind} of neighbours")
-    energy = dict(zip(flat, res.energy))
-    for i, nb in enumerate(neighbours):
+    if config.neighbourhood.shared_masks:  # each neighbour masked from its sample's key (common random numbers)
+        pairs = list(dict.fromkeys((x, text_hash(t)) for t, nb in zip(texts, neighbours) for x in nb))
+        mask_keys = [k for _, k in pairs]
+    else:
+        pairs = list(dict.fromkeys((x, "") for nb in neighbours for x in nb))
+        mask_keys = None
+    res = compute_signals(target, [x for x, _ in pairs], sc, cache=cache, device=device, progress=progress,
+                          desc=f"{sc.kind} of neighbours", mask_keys=mask_keys)
+    energy = dict(zip(pairs, res.energy))
+    for i, (t, nb) in enumerate(zip(texts, neighbours)):
         if nb:
-            out[i] = float(np.mean([energy[x] for x in nb]))
+            k = text_hash(t) if mask_keys is not None else ""
+            out[i] = float(np.mean([energy[(x, k)] for x in nb]))
     n_nan = int(np.isnan(out).sum())
     if n_nan:
         log.warning("%d of %d text(s) have no neighbours; their neighbour energy is NaN", n_nan, len(texts))

@@ -131,6 +131,24 @@ def test_head_only_at_masked_positions_equals_full_head(lm, monkeypatch):
     np.testing.assert_allclose(fast.energy, full.energy, rtol=1e-5)
 
 
+@pytest.mark.parametrize("split", [True, False])
+def test_target_logprobs_in_chunks_equal_log_softmax_of_the_full_logits(lm, split, monkeypatch):
+    if not split:
+        monkeypatch.setattr(MaskedLM, "split_head", lambda self: None)
+    enc = lm.tokenizer(TEXTS[:3], padding=True, return_tensors="pt")
+    rows = torch.tensor([0, 0, 1, 2, 2, 1, 0])
+    cols = torch.tensor([1, 2, 1, 3, 1, 4, 5])
+    targets = torch.tensor([5, 9, 11, 7, 3, 20, 8])
+    with torch.inference_mode():
+        full = torch.log_softmax(lm.model(**enc).logits[rows, cols].double(), dim=-1)
+        expected = full[torch.arange(len(rows)), targets].float()
+        for chunk_rows in (1, 3, 256):
+            got = lm.target_logprobs_at(enc["input_ids"], enc["attention_mask"], rows, cols, targets,
+                                        chunk_rows=chunk_rows)
+            assert got.dtype == torch.float32 and got.shape == (7,)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_long_texts_are_truncated_and_counted(caplog):
     model, tok = tiny_bert()
     lm = MaskedLM(model, tok)

@@ -8,6 +8,7 @@ import torch
 from mlflow_mia.config import AuditConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
+from mlflow_mia.signals import energy as energy_module
 from mlflow_mia.signals import neighbours as nb_module
 from mlflow_mia.signals.neighbours import (_dropout_scales, _match_case, candidate_swaps, generate_neighbours,
                                            load_generator, neighbour_energies, replaceable_words)
@@ -215,8 +216,47 @@ def test_no_replaceable_word_gives_nan_and_a_count(caplog):
     assert [len(x) for x in nbs] == [4, 0, 0]
     assert "2 of 3 text(s) have no replaceable word" in caplog.text
     assert np.isfinite(e[0]) and np.isnan(e[1:]).all()
-    expected = compute_signals(target, nbs[0], SignalConfig(), progress=False).energy.mean()
+    expected = compute_signals(target, nbs[0], SignalConfig(), progress=False,
+                               mask_keys=[text_hash(texts[0])] * 4).energy.mean()
     assert e[0] == pytest.approx(expected, rel=1e-12)
+    independent = neighbour_energies(target, texts[:1], generator=(model, tok), progress=False, config=AuditConfig(
+        neighbourhood=NeighbourhoodConfig(num_neighbours=4, shared_masks=False)))
+    assert independent[0] == pytest.approx(compute_signals(target, nbs[0], progress=False).energy.mean(), rel=1e-12)
+
+
+def test_shared_masks_put_a_neighbour_masks_where_its_sample_has_them(monkeypatch):
+    """Common random numbers: a neighbour with the sample's token count is masked at the sample's positions."""
+    target = MaskedLM(*tiny_bert(seed=1))
+    sample, neighbour = "the cat sat on the mat today", "the dog sat on the mat today"
+    assert len(target.tokenizer(sample)["input_ids"]) == len(target.tokenizer(neighbour)["input_ids"])
+    seen = []
+    real = energy_module.masked_token_logprobs
+
+    def spy(lm, ids, copies, **kw):
+        seen.append([tuple(p.tolist()) for _, p in copies])
+        return real(lm, ids, copies, **kw)
+
+    monkeypatch.setattr(energy_module, "masked_token_logprobs", spy)
+    compute_signals(target, [sample], progress=False)
+    compute_signals(target, [neighbour], progress=False, mask_keys=[text_hash(sample)])
+    compute_signals(target, [neighbour], progress=False)
+    assert seen[0] == seen[1] and seen[0] != seen[2]
+
+
+def test_keyed_rows_are_cached_apart_from_plain_rows(tmp_path):
+    target = MaskedLM(*tiny_bert(seed=1))
+    cache = SignalCache(str(tmp_path))
+    text = "the cat sat on the mat today"
+    plain = compute_signals(target, [text], cache=cache, progress=False).energy
+    keyed = compute_signals(target, [text], cache=cache, progress=False, mask_keys=[text_hash("another sample")]).energy
+    assert keyed[0] != plain[0]
+    again = compute_signals(target, [text, text], cache=cache, progress=False,
+                            mask_keys=[text_hash("another sample"), text_hash(text)])
+    assert again.energy[0] == keyed[0] and again.energy[1] == pytest.approx(plain[0], rel=1e-12)
+    with pytest.raises(ValueError, match="mask_keys has 1 entries for 2 texts"):
+        compute_signals(target, [text, "a dog"], progress=False, mask_keys=[text_hash(text)])
+    with pytest.raises(ValueError, match="mask_keys must be hex text hashes"):
+        compute_signals(target, [text], progress=False, mask_keys=["another sample"])
 
 
 def test_more_neighbours_asked_than_exist(caplog):
