@@ -82,7 +82,7 @@ def main(argv=None):
     parser.add_argument("--baseline-samples", type=int, default=32, help="sentences timed with one pass per position")
     parser.add_argument("--samples", type=int, default=128, help="sentences timed with the batched generator")
     parser.add_argument("--neighbours", type=int, default=25, help="n, neighbours per sentence")
-    parser.add_argument("--token-budget", type=int, default=8192, help="padded tokens per forward pass")
+    parser.add_argument("--token-budget", type=int, default=4096, help="padded tokens per forward pass")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     if args.quick:

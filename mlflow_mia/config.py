@@ -72,7 +72,8 @@ class SignalConfig:
         Token limit including special tokens; ``None`` uses the model's limit. Longer
         texts are truncated (never windowed); the count is reported.
     token_budget : int
-        Padded tokens per forward pass (batch size x padded length).
+        Padded tokens per forward pass (batch size x padded length). 4096 measured
+        fastest on CPU (``benchmarks/bench_energy.py``); a GPU wants more, e.g. 32768.
     half_precision : bool
         Run the model in float16 on CUDA (ignored on CPU).
     """
@@ -82,7 +83,7 @@ class SignalConfig:
     mask_rate: float = 0.15
     seed: int = 0
     max_length: int | None = None
-    token_budget: int = 8192
+    token_budget: int = 4096
     half_precision: bool = False
 
     def __post_init__(self):

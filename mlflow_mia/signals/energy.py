@@ -109,7 +109,7 @@ def _masks(n_tokens: int, config: SignalConfig, key: str) -> np.ndarray:
 
 
 def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Sequence[tuple[int, np.ndarray]], *,
-                          token_budget: int = 8192, device=None, half_precision: bool = False,
+                          token_budget: int = 4096, device=None, half_precision: bool = False,
                           progress=None) -> list[np.ndarray]:
     """Log-probabilities of the original tokens at the masked positions of each copy.
 

@@ -304,7 +304,7 @@ def _tables(lm: MaskedLM, device) -> _Tables:
 
 
 def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dropout: float = 0.7, seed: int = 0,
-                    max_length: int | None = None, token_budget: int = 8192, device=None,
+                    max_length: int | None = None, token_budget: int = 4096, device=None,
                     progress: bool = True) -> tuple[list[list[Word]], list[list[list[Swap]]]]:
     """The ``top_k`` most likely substitutes of every replaceable word of every text.
 
@@ -485,7 +485,7 @@ class _NeighbourStore(SqliteSpecStore):
 
 def generate_neighbours(generator, texts: Sequence[str], *, config: NeighbourhoodConfig | None = None, seed: int = 0,
                         device=None, progress: bool = True, cache: SignalCache | None = None,
-                        max_length: int | None = None, token_budget: int = 8192,
+                        max_length: int | None = None, token_budget: int = 4096,
                         chunk_size: int = 256) -> list[list[str]]:
     """Neighbour texts of each text: its ``n`` most likely ``m``-word replacements.
 
