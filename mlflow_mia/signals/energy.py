@@ -94,6 +94,33 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
     return ids, maskable, truncated
 
 
+def release_free_memory() -> None:
+    """Hand memory freed by the last chunk back to the OS (glibc ``malloc_trim``; no-op elsewhere).
+
+    Batches of varying shapes leave the C heap fragmented: without a trim, resident
+    memory creeps up with every chunk (measured +790 MiB over 1,000 sentences with
+    a MiniLM-sized model), with it the peak is bounded by one chunk. Forcing large
+    allocations onto ``mmap`` instead keeps memory flat too but costs a quarter of
+    the throughput in page faults (``benchmarks/bench_energy.py``).
+    """
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        _MALLOC_TRIM = False
+        try:
+            import ctypes
+            import ctypes.util
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _MALLOC_TRIM = getattr(libc, "malloc_trim", False)
+        except OSError:
+            pass
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
+
+
 def _is_hex(key) -> bool:
     try:
         int(key, 16)
@@ -138,6 +165,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
     out: list[np.ndarray | None] = [None] * len(copies)
     autocast = (torch.autocast(device_type="cuda", dtype=torch.float16)
                 if half_precision and device.type == "cuda" else torch.autocast("cpu", enabled=False))
+    last_shape = None
     with torch.inference_mode(), autocast:
         for rows in plan_batches(lengths, token_budget):
             batch, attention = pad_batch([ids[copies[c][0]] for c in rows], lm.tokenizer.pad_token_id)
@@ -156,6 +184,9 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
                 offset += n
             if progress is not None:
                 progress.update(len(rows))
+            if batch.shape != last_shape:  # blocks of other shapes would fragment the heap: hand them back
+                release_free_memory()
+                last_shape = batch.shape
     return out  # type: ignore[return-value]
 
 
@@ -273,6 +304,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                 if cache is not None:
                     cache.put_many(key, new)
                 rows.update(new)
+                release_free_memory()
         finally:
             bar.close()
     return SignalResult(
