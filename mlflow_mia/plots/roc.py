@@ -43,7 +43,7 @@ TPR_LABEL = "True positive rate"
 def _new_axes():
     from matplotlib.figure import Figure
 
-    fig = Figure()
+    fig = Figure(layout="constrained")
     return fig.add_subplot()
 
 
@@ -72,7 +72,12 @@ def _refresh_legend(ax) -> None:
     """Legend of the labelled lines, ROC curves first and the chance line last."""
     handles = [h for h in ax.get_lines() if not h.get_label().startswith("_")]
     handles.sort(key=lambda h: h.get_gid() == _CHANCE_GID)
-    ax.legend(handles=handles, loc="lower right")
+    if len(handles) > 4 or max(len(h.get_label()) for h in handles) > 40:
+        # many or long labels would hide the curves: put the legend under the axes
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize="small",
+                  frameon=False)
+    else:
+        ax.legend(handles=handles, loc="lower right")
 
 
 class RocDisplay:
