@@ -21,7 +21,7 @@ import numpy as np
 
 from mlflow_mia.attacks import ATTACKS, AttackInputs, get_attack
 from mlflow_mia.config import AuditConfig
-from mlflow_mia.data import AuditDataset, PopulationSet, text_hash
+from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
 from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
 from mlflow_mia.metrics.roc import RocResult, roc, tpr_at_fpr_from_roc
@@ -375,7 +375,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         metrics.update({"user/n_members": int(g.y_true.sum()), "user/n_non_members": int((g.y_true == 0).sum())})
     examples = None
     if "neighbourhood" in attacks:
-        examples = _neighbour_examples(target, generator, pool, samples, config, cache=cache, device=device)
+        examples = _neighbour_examples(target, generator, pool, samples, target_sig.energy[:n_pool], config,
+                                       cache=cache, device=device)
     headline = "likelihood_ratio" if "likelihood_ratio" in attacks else next(iter(attacks))
     exposure = _exposure(target, pool, samples, attacks[headline], headline, config, warnings)
     timings["total_s"] = round(time.perf_counter() - t0, 3)
@@ -396,12 +397,13 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
                        exposure=exposure, neighbour_examples=examples)
 
 
-def _neighbour_examples(target: MaskedLM, generator, pool: AuditDataset, samples, config: AuditConfig, *,
+def _neighbour_examples(target: MaskedLM, generator, pool: AuditDataset, samples, energy, config: AuditConfig, *,
                         cache, device, n_samples: int = 5, n_neighbours: int = 5):
     """The ``n_samples`` members the neighbourhood attack scores highest, with their first neighbours.
 
-    Neighbours and energies come from the cache the attack just filled (recomputed
-    for these few texts without a cache).
+    ``energy`` holds the pool's target energies. Neighbours and their energies come
+    from the cache the attack just filled (recomputed for these few texts without a
+    cache).
     """
     import pandas as pd
 
@@ -419,13 +421,13 @@ def _neighbour_examples(target: MaskedLM, generator, pool: AuditDataset, samples
                                      progress=False, cache=cache, max_length=sc.max_length,
                                      token_budget=sc.token_budget)
     shown = [nb[:n_neighbours] for nb in neighbours]
-    own = compute_signals(target, texts, sc, cache=cache, device=device, progress=False).energy
     flat = [x for nb in shown for x in nb]
-    keys = [text_hash(t) for t, nb in zip(texts, shown) for _ in nb] if config.neighbourhood.shared_masks else None
+    keys = ([samples["text_hash"].iat[i] for i, nb in zip(top, shown) for _ in nb]
+            if config.neighbourhood.shared_masks else None)
     theirs = iter(compute_signals(target, flat, sc, cache=cache, device=device, progress=False,
                                   mask_keys=keys).energy)
     rows = []
-    for i, text, e, nb in zip(top, texts, own, shown):
+    for i, text, e, nb in zip(top, texts, energy[top], shown):
         base = {"sample_id": samples["sample_id"].iat[i], "text_hash": samples["text_hash"].iat[i]}
         rows.append({**base, "kind": "sample", "text": text, "energy": float(e),
                      "score_neighbourhood": float(scores[i])})

@@ -309,7 +309,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
         "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
     }
-    if log_texts and getattr(result, "neighbour_examples", None) is not None:  # raw text: only when asked
+    if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
         files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
                                                   lambda p: result.neighbour_examples.to_csv(p, index=False))
     if result.exposure is not None:  # memorization-feature analysis (paper Sec. 4.6)

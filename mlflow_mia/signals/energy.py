@@ -17,7 +17,7 @@ How it is computed (one code path for both signals):
 * the encoder runs on the whole batch, the LM head only on the masked positions
   (for a 30k vocabulary that is most of the arithmetic of a small model);
 * the NLL is ``logsumexp(logits) - logit[target]``, in float32, no full softmax,
-  over a few hundred masked positions at a time (the logits stay in cache);
+  over a few hundred masked positions at a time, so the logits stay small;
 * texts stream through in chunks of ``chunk_size`` samples, each chunk written to
   the cache before the next starts: memory stays flat as the data grows, and a
   killed run resumes from the cache;
@@ -95,13 +95,14 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
 
 
 def release_free_memory() -> None:
-    """Hand memory freed by the last chunk back to the OS (glibc ``malloc_trim``; no-op elsewhere).
+    """Hand freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
 
     Batches of varying shapes leave the C heap fragmented: without a trim, resident
-    memory creeps up with every chunk (measured +790 MiB over 1,000 sentences with
-    a MiniLM-sized model), with it the peak is bounded by one chunk. Forcing large
-    allocations onto ``mmap`` instead keeps memory flat too but costs a quarter of
-    the throughput in page faults (``benchmarks/bench_energy.py``).
+    memory creeps up (measured about +1 GB over 2,000 sentences with a MiniLM-sized
+    model). Called when the batch shape changes and after each chunk, it keeps the
+    peak near one batch's working set. Forcing large allocations onto ``mmap``
+    instead keeps memory flat too but costs a quarter of the throughput in page
+    faults (``benchmarks/bench_energy.py``).
     """
     global _MALLOC_TRIM
     if _MALLOC_TRIM is None:
@@ -214,8 +215,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         Samples per streamed chunk (memory and cache-commit granularity).
     mask_keys : sequence of str, optional
         One hex text hash per text (:func:`mlflow_mia.data.text_hash` of another
-        text) from which its masks are drawn instead of its own sha256. The neighbourhood attack passes the source sample's hash for each
-        neighbour, so a neighbour of the same token count is masked at the same
+        text) from which its masks are drawn instead of its own sha256. The
+        neighbourhood attack passes the source sample's hash for each neighbour, so a neighbour of the same token count is masked at the same
         positions as its sample and the mask-sampling noise cancels in the
         difference, as it does between target and reference in the likelihood ratio.
         Cached apart from the rows of plain texts.
@@ -266,7 +267,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         mask_of = dict(zip(hashes, mask_keys))
     max_length = min(config.max_length or lm.max_length, lm.max_length)
     spec = {"model_id": lm.model_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length}
-    if mask_keys is not None and config.kind == "energy":
+    if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None
     unique: dict[str, str] = dict(zip(hashes, texts))

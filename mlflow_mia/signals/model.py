@@ -180,18 +180,7 @@ class MaskedLM:
         cost little next to the head's matrix multiply, and peak memory does not grow
         with the batch.
         """
-        split = self.split_head()
-        if split is None:
-            logits_all = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-
-            def logits_of(r, c):
-                return logits_all[r, c]
-        else:
-            encoder, head = split
-            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-            def logits_of(r, c):
-                return head(hidden[r, c])
+        logits_of = self._position_logits(input_ids, attention_mask)
         out = torch.empty(len(rows), dtype=torch.float32, device=rows.device)
         for start in range(0, len(rows), chunk_rows):
             stop = start + chunk_rows
@@ -210,9 +199,14 @@ class MaskedLM:
         a small model's arithmetic) only at the selected positions. Models whose head
         cannot be separated (see :meth:`split_head`) compute all logits and select.
         """
+        return self._position_logits(input_ids, attention_mask)(rows, cols)
+
+    def _position_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """Run the encoder once; return ``logits_of(rows, cols)`` applying the head at those positions."""
         split = self.split_head()
         if split is None:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits[rows, cols]
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return lambda rows, cols: logits[rows, cols]
         encoder, head = split
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return head(hidden[rows, cols])
+        return lambda rows, cols: head(hidden[rows, cols])

@@ -642,18 +642,14 @@ def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None
     out = np.full(len(texts), np.nan, dtype=np.float64)
     if not any(neighbours):
         return out
-    if config.neighbourhood.shared_masks:  # each neighbour masked from its sample's key (common random numbers)
-        pairs = list(dict.fromkeys((x, text_hash(t)) for t, nb in zip(texts, neighbours) for x in nb))
-        mask_keys = [k for _, k in pairs]
-    else:
-        pairs = list(dict.fromkeys((x, "") for nb in neighbours for x in nb))
-        mask_keys = None
+    shared = config.neighbourhood.shared_masks  # each neighbour masked from its sample's key (common random numbers)
+    keys = [text_hash(t) for t in texts] if shared else [""] * len(texts)
+    pairs = list(dict.fromkeys((x, k) for k, nb in zip(keys, neighbours) for x in nb))
     res = compute_signals(target, [x for x, _ in pairs], sc, cache=cache, device=device, progress=progress,
-                          desc=f"{sc.kind} of neighbours", mask_keys=mask_keys)
+                          desc=f"{sc.kind} of neighbours", mask_keys=[k for _, k in pairs] if shared else None)
     energy = dict(zip(pairs, res.energy))
-    for i, (t, nb) in enumerate(zip(texts, neighbours)):
+    for i, (k, nb) in enumerate(zip(keys, neighbours)):
         if nb:
-            k = text_hash(t) if mask_keys is not None else ""
             out[i] = float(np.mean([energy[(x, k)] for x in nb]))
     n_nan = int(np.isnan(out).sum())
     if n_nan:
