@@ -71,9 +71,12 @@ class SignalConfig:
     max_length : int or None
         Token limit including special tokens; ``None`` uses the model's limit. Longer
         texts are truncated (never windowed); the count is reported.
-    token_budget : int
-        Padded tokens per forward pass (batch size x padded length). 4096 measured
-        fastest on CPU (``benchmarks/bench_energy.py``); a GPU wants more, e.g. 32768.
+    token_budget : int or None
+        Padded tokens per forward pass (batch size x padded length). ``None`` picks
+        by device: 1024 on CPU, where 512 to 8192 run at the same speed and the
+        working set (and so peak memory) grows with the budget
+        (``benchmarks/bench_energy.py``); 16384 on CUDA, where larger batches keep
+        the GPU busy (a starting point, not measured here).
     half_precision : bool
         Run the model in float16 on CUDA (ignored on CPU).
     """
@@ -83,7 +86,7 @@ class SignalConfig:
     mask_rate: float = 0.15
     seed: int = 0
     max_length: int | None = None
-    token_budget: int = 4096
+    token_budget: int | None = None
     half_precision: bool = False
 
     def __post_init__(self):
@@ -95,8 +98,9 @@ class SignalConfig:
             raise ValueError(f"mask_rate must be in (0, 1], got {self.mask_rate!r}")
         if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 3):
             raise ValueError(f"max_length must be an int >= 3 or None, got {self.max_length!r}")
-        if not isinstance(self.token_budget, int) or self.token_budget < 16:
-            raise ValueError(f"token_budget must be an int >= 16, got {self.token_budget!r}")
+        if self.token_budget is not None and (isinstance(self.token_budget, bool) or
+                                              not isinstance(self.token_budget, int) or self.token_budget < 16):
+            raise ValueError(f"token_budget must be an int >= 16 or None (by device), got {self.token_budget!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SignalConfig":

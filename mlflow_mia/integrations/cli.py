@@ -126,8 +126,8 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                         help="token limit per text including special tokens (default: the model's); longer texts "
                              "are truncated and counted")
     attack.add_argument("--token-budget", type=_INT, metavar="N",
-                        help="padded tokens per forward pass, batch size x length (default 4096, fastest on CPU; "
-                             "raise it on a GPU, lower it if memory runs out)")
+                        help="padded tokens per forward pass, batch size x length (default: 1024 on CPU, "
+                             "16384 on CUDA; lower it if memory runs out)")
     attack.add_argument("--num-neighbours", type=_INT, metavar="N",
                         help="neighbours per text for the neighbourhood attack (default 25)")
     attack.add_argument("--neighbour-generator", metavar="URI",

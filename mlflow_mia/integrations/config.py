@@ -48,7 +48,8 @@ CONFIG_KEYS: dict[str, str] = {
     "seed": "Seed of the masks and of the bootstrap (default 0).",
     "max_length": "Token limit per text including special tokens (default: the model's limit); longer texts "
                   "are truncated and counted.",
-    "token_budget": "Padded tokens per forward pass: batch size x padded length (default 4096).",
+    "token_budget": "Padded tokens per forward pass: batch size x padded length (default 1024 on CPU, "
+                    "16384 on CUDA).",
     "half_precision": "Run the models in float16 on CUDA (default False; ignored on CPU).",
     "num_neighbours": "Neighbours per sample of the neighbourhood attack (default 25).",
     "neighbour_generator": "Model proposing neighbour words (default: the reference model).",

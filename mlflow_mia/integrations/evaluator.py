@@ -35,7 +35,7 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``mask_rate``              fraction of tokens masked (default 0.15)
 ``seed``                   seed of the masks and the bootstrap (default 0)
 ``max_length``             token limit per text (default: the model's)
-``token_budget``           padded tokens per forward pass (default 4096)
+``token_budget``           padded tokens per forward pass (default 1024 on CPU, 16384 on CUDA)
 ``half_precision``         float16 on CUDA (default False)
 ``num_neighbours``         neighbours per text, neighbourhood attack (default 25)
 ``neighbour_generator``    model proposing neighbours (default: the reference)

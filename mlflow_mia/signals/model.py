@@ -95,6 +95,7 @@ class MaskedLM:
     model_id: str | None = None
     name: str | None = None
     _tokenizer_id: str | None = field(default=None, init=False, repr=False)
+    _projection: object = field(default=None, init=False, repr=False)  # None: undecided, False: none
 
     def __post_init__(self):
         head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
@@ -171,16 +172,43 @@ class MaskedLM:
         return None
 
     def target_logprobs_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                           cols: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 256) -> torch.Tensor:
+                           cols: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 512,
+                           vocab_block: int = 2048) -> torch.Tensor:
         """``log p(targets[i] | input)`` at positions ``(rows[i], cols[i])``, shape (n_positions,), float32.
 
-        Same numbers as ``log_softmax(logits_at(...))`` at the targets, computed as
-        ``logit[target] - logsumexp(logits)`` in float32 over ``chunk_rows`` positions at
-        a time, the log-sum-exp in place: the memory-bound passes over a 30k vocabulary
-        cost little next to the head's matrix multiply, and peak memory does not grow
-        with the batch.
+        Same numbers as ``log_softmax(logits_at(...))`` at the targets (to float32
+        rounding), computed as ``logit[target] - logsumexp(logits)`` without ever
+        holding a full row of logits: when the head ends in its output-embedding
+        ``Linear`` (BERT, RoBERTa, ALBERT, ...; checked once per model against the
+        head's own output), the vocabulary projection runs ``vocab_block`` words at a
+        time for ``chunk_rows`` positions, each block's log-sum-exp folded into a
+        running one while the block is still in cache, and the target logit is one
+        dot product per position. On CPU this runs the 30k-word projection about a
+        third faster than one ``(positions, vocab)`` matrix product followed by
+        passes over it, and peak memory does not depend on the vocabulary size.
+        Heads of other shapes fall back to full logits, ``chunk_rows`` positions at a time.
         """
-        logits_of = self._position_logits(input_ids, attention_mask)
+        split = self.split_head()
+        if split is None:
+            return self._target_logprobs_from_logits(self._position_logits(input_ids, attention_mask), rows, cols,
+                                                     targets, chunk_rows)
+        encoder, head = split
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        decoder = self._output_projection(head, hidden[rows[:8], cols[:8]]) if len(rows) else None
+        if decoder is None:
+            return self._target_logprobs_from_logits(lambda r, c: head(hidden[r, c]), rows, cols, targets,
+                                                     chunk_rows)
+        out = torch.empty(len(rows), dtype=torch.float32, device=rows.device)
+        for start in range(0, len(rows), chunk_rows):
+            stop = start + chunk_rows
+            features = _input_of(decoder, head, hidden[rows[start:stop], cols[start:stop]])
+            out[start:stop] = _blocked_target_logprobs(features, decoder.weight, decoder.bias, targets[start:stop],
+                                                       vocab_block)
+        return out
+
+    @staticmethod
+    def _target_logprobs_from_logits(logits_of, rows, cols, targets, chunk_rows: int) -> torch.Tensor:
+        """The fallback of :meth:`target_logprobs_at`: full logits rows, log-sum-exp in place."""
         out = torch.empty(len(rows), dtype=torch.float32, device=rows.device)
         for start in range(0, len(rows), chunk_rows):
             stop = start + chunk_rows
@@ -190,6 +218,29 @@ class MaskedLM:
             # logsumexp in place (the logits are not needed again): two passes fewer than torch.logsumexp
             out[start:stop] = target - top.squeeze(1) - logits.sub_(top).exp_().sum(dim=-1).log()
         return out
+
+    def _output_projection(self, head: torch.nn.Module, probe: torch.Tensor) -> torch.nn.Linear | None:
+        """The head's last layer when ``head(x) == decoder(features(x))`` for the output
+        embeddings ``decoder`` (an ``nn.Linear`` inside the head), else None.
+
+        Decided once per model, on ``probe`` (a few encoder outputs), by comparing the
+        projection of the captured features with the head's own logits.
+        """
+        if self._projection is None:
+            decoder = self.model.get_output_embeddings()
+            found = False
+            if isinstance(decoder, torch.nn.Linear) and any(m is decoder for m in head.modules()):
+                features = _input_of(decoder, head, probe)
+                if features is not None:
+                    expected = head(probe).float()
+                    got = torch.nn.functional.linear(features, decoder.weight, decoder.bias).float()
+                    scale = float(expected.abs().max()) if expected.numel() else 1.0
+                    found = got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-3,
+                                                                           atol=1e-4 * max(scale, 1.0))
+            if not found:
+                log.debug("%s: head is not features -> output embeddings; using full logits", self.name)
+            self._projection = decoder if found else False
+        return self._projection or None
 
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                   cols: torch.Tensor) -> torch.Tensor:
@@ -210,3 +261,50 @@ class MaskedLM:
         encoder, head = split
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return lambda rows, cols: head(hidden[rows, cols])
+
+
+class _Captured(Exception):
+    """Raised by the hook of :func:`_input_of` to stop the head before its projection."""
+
+
+def _input_of(decoder: torch.nn.Module, head: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """What ``head(x)`` feeds into ``decoder`` (the head stops there), or None if it never calls it."""
+    captured = []
+
+    def stop(module, args):
+        captured.append(args[0])
+        raise _Captured
+
+    handle = decoder.register_forward_pre_hook(stop)
+    try:
+        head(x)
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return captured[0] if captured else None
+
+
+def _blocked_target_logprobs(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                             targets: torch.Tensor, block: int) -> torch.Tensor:
+    """``log_softmax(features @ weight.T + bias)[i, targets[i]]`` in float32, shape (n,).
+
+    The vocabulary (rows of ``weight``, shape (vocab, hidden)) is processed ``block``
+    words at a time with a running (max, sum of exp) pair, the streaming form of
+    log-sum-exp: ``lse = m + log(sum_b exp(m_b - m) * s_b)``.
+    """
+    top = total = None
+    for start in range(0, weight.shape[0], block):
+        z = torch.nn.functional.linear(features, weight[start:start + block],
+                                       None if bias is None else bias[start:start + block]).float()
+        z_max = z.amax(dim=1)
+        if top is None:
+            top, total = z_max, z.sub_(z_max[:, None]).exp_().sum(dim=1)
+        else:
+            new = torch.maximum(top, z_max)
+            total = total.mul_((top - new).exp_()).add_(z.sub_(new[:, None]).exp_().sum(dim=1))
+            top = new
+    target = (features.float() * weight[targets].float()).sum(dim=1)
+    if bias is not None:
+        target += bias[targets].float()
+    return target - top - total.log()

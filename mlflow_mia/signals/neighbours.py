@@ -97,6 +97,11 @@ log = logging.getLogger(__name__)
 _BOUNDARY_MARKERS = ("Ġ", "▁")  # byte-level BPE (RoBERTa, GPT-2) and SentencePiece word-start markers
 _CACHE_VERSION = 1
 _SLACK = 8  # extra candidates kept so that dropping duplicate neighbour texts still leaves n
+# Padded tokens per generator pass when none is given. Each copy needs the full
+# vocabulary at one position, so the head's matrix product has one row per copy:
+# larger batches than the energy's CPU default keep it efficient
+# (benchmarks/bench_neighbours.py was measured with this value).
+NEIGHBOUR_TOKEN_BUDGET = 4096
 
 
 @dataclass(frozen=True)
@@ -304,7 +309,7 @@ def _tables(lm: MaskedLM, device) -> _Tables:
 
 
 def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dropout: float = 0.7, seed: int = 0,
-                    max_length: int | None = None, token_budget: int = 4096, device=None,
+                    max_length: int | None = None, token_budget: int | None = None, device=None,
                     progress: bool = True) -> tuple[list[list[Word]], list[list[list[Swap]]]]:
     """The ``top_k`` most likely substitutes of every replaceable word of every text.
 
@@ -323,8 +328,8 @@ def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dr
         Dropout masks come from ``(seed, sha256(text))``.
     max_length : int, optional
         Token limit of the generator (default: its own).
-    token_budget : int
-        Padded tokens per forward pass.
+    token_budget : int, optional
+        Padded tokens per forward pass (default ``NEIGHBOUR_TOKEN_BUDGET``).
 
     Returns
     -------
@@ -348,6 +353,7 @@ def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dr
 
 def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, dropout, seed, max_length,
                      token_budget, device, bar):
+    token_budget = token_budget or NEIGHBOUR_TOKEN_BUDGET
     tok = lm.tokenizer
     ids, words = replaceable_words(tok, texts, max_length=max_length)
     model = lm.model.to(device)
@@ -485,7 +491,7 @@ class _NeighbourStore(SqliteSpecStore):
 
 def generate_neighbours(generator, texts: Sequence[str], *, config: NeighbourhoodConfig | None = None, seed: int = 0,
                         device=None, progress: bool = True, cache: SignalCache | None = None,
-                        max_length: int | None = None, token_budget: int = 4096,
+                        max_length: int | None = None, token_budget: int | None = None,
                         chunk_size: int = 256) -> list[list[str]]:
     """Neighbour texts of each text: its ``n`` most likely ``m``-word replacements.
 
@@ -504,8 +510,8 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
         Neighbours are cached beside it (``neighbours.sqlite``) as edits, not texts.
     max_length : int, optional
         Generator token limit (default: the model's).
-    token_budget : int
-        Padded tokens per forward pass of the generator.
+    token_budget : int, optional
+        Padded tokens per forward pass of the generator (default ``NEIGHBOUR_TOKEN_BUDGET``).
     chunk_size : int
         Texts per chunk: memory and cache-commit granularity.
 

@@ -131,6 +131,11 @@ def test_head_only_at_masked_positions_equals_full_head(lm, monkeypatch):
     np.testing.assert_allclose(fast.energy, full.energy, rtol=1e-5)
 
 
+def _expected_target_logprobs(lm, enc, rows, cols, targets):
+    full = torch.log_softmax(lm.model(**enc).logits[rows, cols].double(), dim=-1)
+    return full[torch.arange(len(rows)), targets].float()
+
+
 @pytest.mark.parametrize("split", [True, False])
 def test_target_logprobs_in_chunks_equal_log_softmax_of_the_full_logits(lm, split, monkeypatch):
     if not split:
@@ -140,13 +145,65 @@ def test_target_logprobs_in_chunks_equal_log_softmax_of_the_full_logits(lm, spli
     cols = torch.tensor([1, 2, 1, 3, 1, 4, 5])
     targets = torch.tensor([5, 9, 11, 7, 3, 20, 8])
     with torch.inference_mode():
-        full = torch.log_softmax(lm.model(**enc).logits[rows, cols].double(), dim=-1)
-        expected = full[torch.arange(len(rows)), targets].float()
-        for chunk_rows in (1, 3, 256):
+        expected = _expected_target_logprobs(lm, enc, rows, cols, targets)
+        for chunk_rows, vocab_block in ((1, 7), (3, 1), (256, 2048), (4, lm.model.config.vocab_size)):
             got = lm.target_logprobs_at(enc["input_ids"], enc["attention_mask"], rows, cols, targets,
-                                        chunk_rows=chunk_rows)
+                                        chunk_rows=chunk_rows, vocab_block=vocab_block)
             assert got.dtype == torch.float32 and got.shape == (7,)
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # the split head is recognised as features -> output embeddings (the blocked path ran)
+    assert (lm._projection is lm.model.get_output_embeddings()) == split
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("block", [1, 5, 64, 1000])
+def test_blocked_log_softmax_equals_torch(bias, block):
+    from mlflow_mia.signals.model import _blocked_target_logprobs
+
+    gen = torch.Generator().manual_seed(block)
+    features = torch.randn(9, 6, generator=gen) * 3
+    weight = torch.randn(64, 6, generator=gen)
+    b = torch.randn(64, generator=gen) * 5 if bias else None
+    targets = torch.randint(0, 64, (9,), generator=gen)
+    expected = torch.log_softmax(torch.nn.functional.linear(features.double(), weight.double(),
+                                                            None if b is None else b.double()), dim=-1)
+    got = _blocked_target_logprobs(features, weight, b, targets, block)
+    torch.testing.assert_close(got, expected[torch.arange(9), targets].float(), rtol=1e-5, atol=1e-5)
+
+
+class _ScaledHead(torch.nn.Module):
+    """A head that rescales the projection's output: not features -> output embeddings."""
+
+    def __init__(self, head):
+        super().__init__()
+        self.inner = head
+        self.predictions = head.predictions  # where BertForMaskedLM looks up its output embeddings
+
+    def forward(self, x):
+        return self.inner(x) * 0.5
+
+
+def test_head_with_work_after_the_projection_falls_back_to_full_logits():
+    model, tok = tiny_bert(seed=3)
+    model.cls = _ScaledHead(model.cls)
+    lm = MaskedLM(model, tok)
+    enc = tok(TEXTS[:2], padding=True, return_tensors="pt")
+    rows, cols, targets = torch.tensor([0, 1, 1]), torch.tensor([1, 2, 3]), torch.tensor([5, 6, 7])
+    with torch.inference_mode():
+        got = lm.target_logprobs_at(enc["input_ids"], enc["attention_mask"], rows, cols, targets, vocab_block=8)
+        expected = _expected_target_logprobs(lm, enc, rows, cols, targets)
+    assert lm._projection is False
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_token_budget_defaults_by_device():
+    from mlflow_mia.signals.energy import default_token_budget
+
+    assert default_token_budget("cpu") == 1024 and default_token_budget(torch.device("cuda")) == 16384
+    assert SignalConfig().token_budget is None and SignalConfig(token_budget=64).token_budget == 64
+    for bad in (8, True, 1.5):
+        with pytest.raises(ValueError, match="token_budget must be an int >= 16 or None"):
+            SignalConfig(token_budget=bad)
 
 
 def test_long_texts_are_truncated_and_counted(caplog):
