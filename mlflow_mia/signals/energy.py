@@ -31,6 +31,7 @@ Texts longer than the model limit are truncated to their first tokens
 from __future__ import annotations
 
 import logging
+import os
 from typing import Sequence
 
 import numpy as np
@@ -110,10 +111,9 @@ def release_free_memory() -> None:
 
     Batches of varying shapes leave the C heap fragmented: without a trim, resident
     memory creeps up (measured about +1 GB over 2,000 sentences with a MiniLM-sized
-    model). Called when the batch shape changes and after each chunk, it keeps the
-    peak near one batch's working set. Forcing large allocations onto ``mmap``
-    instead keeps memory flat too but costs a quarter of the throughput in page
-    faults (``benchmarks/bench_energy.py``).
+    model and 4096-token batches). :class:`HeapTrimmer` decides when to call it.
+    Forcing large allocations onto ``mmap`` instead keeps memory flat too but costs
+    a quarter of the throughput in page faults (``benchmarks/bench_energy.py``).
     """
     global _MALLOC_TRIM
     if _MALLOC_TRIM is None:
@@ -131,6 +131,49 @@ def release_free_memory() -> None:
 
 
 _MALLOC_TRIM = None
+
+
+def resident_bytes() -> int | None:
+    """Resident memory of this process in bytes (Linux ``/proc/self/statm``), else None."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class HeapTrimmer:
+    """Keeps resident memory within ``slack`` bytes of its level after the last trim.
+
+    Called after every batch: it trims the heap (:func:`release_free_memory`) when
+    resident memory between batches has grown by more than ``slack`` since the last
+    trim, so the peak stays near "before + one batch's working set + slack" however
+    many batches run. Where resident memory cannot be read it trims whenever the
+    batch shape changes. A trim costs a few milliseconds; checking costs microseconds.
+    """
+
+    def __init__(self, slack: int = 64 << 20, *, rss=resident_bytes, trim=None):
+        self.slack = slack
+        self._rss = rss
+        self._trim = trim or release_free_memory
+        self._floor = rss()
+        self._shape = None
+
+    def after_batch(self, shape) -> bool:
+        """Trim if needed after a batch of ``shape``; True when it trimmed."""
+        now = self._rss()
+        if now is None:
+            trim = shape != self._shape
+        else:
+            trim = self._floor is None or now > self._floor + self.slack
+        self._shape = shape
+        if trim:
+            self._trim()
+            self._floor = self._rss()
+        return trim
 
 
 def _is_hex(key) -> bool:
@@ -178,7 +221,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
     out: list[np.ndarray | None] = [None] * len(copies)
     autocast = (torch.autocast(device_type="cuda", dtype=torch.float16)
                 if half_precision and device.type == "cuda" else torch.autocast("cpu", enabled=False))
-    last_shape = None
+    trimmer = HeapTrimmer()
     with torch.inference_mode(), autocast:
         for rows in plan_batches(lengths, token_budget):
             batch, attention = pad_batch([ids[copies[c][0]] for c in rows], lm.tokenizer.pad_token_id)
@@ -197,9 +240,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
                 offset += n
             if progress is not None:
                 progress.update(len(rows))
-            if batch.shape != last_shape:  # blocks of other shapes would fragment the heap: hand them back
-                release_free_memory()
-                last_shape = batch.shape
+            trimmer.after_batch(batch.shape)  # freed blocks of other shapes would pile up in the heap
     return out  # type: ignore[return-value]
 
 
