@@ -178,32 +178,68 @@ class MaskedLM:
 
         Same numbers as ``log_softmax(logits_at(...))`` at the targets (to float32
         rounding), computed as ``logit[target] - logsumexp(logits)`` without ever
-        holding a full row of logits: when the head ends in its output-embedding
-        ``Linear`` (BERT, RoBERTa, ALBERT, ...; checked once per model against the
-        head's own output), the vocabulary projection runs ``vocab_block`` words at a
-        time for ``chunk_rows`` positions, each block's log-sum-exp folded into a
-        running one while the block is still in cache, and the target logit is one
-        dot product per position. On CPU this runs the 30k-word projection about a
-        third faster than one ``(positions, vocab)`` matrix product followed by
-        passes over it, and peak memory does not depend on the vocabulary size.
-        Heads of other shapes fall back to full logits, ``chunk_rows`` positions at a time.
+        holding a full row of logits when the head ends in its output embeddings
+        (:meth:`features_at` then :meth:`target_logprobs_of_features`). Heads of other
+        shapes fall back to full logits, ``chunk_rows`` positions at a time.
         """
+        if self.has_projection():
+            return self.target_logprobs_of_features(self.features_at(input_ids, attention_mask, rows, cols), targets,
+                                                    chunk_rows=chunk_rows, vocab_block=vocab_block)
         split = self.split_head()
         if split is None:
-            return self._target_logprobs_from_logits(self._position_logits(input_ids, attention_mask), rows, cols,
-                                                     targets, chunk_rows)
-        encoder, head = split
+            logits_of = self._position_logits(input_ids, attention_mask)
+        else:
+            encoder, head = split
+            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            logits_of = lambda r, c: head(hidden[r, c])  # noqa: E731
+        return self._target_logprobs_from_logits(logits_of, rows, cols, targets, chunk_rows)
+
+    def has_projection(self) -> bool:
+        """True when the MLM head is ``features -> output embeddings`` (BERT, RoBERTa, ALBERT, ...).
+
+        Decided once per model: the head must be separable (:meth:`split_head`), its
+        output embeddings an ``nn.Linear`` inside it, and on a few random hidden
+        states the projection of the captured features must equal the head's output.
+        """
+        if self.split_head() is None:
+            return False
+        if self._projection is None:
+            self._projection = self._find_projection() or False
+        return self._projection is not False
+
+    def features_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
+                    cols: torch.Tensor) -> torch.Tensor:
+        """Inputs of the vocabulary projection at positions ``(rows[i], cols[i])``, shape (n_positions, d).
+
+        The encoder runs on the whole batch, the head's transform (dense, activation,
+        layer norm) only at the selected positions. Requires :meth:`has_projection`.
+        Features of several batches can be concatenated for one
+        :meth:`target_logprobs_of_features` call.
+        """
+        self._require_projection()
+        encoder, head = self.split_head()
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        decoder = self._output_projection(head, hidden[rows[:8], cols[:8]]) if len(rows) else None
-        if decoder is None:
-            return self._target_logprobs_from_logits(lambda r, c: head(hidden[r, c]), rows, cols, targets,
-                                                     chunk_rows)
-        out = torch.empty(len(rows), dtype=torch.float32, device=rows.device)
-        for start in range(0, len(rows), chunk_rows):
+        return _input_of(self._projection, head, hidden[rows, cols])
+
+    def target_logprobs_of_features(self, features: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 512,
+                                    vocab_block: int = 2048) -> torch.Tensor:
+        """``log_softmax(projection(features))[i, targets[i]]``, shape (n,), float32.
+
+        The vocabulary projection runs ``vocab_block`` words at a time for
+        ``chunk_rows`` positions, each block's log-sum-exp folded into a running one
+        while the block is still in cache; the target logit is one dot product per
+        position. On 2 CPU cores this ran the 30k-word projection about a third faster
+        than one ``(positions, vocab)`` product followed by passes over it, faster still
+        with 512 positions than with 150 (``benchmarks/bench_energy.py``); peak memory
+        does not depend on the vocabulary size.
+        """
+        self._require_projection()
+        decoder = self._projection
+        out = torch.empty(len(features), dtype=torch.float32, device=features.device)
+        for start in range(0, len(features), chunk_rows):
             stop = start + chunk_rows
-            features = _input_of(decoder, head, hidden[rows[start:stop], cols[start:stop]])
-            out[start:stop] = _blocked_target_logprobs(features, decoder.weight, decoder.bias, targets[start:stop],
-                                                       vocab_block)
+            out[start:stop] = _blocked_target_logprobs(features[start:stop], decoder.weight, decoder.bias,
+                                                       targets[start:stop], vocab_block)
         return out
 
     @staticmethod
@@ -219,28 +255,33 @@ class MaskedLM:
             out[start:stop] = target - top.squeeze(1) - logits.sub_(top).exp_().sum(dim=-1).log()
         return out
 
-    def _output_projection(self, head: torch.nn.Module, probe: torch.Tensor) -> torch.nn.Linear | None:
-        """The head's last layer when ``head(x) == decoder(features(x))`` for the output
-        embeddings ``decoder`` (an ``nn.Linear`` inside the head), else None.
+    def _require_projection(self) -> None:
+        if not self.has_projection():
+            raise ValueError(f"{type(self.model).__name__}: the MLM head does not end in its output embeddings "
+                             "(see has_projection); use target_logprobs_at")
 
-        Decided once per model, on ``probe`` (a few encoder outputs), by comparing the
-        projection of the captured features with the head's own logits.
-        """
-        if self._projection is None:
-            decoder = self.model.get_output_embeddings()
-            found = False
-            if isinstance(decoder, torch.nn.Linear) and any(m is decoder for m in head.modules()):
-                features = _input_of(decoder, head, probe)
-                if features is not None:
-                    expected = head(probe).float()
-                    got = torch.nn.functional.linear(features, decoder.weight, decoder.bias).float()
-                    scale = float(expected.abs().max()) if expected.numel() else 1.0
-                    found = got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-3,
-                                                                           atol=1e-4 * max(scale, 1.0))
-            if not found:
-                log.debug("%s: head is not features -> output embeddings; using full logits", self.name)
-            self._projection = decoder if found else False
-        return self._projection or None
+    def _find_projection(self) -> torch.nn.Linear | None:
+        split = self.split_head()
+        decoder = self.model.get_output_embeddings()
+        hidden_size = getattr(getattr(self.model, "config", None), "hidden_size", None)
+        if split is None or not isinstance(decoder, torch.nn.Linear) or not isinstance(hidden_size, int):
+            return None
+        _, head = split
+        if not any(m is decoder for m in head.modules()):
+            return None
+        generator = torch.Generator().manual_seed(0)
+        probe = torch.randn(4, hidden_size, generator=generator).to(decoder.weight.device, decoder.weight.dtype)
+        with torch.inference_mode():
+            features = _input_of(decoder, head, probe)
+            if features is None:
+                return None
+            expected = head(probe).float()
+            got = torch.nn.functional.linear(features, decoder.weight, decoder.bias).float()
+        scale = max(float(expected.abs().max()), 1.0)
+        if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-3, atol=1e-4 * scale):
+            log.debug("%s: head is not features -> output embeddings; using full logits", self.name)
+            return None
+        return decoder
 
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                   cols: torch.Tensor) -> torch.Tensor:

@@ -192,8 +192,28 @@ def test_head_with_work_after_the_projection_falls_back_to_full_logits():
     with torch.inference_mode():
         got = lm.target_logprobs_at(enc["input_ids"], enc["attention_mask"], rows, cols, targets, vocab_block=8)
         expected = _expected_target_logprobs(lm, enc, rows, cols, targets)
-    assert lm._projection is False
+    assert lm._projection is False and not lm.has_projection()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="does not end in its output embeddings"):
+        lm.features_at(enc["input_ids"], enc["attention_mask"], rows, cols)
+
+
+@pytest.mark.parametrize("head_positions", [1, 5, 10_000])
+def test_head_over_several_batches_equals_head_per_batch(lm, head_positions, monkeypatch):
+    config = SignalConfig(num_masks=3, token_budget=16)  # a batch or two of copies per sample
+    monkeypatch.setattr(energy_module, "HEAD_POSITIONS", head_positions)
+    calls = []
+    original = MaskedLM.target_logprobs_of_features
+    monkeypatch.setattr(MaskedLM, "target_logprobs_of_features",
+                        lambda self, f, t, **kw: calls.append(len(t)) or original(self, f, t, **kw))
+    pooled = compute_signals(lm, TEXTS, config, progress=False)
+    assert all(n >= head_positions for n in calls[:-1])
+    assert len(calls) == 1 if head_positions == 10_000 else len(calls) > 1  # one call: all positions at the end
+    monkeypatch.setattr(MaskedLM, "has_projection", lambda self: False)
+    per_batch = compute_signals(lm, TEXTS, config, progress=False)
+    np.testing.assert_allclose(pooled.energy, per_batch.energy, rtol=1e-6)
+    for a, b in zip(pooled.token_logprobs, per_batch.token_logprobs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_token_budget_defaults_by_device():
