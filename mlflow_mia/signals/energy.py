@@ -65,8 +65,6 @@ def resolve_device(device=None) -> torch.device:
 # budgets of 512 to 8192 measured the same speed while the working set grows with
 # the budget; the CUDA value is a starting point for a mid-size GPU.
 TOKEN_BUDGETS = {"cpu": 1024, "cuda": 16384}
-
-
 # Masked positions per call of the vocabulary projection (features of several batches).
 HEAD_POSITIONS = 512
 
@@ -241,8 +239,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
             offset += n
 
     def run_head() -> None:
-        features = torch.cat([f for _, f, _ in pending]) if len(pending) > 1 else pending[0][1]
-        targets = torch.cat([t for _, _, t in pending]) if len(pending) > 1 else pending[0][2]
+        features, targets = torch.cat([f for _, f, _ in pending]), torch.cat([t for _, _, t in pending])
         logp = lm.target_logprobs_of_features(features, targets, chunk_rows=HEAD_POSITIONS).cpu().numpy()
         store([c for rows, _, _ in pending for c in rows], logp)
         pending.clear()
@@ -297,9 +294,10 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     mask_keys : sequence of str, optional
         One hex text hash per text (:func:`mlflow_mia.data.text_hash` of another
         text) from which its masks are drawn instead of its own sha256. The
-        neighbourhood attack passes the source sample's hash for each neighbour, so a neighbour of the same token count is masked at the same
-        positions as its sample and the mask-sampling noise cancels in the
-        difference, as it does between target and reference in the likelihood ratio.
+        neighbourhood attack passes the source sample's hash for each neighbour,
+        so a neighbour of the same token count is masked at the same positions as
+        its sample and the mask-sampling noise cancels in the difference, as it
+        does between target and reference in the likelihood ratio.
         Cached apart from the rows of plain texts.
 
     Returns

@@ -185,14 +185,8 @@ class MaskedLM:
         if self.has_projection():
             return self.target_logprobs_of_features(self.features_at(input_ids, attention_mask, rows, cols), targets,
                                                     chunk_rows=chunk_rows, vocab_block=vocab_block)
-        split = self.split_head()
-        if split is None:
-            logits_of = self._position_logits(input_ids, attention_mask)
-        else:
-            encoder, head = split
-            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            logits_of = lambda r, c: head(hidden[r, c])  # noqa: E731
-        return self._target_logprobs_from_logits(logits_of, rows, cols, targets, chunk_rows)
+        return self._target_logprobs_from_logits(self._position_logits(input_ids, attention_mask), rows, cols,
+                                                 targets, chunk_rows)
 
     def has_projection(self) -> bool:
         """True when the MLM head is ``features -> output embeddings`` (BERT, RoBERTa, ALBERT, ...).
