@@ -158,6 +158,9 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     run.add_argument("--cache-dir", metavar="DIR",
                      help="signal cache directory (default: $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia); re-runs and "
                           "a reference shared by several targets cost nothing")
+    run.add_argument("--trust-remote-code", action="store_true",
+                     help="let a model whose classes are not part of transformers run the Python code shipped with "
+                          "it (default: such a model is refused; audit only models whose authors you trust)")
     run.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: CUDA when available)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
@@ -244,6 +247,7 @@ def _flat_config(args, *, demo=None) -> dict:
         "bootstrap_rounds": args.bootstrap_rounds, "max_tpr_at_fpr": _gate_spec(args.max_tpr_at_fpr),
         "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
+        "trust_remote_code": True if args.trust_remote_code else None,
     }
     return {k: v for k, v in flat.items() if v is not None}
 
@@ -360,8 +364,9 @@ def _cmd_audit(args) -> int:
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
     config, options, pool, population = _config_and_inputs(args, data, demo)
-    target = resolve_model(target_uri, role="target")
-    reference = resolve_model(options.reference_model, role="reference") if options.reference_model else None
+    target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
+    reference = resolve_model(options.reference_model, role="reference",
+                              trust_remote_code=options.trust_remote_code) if options.reference_model else None
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
     with _run(_blank(args.run_name) or f"audit {target.resolved_uri}") as run:
@@ -508,14 +513,16 @@ def _cmd_compare(args) -> int:
         raise ValueError("--data was given without --models: name the registered model(s) to compare")
     config, options, pool, population = _config_and_inputs(args, data, demo)
     targets = _compare_targets(names, aliases)
-    references = [resolve_model(uri, role="reference") for uri in _reference_uris(options.reference_model)] or [None]
-    generator = resolve_generator(config)
+    references = [resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code)
+                  for uri in _reference_uris(options.reference_model)] or [None]
+    generator = resolve_generator(config, trust_remote_code=options.trust_remote_code)
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
     rows, rocs, scores, gates = [], {}, {}, []
     with _run(_blank(args.run_name) or f"compare {', '.join(names)}") as parent:
         client = mlflow.MlflowClient()
         for name, version, version_aliases in targets:
-            target = resolve_model(f"models:/{name}/{version}", role="target")
+            target = resolve_model(f"models:/{name}/{version}", role="target",
+                                   trust_remote_code=options.trust_remote_code)
             for reference in references:
                 label = _label(name, version, version_aliases)
                 if len(references) > 1:

@@ -69,6 +69,8 @@ CONFIG_KEYS: dict[str, str] = {
                       "at sample or user level, exceeds MAX. Each alpha is added to fprs.",
     "tag_model_version": "Tag the audited registered model version with headline numbers (default True).",
     "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
+    "trust_remote_code": "Let a model whose classes are not part of transformers run the Python code shipped "
+                         "with it (default False: such a model is refused; see docs/security.md).",
     "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available).",
     "progress": "Show progress bars while computing signals (default True).",
 }
@@ -244,6 +246,7 @@ class MiaOptions:
     cache_dir: str | None = None
     device: str | None = None
     progress: bool = True
+    trust_remote_code: bool = False
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -386,5 +389,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         cache_dir=_opt_str(get("cache_dir")),
         device=_opt_str(get("device")),
         progress=_bool(get("progress", True), "progress"),
+        trust_remote_code=_bool(get("trust_remote_code", False), "trust_remote_code"),
     )
     return audit_config, options

@@ -120,7 +120,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     from mlflow_mia.integrations.logging import log_audit
     from mlflow_mia.signals import SignalCache
 
-    generator = generator or resolve_generator(config)
+    generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
     result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
                        generator=generator.lm if generator else None, config=config, cache=cache,
@@ -137,7 +137,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     return result, gate, artifacts
 
 
-def resolve_generator(config):
+def resolve_generator(config, *, trust_remote_code: bool = False):
     """The neighbour generator named in ``config.neighbourhood.generator_model``, resolved.
 
     Returns None when no attack needs neighbours or none is named (the reference
@@ -150,7 +150,7 @@ def resolve_generator(config):
     uri = config.neighbourhood.generator_model
     if not uri or not any("neighbour_energy" in ATTACKS[a].requires for a in config.attacks if a in ATTACKS):
         return None
-    return resolve_model(uri, role="neighbour generator")
+    return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)
 
 
 def _pool_frame(dataset):
@@ -202,8 +202,10 @@ class MiaEvaluator(ModelEvaluator):
                              "a runs:/ URI or a loaded pyfunc model); static predictions cannot be audited")
         config, options = parse_options(evaluator_config, targets=getattr(dataset, "targets_name", None))
         pool, population = load_inputs(_pool_frame(dataset), options)
-        target = resolve_model(model, role="target")
-        reference = resolve_model(options.reference_model, role="reference") if options.reference_model else None
+        trust = options.trust_remote_code
+        target = resolve_model(model, role="target", trust_remote_code=trust)
+        reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
+                     if options.reference_model else None)
         # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
         # logging them here too would duplicate every metric's history.
         model_id = kwargs.get("model_id")

@@ -23,7 +23,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from mlflow_mia.signals.model import MaskedLM
+from mlflow_mia.signals.model import MaskedLM, refuse_remote_code
 
 __all__ = ["ResolvedModel", "resolve_model", "registry_versions_of"]
 
@@ -171,14 +171,70 @@ def _tracking_uri() -> str:
     return mlflow.get_tracking_uri()
 
 
-def _load_components(uri: str):
+def _local_copy(uri: str) -> str:
+    """A local folder holding the MLflow model at ``uri`` (downloaded unless it is a folder already)."""
+    if os.path.isdir(uri):
+        return uri
     import mlflow
 
-    components = mlflow.transformers.load_model(uri, return_type="components")
-    if "tokenizer" not in components:
-        raise ValueError(f"{uri} was saved without a tokenizer; log the model with "
-                         "transformers_model={'model': model, 'tokenizer': tokenizer}")
-    return components["model"], components["tokenizer"]
+    return mlflow.artifacts.download_artifacts(artifact_uri=uri)
+
+
+def _transformers_class(name: str | None, what: str, uri: str):
+    """The transformers class called ``name``; a name transformers does not define means custom code."""
+    import transformers
+
+    if name and hasattr(transformers, name):
+        return getattr(transformers, name)
+    raise ValueError(
+        f"{uri} declares the {what} class {name!r}, which is not part of transformers: loading it would run "
+        "Python code shipped with the model. mlflow-mia never does that by default; if you trust the people who "
+        "wrote this model, pass --trust-remote-code (evaluator key trust_remote_code=True)")
+
+
+def _load_components(uri: str, *, trust_remote_code: bool = False):
+    """``(model, tokenizer)`` of the transformers-flavor MLflow model at ``uri`` (URI or local folder).
+
+    The model and tokenizer classes are the ones named in the ``MLmodel`` file and
+    must be transformers classes, and no ``config.json`` / ``tokenizer_config.json``
+    may map auto classes to shipped code: ``mlflow.transformers.load_model`` would
+    turn on ``trust_remote_code`` for such a model, and an audit would run code of
+    the model's authors. With ``trust_remote_code=True`` the model is loaded by
+    MLflow's own loader, as its authors intended.
+
+    Raises
+    ------
+    ValueError
+        Not a transformers-flavor model, custom code without ``trust_remote_code``,
+        or no tokenizer saved with the model.
+    """
+    if trust_remote_code:
+        import mlflow
+
+        components = mlflow.transformers.load_model(uri, return_type="components")
+        if "tokenizer" not in components:
+            raise ValueError(_NO_TOKENIZER.format(uri=uri))
+        return components["model"], components["tokenizer"]
+    from mlflow.models import Model
+
+    folder = _local_copy(uri)
+    flavor = Model.load(folder).flavors.get("transformers")
+    if flavor is None:
+        raise ValueError(f"{uri} is not a transformers-flavor MLflow model; log it with mlflow.transformers.log_model")
+    if "tokenizer" not in flavor.get("components", ()):
+        raise ValueError(_NO_TOKENIZER.format(uri=uri))
+    model_dir = os.path.join(folder, flavor.get("model_binary", "model"))
+    tokenizer_dir = os.path.join(folder, "components", "tokenizer")
+    model_cls = _transformers_class(flavor.get("pipeline_model_type"), "model", uri)
+    tokenizer_cls = _transformers_class(flavor.get("tokenizer_type"), "tokenizer", uri)
+    for sub in (model_dir, tokenizer_dir):
+        refuse_remote_code(sub, source=uri)
+    model = model_cls.from_pretrained(model_dir, trust_remote_code=False)
+    return model, tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
+
+
+_NO_TOKENIZER = ("{uri} was saved without a tokenizer; log the model with "
+                 "transformers_model={{'model': model, 'tokenizer': tokenizer}}")
 
 
 def _logged_model_id(uri: str) -> tuple[str | None, str | None]:
@@ -204,7 +260,7 @@ def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
                          version=version, also_registered_as=tuple(registry[1:]))
 
 
-def resolve_model(model, *, role: str = "target") -> ResolvedModel:
+def resolve_model(model, *, role: str = "target", trust_remote_code: bool = False) -> ResolvedModel:
     """Load ``model`` as a masked LM with a version-pinned identity.
 
     Parameters
@@ -213,6 +269,10 @@ def resolve_model(model, *, role: str = "target") -> ResolvedModel:
         See the module docstring for the accepted forms.
     role : str
         ``"target"`` or ``"reference"``: used in names and messages.
+    trust_remote_code : bool
+        Allow a model whose classes are not part of transformers to run the Python
+        code shipped with it. Off by default: an audit of someone else's model must
+        not execute their code (``docs/security.md``).
 
     Returns
     -------
@@ -221,8 +281,8 @@ def resolve_model(model, *, role: str = "target") -> ResolvedModel:
     Raises
     ------
     ValueError
-        The URI cannot be resolved, the folder does not exist, or the model has no
-        masked-LM head or tokenizer.
+        The URI cannot be resolved, the folder does not exist, the model has no
+        masked-LM head or tokenizer, or it ships code and ``trust_remote_code`` is off.
     TypeError
         An unsupported object.
     """
@@ -242,7 +302,7 @@ def resolve_model(model, *, role: str = "target") -> ResolvedModel:
     uri = model.strip()
     if uri.startswith("models:/"):
         pinned, name, version, model_id = _pin_registry_uri(uri)
-        parts = _load_components(pinned)
+        parts = _load_components(pinned, trust_remote_code=trust_remote_code)
         registry = [(name, version)] if name else []
         others = [r for r in registry_versions_of(model_id) if r not in registry]
         if name is None and others:
@@ -252,18 +312,18 @@ def resolve_model(model, *, role: str = "target") -> ResolvedModel:
         if os.path.exists(os.path.join(uri, "MLmodel")):
             # A saved MLflow model: its MLmodel names the logged model, which may be a registry version
             # (as for a PyFuncModel); otherwise the weights digest keys the cache.
-            parts = _load_components(uri)
+            parts = _load_components(uri, trust_remote_code=trust_remote_code)
             model_id, run_id = _logged_model_id(uri)
             return _resolved(parts, requested=uri, pinned=None, role=role,
                              registry=registry_versions_of(model_id, run_id))
         if os.path.exists(os.path.join(uri, "config.json")):
-            lm = MaskedLM.from_pretrained(uri)
+            lm = MaskedLM.from_pretrained(uri, trust_remote_code=trust_remote_code)
             lm.name = f"{role} {uri}"
             return ResolvedModel(lm=lm, requested=uri, resolved_uri=lm.model_id)
         raise ValueError(f"{role} model folder {uri!r} holds neither an MLmodel file (an MLflow model) nor a "
                          "config.json (a Hugging Face model)")
     if "://" in uri or uri.startswith("runs:/"):
-        parts = _load_components(uri)
+        parts = _load_components(uri, trust_remote_code=trust_remote_code)
         model_id, run_id = _logged_model_id(uri)
         registry = registry_versions_of(model_id, run_id)
         # A registry version keys the cache when one exists, so every URI form of these weights shares it.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MaskedLM", "as_masked_lm", "weights_digest", "tokenizer_digest"]
+__all__ = ["MaskedLM", "as_masked_lm", "weights_digest", "tokenizer_digest", "refuse_remote_code"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,31 @@ def as_masked_lm(obj, *, role: str = "model") -> "MaskedLM":
         return MaskedLM.from_pretrained(obj, name=role)
     raise TypeError(f"the {role} must be a MaskedLM, a (model, tokenizer) pair or a local folder, "
                     f"got {type(obj).__name__}")
+
+
+def refuse_remote_code(folder: str | os.PathLike, *, source: str | None = None) -> None:
+    """Raise when a Hugging Face folder maps auto classes to Python code shipped in it.
+
+    Reads ``config.json`` and ``tokenizer_config.json`` (``auto_map``): transformers
+    imports the mapped files when ``trust_remote_code`` is on, so the model's authors
+    would run code on the auditor's machine.
+
+    Raises
+    ------
+    ValueError
+        An ``auto_map`` entry exists; the message names the fix (``--trust-remote-code``).
+    """
+    for name in ("config.json", "tokenizer_config.json"):
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            auto_map = json.load(fh).get("auto_map")
+        if auto_map:
+            raise ValueError(
+                f"{source or os.fspath(folder)}: {name} maps {sorted(auto_map)} to Python code shipped with the "
+                "model, and mlflow-mia never runs it by default. If you trust the people who wrote this model, "
+                "pass --trust-remote-code (evaluator key trust_remote_code=True)")
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -132,8 +157,12 @@ class MaskedLM:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         path = os.fspath(path)
+        trust = bool(kwargs.pop("trust_remote_code", False))
+        if not trust and os.path.isdir(path):
+            refuse_remote_code(path)
         try:
-            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True, **kwargs)
+            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True,
+                                                               trust_remote_code=trust, **kwargs)
         except ValueError as exc:
             raise ValueError(f"{path!r} cannot be loaded as a masked LM: {exc}") from None
         missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith(_HEAD_PREFIXES))
@@ -141,7 +170,8 @@ class MaskedLM:
             raise ValueError(
                 f"{path!r} has no trained masked-LM head (missing weights: {missing[:4]}); its predictions "
                 "would be random. Train or fine-tune it with an MLM objective first")
-        return cls(model, AutoTokenizer.from_pretrained(path), model_id=model_id, name=name or path)
+        return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
+                   name=name or path)
 
     @property
     def tokenizer_id(self) -> str:
