@@ -111,6 +111,8 @@ class SignalConfig:
         spec = {"kind": self.kind, "max_length": self.max_length}
         if self.kind == "energy":
             spec.update(num_masks=self.num_masks, mask_rate=self.mask_rate, seed=self.seed)
+        if self.half_precision:  # float16 on CUDA changes the values
+            spec["half_precision"] = True
         return spec
 
 

@@ -1,24 +1,36 @@
-"""On-disk signal cache: one SQLite file, rows keyed by signal key and text hash.
+"""On-disk caches: SQLite files, rows keyed by a spec digest and a text hash.
 
-The signal key is a digest of everything that decides a signal's value: the
-model identity, the tokenizer, and the value-relevant signal settings. Each key
-stores its spec, which is checked on read. Rows are committed chunk by chunk,
-so an audit killed halfway resumes from what it had computed. Raw texts are
-never stored: only their sha256.
+The spec digest covers everything that decides a signal's value: a digest of the
+model's weights (not its URI: two tracking servers may both have a
+``models:/tgt/2``), the tokenizer, and the value-relevant settings. Each key stores
+its spec, which is checked on read. Rows are committed chunk by chunk, so an audit
+killed halfway resumes from what it had computed. Raw texts are never stored:
+only their sha256.
+
+A cache is a file on a shared disk, so it is read with suspicion: the file's
+structure is checked when it is opened (``PRAGMA quick_check``), and every row
+carries a checksum of its key, text hash and values; a row whose checksum does not
+match is dropped (and recomputed) rather than trusted. A file SQLite cannot read
+raises :class:`CacheCorruptError` naming the file and the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import math
 import os
 import sqlite3
 import threading
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["SignalCache", "SqliteSpecStore", "signal_key", "default_cache_dir"]
+__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "signal_key", "default_cache_dir"]
+
+log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> str:
@@ -27,51 +39,134 @@ def default_cache_dir() -> str:
 
 
 def signal_key(spec: Mapping) -> str:
-    """Digest of a JSON-able signal spec (model id, tokenizer id, settings)."""
+    """Digest of a JSON-able signal spec (weights digest, tokenizer digest, settings)."""
     return hashlib.sha256(json.dumps(dict(spec), sort_keys=True).encode()).hexdigest()[:32]
 
 
-class SqliteSpecStore:
-    """A SQLite file with a ``specs`` table: the shared base of the on-disk caches.
+class CacheCorruptError(RuntimeError):
+    """A cache file that SQLite cannot read, or that holds another spec under a key."""
 
-    Each cache adds its own rows table (``table_sql``); rows are keyed by the digest
-    of a spec (:func:`signal_key`), and :meth:`register` checks that the spec
-    stored under a key is the one asked for.
+
+def _stored(value):
+    """What SQLite gives back for ``value``: NaN is stored as NULL."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _checksum(key: str, text_hash: str, values: Sequence) -> str:
+    """sha256 (first 32 hex digits) of a row as SQLite returns it."""
+    h = hashlib.sha256(f"{key}\n{text_hash}".encode())
+    for v in values:
+        h.update(b"\x00" + (v if isinstance(v, bytes) else repr(v).encode()))
+    return h.hexdigest()[:32]
+
+
+class SqliteSpecStore:
+    """A SQLite file with a ``specs`` table and one rows table: the base of the on-disk caches.
+
+    Subclasses name their rows table and its value columns (``table``,
+    ``columns``: SQL declarations after ``key`` and ``text_hash``). Rows are keyed
+    by the digest of a spec (:func:`signal_key`); :meth:`register` checks that the
+    spec stored under a key is the one asked for. :meth:`get_rows` and
+    :meth:`put_rows` read and write value tuples with a per-row checksum.
+
+    Raises
+    ------
+    CacheCorruptError
+        On open, when the file is not a readable SQLite database.
     """
 
-    table_sql = ""
+    table = ""
+    columns: tuple = ()
 
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS specs (key TEXT PRIMARY KEY, spec TEXT NOT NULL)")
-        self._conn.execute(self.table_sql)
-        self._conn.commit()
+        self._conn = None
+        with self._guard():
+            self._conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+            self._conn.execute("CREATE TABLE IF NOT EXISTS specs (key TEXT PRIMARY KEY, spec TEXT NOT NULL)")
+            cols = "".join(f", {c}" for c in self.columns)
+            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (key TEXT NOT NULL, "
+                               f"text_hash TEXT NOT NULL{cols}, checksum TEXT NOT NULL, PRIMARY KEY (key, text_hash))")
+            self._conn.commit()
+
+    @contextlib.contextmanager
+    def _guard(self):
+        """Turn SQLite's read errors (not a busy lock) into :class:`CacheCorruptError` naming the file."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if "locked" in str(exc):
+                raise
+            raise CacheCorruptError(
+                f"the cache file {self.path} is damaged ({exc}); delete it (what it held is recomputed) or use "
+                "another --cache-dir / cache_dir") from None
 
     def register(self, spec: Mapping) -> str:
-        """Store ``spec`` under its key and return the key.
+        """Store ``spec`` under its key (atomically: concurrent first uses agree) and return the key.
 
         Raises
         ------
-        RuntimeError
-            A different spec is stored under the same key (a corrupt cache file).
+        CacheCorruptError
+            A different spec is stored under the same key, or the file is damaged.
         """
         key = signal_key(spec)
         text = json.dumps(dict(spec), sort_keys=True)
-        with self._lock:
-            row = self._conn.execute("SELECT spec FROM specs WHERE key = ?", (key,)).fetchone()
-            if row is None:
-                self._conn.execute("INSERT INTO specs VALUES (?, ?)", (key, text))
-                self._conn.commit()
-            elif row[0] != text:
-                raise RuntimeError(f"cache {self.path} holds another spec under key {key}; delete the file")
+        with self._lock, self._guard():
+            self._conn.execute("INSERT OR IGNORE INTO specs VALUES (?, ?)", (key, text))
+            self._conn.commit()
+            stored = self._conn.execute("SELECT spec FROM specs WHERE key = ?", (key,)).fetchone()[0]
+        if stored != text:
+            raise CacheCorruptError(f"cache {self.path} holds another spec under key {key}; delete the file")
         return key
+
+    def get_rows(self, key: str, text_hashes: Iterable[str]) -> dict[str, tuple]:
+        """Stored value tuples of ``text_hashes`` under ``key``; missing or damaged rows are absent."""
+        hashes = list(dict.fromkeys(text_hashes))
+        names = ", ".join(c.split()[0] for c in self.columns)
+        out, damaged = {}, 0
+        with self._lock, self._guard():
+            for start in range(0, len(hashes), 500):
+                part = hashes[start:start + 500]
+                rows = self._conn.execute(
+                    f"SELECT text_hash, {names}, checksum FROM {self.table} "
+                    f"WHERE key = ? AND text_hash IN ({','.join('?' * len(part))})", [key, *part]).fetchall()
+                for h, *values, checksum in rows:
+                    if checksum == _checksum(key, h, values):
+                        out[h] = tuple(values)
+                    else:
+                        damaged += 1
+        if damaged:
+            log.warning("cache %s: %d row(s) failed their checksum and are recomputed; if this repeats, delete the "
+                        "file", self.path, damaged)
+        return out
+
+    def put_rows(self, key: str, rows: Mapping[str, Sequence]) -> None:
+        """Store ``text_hash -> value tuple`` (in ``columns`` order) in one transaction."""
+        payload = []
+        for h, values in rows.items():
+            values = [_stored(v) for v in values]
+            payload.append((key, h, *values, _checksum(key, h, values)))
+        marks = ",".join("?" * (len(self.columns) + 3))
+        with self._lock, self._guard():
+            self._conn.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES ({marks})", payload)
+            self._conn.commit()
+
+    def count(self, key: str | None = None) -> int:
+        """Rows stored (under ``key``, or in all)."""
+        with self._lock, self._guard():
+            if key is None:
+                return self._conn.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0]
+            return self._conn.execute(f"SELECT COUNT(*) FROM {self.table} WHERE key = ?", (key,)).fetchone()[0]
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
 
 
 class SignalCache(SqliteSpecStore):
@@ -89,8 +184,8 @@ class SignalCache(SqliteSpecStore):
     (e.g. neighbour energies) use the same table under their own spec.
     """
 
-    table_sql = ("CREATE TABLE IF NOT EXISTS signals (key TEXT NOT NULL, text_hash TEXT NOT NULL, energy REAL,"
-                 " n_tokens INTEGER, truncated INTEGER, logprobs BLOB, PRIMARY KEY (key, text_hash))")
+    table = "signal_rows"
+    columns = ("energy REAL", "n_tokens INTEGER", "truncated INTEGER", "logprobs BLOB")
 
     def __init__(self, path: str | os.PathLike | None = None):
         path = os.fspath(path or default_cache_dir())
@@ -105,31 +200,12 @@ class SignalCache(SqliteSpecStore):
         return f"SignalCache({self.path!r})"
 
     def get_many(self, key: str, text_hashes: Iterable[str]) -> dict[str, tuple[float, int, bool, np.ndarray]]:
-        """Cached rows of ``text_hashes`` under ``key`` (missing hashes are absent)."""
-        hashes = list(dict.fromkeys(text_hashes))
-        out = {}
-        with self._lock:
-            for start in range(0, len(hashes), 500):
-                part = hashes[start:start + 500]
-                marks = ",".join("?" * len(part))
-                rows = self._conn.execute(
-                    f"SELECT text_hash, energy, n_tokens, truncated, logprobs FROM signals "
-                    f"WHERE key = ? AND text_hash IN ({marks})", [key, *part]).fetchall()
-                for h, energy, n_tokens, truncated, blob in rows:
-                    out[h] = (float("nan") if energy is None else energy, int(n_tokens), bool(truncated),
-                              np.frombuffer(blob, dtype=np.float32).copy())
-        return out
+        """Cached rows of ``text_hashes`` under ``key`` (missing or damaged hashes are absent)."""
+        return {h: (float("nan") if energy is None else energy, int(n_tokens), bool(truncated),
+                    np.frombuffer(blob, dtype=np.float32).copy())
+                for h, (energy, n_tokens, truncated, blob) in self.get_rows(key, text_hashes).items()}
 
     def put_many(self, key: str, rows: Mapping[str, tuple[float, int, bool, np.ndarray]]) -> None:
         """Store rows ``text_hash -> (energy, n_tokens, truncated, logprobs)`` in one transaction."""
-        payload = [(key, h, float(e), int(n), int(bool(t)), np.asarray(lp, dtype=np.float32).tobytes())
-                   for h, (e, n, t, lp) in rows.items()]
-        with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO signals VALUES (?, ?, ?, ?, ?, ?)", payload)
-            self._conn.commit()
-
-    def count(self, key: str | None = None) -> int:
-        with self._lock:
-            if key is None:
-                return self._conn.execute("SELECT COUNT(*) FROM signals").fetchone()[0]
-            return self._conn.execute("SELECT COUNT(*) FROM signals WHERE key = ?", (key,)).fetchone()[0]
+        self.put_rows(key, {h: (float(e), int(n), int(bool(t)), np.asarray(lp, dtype=np.float32).tobytes())
+                            for h, (e, n, t, lp) in rows.items()})

@@ -345,7 +345,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
         mask_of = dict(zip(hashes, mask_keys))
     max_length = min(config.max_length or lm.max_length, lm.max_length)
-    spec = {"model_id": lm.model_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length}
+    spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length}
     if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None

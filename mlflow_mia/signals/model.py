@@ -1,8 +1,9 @@
 """A masked language model with its tokenizer and a stable identity.
 
-This is the only place (with ``energy.py``) that touches torch models. The
-identity (``model_id``) keys the signal cache: a registry URI resolved to a
-version when the model comes from MLflow, else a content hash of the weights.
+This is the only place (with ``energy.py``) that touches torch models. A model
+has a display identity (``model_id``: a registry URI resolved to a version when
+the model comes from MLflow, else a content hash of the weights) and a cache
+identity (``weights_id``: always the content hash of the weights).
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ class MaskedLM:
     tokenizer : transformers.PreTrainedTokenizerBase
         Its tokenizer; must define a mask token.
     model_id : str, optional
-        Identity for the signal cache (e.g. ``"models:/bbc-target/3"``); by default the
-        sha256 of the weights.
+        Identity shown in reports and run parameters (e.g. ``"models:/bbc-target/3"``);
+        by default the sha256 of the weights. The signal cache is keyed by
+        :attr:`weights_id`, never by this name.
     name : str, optional
         Human-readable name for logs and reports.
 
@@ -120,6 +122,7 @@ class MaskedLM:
     model_id: str | None = None
     name: str | None = None
     _tokenizer_id: str | None = field(default=None, init=False, repr=False)
+    _weights_id: str | None = field(default=None, init=False, repr=False)
     _projection: object = field(default=None, init=False, repr=False)  # None: undecided, False: none
 
     def __post_init__(self):
@@ -137,7 +140,7 @@ class MaskedLM:
         if getattr(self.tokenizer, "pad_token_id", None) is None:
             raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no pad token; set tokenizer.pad_token")
         if self.model_id is None:
-            self.model_id = "sha256:" + weights_digest(self.model)
+            self.model_id = self.weights_id
         if self.name is None:
             self.name = self.model_id
         self.model.eval()
@@ -172,6 +175,17 @@ class MaskedLM:
                 "would be random. Train or fine-tune it with an MLM objective first")
         return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
                    name=name or path)
+
+    @property
+    def weights_id(self) -> str:
+        """``"sha256:<hex>"`` of the weights (:func:`weights_digest`), computed once: what keys the signal cache.
+
+        The cache is keyed by the weights, not by ``model_id``: two tracking servers
+        can each hold a different ``models:/tgt/2``, and a folder can claim any name.
+        """
+        if self._weights_id is None:
+            self._weights_id = "sha256:" + weights_digest(self.model)
+        return self._weights_id
 
     @property
     def tokenizer_id(self) -> str:

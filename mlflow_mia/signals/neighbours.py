@@ -465,28 +465,18 @@ def _rebuild(text: str, edits) -> str:
 class _NeighbourStore(SqliteSpecStore):
     """Neighbour edits cached beside a :class:`SignalCache` (``neighbours.sqlite``): spans and vocabulary words only."""
 
-    table_sql = ("CREATE TABLE IF NOT EXISTS neighbours (key TEXT NOT NULL, text_hash TEXT NOT NULL,"
-                 " edits TEXT NOT NULL, PRIMARY KEY (key, text_hash))")
+    table = "neighbour_rows"
+    columns = ("edits TEXT",)
 
     def __init__(self, cache: SignalCache):
         super().__init__(os.path.join(os.path.dirname(os.path.abspath(cache.path)), "neighbours.sqlite"))
 
     def get_many(self, key: str, hashes) -> dict:
-        hashes, out = list(dict.fromkeys(hashes)), {}
-        with self._lock:
-            for start in range(0, len(hashes), 500):
-                part = hashes[start:start + 500]
-                rows = self._conn.execute(
-                    f"SELECT text_hash, edits FROM neighbours WHERE key = ? AND text_hash IN ({','.join('?' * len(part))})",
-                    [key, *part]).fetchall()
-                out.update({h: [tuple(tuple(e) for e in nb) for nb in json.loads(edits)] for h, edits in rows})
-        return out
+        return {h: [tuple(tuple(e) for e in nb) for nb in json.loads(edits)]
+                for h, (edits,) in self.get_rows(key, hashes).items()}
 
     def put_many(self, key: str, rows: dict) -> None:
-        with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO neighbours VALUES (?, ?, ?)",
-                                   [(key, h, json.dumps(edits)) for h, edits in rows.items()])
-            self._conn.commit()
+        self.put_rows(key, {h: (json.dumps(edits),) for h, edits in rows.items()})
 
 
 def generate_neighbours(generator, texts: Sequence[str], *, config: NeighbourhoodConfig | None = None, seed: int = 0,
@@ -552,7 +542,7 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
     found: dict = {}
     if cache is not None:
         store = _NeighbourStore(cache)
-        spec = {"kind": "neighbours", "version": _CACHE_VERSION, "generator_id": lm.model_id,
+        spec = {"kind": "neighbours", "version": _CACHE_VERSION, "generator_weights": lm.weights_id,
                 "generator_tokenizer_id": lm.tokenizer_id, "num_neighbours": n, "num_replacements": m,
                 "dropout": float(config.dropout), "seed": int(seed), "max_length": limit}
         key = store.register(spec)
