@@ -20,7 +20,8 @@ __all__ = ["main", "build_parser"]
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE = 0, 1, 2
+# 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
 
 _EPILOG = """\
 examples:
@@ -32,7 +33,8 @@ examples:
   mlflow-mia compare --reference models:/bbc-reference@champion,models:/bbc-reference-ood@champion \\
       --attacks loss,likelihood_ratio,neighbourhood --neighbour-generator models:/bbc-reference-ood@champion
 
-exit codes: 0 = done (gate passed or none set), 1 = release gate failed, 2 = usage or input error.
+exit codes: 0 = done (gate passed or none set), 1 = the audit broke (a bug or an environment fault),
+2 = usage or input error, 3 = release gate failed (the model leaks more than its budget).
 """
 
 
@@ -141,13 +143,17 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     metric.add_argument("--max-tpr-at-fpr", action="append", metavar="ALPHA:MAX",
                         help="release gate, repeatable (commas also separate budgets): fail when any attack's TPR "
                              "at FPR ALPHA, at sample or user level, exceeds MAX; e.g. 0.01:0.05. Tags the run "
-                             "mia.gate=pass|fail and exits with 1 on fail")
+                             "mia.gate=pass|fail and exits with 3 on fail")
     out = parser.add_argument_group("logging")
     out.add_argument("--log-texts", nargs="?", const=True, default=False, type=_flag, metavar="BOOL",
                      help="write raw texts into tables/samples.csv and tables/riskiest.csv; '--log-texts' alone "
                           "or '--log-texts true' (default: false, only ids and sha256 hashes are logged)")
     out.add_argument("--no-tag-model-version", action="store_true",
-                     help="do not tag the audited registry version with mia.* headline numbers")
+                     help="do not tag the audited registry version with mia.* headline numbers (a failing gate "
+                          "verdict is still written)")
+    out.add_argument("--clear-gate-fail", action="store_true",
+                     help="let a passing gate replace an earlier mia.gate=fail on the registry version (default: "
+                          "a fail stays)")
     out.add_argument("--experiment", metavar="NAME",
                      help="MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME, else mlflow-mia-demo for demo "
                           "audits, else the active one; ignored under mlflow run)")
@@ -248,6 +254,7 @@ def _flat_config(args, *, demo=None) -> dict:
         "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
         "trust_remote_code": True if args.trust_remote_code else None,
+        "clear_gate_fail": True if args.clear_gate_fail else None,
     }
     return {k: v for k, v in flat.items() if v is not None}
 
@@ -649,7 +656,7 @@ def _cmd_build_demo(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 gate failed, 2 usage or input error)."""
+    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate failed)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -659,6 +666,8 @@ def main(argv=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import mlflow
 
+    from mlflow_mia.signals.cache import CacheCorruptError
+
     try:
         if args.command != "build-demo":
             _setup_tracking(args)
@@ -667,7 +676,7 @@ def main(argv=None) -> int:
         if args.command == "compare":
             return _cmd_compare(args)
         return _cmd_build_demo(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
         print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except mlflow.exceptions.MlflowException as exc:

@@ -67,7 +67,10 @@ CONFIG_KEYS: dict[str, str] = {
     "max_tpr_at_fpr": "Release gate: budget(s) 'ALPHA:MAX' (a string, a list of them, or a dict "
                       "{alpha: max}). The run is tagged mia.gate=fail when any attack's TPR at FPR alpha, "
                       "at sample or user level, exceeds MAX. Each alpha is added to fprs.",
-    "tag_model_version": "Tag the audited registered model version with headline numbers (default True).",
+    "tag_model_version": "Tag the audited registered model version with headline numbers (default True). A "
+                         "failing gate verdict is written on the version regardless.",
+    "clear_gate_fail": "Let a passing gate replace an earlier mia.gate=fail on the registry version (default "
+                       "False: a fail stays until cleared explicitly).",
     "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
     "trust_remote_code": "Let a model whose classes are not part of transformers run the Python code shipped "
                          "with it (default False: such a model is refused; see docs/security.md).",
@@ -247,6 +250,7 @@ class MiaOptions:
     device: str | None = None
     progress: bool = True
     trust_remote_code: bool = False
+    clear_gate_fail: bool = False
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -390,5 +394,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         device=_opt_str(get("device")),
         progress=_bool(get("progress", True), "progress"),
         trust_remote_code=_bool(get("trust_remote_code", False), "trust_remote_code"),
+        clear_gate_fail=_bool(get("clear_gate_fail", False), "clear_gate_fail"),
     )
     return audit_config, options

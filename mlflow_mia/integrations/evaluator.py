@@ -129,7 +129,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     params = {**target.params("target"), **(reference.params("reference") if reference else {}),
               **(extra_params or {})}
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
-                          model_version=(target.registry_versions or None) if options.tag_model_version else None,
+                          model_version=target.registry_versions or None, tag_headline=options.tag_model_version,
+                          clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=params,
                           population=population, gate=gate, group_column=options.group_column)
     if gate is not None:

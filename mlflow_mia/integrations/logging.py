@@ -35,6 +35,8 @@ import re
 import tempfile
 import time
 
+from mlflow_mia.integrations.registry_tags import tag_model_version
+
 __all__ = ["log_audit", "audit_params", "dataset_digest", "check_metric_names", "mlflow_metrics",
            "tag_model_version"]
 
@@ -157,60 +159,10 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _fmt_tag(value) -> str:
-    return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4f}"
-
-
-def tag_model_version(registry, result, *, run_id: str, gate=None, client=None) -> dict[str, str]:
-    """Tag registry version(s) with the audit's headline numbers.
-
-    Parameters
-    ----------
-    registry : (name, version) or iterable of them, or a ModelVersion
-    result : AuditResult
-    run_id : str
-        The audit run, written to ``mia.audit_run_id``.
-    gate : GateResult, optional
-
-    Returns
-    -------
-    dict of str to str
-        The tags that were set. Other ``mia.*`` tags of the version (from an earlier
-        audit with another attack or a gate) are removed, so the tags describe one audit.
-    """
-    from mlflow import MlflowClient
-
-    from mlflow_mia.audit import fmt_alpha
-
-    client = client or MlflowClient()
-    if hasattr(registry, "name") and hasattr(registry, "version"):
-        registry = [(registry.name, registry.version)]
-    elif isinstance(registry, tuple) and len(registry) == 2 and isinstance(registry[0], str):
-        registry = [registry]
-    tags = {"mia.audit_run_id": run_id, "mia.attacks": ",".join(result.attacks)}
-    for name, rep in result.attacks.items():
-        tags[f"mia.{name}.auc"] = _fmt_tag(rep.roc.auc)
-        for alpha, tpr in rep.tpr_at_fpr.items():
-            tags[f"mia.{name}.tpr_at_fpr_{fmt_alpha(alpha)}"] = _fmt_tag(tpr)
-    for name, rep in result.user_attacks.items():
-        tags[f"mia.user.{name}.auc"] = _fmt_tag(rep.roc.auc)
-    if gate is not None:
-        tags["mia.gate"] = gate.status
-    for name, version in registry:
-        # The registry shows the latest audit only: drop mia.* tags it did not set (another attack, a gate).
-        stale = [k for k in (client.get_model_version(name, str(version)).tags or {})
-                 if k.startswith("mia.") and k not in tags]
-        for key in stale:
-            client.delete_model_version_tag(name, str(version), key)
-        for key, value in tags.items():
-            client.set_model_version_tag(name, str(version), key, value)
-        log.info("tagged %s version %s with %d mia.* tags", name, version, len(tags))
-    return tags
-
-
 def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
-              gate=None, group_column: str | None = None, client=None) -> dict:
+              gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
+              clear_gate_fail: bool = False, weights_id: str | None = None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -225,7 +177,8 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     texts : sequence of str, optional
         Pool texts in pool order (``AuditDataset.texts``); required when ``log_texts``.
     model_version : (name, version), iterable of them, or ModelVersion, optional
-        Registry version(s) of the target to tag with the headline numbers.
+        Registry version(s) of the target, tagged as
+        :func:`~mlflow_mia.integrations.registry_tags.tag_model_version` describes.
     log_metrics : bool
         Log ``result.metrics`` (one batch). Set False when the caller logs them
         (``mlflow.models.evaluate`` does when it knows a ``model_id``).
@@ -240,6 +193,13 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     group_column : str, optional
         Name of the group column, for the report's user-level section.
     client : MlflowClient, optional
+    tag_headline : bool
+        Write the headline tags on ``model_version`` (a failing gate verdict is
+        written regardless).
+    clear_gate_fail : bool
+        Let a passing gate replace a ``mia.gate=fail`` verdict on the version.
+    weights_id : str, optional
+        The audited weights' digest, stored as ``mia.weights_sha256`` on the version.
 
     Returns
     -------
@@ -328,5 +288,6 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         artifacts[prefix + name] = _artifact(kind, run_id, prefix + rel)
 
     if model_version is not None:
-        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client)
+        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
+                          clear_gate_fail=clear_gate_fail, weights_id=weights_id)
     return artifacts

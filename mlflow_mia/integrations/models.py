@@ -23,9 +23,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from mlflow_mia.signals.model import MaskedLM, refuse_remote_code
+from mlflow_mia.integrations.registry_tags import WEIGHTS_TAG
+from mlflow_mia.signals.model import MaskedLM, refuse_remote_code, weights_digest
 
-__all__ = ["ResolvedModel", "resolve_model", "registry_versions_of"]
+__all__ = ["ResolvedModel", "resolve_model", "registry_versions_of", "registered_weights_id", "WEIGHTS_TAG"]
 
 log = logging.getLogger(__name__)
 
@@ -249,13 +250,57 @@ def _logged_model_id(uri: str) -> tuple[str | None, str | None]:
         return None, None
 
 
+def registered_weights_id(name: str, version: str) -> str | None:
+    """``weights_id`` of registry version ``name/version``: its ``mia.weights_sha256`` tag, else computed.
+
+    The digest is computed from the registered artifacts (loaded without running
+    shipped code) and stored on the version, so the next check is cheap. None when
+    the version cannot be loaded as a transformers model.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = _client()
+    digest = (client.get_model_version(name, str(version)).tags or {}).get(WEIGHTS_TAG)
+    if digest:
+        return digest
+    try:
+        model, _ = _load_components(f"models:/{name}/{version}")
+    except (ValueError, OSError, MlflowException) as exc:
+        log.warning("cannot load models:/%s/%s to check its weights: %s", name, version, exc)
+        return None
+    digest = "sha256:" + weights_digest(model)
+    try:
+        client.set_model_version_tag(name, str(version), WEIGHTS_TAG, digest)
+    except MlflowException as exc:  # a read-only registry: the digest is recomputed next time
+        log.debug("cannot store %s on %s/%s: %s", WEIGHTS_TAG, name, version, exc)
+    return digest
+
+
 def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
-              registry: list[tuple[str, str]]) -> ResolvedModel:
+              registry: list[tuple[str, str]], claimed: bool = False) -> ResolvedModel:
+    """Wrap loaded parts; registry versions that are only ``claimed`` must hold these very weights.
+
+    A claim comes from a file the model's owner wrote (an ``MLmodel`` in a folder, a
+    pyfunc's metadata, a run's artifacts): each claimed version is kept only when
+    its registered weights have the same digest, so a folder cannot borrow the
+    identity (and the registry tags) of a version it is not.
+    """
     model, tokenizer = lm_parts
+    weights_id = None
+    if claimed and registry:
+        weights_id = "sha256:" + weights_digest(model)
+        rejected = [r for r in registry if registered_weights_id(*r) != weights_id]
+        for name, version in rejected:
+            log.warning("%s %s claims to be models:/%s/%s, but its weights differ from that version's; it is "
+                        "audited as an unregistered model and no registry tag is written", role, requested, name,
+                        version)
+        registry = [r for r in registry if r not in rejected]
+        if rejected and not registry and pinned and pinned.startswith("models:/"):
+            pinned = None
     name, version = registry[0] if registry else (None, None)
     if pinned is None and registry:
         pinned = f"models:/{name}/{version}"
-    lm = MaskedLM(model, tokenizer, model_id=pinned, name=f"{role} {pinned or requested}")
+    lm = MaskedLM(model, tokenizer, model_id=pinned or weights_id, name=f"{role} {pinned or requested}")
     return ResolvedModel(lm=lm, requested=requested, resolved_uri=lm.model_id, registered_name=name,
                          version=version, also_registered_as=tuple(registry[1:]))
 
@@ -315,7 +360,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
             parts = _load_components(uri, trust_remote_code=trust_remote_code)
             model_id, run_id = _logged_model_id(uri)
             return _resolved(parts, requested=uri, pinned=None, role=role,
-                             registry=registry_versions_of(model_id, run_id))
+                             registry=registry_versions_of(model_id, run_id), claimed=True)
         if os.path.exists(os.path.join(uri, "config.json")):
             lm = MaskedLM.from_pretrained(uri, trust_remote_code=trust_remote_code)
             lm.name = f"{role} {uri}"
@@ -328,7 +373,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         registry = registry_versions_of(model_id, run_id)
         # A registry version keys the cache when one exists, so every URI form of these weights shares it.
         pinned = uri if uri.startswith("runs:/") and not registry else None
-        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry)
+        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry, claimed=True)
     raise ValueError(f"{role} model {uri!r} is neither a local folder nor a model URI; use models:/name/version, "
                      "models:/name@alias, runs:/<run_id>/<path> or the path of a saved model")
 
@@ -355,4 +400,5 @@ def _from_pyfunc(model, *, role: str) -> ResolvedModel:
     registry = registry_versions_of(model_id, run_id)
     pinned = None if registry else (f"models:/{model_id}" if model_id else None)
     requested = f"models:/{model_id}" if model_id else f"pyfunc {role} model"
-    return _resolved((hf_model, tokenizer), requested=requested, pinned=pinned, role=role, registry=registry)
+    return _resolved((hf_model, tokenizer), requested=requested, pinned=pinned, role=role, registry=registry,
+                     claimed=True)

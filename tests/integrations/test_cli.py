@@ -50,7 +50,7 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
     out = capsys.readouterr().out
     assert "mia.gate=pass" in out
     assert main([*args, "--max-tpr-at-fpr", "0.05:0.0", "--max-tpr-at-fpr", "0.1:1",
-                 "--run-name", "gate-fail"]) == 1
+                 "--run-name", "gate-fail"]) == 3
     out = capsys.readouterr().out
     assert "mia.gate=fail" in out and "OVER BUDGET" in out
     runs = {r.info.run_name: r for r in _runs()}
@@ -67,7 +67,7 @@ def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
     calls = {}
     real = models_module.resolve_model
 
-    def counting(model, *, role="target"):
+    def counting(model, *, role="target", **kwargs):
         resolved = real(model, role=role)
         key = f"{role}:{resolved.resolved_uri}"
         hook = lambda *args, k=key: calls.__setitem__(k, calls.get(k, 0) + 1)  # noqa: E731

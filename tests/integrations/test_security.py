@@ -82,3 +82,93 @@ def test_item1_the_cli_refuses_remote_code_without_the_flag(tracking, tmp_path, 
     assert code == 2
     assert "--trust-remote-code" in capsys.readouterr().err
     assert not marker.exists()
+
+
+def _version_tags(name, version):
+    return dict(mlflow.MlflowClient().get_model_version(name, str(version)).tags or {})
+
+
+def test_item3_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, capsys):
+    from mlflow_mia.integrations.cli import main
+
+    fake = Path(mlflow.artifacts.download_artifacts("models:/tgt/2", dst_path=str(tmp_path / "fake")))
+    random_weights = Path(mlflow.artifacts.download_artifacts("models:/tgt/1", dst_path=str(tmp_path / "v1")))
+    shutil.copy(random_weights / "model" / "model.safetensors", fake / "model" / "model.safetensors")
+    resolved = resolve_model(str(fake))
+    assert resolved.registry is None and resolved.resolved_uri.startswith("sha256:")
+
+    before = _version_tags("tgt", "2")
+    code = main(["audit", "--target", str(fake), *tracking.cli_args("--max-tpr-at-fpr", "0.1:1.0",
+                                                                     "--run-name", "fake-folder")])
+    assert code == 0
+    assert "audit of models:/tgt/2" not in capsys.readouterr().out
+    assert {k: v for k, v in _version_tags("tgt", "2").items() if k != "mia.weights_sha256"} == \
+        {k: v for k, v in before.items() if k != "mia.weights_sha256"}
+
+
+def test_item3_a_folder_with_the_registered_weights_keeps_its_identity(tracking, tmp_path):
+    from mlflow_mia.signals.model import weights_digest
+
+    real = Path(mlflow.artifacts.download_artifacts("models:/tgt/2", dst_path=str(tmp_path / "real")))
+    resolved = resolve_model(str(real))
+    assert resolved.registry == ("tgt", "2")
+    assert _version_tags("tgt", "2")["mia.weights_sha256"] == "sha256:" + weights_digest(resolved.lm.model)
+
+
+@pytest.fixture
+def gated_version(tracking, request):
+    """A fresh registry name pointing at the leaking tgt v2 weights."""
+    name = f"gate-{request.node.name[-40:]}".replace("[", "-").replace("]", "")
+    mv = mlflow.register_model(f"runs:/{tracking.run_ids['tgt/2']}/model", name)
+    return name, mv.version
+
+
+def _audit(tracking, name, version, *extra):
+    from mlflow_mia.integrations.cli import main
+
+    return main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args(*extra)])
+
+
+def test_item4_a_re_audit_without_a_gate_keeps_the_fail(tracking, gated_version):
+    name, version = gated_version
+    assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.0") == 3
+    assert _version_tags(name, version)["mia.gate"] == "fail"
+    assert _audit(tracking, name, version) == 0
+    assert _version_tags(name, version)["mia.gate"] == "fail"
+
+
+def test_item4_a_weaker_passing_audit_does_not_flip_a_fail(tracking, gated_version):
+    name, version = gated_version
+    assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.0") == 3
+    assert _audit(tracking, name, version, "--attacks", "loss", "--max-tpr-at-fpr", "0.1:1.0") == 0
+    tags = _version_tags(name, version)
+    assert tags["mia.gate"] == "fail" and tags["mia.gate.attacks"] == "loss,likelihood_ratio"
+    history = {k: v for k, v in tags.items() if k.startswith("mia.gate.run.")}
+    assert sorted(v.split(";")[0] for v in history.values()) == ["fail", "pass"]
+    assert _audit(tracking, name, version, "--attacks", "loss", "--max-tpr-at-fpr", "0.1:1.0",
+                  "--clear-gate-fail") == 0
+    tags = _version_tags(name, version)
+    assert tags["mia.gate"] == "pass" and tags["mia.gate.attacks"] == "loss"
+    assert len([k for k in tags if k.startswith("mia.gate.run.")]) == 3
+
+
+def test_item4_a_failing_audit_without_version_tags_still_records_the_fail(tracking, gated_version):
+    name, version = gated_version
+    assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:1.0") == 0
+    assert _version_tags(name, version)["mia.gate"] == "pass"
+    auc_before = _version_tags(name, version)["mia.likelihood_ratio.auc"]
+    assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.0", "--no-tag-model-version") == 3
+    tags = _version_tags(name, version)
+    assert tags["mia.gate"] == "fail" and tags["mia.likelihood_ratio.auc"] == auc_before
+
+
+def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path):
+    from mlflow_mia.integrations.cli import EXIT_GATE_FAILED, main
+
+    name, version = gated_version
+    assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.0") == EXIT_GATE_FAILED == 3
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    with pytest.raises(OSError):  # uncaught: the process exits with Python's 1, never 3
+        main(["audit", "--target", f"models:/{name}/{version}",
+              *tracking.cli_args("--cache-dir", str(not_a_folder / "cache"))])
