@@ -48,6 +48,8 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``metric_prefix``          prefix of metric, param and artifact names (default "")
 ``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail``
 ``tag_model_version``      tag the registry version with headline numbers (default True)
+``clear_gate_fail``        let a passing gate replace ``mia.gate=fail`` on the version (default False)
+``trust_remote_code``      let a model run Python code shipped with it (default False)
 ``cache_dir``              signal cache directory (default ``~/.cache/mlflow_mia``)
 ``device``                 torch device (default: CUDA when available)
 ``progress``               progress bars (default True)

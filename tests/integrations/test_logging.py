@@ -123,9 +123,11 @@ def test_model_version_tags(tracking, audit):
     assert tags["mia.gate"] == gate.status
     assert float(tags["mia.likelihood_ratio.auc"]) == pytest.approx(result.metrics["likelihood_ratio/auc"], abs=1e-4)
     assert {"mia.loss.tpr_at_fpr_0.05", "mia.likelihood_ratio.tpr_at_fpr_0.1", "mia.user.loss.auc"} <= set(tags)
-    with mlflow.start_run():  # a later audit without a gate: no stale verdict stays on the version
+    with mlflow.start_run() as later:  # a later audit without a gate replaces the numbers, never the verdict
         log_audit(result, model_version=("tgt", "1"), log_metrics=False)
-    assert "mia.gate" not in MlflowClient().get_model_version("tgt", "1").tags
+    tags = MlflowClient().get_model_version("tgt", "1").tags
+    assert tags["mia.gate"] == gate.status and tags["mia.gate.run_id"] == run.info.run_id
+    assert tags["mia.audit_run_id"] == later.info.run_id
 
 
 def test_needs_a_run(audit):
