@@ -145,7 +145,11 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     out = parser.add_argument_group("logging")
     out.add_argument("--log-texts", nargs="?", const=True, default=False, type=_flag, metavar="BOOL",
                      help="write raw texts into tables/samples.csv and tables/riskiest.csv; '--log-texts' alone "
-                          "or '--log-texts true' (default: false, only ids and sha256 hashes are logged)")
+                          "or '--log-texts true' (default: false, only ids and keyed hashes are logged)")
+    out.add_argument("--hash-key-file", metavar="PATH",
+                     help="file with your secret key (16+ bytes) for the HMAC-SHA256 text and group hashes in the "
+                          "logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that is "
+                          "not kept, so nobody can look a sample up); see mlflow_mia.lookup_hash")
     out.add_argument("--no-tag-model-version", action="store_true",
                      help="do not tag the audited registry version with mia.* headline numbers")
     out.add_argument("--experiment", metavar="NAME",
@@ -244,6 +248,7 @@ def _flat_config(args, *, demo=None) -> dict:
         "bootstrap_rounds": args.bootstrap_rounds, "max_tpr_at_fpr": _gate_spec(args.max_tpr_at_fpr),
         "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
+        "hash_key_file": _blank(args.hash_key_file),
     }
     return {k: v for k, v in flat.items() if v is not None}
 
@@ -545,7 +550,8 @@ def _cmd_compare(args) -> int:
                     scores[(attack, label)] = result.samples[f"score_{attack}"].to_numpy()
             del target
         table = pd.DataFrame(rows)
-        parent_params = {k: v for k, v in audit_params(result, population=population).items()
+        parent_params = {k: v for k, v in audit_params(result, population=population,
+                                                       hash_key=options.hash_key).items()
                          if k != "target_model"}
         parent_params.update({"compared_models": ",".join(names), "compared_aliases": ",".join(aliases) or "all",
                               "compared_versions": ",".join(_label(n, v, a) for n, v, a in targets)[:6000]})

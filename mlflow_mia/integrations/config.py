@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
@@ -62,7 +62,10 @@ CONFIG_KEYS: dict[str, str] = {
     "top_records": "How many riskiest member records to list per attack (default 20).",
     # logging and running
     "log_texts": "Write raw texts into tables/samples.csv and tables/riskiest.csv (default False: only "
-                 "sha256 hashes and ids are logged).",
+                 "ids and keyed hashes are logged).",
+    "hash_key_file": "File holding the secret key (at least 16 bytes) of the HMAC-SHA256 text and group hashes "
+                     "in the logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that "
+                     "is not kept, so the hashes cannot be looked up). See mlflow_mia.lookup_hash.",
     "metric_prefix": "Prefix for metric, parameter and artifact names (default '').",
     "max_tpr_at_fpr": "Release gate: budget(s) 'ALPHA:MAX' (a string, a list of them, or a dict "
                       "{alpha: max}). The run is tagged mia.gate=fail when any attack's TPR at FPR alpha, "
@@ -244,6 +247,7 @@ class MiaOptions:
     cache_dir: str | None = None
     device: str | None = None
     progress: bool = True
+    hash_key: Any = field(default=None, repr=False)  # HashKey: keys the logged hashes, never logged
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -340,6 +344,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if "half_precision" in config:
         signal["half_precision"] = _bool(get("half_precision"), "half_precision")
 
+    from mlflow_mia.hashing import resolve_hash_key
+
+    hash_key = resolve_hash_key(_opt_str(get("hash_key_file")))
     gate = Gate.parse(get("max_tpr_at_fpr"))
     fprs = parse_list(get("fprs", MetricConfig.fprs), what="fprs", cast=float)
     if gate is not None:
@@ -386,5 +393,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         cache_dir=_opt_str(get("cache_dir")),
         device=_opt_str(get("device")),
         progress=_bool(get("progress", True), "progress"),
+        hash_key=hash_key,
     )
     return audit_config, options

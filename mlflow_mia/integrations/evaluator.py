@@ -45,6 +45,7 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``min_k_fraction``         k of the min_k attack (default 0.2)
 ``top_records``            riskiest member records per attack (default 20)
 ``log_texts``              include raw texts in the tables (default False)
+``hash_key_file``          secret key of the logged text/group hashes (default: ``$MLFLOW_MIA_HASH_KEY``, else random)
 ``metric_prefix``          prefix of metric, param and artifact names (default "")
 ``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail``
 ``tag_model_version``      tag the registry version with headline numbers (default True)
@@ -131,7 +132,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
                           model_version=(target.registry_versions or None) if options.tag_model_version else None,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=params,
-                          population=population, gate=gate, group_column=options.group_column)
+                          population=population, gate=gate, group_column=options.group_column,
+                          hash_key=options.hash_key)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts
