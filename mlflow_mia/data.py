@@ -46,6 +46,9 @@ def load_table(source, *, what: str = "data"):
     """Load a table from a pandas DataFrame or a csv / jsonl / json / parquet path.
 
     Files are read with Hugging Face ``datasets`` and returned as a pandas DataFrame.
+    Nothing of the table persists on disk: ``datasets`` prepares its Arrow files in a
+    temporary cache directory that is removed once the table is in memory (its default
+    cache, ``~/.cache/huggingface/datasets``, would keep the raw pool texts).
 
     Raises
     ------
@@ -66,12 +69,21 @@ def load_table(source, *, what: str = "data"):
         builder = {"csv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}.get(ext)
         if builder is None:
             raise ValueError(f"{what} file {path!r}: use a .csv, .jsonl, .json or .parquet file")
-        from datasets import load_dataset
-
-        return load_dataset(builder, data_files=path, split="train").to_pandas()
+        return _read_in_memory(builder, path)
     if hasattr(source, "to_pandas"):  # datasets.Dataset, mlflow EvaluationDataset
         return source.to_pandas()
     raise TypeError(f"{what} must be a pandas DataFrame or a file path, got {type(source).__name__}")
+
+
+def _read_in_memory(builder: str, path: str):
+    """``load_dataset(builder, data_files=path)`` as a DataFrame, with no cache left behind."""
+    import tempfile
+
+    from datasets import load_dataset
+
+    with tempfile.TemporaryDirectory(prefix="mlflow_mia_table_") as tmp:
+        dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
+        return dataset.to_pandas()
 
 
 def _column(df, name: str, what: str):
