@@ -30,6 +30,11 @@ How it is computed (one code path for both signals):
 
 Texts longer than the model limit are truncated to their first tokens
 (``SignalResult.truncated`` flags them and a warning gives the count).
+
+Special-token strings typed in a text (``"[MASK] [SEP]"``, ``"<mask>"``) are
+ordinary text: they are tokenised with ``split_special_tokens=True``, so a text
+can neither smuggle in a mask token nor hide words from the masks. Only the
+special tokens the tokenizer adds itself ([CLS] ... [SEP]) are unmaskable.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ def resolve_device(device=None) -> torch.device:
 TOKEN_BUDGETS = {"cpu": 1024, "cuda": 16384}
 # Masked positions per call of the vocabulary projection (features of several batches).
 HEAD_POSITIONS = 512
+# How texts become token ids (part of the cache key): special-token strings inside a text are split as text.
+TOKENIZATION = "split_special_tokens"
 
 
 def default_token_budget(device) -> int:
@@ -77,11 +84,15 @@ def default_token_budget(device) -> int:
 def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """Token ids, maskable positions and truncation flags of each text.
 
+    Special-token strings inside a text are tokenised as text (``split_special_tokens=True``):
+    ``"[MASK]"`` typed in a text is never the mask id.
+
     Returns
     -------
     ids : list of ndarray (int64), one per text, special tokens included
     maskable : list of ndarray (int64)
-        Positions (into ``ids``) that are not special tokens.
+        Positions (into ``ids``) that are not special tokens (every position but
+        those the tokenizer adds around the text).
     truncated : ndarray of shape (n_texts,), dtype bool
 
     Raises
@@ -91,14 +102,14 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
     """
     tok = lm.tokenizer
     full = tok(list(texts), add_special_tokens=True, truncation=False, verbose=False,
-               return_special_tokens_mask=True)
+               return_special_tokens_mask=True, split_special_tokens=True)
     ids = [np.asarray(x, dtype=np.int64) for x in full["input_ids"]]
     special = [np.asarray(x, dtype=bool) for x in full["special_tokens_mask"]]
     truncated = np.array([len(x) > max_length for x in ids], dtype=bool)
     long_rows = np.flatnonzero(truncated)
     if len(long_rows):
         cut = tok([texts[i] for i in long_rows], add_special_tokens=True, truncation=True, max_length=max_length,
-                  return_special_tokens_mask=True)
+                  return_special_tokens_mask=True, split_special_tokens=True)
         for j, i in enumerate(long_rows):
             ids[i] = np.asarray(cut["input_ids"][j], dtype=np.int64)
             special[i] = np.asarray(cut["special_tokens_mask"][j], dtype=bool)
@@ -345,7 +356,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
         mask_of = dict(zip(hashes, mask_keys))
     max_length = min(config.max_length or lm.max_length, lm.max_length)
-    spec = {"model_id": lm.model_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length}
+    spec = {"model_id": lm.model_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length,
+            "tokenization": TOKENIZATION}
     if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None

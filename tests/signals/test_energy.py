@@ -340,3 +340,17 @@ def test_checkpoint_without_trained_head_is_rejected(tmp_path):
     model.save_pretrained(tmp_path / "mlm")
     tok.save_pretrained(tmp_path / "mlm")
     assert MaskedLM.from_pretrained(tmp_path / "mlm").model_id.startswith("sha256:")
+
+
+def test_item10_literal_special_token_strings_are_ordinary_text(lm):
+    """'[MASK] [SEP]' (or '<mask> </s>') typed in a text is text: never the mask id, never an unmaskable token."""
+    tok = lm.tokenizer
+    text = f"the cat {tok.mask_token} {tok.sep_token} sat"
+    ids, maskable, _ = tokenize(lm, [text], max_length=64)
+    inner = ids[0][1:-1]
+    assert tok.mask_token_id not in inner.tolist()
+    assert not set(inner.tolist()) & set(tok.all_special_ids) - {tok.unk_token_id}
+    np.testing.assert_array_equal(maskable[0], np.arange(1, len(ids[0]) - 1))  # every text token maskable
+    assert compute_signals(lm, [text], progress=False).n_tokens.tolist() == [len(inner)]
+    # Cached rows tokenised the old way are not reused: the tokenisation is part of the cache key.
+    assert energy_module.TOKENIZATION == "split_special_tokens"
