@@ -17,12 +17,26 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table"]
+__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates"]
 
 
 def text_hash(text: str) -> str:
     """Hex sha256 of the UTF-8 text: the identity of a sample in caches and artifacts."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def near_duplicates(pool_texts: Sequence[str], population_texts: Sequence[str]) -> int:
+    """How many population texts equal a pool text up to case and whitespace, but not exactly.
+
+    ``"The Cat sat"`` and ``" the cat  sat"`` are the same record to a reader; an exact
+    match is checked (and refused) elsewhere.
+    """
+    def norm(t: str) -> str:
+        return " ".join(t.casefold().split())
+
+    exact = set(pool_texts)
+    pool = {norm(t) for t in pool_texts}
+    return sum(1 for t in population_texts if t not in exact and norm(t) in pool)
 
 
 def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:

@@ -132,6 +132,9 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                         help="neighbours per text for the neighbourhood attack (default 25)")
     attack.add_argument("--neighbour-generator", metavar="URI",
                         help="model proposing neighbour words (default: the reference model)")
+    attack.add_argument("--allow-tokenizer-mismatch", action="store_true",
+                        help="accept a reference whose tokenizer differs from the target's (default: an error); "
+                             "requires --signal pll, whose per-token energies are roughly comparable")
     metric = parser.add_argument_group("metrics and release gate")
     metric.add_argument("--fprs", metavar="A,B",
                         help="false-positive rates at which TPR, precision and recall are reported "
@@ -249,6 +252,7 @@ def _flat_config(args, *, demo=None) -> dict:
         "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
         "hash_key_file": _blank(args.hash_key_file),
+        "allow_tokenizer_mismatch": bool(args.allow_tokenizer_mismatch),
     }
     return {k: v for k, v in flat.items() if v is not None}
 

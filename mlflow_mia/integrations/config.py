@@ -53,6 +53,9 @@ CONFIG_KEYS: dict[str, str] = {
     "half_precision": "Run the models in float16 on CUDA (default False; ignored on CPU).",
     "num_neighbours": "Neighbours per sample of the neighbourhood attack (default 25).",
     "neighbour_generator": "Model proposing neighbour words (default: the reference model).",
+    "allow_tokenizer_mismatch": "Run likelihood_ratio with a reference whose tokenizer differs from the target's "
+                                "(default False: an error). Requires signal='pll', whose per-token energies are "
+                                "roughly comparable across tokenizers; the report warns.",
     # metrics
     "fprs": "False-positive rates alpha at which TPR, precision and recall are reported "
             "(default [0.1, 0.01, 0.001]); a list or a comma-separated string.",
@@ -72,7 +75,8 @@ CONFIG_KEYS: dict[str, str] = {
                       "at sample or user level, exceeds MAX. Each alpha is added to fprs.",
     "tag_model_version": "Tag the audited registered model version with headline numbers (default True).",
     "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
-    "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available).",
+    "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available); checked before any model "
+              "loads.",
     "progress": "Show progress bars while computing signals (default True).",
 }
 
@@ -295,6 +299,16 @@ def _int(value, key: str) -> int:
         raise ValueError(f"{key} must be an integer, got {value!r}") from None
 
 
+def _device(value) -> str | None:
+    """The device string, checked to exist on this machine (before any model loads)."""
+    device = _opt_str(value)
+    if device is not None:
+        from mlflow_mia.signals.energy import resolve_device
+
+        resolve_device(device)
+    return device
+
+
 def _prefix(value) -> str:
     prefix = str(value or "")
     if prefix and not re.fullmatch(r"[\w.\-/ ]+", prefix):
@@ -373,7 +387,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         raise ValueError(f"unknown attack(s) {bad}; registered attacks: {sorted(ATTACKS)}")
     audit_config = AuditConfig(attacks=attacks, signal=SignalConfig.from_dict(signal),
                                metrics=MetricConfig.from_dict(metrics),
-                               neighbourhood=NeighbourhoodConfig.from_dict(neighbourhood))
+                               neighbourhood=NeighbourhoodConfig.from_dict(neighbourhood),
+                               allow_tokenizer_mismatch=_bool(get("allow_tokenizer_mismatch", False),
+                                                              "allow_tokenizer_mismatch"))
     text_column = _opt_str(get("text_column")) or "text"
     group_column = _opt_str(get("group_column"))
     reference = get("reference_model")
@@ -391,7 +407,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         gate=gate,
         tag_model_version=_bool(get("tag_model_version", True), "tag_model_version"),
         cache_dir=_opt_str(get("cache_dir")),
-        device=_opt_str(get("device")),
+        device=_device(get("device")),
         progress=_bool(get("progress", True), "progress"),
         hash_key=hash_key,
     )

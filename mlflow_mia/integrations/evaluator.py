@@ -39,6 +39,7 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``half_precision``         float16 on CUDA (default False)
 ``num_neighbours``         neighbours per text, neighbourhood attack (default 25)
 ``neighbour_generator``    model proposing neighbours (default: the reference)
+``allow_tokenizer_mismatch`` reference with another tokenizer (default False; needs ``signal="pll"``)
 ``fprs``                   FPRs alpha of the TPR/precision/recall metrics (default 0.1, 0.01, 0.001)
 ``bootstrap_rounds``       bootstrap resamples for the intervals (default 1000; 0 = none)
 ``confidence``             interval level (default 0.95)

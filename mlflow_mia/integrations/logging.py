@@ -151,6 +151,7 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
     _flatten("", config, out)
     # Top-level names would clash with the MLproject parameters that `mlflow run` logs to the same run.
     out["audit.attacks"] = out.pop("attacks")
+    out["audit.allow_tokenizer_mismatch"] = out.pop("allow_tokenizer_mismatch", "False")
     info = result.info
     out["target_model"] = str(info.get("target_model"))
     if info.get("reference_model"):

@@ -60,10 +60,39 @@ log = logging.getLogger(__name__)
 
 
 def resolve_device(device=None) -> torch.device:
-    """``device`` if given, else CUDA when available, else CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device`` if given, else CUDA when available, else CPU; a given device is checked to exist.
+
+    Cheap (no CUDA context for a CPU device), so callers check it before any model loads.
+
+    Raises
+    ------
+    ValueError
+        ``device`` is not a torch device (``"banana"``), names CUDA where there is none
+        or a CUDA index this machine lacks (``"cuda:7"``), or MPS where it is unavailable.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda' or "
+                         "'cuda:<index>'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available on this machine; use device='cpu' "
+                             "(or leave it unset)")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            listed = ", ".join(f"cuda:{i}" for i in range(count))
+            raise ValueError(f"device {device!r}: this machine has {count} CUDA device(s) ({listed})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available on this machine; use device='cpu'")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        try:
+            torch.empty(0, device=dev)
+        except Exception as exc:  # noqa: BLE001 - any backend error means the device cannot be used
+            raise ValueError(f"device {device!r} cannot be used here ({exc}); use 'cpu' or 'cuda:<index>'") from None
+    return dev
 
 
 # Padded tokens per forward pass when SignalConfig.token_budget is None. On CPU,
