@@ -110,11 +110,13 @@ def default_token_budget(device) -> int:
     return TOKEN_BUDGETS.get(torch.device(device).type, TOKEN_BUDGETS["cpu"])
 
 
-def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int,
+             rows: Sequence[int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """Token ids, maskable positions and truncation flags of each text.
 
     Special-token strings inside a text are tokenised as text (``split_special_tokens=True``):
-    ``"[MASK]"`` typed in a text is never the mask id.
+    ``"[MASK]"`` typed in a text is never the mask id. ``rows`` gives the caller's row
+    number of each text, used in the error message (default: positions in ``texts``).
 
     Returns
     -------
@@ -146,7 +148,8 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
     empty = [i for i, m in enumerate(maskable) if len(m) == 0]
     if empty:
         raise ValueError(
-            f"{len(empty)} text(s) have no maskable token after tokenization (first: row {empty[0]}); "
+            f"{len(empty)} text(s) have no maskable token after tokenization (first: row "
+            f"{empty[0] if rows is None else rows[empty[0]]}); "
             "remove texts made only of characters the tokenizer drops"
         )
     return ids, maskable, truncated
@@ -398,7 +401,11 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                  len(todo))
     if todo:
         todo_texts = [unique[h] for h in todo]
-        ids, maskable, truncated = tokenize(lm, todo_texts, max_length=max_length)
+        first_row: dict[str, int] = {}
+        for i, h in enumerate(hashes):
+            first_row.setdefault(h, i)
+        ids, maskable, truncated = tokenize(lm, todo_texts, max_length=max_length,
+                                            rows=[first_row[h] for h in todo])
         if truncated.any():
             log.warning("%d of %d texts are longer than %d tokens and are truncated to their first %d tokens",
                         int(truncated.sum()), len(todo_texts), max_length, max_length)

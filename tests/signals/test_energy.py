@@ -326,6 +326,15 @@ def test_text_without_maskable_token_is_rejected():
         compute_signals(MaskedLM(model, tok), ["the cat", "\u200b"], progress=False)
 
 
+def test_item10_text_without_maskable_token_is_reported_at_its_row(tmp_path):
+    """Row numbers are the caller's, not those of the uncached, deduplicated texts left to compute."""
+    lm = MaskedLM(*tiny_bert())
+    cache = SignalCache(tmp_path)
+    compute_signals(lm, ["the dog"], cache=cache, progress=False)
+    with pytest.raises(ValueError, match=r"no maskable token .*\(first: row 3\)"):
+        compute_signals(lm, ["the dog", "the cat", "the cat", "\u0301\u0301"], cache=cache, progress=False)
+
+
 def test_checkpoint_without_trained_head_is_rejected(tmp_path):
     from transformers import BertConfig, BertModel
 
