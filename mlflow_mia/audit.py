@@ -27,8 +27,10 @@ from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr
 from mlflow_mia.metrics.roc import RocResult, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (ThresholdMetrics, metrics_at_threshold, min_population_size,
                                            mu_threshold, population_threshold_metrics)
+from mlflow_mia.data import near_duplicates
 from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
-from mlflow_mia.signals.model import as_masked_lm
+from mlflow_mia.signals.energy import resolve_device
+from mlflow_mia.signals.model import as_masked_lm, tokenizer_difference
 
 __all__ = ["run_audit", "AuditResult", "AttackReport", "fmt_alpha"]
 
@@ -183,7 +185,7 @@ class AuditResult:
 
 
 def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditConfig, reference,
-                  generator=None) -> None:
+                  generator=None, target=None) -> list[str]:
     unknown = [a for a in config.attacks if a not in ATTACKS]
     if unknown:
         raise ValueError(f"unknown attack(s) {unknown}; registered attacks: {sorted(ATTACKS)}")
@@ -215,6 +217,21 @@ def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditCo
     if overlap:
         raise ValueError(f"{len(overlap)} text(s) are both in the target pool and the population set; "
                          "the population must be disjoint from the pool")
+    differ = (tokenizer_difference(target.tokenizer, reference.tokenizer)
+              if needs_reference and reference is not None and target is not None else None)
+    if differ and not config.allow_tokenizer_mismatch:
+        raise ValueError(
+            f"the reference model's tokenizer differs from the target's ({differ}): the likelihood ratio would "
+            "compare energies of different tokenisations. Use a reference trained with the target's tokenizer, or "
+            "opt in with allow_tokenizer_mismatch=True (--allow-tokenizer-mismatch) and signal='pll'")
+    notes = [f"the reference model's tokenizer differs from the target's ({differ}); opted in with "
+             "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the texts"] \
+        if differ else []
+    variants = near_duplicates(pool.texts, population.texts)
+    if variants:
+        notes.append(f"{variants} population text(s) equal a pool text up to case or whitespace; the population "
+                     "should be disjoint from the pool: drop them if they are the same record")
+    return notes
 
 
 def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None) -> AttackReport:
@@ -269,16 +286,21 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     Raises
     ------
     ValueError
-        Before any model runs: unknown attacks, a missing reference, a pool with one
+        Before any model loads: a device that does not exist. Before any model runs:
+        unknown attacks, a missing reference, a reference whose tokenizer differs from
+        the target's (unless ``config.allow_tokenizer_mismatch``), a pool with one
         class, a missing or too small population set, pool and population overlap.
     """
     config = config or AuditConfig()
+    resolve_device(device)  # a bad device fails here, before any model loads or cache lookup
     target = as_masked_lm(target, role="target")
     reference = None if reference is None else as_masked_lm(reference, role="reference")
     if isinstance(cache, str):
         cache = SignalCache(cache)
     generator = None if generator is None else as_masked_lm(generator, role="neighbour generator")
-    _check_inputs(pool, population, config, reference, generator)
+    notes = _check_inputs(pool, population, config, reference, generator, target)
+    for note in notes:
+        log.warning(note)
     needs_reference = any("reference" in ATTACKS[a].requires for a in config.attacks)
     t0 = time.perf_counter()
     texts = list(pool.texts) + list(population.texts)
@@ -304,7 +326,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         neighbour_energy = neighbour_energies(target, texts, generator=generator, config=config, cache=cache,
                                               device=device, progress=progress)
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
-    warnings: list[str] = []
+    warnings: list[str] = list(notes)
     target_sig = signals["target"]
     if target_sig.n_truncated:
         warnings.append(f"{target_sig.n_truncated} sample(s) longer than the model limit were truncated")

@@ -221,12 +221,21 @@ class AuditConfig:
     signal : SignalConfig
     metrics : MetricConfig
     neighbourhood : NeighbourhoodConfig
+    allow_tokenizer_mismatch : bool
+        Run attacks that need a reference model even when its tokenizer differs
+        from the target's (default False: an error). Requires ``signal.kind="pll"``:
+        the energy sums the NLL over ``ceil(0.15 T)`` masked tokens, so under two
+        tokenisations it sums different numbers of different units, while the PLL
+        is a mean NLL per token of each model's own tokenisation, roughly comparable
+        across tokenizers (still not exactly: the ratio then also measures how the
+        tokenizers split the text). The audit warns when it runs this way.
     """
 
     attacks: tuple[str, ...] = ("loss", "likelihood_ratio")
     signal: SignalConfig = field(default_factory=SignalConfig)
     metrics: MetricConfig = field(default_factory=MetricConfig)
     neighbourhood: NeighbourhoodConfig = field(default_factory=NeighbourhoodConfig)
+    allow_tokenizer_mismatch: bool = False
 
     def __post_init__(self):
         if isinstance(self.attacks, str):
@@ -242,6 +251,11 @@ class AuditConfig:
                 object.__setattr__(self, name, typ.from_dict(value))
             elif not isinstance(value, typ):
                 raise TypeError(f"{name} must be a {typ.__name__} or a dict, got {type(value).__name__}")
+        if not isinstance(self.allow_tokenizer_mismatch, bool):
+            raise ValueError(f"allow_tokenizer_mismatch must be True or False, got {self.allow_tokenizer_mismatch!r}")
+        if self.allow_tokenizer_mismatch and self.signal.kind != "pll":
+            raise ValueError("allow_tokenizer_mismatch=True requires signal='pll': energies summed over masked "
+                             "tokens of two different tokenisations are not comparable; per-token PLLs roughly are")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AuditConfig":

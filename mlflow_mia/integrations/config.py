@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
@@ -53,6 +53,9 @@ CONFIG_KEYS: dict[str, str] = {
     "half_precision": "Run the models in float16 on CUDA (default False; ignored on CPU).",
     "num_neighbours": "Neighbours per sample of the neighbourhood attack (default 25).",
     "neighbour_generator": "Model proposing neighbour words (default: the reference model).",
+    "allow_tokenizer_mismatch": "Run likelihood_ratio with a reference whose tokenizer differs from the target's "
+                                "(default False: an error). Requires signal='pll', whose per-token energies are "
+                                "roughly comparable across tokenizers; the report warns.",
     # metrics
     "fprs": "False-positive rates alpha at which TPR, precision and recall are reported "
             "(default [0.1, 0.01, 0.001]); a list or a comma-separated string.",
@@ -62,7 +65,10 @@ CONFIG_KEYS: dict[str, str] = {
     "top_records": "How many riskiest member records to list per attack (default 20).",
     # logging and running
     "log_texts": "Write raw texts into tables/samples.csv and tables/riskiest.csv (default False: only "
-                 "sha256 hashes and ids are logged).",
+                 "ids and keyed hashes are logged).",
+    "hash_key_file": "File holding the secret key (at least 16 bytes) of the HMAC-SHA256 text and group hashes "
+                     "in the logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that "
+                     "is not kept, so the hashes cannot be looked up). See mlflow_mia.lookup_hash.",
     "metric_prefix": "Prefix for metric, parameter and artifact names (default '').",
     "max_tpr_at_fpr": "Release gate: budget(s) 'ALPHA:MAX' (a string, a list of them, or a dict "
                       "{alpha: max}). The run is tagged mia.gate=fail when any attack's TPR at FPR alpha, "
@@ -74,7 +80,8 @@ CONFIG_KEYS: dict[str, str] = {
     "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
     "trust_remote_code": "Let a model whose classes are not part of transformers run the Python code shipped "
                          "with it (default False: such a model is refused; see docs/security.md).",
-    "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available).",
+    "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available); checked before any model "
+              "loads.",
     "progress": "Show progress bars while computing signals (default True).",
 }
 
@@ -251,6 +258,7 @@ class MiaOptions:
     progress: bool = True
     trust_remote_code: bool = False
     clear_gate_fail: bool = False
+    hash_key: Any = field(default=None, repr=False)  # HashKey: keys the logged hashes, never logged
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -296,6 +304,16 @@ def _int(value, key: str) -> int:
         return int(str(value).strip())
     except (TypeError, ValueError):
         raise ValueError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _device(value) -> str | None:
+    """The device string, checked to exist on this machine (before any model loads)."""
+    device = _opt_str(value)
+    if device is not None:
+        from mlflow_mia.signals.energy import resolve_device
+
+        resolve_device(device)
+    return device
 
 
 def _prefix(value) -> str:
@@ -347,6 +365,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if "half_precision" in config:
         signal["half_precision"] = _bool(get("half_precision"), "half_precision")
 
+    from mlflow_mia.hashing import resolve_hash_key
+
+    hash_key = resolve_hash_key(_opt_str(get("hash_key_file")))
     gate = Gate.parse(get("max_tpr_at_fpr"))
     fprs = parse_list(get("fprs", MetricConfig.fprs), what="fprs", cast=float)
     if gate is not None:
@@ -373,7 +394,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         raise ValueError(f"unknown attack(s) {bad}; registered attacks: {sorted(ATTACKS)}")
     audit_config = AuditConfig(attacks=attacks, signal=SignalConfig.from_dict(signal),
                                metrics=MetricConfig.from_dict(metrics),
-                               neighbourhood=NeighbourhoodConfig.from_dict(neighbourhood))
+                               neighbourhood=NeighbourhoodConfig.from_dict(neighbourhood),
+                               allow_tokenizer_mismatch=_bool(get("allow_tokenizer_mismatch", False),
+                                                              "allow_tokenizer_mismatch"))
     text_column = _opt_str(get("text_column")) or "text"
     group_column = _opt_str(get("group_column"))
     reference = get("reference_model")
@@ -391,9 +414,10 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         gate=gate,
         tag_model_version=_bool(get("tag_model_version", True), "tag_model_version"),
         cache_dir=_opt_str(get("cache_dir")),
-        device=_opt_str(get("device")),
+        device=_device(get("device")),
         progress=_bool(get("progress", True), "progress"),
         trust_remote_code=_bool(get("trust_remote_code", False), "trust_remote_code"),
         clear_gate_fail=_bool(get("clear_gate_fail", False), "clear_gate_fail"),
+        hash_key=hash_key,
     )
     return audit_config, options

@@ -39,12 +39,14 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``half_precision``         float16 on CUDA (default False)
 ``num_neighbours``         neighbours per text, neighbourhood attack (default 25)
 ``neighbour_generator``    model proposing neighbours (default: the reference)
+``allow_tokenizer_mismatch`` reference with another tokenizer (default False; needs ``signal="pll"``)
 ``fprs``                   FPRs alpha of the TPR/precision/recall metrics (default 0.1, 0.01, 0.001)
 ``bootstrap_rounds``       bootstrap resamples for the intervals (default 1000; 0 = none)
 ``confidence``             interval level (default 0.95)
 ``min_k_fraction``         k of the min_k attack (default 0.2)
 ``top_records``            riskiest member records per attack (default 20)
 ``log_texts``              include raw texts in the tables (default False)
+``hash_key_file``          secret key of the logged text/group hashes (default: ``$MLFLOW_MIA_HASH_KEY``, else random)
 ``metric_prefix``          prefix of metric, param and artifact names (default "")
 ``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail``
 ``tag_model_version``      tag the registry version with headline numbers (default True)
@@ -134,7 +136,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                           model_version=target.registry_versions or None, tag_headline=options.tag_model_version,
                           clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=params,
-                          population=population, gate=gate, group_column=options.group_column)
+                          population=population, gate=gate, group_column=options.group_column,
+                          hash_key=options.hash_key)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts

@@ -4,15 +4,18 @@ What one audit writes (``prefix`` is prepended to every name):
 
 - params: the flattened :class:`~mlflow_mia.config.AuditConfig`, the resolved
   model URIs and versions (from ``result.info`` plus ``params=``), dataset sizes
-  and sha256 digests of the sorted text hashes;
+  and keyed digests of the sorted text hashes (``pool.digest``, ``population.digest``),
+  where the hash key came from (``audit.hash_key``) and, for a user key, a check value
+  that identifies it without revealing it (``audit.hash_key_check``);
 - metrics: ``result.metrics`` (less the raw score thresholds, which stay in
   ``audit_summary.json``) in one ``log_batch`` (step 0, one timestamp), unless
   ``log_metrics=False`` because ``mlflow.models.evaluate`` logs the returned
   metrics itself;
 - figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
   ``plots/hist_<attack>.png``;
-- tables: ``tables/samples.csv`` (ids, text hashes, labels, groups, lengths,
-  scores, flags; raw text only with ``log_texts=True``), ``tables/riskiest.csv``,
+- tables: ``tables/samples.csv`` (ids, keyed text hashes ``text_hmac``, labels,
+  keyed group ids, lengths, scores, flags; raw text only with ``log_texts=True``),
+  ``tables/riskiest.csv``,
   ``tables/exposure_features.csv`` (which features predict the flagged members, when computed),
   ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
   their neighbours with target energies; only with ``log_texts=True``);
@@ -22,11 +25,16 @@ What one audit writes (``prefix`` is prepended to every name):
   ``mia.gate``, ``mia.audit_run_id``.
 
 No raw text reaches params, metrics, tags or artifacts unless ``log_texts=True``.
+No unkeyed hash of a text or group id does either: an unsalted sha256 next to a
+label would let anyone who reads the run test a candidate text for membership.
+Texts and group ids appear as ``HMAC-SHA256(key, sha256(value))``
+(:mod:`mlflow_mia.hashing`); the key is the user's (key file or
+``$MLFLOW_MIA_HASH_KEY``) or, without one, random per audit and not kept.
 """
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 import logging
 import math
@@ -37,7 +45,7 @@ import time
 
 from mlflow_mia.integrations.registry_tags import tag_model_version
 
-__all__ = ["log_audit", "audit_params", "dataset_digest", "check_metric_names", "mlflow_metrics",
+__all__ = ["log_audit", "audit_params", "dataset_digest", "keyed_table", "check_metric_names", "mlflow_metrics",
            "tag_model_version"]
 
 log = logging.getLogger(__name__)
@@ -45,9 +53,48 @@ log = logging.getLogger(__name__)
 _METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
 
 
-def dataset_digest(text_hashes) -> str:
-    """sha256 of the sorted per-text sha256 hashes: the identity of a text set, independent of order."""
-    return hashlib.sha256("\n".join(sorted(text_hashes)).encode()).hexdigest()
+def dataset_digest(text_hashes, *, key) -> str:
+    """``HMAC-SHA256(key, sorted per-text sha256 hashes)``: the identity of a text set, independent of order.
+
+    Keyed like the per-sample hashes. An unkeyed digest of a whole set is no per-sample
+    oracle, but someone who knows all texts of a pool but one could still test the
+    candidates for the last; keyed, two runs show the same digest exactly when they
+    audited the same set with the same (user) key.
+    """
+    from mlflow_mia.hashing import _as_bytes
+
+    return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
+
+
+def keyed_table(table, key):
+    """A copy of a sample table with ``text_hash`` -> keyed ``text_hmac`` and keyed ``group`` values.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``AuditResult.samples``, ``riskiest`` or ``neighbour_examples``; its
+        ``text_hash`` column holds plain sha256 hashes, its ``group`` column group ids.
+    key : bytes, str or HashKey
+
+    Returns
+    -------
+    pandas.DataFrame
+        Same rows and column order; ``text_hmac`` = ``keyed_hash(text_hash, key)``,
+        ``group`` = ``lookup_hash(group, key)`` (missing groups stay missing).
+    """
+    import pandas as pd
+
+    from mlflow_mia.data import text_hash
+    from mlflow_mia.hashing import keyed_hash
+
+    out = table.copy()
+    if "text_hash" in out:
+        out["text_hash"] = [keyed_hash(h, key) for h in out["text_hash"]]
+        out = out.rename(columns={"text_hash": "text_hmac"})
+    if "group" in out:
+        out["group"] = [None if g is None or (not isinstance(g, str) and pd.isna(g))
+                        else keyed_hash(text_hash(str(g)), key) for g in out["group"]]
+    return out
 
 
 # Score cut-offs in each attack's own units: kept in audit_summary.json, not logged as MLflow
@@ -85,15 +132,20 @@ def _flatten(prefix: str, value, out: dict) -> None:
         out[prefix] = "None" if value is None else str(value)
 
 
-def audit_params(result, *, population=None) -> dict[str, str]:
-    """Params of an audit: flattened config, model identities, dataset sizes and digests.
+def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
+    """Params of an audit: flattened config, model identities, dataset sizes and keyed digests.
 
     Parameters
     ----------
     result : AuditResult
     population : PopulationSet, optional
         Its digest is logged when given (the result itself keeps no population hashes).
+    hash_key : HashKey, optional
+        Key of the digests (:func:`dataset_digest`); default :func:`~mlflow_mia.hashing.resolve_hash_key`.
     """
+    from mlflow_mia.hashing import resolve_hash_key
+
+    hash_key = hash_key or resolve_hash_key()
     config = result.config.to_dict()
     if not any(a == "neighbourhood" for a in result.config.attacks):
         config.pop("neighbourhood", None)
@@ -101,6 +153,7 @@ def audit_params(result, *, population=None) -> dict[str, str]:
     _flatten("", config, out)
     # Top-level names would clash with the MLproject parameters that `mlflow run` logs to the same run.
     out["audit.attacks"] = out.pop("attacks")
+    out["audit.allow_tokenizer_mismatch"] = out.pop("allow_tokenizer_mismatch", "False")
     info = result.info
     out["target_model"] = str(info.get("target_model"))
     if info.get("reference_model"):
@@ -111,12 +164,15 @@ def audit_params(result, *, population=None) -> dict[str, str]:
     out["pool.n_samples"] = str(len(samples))
     out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
     out["pool.n_non_members"] = str(int((samples["label"] == 0).sum()))
-    out["pool.sha256"] = dataset_digest(samples["text_hash"].tolist())
+    out["pool.digest"] = dataset_digest(samples["text_hash"].tolist(), key=hash_key)
     if "group" in samples and samples["group"].notna().any():
         out["pool.n_groups"] = str(int(samples["group"].nunique()))
     out["population.n_samples"] = str(info.get("n_population", ""))
+    out["audit.hash_key"] = "random (not kept)" if hash_key.is_random else hash_key.source
+    if not hash_key.is_random:
+        out["audit.hash_key_check"] = hash_key.check
     if population is not None:
-        out["population.sha256"] = dataset_digest(population.text_hashes)
+        out["population.digest"] = dataset_digest(population.text_hashes, key=hash_key)
         if population.groups is not None:
             out["population.n_groups"] = str(len(set(population.groups)))
     return out
@@ -162,7 +218,7 @@ def _write(path: str, text: str) -> None:
 def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
               gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
-              clear_gate_fail: bool = False, weights_id: str | None = None) -> dict:
+              clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -173,7 +229,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         Target run; default the active run.
     log_texts : bool
         Add the raw texts (``texts``) to the sample and riskiest-record tables.
-        Default False: only ids and sha256 hashes are logged.
+        Default False: only ids and keyed hashes are logged.
     texts : sequence of str, optional
         Pool texts in pool order (``AuditDataset.texts``); required when ``log_texts``.
     model_version : (name, version), iterable of them, or ModelVersion, optional
@@ -200,6 +256,10 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         Let a passing gate replace a ``mia.gate=fail`` verdict on the version.
     weights_id : str, optional
         The audited weights' digest, stored as ``mia.weights_sha256`` on the version.
+    hash_key : HashKey, bytes or str, optional
+        Key of the logged text and group hashes (:mod:`mlflow_mia.hashing`); never
+        logged. Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept
+        (a warning says so; the hashes then cannot be looked up).
 
     Returns
     -------
@@ -216,8 +276,16 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
+    from mlflow_mia.hashing import HashKey, resolve_hash_key
     from mlflow_mia.report import render_report
 
+    if hash_key is None:
+        hash_key = resolve_hash_key()
+    elif not isinstance(hash_key, HashKey):
+        hash_key = HashKey.from_bytes(hash_key, source="given")
+    if hash_key.is_random:
+        log.warning("no hash key given (%s or hash_key_file): the logged sample and group hashes use a random key "
+                    "that is not kept, so nobody can look a sample up in them", "MLFLOW_MIA_HASH_KEY")
     client = client or MlflowClient()
     if run_id is None:
         active = mlflow.active_run()
@@ -229,7 +297,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
 
     metrics = mlflow_metrics(result, prefix=prefix)
     check_metric_names(metrics)
-    all_params = {**audit_params(result, population=population), **(params or {}),
+    all_params = {**audit_params(result, population=population, hash_key=hash_key), **(params or {}),
                   "audit.log_texts": str(bool(log_texts))}
     if gate is not None:
         all_params["audit.gate"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
@@ -254,8 +322,8 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         logged.append(prefix + path)
         artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
 
-    samples = result.samples.copy()
-    riskiest = result.riskiest.copy()
+    samples = keyed_table(result.samples, hash_key)  # no plain sha256 leaves the process
+    riskiest = keyed_table(result.riskiest, hash_key)
     if log_texts:
         samples.insert(1, "text", list(texts))
         by_id = dict(zip(samples["sample_id"], samples["text"]))
@@ -263,6 +331,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     summary = result.summary()
     summary["gate"] = gate.to_dict() if gate is not None else None
     summary["log_texts"] = bool(log_texts)
+    summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
     files = {  # path -> (artifact kind, artifact name, writer)
         "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
         "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
@@ -271,12 +340,14 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     }
     if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
         files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
-                                                  lambda p: result.neighbour_examples.to_csv(p, index=False))
+                                                  lambda p: keyed_table(result.neighbour_examples,
+                                                                        hash_key).to_csv(p, index=False))
     if result.exposure is not None:  # memorization-feature analysis (paper Sec. 4.6)
         files["tables/exposure_features.csv"] = ("csv", "exposure_features",
                                                  lambda p: result.exposure.to_csv(p, index=False))
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
-    report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column)
+    report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
+                           hashing=hash_key.describe())
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
     with tempfile.TemporaryDirectory() as tmp:
         for rel, (_, _, write) in files.items():

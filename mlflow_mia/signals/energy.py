@@ -30,6 +30,11 @@ How it is computed (one code path for both signals):
 
 Texts longer than the model limit are truncated to their first tokens
 (``SignalResult.truncated`` flags them and a warning gives the count).
+
+Special-token strings typed in a text (``"[MASK] [SEP]"``, ``"<mask>"``) are
+ordinary text: they are tokenised with ``split_special_tokens=True``, so a text
+can neither smuggle in a mask token nor hide words from the masks. Only the
+special tokens the tokenizer adds itself ([CLS] ... [SEP]) are unmaskable.
 """
 
 from __future__ import annotations
@@ -55,10 +60,39 @@ log = logging.getLogger(__name__)
 
 
 def resolve_device(device=None) -> torch.device:
-    """``device`` if given, else CUDA when available, else CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``device`` if given, else CUDA when available, else CPU; a given device is checked to exist.
+
+    Cheap (no CUDA context for a CPU device), so callers check it before any model loads.
+
+    Raises
+    ------
+    ValueError
+        ``device`` is not a torch device (``"banana"``), names CUDA where there is none
+        or a CUDA index this machine lacks (``"cuda:7"``), or MPS where it is unavailable.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda' or "
+                         "'cuda:<index>'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available on this machine; use device='cpu' "
+                             "(or leave it unset)")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            listed = ", ".join(f"cuda:{i}" for i in range(count))
+            raise ValueError(f"device {device!r}: this machine has {count} CUDA device(s) ({listed})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available on this machine; use device='cpu'")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        try:
+            torch.empty(0, device=dev)
+        except Exception as exc:  # noqa: BLE001 - any backend error means the device cannot be used
+            raise ValueError(f"device {device!r} cannot be used here ({exc}); use 'cpu' or 'cuda:<index>'") from None
+    return dev
 
 
 # Padded tokens per forward pass when SignalConfig.token_budget is None. On CPU,
@@ -67,6 +101,8 @@ def resolve_device(device=None) -> torch.device:
 TOKEN_BUDGETS = {"cpu": 1024, "cuda": 16384}
 # Masked positions per call of the vocabulary projection (features of several batches).
 HEAD_POSITIONS = 512
+# How texts become token ids (part of the cache key): special-token strings inside a text are split as text.
+TOKENIZATION = "split_special_tokens"
 
 
 def default_token_budget(device) -> int:
@@ -74,14 +110,20 @@ def default_token_budget(device) -> int:
     return TOKEN_BUDGETS.get(torch.device(device).type, TOKEN_BUDGETS["cpu"])
 
 
-def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int,
+             rows: Sequence[int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """Token ids, maskable positions and truncation flags of each text.
+
+    Special-token strings inside a text are tokenised as text (``split_special_tokens=True``):
+    ``"[MASK]"`` typed in a text is never the mask id. ``rows`` gives the caller's row
+    number of each text, used in the error message (default: positions in ``texts``).
 
     Returns
     -------
     ids : list of ndarray (int64), one per text, special tokens included
     maskable : list of ndarray (int64)
-        Positions (into ``ids``) that are not special tokens.
+        Positions (into ``ids``) that are not special tokens (every position but
+        those the tokenizer adds around the text).
     truncated : ndarray of shape (n_texts,), dtype bool
 
     Raises
@@ -91,14 +133,14 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
     """
     tok = lm.tokenizer
     full = tok(list(texts), add_special_tokens=True, truncation=False, verbose=False,
-               return_special_tokens_mask=True)
+               return_special_tokens_mask=True, split_special_tokens=True)
     ids = [np.asarray(x, dtype=np.int64) for x in full["input_ids"]]
     special = [np.asarray(x, dtype=bool) for x in full["special_tokens_mask"]]
     truncated = np.array([len(x) > max_length for x in ids], dtype=bool)
     long_rows = np.flatnonzero(truncated)
     if len(long_rows):
         cut = tok([texts[i] for i in long_rows], add_special_tokens=True, truncation=True, max_length=max_length,
-                  return_special_tokens_mask=True)
+                  return_special_tokens_mask=True, split_special_tokens=True)
         for j, i in enumerate(long_rows):
             ids[i] = np.asarray(cut["input_ids"][j], dtype=np.int64)
             special[i] = np.asarray(cut["special_tokens_mask"][j], dtype=bool)
@@ -106,7 +148,8 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int) -> tuple[li
     empty = [i for i, m in enumerate(maskable) if len(m) == 0]
     if empty:
         raise ValueError(
-            f"{len(empty)} text(s) have no maskable token after tokenization (first: row {empty[0]}); "
+            f"{len(empty)} text(s) have no maskable token after tokenization (first: row "
+            f"{empty[0] if rows is None else rows[empty[0]]}); "
             "remove texts made only of characters the tokenizer drops"
         )
     return ids, maskable, truncated
@@ -345,7 +388,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
         mask_of = dict(zip(hashes, mask_keys))
     max_length = min(config.max_length or lm.max_length, lm.max_length)
-    spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length}
+    spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length,
+            "tokenization": TOKENIZATION}
     if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None
@@ -357,7 +401,11 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                  len(todo))
     if todo:
         todo_texts = [unique[h] for h in todo]
-        ids, maskable, truncated = tokenize(lm, todo_texts, max_length=max_length)
+        first_row: dict[str, int] = {}
+        for i, h in enumerate(hashes):
+            first_row.setdefault(h, i)
+        ids, maskable, truncated = tokenize(lm, todo_texts, max_length=max_length,
+                                            rows=[first_row[h] for h in todo])
         if truncated.any():
             log.warning("%d of %d texts are longer than %d tokens and are truncated to their first %d tokens",
                         int(truncated.sum()), len(todo_texts), max_length, max_length)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MaskedLM", "as_masked_lm", "weights_digest", "tokenizer_digest", "refuse_remote_code"]
+__all__ = ["MaskedLM", "as_masked_lm", "weights_digest", "tokenizer_digest", "tokenizer_difference",
+           "refuse_remote_code"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,37 @@ def tokenizer_digest(tokenizer) -> str:
         h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
     h.update(json.dumps(tokenizer.all_special_tokens).encode())
     return h.hexdigest()
+
+
+def tokenizer_difference(a, b) -> str | None:
+    """How two tokenizers differ in what decides token ids, or None when they agree.
+
+    Compares the vocabularies (token -> id, added tokens included) and the special
+    tokens map (``[MASK]``, ``[CLS]``, ... and their ids). The likelihood ratio
+    subtracts the reference's energy from the target's token by token only when
+    both tokenise a text alike, i.e. when this returns None.
+
+    Returns
+    -------
+    str or None
+        A short description of the first difference found.
+    """
+    va, vb = a.get_vocab(), b.get_vocab()
+    if va != vb:
+        moved = sum(1 for t, i in va.items() if vb.get(t) != i)
+        return (f"vocabulary of {len(va)} vs {len(vb)} tokens, {moved} of the first tokenizer's tokens missing "
+                "or at another id")
+    sa, sb = _special_tokens(a), _special_tokens(b)
+    if sa != sb:
+        keys = sorted(k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k))
+        return f"special tokens differ ({', '.join(keys[:4])})"
+    return None
+
+
+def _special_tokens(tokenizer) -> dict:
+    out = {k: str(v) for k, v in tokenizer.special_tokens_map.items()}
+    out["ids"] = str(sorted(tokenizer.all_special_ids))
+    return out
 
 
 @dataclass

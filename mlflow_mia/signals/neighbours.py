@@ -243,8 +243,10 @@ def replaceable_words(tokenizer, texts: Sequence[str], *, max_length: int) -> tu
     words : list of list of Word
         Replaceable words of each text, in text order (see the module notes).
     """
+    # Special-token strings typed in a text are text (as in energy.tokenize), never special ids.
     full = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length,
-                     return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
+                     return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False,
+                     split_special_tokens=True)
     ids_out, words_out = [], []
     for i, text in enumerate(texts):
         ids = np.asarray(full["input_ids"][i], dtype=np.int64)

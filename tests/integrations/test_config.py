@@ -99,3 +99,22 @@ def test_gate_treats_nan_as_fail_and_needs_the_metric():
     assert not result.passed and result.to_dict()["checks"][0]["value"] is None
     with pytest.raises(ValueError, match="did not report"):
         Gate.parse("0.01:1").check({"loss/tpr_at_fpr_0.1": 0.0})
+
+
+@pytest.mark.parametrize("device, match", [("banana", "device 'banana' is not a torch device"),
+                                           ("cuda:7", "device 'cuda:7'")])
+def test_item10_device_is_validated_when_the_config_is_parsed(device, match, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=match):
+        parse_options({"device": device})
+    assert parse_options({"device": "cuda:0"})[1].device == "cuda:0"
+
+
+def test_item10_allow_tokenizer_mismatch_option():
+    config, _ = parse_options({"allow_tokenizer_mismatch": "true", "signal": "pll"})
+    assert config.allow_tokenizer_mismatch
+    with pytest.raises(ValueError, match="requires signal='pll'"):
+        parse_options({"allow_tokenizer_mismatch": True})

@@ -64,7 +64,7 @@ def test_evaluate_alias_logs_stable_metrics_once(tracking):
     assert params["reference_model_requested"] == "models:/ref@champion"
     assert params["target_model_version"] == "2"
     assert params["pool.n_samples"] == "40" and params["population.n_samples"] == "100"
-    assert len(params["pool.sha256"]) == 64 and len(params["population.sha256"]) == 64
+    assert len(params["pool.digest"]) == 64 and len(params["population.digest"]) == 64
     assert params["signal.num_masks"] == "2" and params["metrics.fprs"] == "0.1,0.05"
     tags = client.get_model_version("tgt", "2").tags
     assert tags["mia.audit_run_id"] == run_id
@@ -125,7 +125,7 @@ def test_no_raw_text_by_default(tracking, tmp_path):
 
     samples = pd.read_csv(pathlib.Path(root) / "tables" / "samples.csv")
     assert "text" not in samples.columns
-    assert {"sample_id", "text_hash", "label", "group", "n_tokens", "score_loss", "score_likelihood_ratio",
+    assert {"sample_id", "text_hmac", "label", "group", "n_tokens", "score_loss", "score_likelihood_ratio",
             "flagged_likelihood_ratio_fpr_0.05"} <= set(samples.columns)
 
 

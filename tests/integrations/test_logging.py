@@ -54,8 +54,8 @@ def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
     assert all(NAME.match(k) for k in data.metrics)
     for key in ("loss/auc", "user/likelihood_ratio/precision_at_pop_fpr_0.05", "likelihood_ratio/tpr_at_fpr_0.1"):
         assert len(client.get_metric_history(run_id, key)) == 1
-    assert data.params["pool.sha256"] == dataset_digest(pool.text_hashes)
-    assert data.params["population.sha256"] == dataset_digest(population.text_hashes)
+    assert len(data.params["pool.digest"]) == 64 and len(data.params["population.digest"]) == 64
+    assert data.params["pool.digest"] != dataset_digest(pool.text_hashes, key=b"another key, 16+ bytes long")
     assert data.params["audit.log_texts"] == "False" and data.params["target_model"].startswith("sha256:")
     assert data.tags["mia.headline_attack"] == "likelihood_ratio" and "mia.gate" not in data.tags
     files = _artifacts(run_id)
@@ -140,4 +140,80 @@ def test_metric_names_and_digest():
     for bad in ("loss@auc", "a=b", "x%"):
         with pytest.raises(ValueError):
             check_metric_names([bad])
-    assert dataset_digest(["b", "a"]) == dataset_digest(["a", "b"]) != dataset_digest(["a"])
+    key = b"0123456789abcdef"
+    assert dataset_digest(["b", "a"], key=key) == dataset_digest(["a", "b"], key=key) != dataset_digest(["a"], key=key)
+    assert dataset_digest(["a", "b"], key=key) != dataset_digest(["a", "b"], key=b"fedcba9876543210")
+
+
+def _logged_text(run_id, tmp_path) -> str:
+    """Every logged artifact (text files), param and tag of a run, concatenated."""
+    import pathlib
+
+    root = pathlib.Path(mlflow.artifacts.download_artifacts(run_id=run_id, dst_path=str(tmp_path)))
+    data = MlflowClient().get_run(run_id).data
+    blobs = [p.read_bytes().decode("utf-8", "ignore") for p in root.rglob("*") if p.suffix in (".csv", ".json", ".md")]
+    return "\n".join(blobs + [f"{k}={v}" for k, v in {**data.params, **data.tags}.items()])
+
+
+def test_item5_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_path, monkeypatch):
+    import hashlib
+
+    result, pool, population = audit
+    key = "a key only the auditor holds, 32+"
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
+    with mlflow.start_run() as run:
+        artifacts = log_audit(result, population=population, log_metrics=False)
+    logged = _logged_text(run.info.run_id, tmp_path / "user_key")
+    # An attacker who reads the run hashes candidate texts and group ids: nothing matches.
+    for value in list(pool.texts) + list(population.texts) + list(pool.groups):
+        assert hashlib.sha256(value.encode()).hexdigest() not in logged
+    assert key not in logged
+    # The auditor looks samples up with the key.
+    from mlflow_mia import lookup_hash
+
+    samples = artifacts["samples"].content
+    assert "text_hash" not in samples.columns and not set(pool.groups) & set(samples["group"])
+    assert samples["text_hmac"].tolist() == [lookup_hash(t, key) for t in pool.texts]
+    assert samples["group"].tolist() == [lookup_hash(g, key) for g in pool.groups]
+    riskiest = artifacts["riskiest"].content
+    by_id = dict(zip(pool.sample_ids, pool.texts))
+    assert riskiest["text_hmac"].tolist() == [lookup_hash(by_id[str(i)], key) for i in riskiest["sample_id"]]
+    params = MlflowClient().get_run(run.info.run_id).data.params
+    assert params["audit.hash_key"] == "env" and len(params["audit.hash_key_check"]) == 16
+    assert "your key (env" in artifacts["report"].content
+
+
+def test_item5_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, caplog):
+    from mlflow_mia import lookup_hash
+
+    result, pool, population = audit
+    monkeypatch.delenv("MLFLOW_MIA_HASH_KEY", raising=False)
+    runs = []
+    for _ in range(2):
+        with mlflow.start_run() as run, caplog.at_level("WARNING"):
+            artifacts = log_audit(result, population=population, log_metrics=False)
+        runs.append((run.info.run_id, artifacts))
+    first, second = (a["samples"].content["text_hmac"].tolist() for _, a in runs)
+    assert all(a != b for a, b in zip(first, second))  # a fresh random key per audit
+    assert "random key that is not kept" in caplog.text
+    assert "random per-audit key" in runs[0][1]["report"].content
+    params = MlflowClient().get_run(runs[0][0]).data.params
+    assert params["audit.hash_key"] == "random (not kept)" and "audit.hash_key_check" not in params
+    assert lookup_hash(pool.texts[0], "any key of sixteen bytes") not in first
+
+
+def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
+    from mlflow_mia.hashing import HashKey, lookup_hash, resolve_hash_key
+    from mlflow_mia.integrations.config import parse_options
+
+    path = tmp_path / "mia.key"
+    path.write_text("file key of at least sixteen bytes\n")
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "the env key, also long enough")
+    _, options = parse_options({"hash_key_file": str(path)})
+    assert options.hash_key.source == "file" and "sixteen" not in repr(options)
+    assert lookup_hash("x", options.hash_key) == lookup_hash("x", "file key of at least sixteen bytes")
+    assert resolve_hash_key().source == "env"
+    with pytest.raises(ValueError, match="at least 16"):
+        HashKey.from_bytes("short", source="env")
+    with pytest.raises(FileNotFoundError, match="hash key file"):
+        parse_options({"hash_key_file": str(tmp_path / "missing.key")})

@@ -326,6 +326,15 @@ def test_text_without_maskable_token_is_rejected():
         compute_signals(MaskedLM(model, tok), ["the cat", "\u200b"], progress=False)
 
 
+def test_item10_text_without_maskable_token_is_reported_at_its_row(tmp_path):
+    """Row numbers are the caller's, not those of the uncached, deduplicated texts left to compute."""
+    lm = MaskedLM(*tiny_bert())
+    cache = SignalCache(tmp_path)
+    compute_signals(lm, ["the dog"], cache=cache, progress=False)
+    with pytest.raises(ValueError, match=r"no maskable token .*\(first: row 3\)"):
+        compute_signals(lm, ["the dog", "the cat", "the cat", "\u0301\u0301"], cache=cache, progress=False)
+
+
 def test_checkpoint_without_trained_head_is_rejected(tmp_path):
     from transformers import BertConfig, BertModel
 
@@ -340,3 +349,17 @@ def test_checkpoint_without_trained_head_is_rejected(tmp_path):
     model.save_pretrained(tmp_path / "mlm")
     tok.save_pretrained(tmp_path / "mlm")
     assert MaskedLM.from_pretrained(tmp_path / "mlm").model_id.startswith("sha256:")
+
+
+def test_item10_literal_special_token_strings_are_ordinary_text(lm):
+    """'[MASK] [SEP]' (or '<mask> </s>') typed in a text is text: never the mask id, never an unmaskable token."""
+    tok = lm.tokenizer
+    text = f"the cat {tok.mask_token} {tok.sep_token} sat"
+    ids, maskable, _ = tokenize(lm, [text], max_length=64)
+    inner = ids[0][1:-1]
+    assert tok.mask_token_id not in inner.tolist()
+    assert not set(inner.tolist()) & set(tok.all_special_ids) - {tok.unk_token_id}
+    np.testing.assert_array_equal(maskable[0], np.arange(1, len(ids[0]) - 1))  # every text token maskable
+    assert compute_signals(lm, [text], progress=False).n_tokens.tolist() == [len(inner)]
+    # Cached rows tokenised the old way are not reused: the tokenisation is part of the cache key.
+    assert energy_module.TOKENIZATION == "split_special_tokens"

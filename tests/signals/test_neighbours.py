@@ -324,3 +324,10 @@ def test_neighbours_and_their_energies_are_cached(tmp_path, monkeypatch):
     other = neighbour_energies(MaskedLM(*tiny_bert(seed=9)), TEXTS, generator=gen, config=cfg, cache=cache,
                                progress=False)
     assert np.isfinite(other).all() and not np.array_equal(other, first)
+
+
+def test_item10_literal_special_token_strings_are_not_special_for_the_generator(gen):
+    tok = gen.tokenizer
+    ids, words = replaceable_words(tok, [f"the {tok.mask_token} cat"], max_length=64)
+    assert tok.mask_token_id not in ids[0].tolist()
+    assert [w.token_id for w in words[0]][:1] == [tok.convert_tokens_to_ids("the")]

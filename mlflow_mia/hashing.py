@@ -1,0 +1,167 @@
+"""Keyed sample hashes: what identifies a text or a group id in logged artifacts.
+
+An unsalted ``sha256(text)`` next to a membership label is a membership oracle:
+anyone who can read the run hashes a candidate text and looks it up. What
+reaches MLflow is instead ``HMAC-SHA256(key, sha256(text))``, with a key the
+user holds and that is never logged. Group ids are hashed the same way. Without
+a key a random one is drawn per audit and thrown away, so nobody (the user
+included) can look a sample up.
+
+The key comes from, in order: a key file (``hash_key_file`` in
+``evaluator_config["mia"]``, ``--hash-key-file`` on the command line), the
+environment variable ``MLFLOW_MIA_HASH_KEY``, else a random 32-byte key.
+
+Examples
+--------
+>>> key = HashKey.from_bytes(b"0123456789abcdef0123456789abcdef", source="test")
+>>> lookup_hash("the cat sat", key) == lookup_hash("the cat sat", key.key)
+True
+>>> lookup_hash("the cat sat", key) == lookup_hash("the cat sat", b"another key of sixteen+ bytes")
+False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+from dataclasses import dataclass, field
+
+__all__ = ["HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
+
+log = logging.getLogger(__name__)
+
+#: Environment variable holding the hash key (its UTF-8 bytes are the key).
+HASH_KEY_ENV = "MLFLOW_MIA_HASH_KEY"
+#: Shortest key accepted: a shorter one could be guessed by brute force.
+MIN_KEY_BYTES = 16
+_CHECK_MESSAGE = b"mlflow-mia hash key check"
+
+
+@dataclass(frozen=True)
+class HashKey:
+    """A secret key for sample hashes and where it came from.
+
+    Attributes
+    ----------
+    key : bytes
+        The secret, at least :data:`MIN_KEY_BYTES` long. Never logged (``repr`` hides it).
+    source : str
+        ``"file"``, ``"env"``, ``"random"`` (drawn for one audit, not kept) or
+        another label given by the caller.
+    """
+
+    key: bytes = field(repr=False)
+    source: str
+
+    @classmethod
+    def from_bytes(cls, key: bytes | str, *, source: str) -> "HashKey":
+        """Wrap ``key`` (str is UTF-8 encoded; surrounding whitespace is dropped).
+
+        Raises
+        ------
+        ValueError
+            The key is shorter than :data:`MIN_KEY_BYTES` bytes.
+        """
+        raw = _as_bytes(key).strip()
+        if len(raw) < MIN_KEY_BYTES:
+            raise ValueError(
+                f"the hash key ({source}) has {len(raw)} bytes; use at least {MIN_KEY_BYTES}, e.g. "
+                "python -c 'import secrets; print(secrets.token_hex(32))' > mia_hash.key")
+        return cls(key=raw, source=source)
+
+    @classmethod
+    def random(cls) -> "HashKey":
+        """A fresh 32-byte key that is never stored: its hashes cannot be looked up."""
+        return cls(key=secrets.token_bytes(32), source="random")
+
+    @property
+    def is_random(self) -> bool:
+        return self.source == "random"
+
+    @property
+    def check(self) -> str:
+        """16 hex characters that identify the key without revealing it (an HMAC of a fixed message).
+
+        Logged as ``audit.hash_key_check`` so a user can tell which of their keys an audit used.
+        """
+        return hmac.new(self.key, _CHECK_MESSAGE, hashlib.sha256).hexdigest()[:16]
+
+    def describe(self) -> str:
+        """One line for the report and the run params."""
+        if self.is_random:
+            return ("random per-audit key, not kept: the sample and group hashes cannot be looked up; set "
+                    f"{HASH_KEY_ENV} or hash_key_file to be able to")
+        return f"your key ({self.source}, check {self.check}); look a sample up with mlflow_mia.lookup_hash"
+
+
+def _as_bytes(key) -> bytes:
+    if isinstance(key, HashKey):
+        return key.key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key)
+    raise TypeError(f"a hash key must be bytes, str or HashKey, got {type(key).__name__}")
+
+
+def keyed_hash(sha256_hex: str, key) -> str:
+    """``HMAC-SHA256(key, sha256_hex)`` as 64 hex characters.
+
+    Parameters
+    ----------
+    sha256_hex : str
+        Hex sha256 of a text (:func:`mlflow_mia.data.text_hash`), the form an
+        :class:`~mlflow_mia.audit.AuditResult` keeps in memory.
+    key : bytes, str or HashKey
+    """
+    return hmac.new(_as_bytes(key), sha256_hex.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def lookup_hash(text: str, key) -> str:
+    """The keyed hash under which ``text`` (a sample text or a group id) appears in logged tables.
+
+    Compare it with the ``text_hmac`` column of ``tables/samples.csv`` or
+    ``tables/riskiest.csv`` (for a text), or with their ``group`` column (for a
+    group id), of an audit run with the same key.
+
+    Parameters
+    ----------
+    text : str
+        The exact text (or group id, as a string) that was audited.
+    key : bytes, str or HashKey
+        The key the audit used (the contents of the key file or ``MLFLOW_MIA_HASH_KEY``;
+        surrounding whitespace is ignored, as when the audit read it).
+
+    Returns
+    -------
+    str
+        ``HMAC-SHA256(key, sha256(text))``, 64 hex characters.
+    """
+    from mlflow_mia.data import text_hash
+
+    return keyed_hash(text_hash(str(text)), _as_bytes(key).strip())
+
+
+def resolve_hash_key(path: str | os.PathLike | None = None, *, env=None) -> HashKey:
+    """The audit's hash key: from ``path``, else ``$MLFLOW_MIA_HASH_KEY``, else a random one.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    ValueError
+        The key is too short (see :meth:`HashKey.from_bytes`).
+    """
+    env = os.environ if env is None else env
+    if path:
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"hash key file {path!r} does not exist")
+        with open(path, "rb") as fh:
+            return HashKey.from_bytes(fh.read(), source="file")
+    if env.get(HASH_KEY_ENV):
+        return HashKey.from_bytes(env[HASH_KEY_ENV], source="env")
+    return HashKey.random()

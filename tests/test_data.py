@@ -1,0 +1,90 @@
+"""Audit inputs: reading tables, validating the pool and the population (mlflow_mia/data.py)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pandas as pd
+import pytest
+
+from mlflow_mia.data import AuditDataset, PopulationSet, load_table
+
+CANARY = "zq-canary-7f3c1e member text that must not persist"
+
+
+def _files_containing(root: pathlib.Path, needle: str) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
+def test_item6_tables_do_not_persist_in_the_datasets_cache(ext, tmp_path, monkeypatch):
+    cache = tmp_path / "hf_datasets_cache"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    frame = pd.DataFrame({"text": [CANARY, "another text"], "is_member": [1, 0]})
+    path = tmp_path / "data" / f"pool.{ext}"
+    path.parent.mkdir()
+    {"csv": lambda p: frame.to_csv(p, index=False), "jsonl": lambda p: frame.to_json(p, orient="records", lines=True),
+     "parquet": lambda p: frame.to_parquet(p)}[ext](path)
+    before = {str(p) for p in tmp_path.rglob("*")}
+    table = load_table(path)
+    assert table["text"].tolist() == [CANARY, "another text"] and table["is_member"].tolist() == [1, 0]
+    written = [p for p in tmp_path.rglob("*") if str(p) not in before and p.is_file()]
+    assert not [str(p) for p in written if CANARY.encode() in p.read_bytes()]
+    assert not (cache.exists() and _files_containing(cache, CANARY))
+    assert not _files_containing(tmp_path / "hf_home", CANARY) if (tmp_path / "hf_home").exists() else True
+
+
+def test_item10_same_text_labelled_member_and_non_member_names_the_rows():
+    with pytest.raises(ValueError, match=r"1 text\(s\) are labelled both member and non-member.*rows \[0, 3\]"):
+        AuditDataset(texts=["a cat", "a dog", "a hat", "a cat"], labels=[1, 0, 1, 0])
+    # The same text twice with one label is a duplicate, not a contradiction.
+    assert len(AuditDataset(texts=["a cat", "a dog", "a cat"], labels=[1, 0, 1])) == 3
+
+
+@pytest.mark.parametrize("labels", [[1, "yes", 0], [1, "1", 0], [1, None, 0]])
+def test_item10_labels_mixing_numbers_and_strings_are_a_clear_value_error(labels):
+    column = pd.DataFrame({"text": ["a cat", "a dog", "a hat"], "is_member": labels})
+    with pytest.raises(ValueError, match=r"labels must be 1 \(member\) or 0 \(non-member\).*row 1.*map your column"):
+        AuditDataset.from_frame(column)
+
+
+def test_labels_of_object_dtype_holding_0_and_1_are_accepted():
+    pool = AuditDataset(texts=["a cat", "a dog"], labels=pd.Series([1, 0], dtype=object).to_numpy())
+    assert pool.labels.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("content", ["", "text,is_member\n", "text,is_member\n\n"])
+def test_item10_empty_pool_file_is_our_error(content, tmp_path):
+    path = tmp_path / "pool.csv"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="the target pool file .* has no rows"):
+        AuditDataset.from_frame(path)
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "json", "parquet"])
+def test_item10_empty_pool_in_other_formats(ext, tmp_path):
+    path = tmp_path / f"pool.{ext}"
+    if ext == "parquet":
+        pd.DataFrame({"text": pd.Series([], dtype=str), "is_member": pd.Series([], dtype=int)}).to_parquet(path)
+    else:
+        path.write_text("" if ext == "jsonl" else "[]")
+    with pytest.raises(ValueError, match="has no rows"):
+        AuditDataset.from_frame(path)
+
+
+def test_item10_empty_pool_frame():
+    with pytest.raises(ValueError, match="the target pool is empty"):
+        AuditDataset.from_frame(pd.DataFrame({"text": [], "is_member": []}))
+
+
+@pytest.mark.parametrize("invisible", ["\u200b\u200b", "\x00", "\x00 \u200d\ufeff", "\u2060\t"])
+def test_item10_zero_width_or_nul_only_text_is_reported_at_its_row(invisible):
+    with pytest.raises(ValueError, match=r"the target pool has 1 empty, whitespace-only or invisible .*row 2"):
+        AuditDataset(texts=["a cat", "a dog", invisible, "a hat"], labels=[1, 0, 1, 0])
+    with pytest.raises(ValueError, match=r"the population set has 1 .*row 1"):
+        PopulationSet(texts=["a cat", invisible])
+    assert len(PopulationSet(texts=["a\u200bcat", "x\x00y"])) == 2  # visible characters around: kept
