@@ -172,3 +172,34 @@ def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated
     with pytest.raises(OSError):  # uncaught: the process exits with Python's 1, never 3
         main(["audit", "--target", f"models:/{name}/{version}",
               *tracking.cli_args("--cache-dir", str(not_a_folder / "cache"))])
+
+
+def test_canary_member_text_reaches_no_store_cache_or_log(tracking, tmp_path, monkeypatch, capsys, caplog):
+    """A unique string in a member text is nowhere but in the input table after a default audit."""
+    import logging
+
+    from mlflow_mia.integrations.cli import main
+
+    canary = "zqxcanary7731 veterinarian"
+    pool = tracking.pool.copy()
+    pool.loc[0, "text"] = f"the {canary} said the patient was well"
+    data = tmp_path / "inputs"
+    data.mkdir()
+    pool.to_csv(data / "pool.csv", index=False)
+    hf_home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(hf_home / "datasets"))
+    cache = tmp_path / "cache"
+    caplog.set_level(logging.DEBUG)
+    args = [a if a != str(tracking.pool_path) else str(data / "pool.csv")
+            for a in tracking.cli_args("--cache-dir", str(cache), "--run-name", "canary")]
+    assert main(["audit", "--target", "models:/tgt@candidate", *args]) == 0
+    out = capsys.readouterr()
+    assert canary not in out.out + out.err + caplog.text
+    searched = 0
+    for root in (tracking.root, cache, hf_home, tmp_path):
+        for path in Path(root).rglob("*"):
+            if path.is_file() and data not in path.parents:
+                searched += 1
+                assert canary.encode() not in path.read_bytes(), path
+    assert searched > 10
