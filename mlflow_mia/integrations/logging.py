@@ -2,9 +2,9 @@
 
 What one audit writes (``prefix`` is prepended to every name):
 
-- params: the flattened :class:`~mlflow_mia.config.AuditConfig`, the resolved
-  model URIs and versions (from ``result.info`` plus ``params=``), dataset sizes
-  and sha256 digests of the sorted text hashes;
+- params: the flattened :class:`~mlflow_mia.config.AuditConfig`, every model used
+  (from ``result.models``: URIs, registry versions, identities), ``params=``,
+  dataset sizes and sha256 digests of the sorted text hashes;
 - metrics: ``result.metrics`` (less the raw score thresholds, which stay in
   ``audit_summary.json``) in one ``log_batch`` (step 0, one timestamp), unless
   ``log_metrics=False`` because ``mlflow.models.evaluate`` logs the returned
@@ -13,10 +13,12 @@ What one audit writes (``prefix`` is prepended to every name):
   ``plots/hist_<attack>.png``;
 - tables: ``tables/samples.csv`` (ids, text hashes, labels, groups, lengths,
   scores, flags; raw text only with ``log_texts=True``), ``tables/riskiest.csv``,
-  ``tables/exposure_features.csv`` (which features predict the flagged members, when computed),
+  ``tables/memorization_features.csv`` (which features predict the flagged members, when
+  computed; also written as ``tables/exposure_features.csv``, its former name, for one release),
   ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
   their neighbours with target energies; only with ``log_texts=True``);
-- ``audit_summary.json``, ``audit_config.json`` and ``report.md``;
+- ``audit_summary.json``, ``audit_config.json`` (the config and ``models``: every model
+  used, by role) and ``report.md``;
 - run tags ``mia.gate`` (with a gate), ``mia.headline_attack``, and on the
   registered model version ``mia.<attack>.auc``, ``mia.<attack>.tpr_at_fpr_<alpha>``,
   ``mia.gate``, ``mia.audit_run_id``.
@@ -35,7 +37,9 @@ import re
 import tempfile
 import time
 
-__all__ = ["log_audit", "audit_params", "dataset_digest", "check_metric_names", "mlflow_metrics",
+from mlflow_mia.naming import nan_to_none
+
+__all__ = ["log_audit", "audit_params", "model_params", "dataset_digest", "check_metric_names", "mlflow_metrics",
            "tag_model_version"]
 
 log = logging.getLogger(__name__)
@@ -83,8 +87,33 @@ def _flatten(prefix: str, value, out: dict) -> None:
         out[prefix] = "None" if value is None else str(value)
 
 
+def model_params(models: dict) -> dict[str, str]:
+    """Run params naming every model of an audit (``AuditResult.models``), each written once.
+
+    ``target_model`` and ``reference_model`` (the version-pinned URI, else the
+    model identity), ``{role}_model_requested`` (when it differs),
+    ``{role}_registered_model`` and ``{role}_model_version`` (registry models),
+    and ``neighbourhood.generator`` (the generator's identity).
+    """
+    out: dict[str, str] = {}
+    for role in ("target", "reference"):
+        record = models.get(role) or {}
+        if role == "reference" and not record:
+            continue
+        uri = record.get("uri") or record.get("identity")
+        out[f"{role}_model"] = str(uri)
+        if record.get("requested") and record["requested"] != uri:
+            out[f"{role}_model_requested"] = str(record["requested"])
+        if record.get("registered_model"):
+            out[f"{role}_registered_model"] = str(record["registered_model"])
+            out[f"{role}_model_version"] = str(record["version"])
+    if models.get("generator"):
+        out["neighbourhood.generator"] = str(models["generator"]["identity"])
+    return out
+
+
 def audit_params(result, *, population=None) -> dict[str, str]:
-    """Params of an audit: flattened config, model identities, dataset sizes and digests.
+    """Params of an audit: flattened config, every model used (:func:`model_params`), dataset sizes and digests.
 
     Parameters
     ----------
@@ -100,11 +129,7 @@ def audit_params(result, *, population=None) -> dict[str, str]:
     # Top-level names would clash with the MLproject parameters that `mlflow run` logs to the same run.
     out["audit.attacks"] = out.pop("attacks")
     info = result.info
-    out["target_model"] = str(info.get("target_model"))
-    if info.get("reference_model"):
-        out["reference_model"] = str(info.get("reference_model"))
-    if info.get("neighbour_generator"):
-        out["neighbourhood.generator"] = str(info.get("neighbour_generator"))
+    out.update(model_params(result.models))
     samples = result.samples
     out["pool.n_samples"] = str(len(samples))
     out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
@@ -140,16 +165,7 @@ def _artifact_name(path: str) -> str:
 
 
 def _json(obj) -> str:
-    def clean(x):
-        if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-            return None
-        if isinstance(x, dict):
-            return {str(k): clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-
-    return json.dumps(clean(obj), indent=2, sort_keys=True, default=str)
+    return json.dumps(nan_to_none(obj), indent=2, sort_keys=True, default=str)
 
 
 def _write(path: str, text: str) -> None:
@@ -307,14 +323,17 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
         "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
-        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
+        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config_record()))),
     }
     if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
         files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
                                                   lambda p: result.neighbour_examples.to_csv(p, index=False))
-    if result.exposure is not None:  # memorization-feature analysis (paper Sec. 4.6)
-        files["tables/exposure_features.csv"] = ("csv", "exposure_features",
-                                                 lambda p: result.exposure.to_csv(p, index=False))
+    if result.memorization_features is not None:  # memorization-feature analysis (paper Sec. 4.6)
+        table = result.memorization_features
+        files["tables/memorization_features.csv"] = ("csv", "memorization_features",
+                                                     lambda p: table.to_csv(p, index=False))
+        # the former name, logged too for one release
+        files["tables/exposure_features.csv"] = ("csv", "exposure_features", lambda p: table.to_csv(p, index=False))
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))

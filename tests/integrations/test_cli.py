@@ -144,7 +144,7 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
 
 
 def test_distinct_curves_draws_reference_free_attacks_once():
-    from mlflow_mia.integrations.cli import _distinct_curves
+    from mlflow_mia.integrations.compare import distinct_curves as _distinct_curves
 
     one, two = "tgt v2 vs ref a", "tgt v2 vs ref b"
     rocs = {"loss": {one: "L1", two: "L2"}, "likelihood_ratio": {one: "R1", two: "R2"}}
