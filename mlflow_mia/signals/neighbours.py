@@ -15,24 +15,9 @@ the product of ``p_swap``, for ``m > 1`` replacements at distinct positions).
 
 How it is computed
 ------------------
-* Words are the generator tokenizer's words (``word_ids()`` of a fast
-  tokenizer). A word is replaceable when it is alphabetic and is a whole
-  whitespace-delimited word once leading and trailing punctuation are stripped:
-  ``fall`` in ``"fall,"`` is replaceable; ``don`` in ``"don't"``, ``S`` in
-  ``"S&P"``, digits, punctuation and special tokens are not.
-* A word of several word-pieces is perturbed and read at its **first piece**;
-  it is replaced as a whole (its character span) by one vocabulary token that is
-  a whole word: alphabetic once decoded, not a special token, and a word start
-  (WordPiece: no ``##`` continuation; byte-level BPE / SentencePiece: carrying
-  the ``Ġ`` / ``▁`` marker, even for a text's first word, whose own piece has
-  none -- so first words are proposed only marker tokens, which a BPE model
-  rates low there). The original token and substitutes equal to the original
-  word (case-insensitively) are excluded.
-* With an uncased generator (``"Abc"`` and ``"abc"`` tokenize alike) the
-  substitute takes the original word's case pattern (``Stocks`` -> ``Shares``,
-  ``IBM`` -> ``HSBC``). The neighbour text is the original with the word's
-  character span replaced, so spacing and punctuation stay; the target
-  tokenizer re-tokenises it.
+* Which words are replaceable, which vocabulary tokens may replace them, and how
+  the ``m``-word combinations are chosen and the neighbour texts rebuilt:
+  :mod:`mlflow_mia.signals.neighbour_text`.
 * One copy of the sample per replaceable word, none masked; in copy ``j`` a
   forward hook on the generator's word-embedding layer (before position and
   token-type embeddings are added) multiplies the embedding at word ``j``'s
@@ -42,14 +27,6 @@ How it is computed
   passes of at most ``token_budget`` padded tokens (a sample's copies normally
   share one pass; never one pass per position); the LM head runs only at the
   perturbed positions.
-* ``m > 1`` replacements: the exact ``n`` best combinations of ``m`` swaps at
-  distinct words by joint log-probability (Algorithm 1), found by a dynamic
-  programme over words that keeps the best partial combinations per number of
-  swaps. Each word's candidates are its top ``n`` substitutes, which cannot
-  exclude a member of the overall top ``n``.
-* Ties are broken by word order, then by substitute rank; identical neighbour
-  texts are kept once and the original text is never its own neighbour.
-
 Edge cases: a text with no replaceable word (or fewer than ``m``) gets no
 neighbours, a warning gives the count and :func:`neighbour_energies` returns NaN
 for it. When fewer than ``n`` substitutes exist, the text keeps the ones there
@@ -72,9 +49,7 @@ and its cache like every other text's.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -84,9 +59,10 @@ import torch
 from mlflow_mia.config import NeighbourhoodConfig, SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
-from mlflow_mia.signals.cache import SignalCache, SqliteSpecStore
+from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.energy import compute_signals
 from mlflow_mia.signals.model import MaskedLM, as_masked_lm
+from mlflow_mia.signals.neighbour_store import NeighbourStore
 from mlflow_mia.signals.neighbour_text import (SLACK, Swap, Word, keep_substitutes, neighbour_edits, rebuild,
                                                replaceable_words, vocab_tables)
 from mlflow_mia.signals.runtime import NEIGHBOUR_TOKEN_BUDGET, resolve_device, token_limit
@@ -260,33 +236,6 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
     return words, swaps
 
 
-class _NeighbourStore(SqliteSpecStore):
-    """Neighbour edits cached beside a :class:`SignalCache` (``neighbours.sqlite``): spans and vocabulary words only."""
-
-    table_sql = ("CREATE TABLE IF NOT EXISTS neighbours (key TEXT NOT NULL, text_hash TEXT NOT NULL,"
-                 " edits TEXT NOT NULL, PRIMARY KEY (key, text_hash))")
-
-    def __init__(self, cache: SignalCache):
-        super().__init__(os.path.join(os.path.dirname(os.path.abspath(cache.path)), "neighbours.sqlite"))
-
-    def get_many(self, key: str, hashes) -> dict:
-        hashes, out = list(dict.fromkeys(hashes)), {}
-        with self._lock:
-            for start in range(0, len(hashes), 500):
-                part = hashes[start:start + 500]
-                rows = self._conn.execute(
-                    f"SELECT text_hash, edits FROM neighbours WHERE key = ? AND text_hash IN ({','.join('?' * len(part))})",
-                    [key, *part]).fetchall()
-                out.update({h: [tuple(tuple(e) for e in nb) for nb in json.loads(edits)] for h, edits in rows})
-        return out
-
-    def put_many(self, key: str, rows: dict) -> None:
-        with self._lock:
-            self._conn.executemany("INSERT OR REPLACE INTO neighbours VALUES (?, ?, ?)",
-                                   [(key, h, json.dumps(edits)) for h, edits in rows.items()])
-            self._conn.commit()
-
-
 def generate_neighbours(generator, texts: Sequence[str], *, config: NeighbourhoodConfig | None = None, seed: int = 0,
                         device=None, progress: bool = True, cache: SignalCache | None = None,
                         max_length: int | None = None, token_budget: int | None = None,
@@ -349,7 +298,7 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
     store = key = None
     found: dict = {}
     if cache is not None:
-        store = _NeighbourStore(cache)
+        store = NeighbourStore(cache)
         spec = {"kind": "neighbours", "version": _CACHE_VERSION, "generator_id": lm.model_id,
                 "generator_tokenizer_id": lm.tokenizer_id, "num_neighbours": n, "num_replacements": m,
                 "dropout": float(config.dropout), "seed": int(seed), "max_length": limit}
