@@ -66,7 +66,7 @@ def test_compute_stage_computes_only_what_the_attacks_need(setup):
     only_loss = AuditConfig(attacks=("loss",), signal=SignalConfig(num_masks=2))
     signals = compute_audit_signals(target, pool.texts[:5], only_loss, progress=False)
     assert list(signals.signals) == ["target"] and len(signals) == 5
-    assert signals.info["reference_model"] is None and signals.target.kind == "energy"
+    assert list(signals.info["models"]) == ["target"] and signals.target.kind == "energy"
     with pytest.raises(ValueError, match=r"attack\(s\) \['likelihood_ratio'\] need a reference model"):
         compute_audit_signals(target, pool.texts[:5], CONFIG, progress=False)
 

@@ -90,7 +90,11 @@ class AuditModels:
                              f"neighbours; {HOW_TO_GIVE_A_GENERATOR}")
 
     def identities(self) -> dict:
-        """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model)."""
+        """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).
+
+        ``AuditResult.models`` and ``audit_config.json`` hold this record; ``AuditResult.info``
+        derives ``target_model``, ``reference_model``, ``neighbour_generator`` from it.
+        """
         out = {}
         for role in ("target", "reference", "generator"):
             lm = getattr(self, role)
@@ -123,7 +127,8 @@ class AuditSignals:
         sha256 of each row's text (:func:`mlflow_mia.data.text_hash`); when given,
         :func:`~mlflow_mia.audit.score_audit` checks them against the pool and population.
     info : dict
-        Model identities (``target_model``, ``reference_model``, ...) and timings.
+        ``models`` (:meth:`AuditModels.identities` of the models that computed the
+        signals) and ``timings``; optional.
 
     Raises
     ------
@@ -237,16 +242,4 @@ def compute_audit_signals(models, texts: Sequence[str], config: AuditConfig | No
             models.target, texts, generator=models.generator, neighbourhood=config.neighbourhood,
             signal=config.signal, cache=cache, device=device, progress=progress)
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
-    return AuditSignals(signals, text_hashes=text_hashes, info={**_model_info(models), "timings": timings})
-
-
-def _model_info(models: AuditModels) -> dict:
-    """The model identities ``AuditResult.info`` reports."""
-    target, reference, generator = models.target, models.reference, models.generator
-    info = {"target_model": target.model_id if target is not None else None,
-            "target_name": target.name if target is not None else None,
-            "reference_model": reference.model_id if reference is not None else None,
-            "reference_name": reference.name if reference is not None else None}
-    if generator is not None:
-        info["neighbour_generator"] = generator.model_id if isinstance(generator, MaskedLM) else generator
-    return info
+    return AuditSignals(signals, text_hashes=text_hashes, info={"models": models.identities(), "timings": timings})

@@ -181,24 +181,23 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
                                       cache=cache, device=device)
     headline = headline_attack(attacks)
     features = memorization_features(models, pool, samples, attacks[headline], headline, config, warnings)
-    info = {**signals.info, "n_pool": n_pool, "n_population": len(population)}
-    info["timings"] = {**info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}
+    record = models.identities() if models is not None else dict(signals.info.get("models", {}))
+    info = {**_identity_info(record), "n_pool": n_pool, "n_population": len(population),
+            "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
     riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
         columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])
     log.info("audit scored: %s", ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in attacks.items()))
     return AuditResult(config=config, metrics=metrics, samples=samples, attacks=attacks,
                        user_attacks=out["user_attacks"], population_scores=out["population_scores"],
                        riskiest=riskiest, info=info, warnings=warnings, memorization_features=features,
-                       neighbour_examples=examples, models=_models_record(models, signals.info))
+                       neighbour_examples=examples, models=record)
 
 
-def _models_record(models, info: dict) -> dict:
-    """Every model used, by role: from the models when at hand, else from the identities in the signals."""
-    if models is not None:
-        return models.identities()
-    record = {}
-    for role, key in (("target", "target_model"), ("reference", "reference_model"),
-                      ("generator", "neighbour_generator")):
-        if info.get(key):
-            record[role] = {"identity": info[key], "name": info.get(f"{role}_name")}
-    return record
+def _identity_info(record: dict) -> dict:
+    """``AuditResult.info``'s model keys from the models record (``target_model``, ``target_name``, ...)."""
+    target, reference = record.get("target") or {}, record.get("reference") or {}
+    info = {"target_model": target.get("identity"), "target_name": target.get("name"),
+            "reference_model": reference.get("identity"), "reference_name": reference.get("name")}
+    if record.get("generator"):
+        info["neighbour_generator"] = record["generator"]["identity"]
+    return info

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlflow_mia.config import SIGNAL_KINDS
+
 __all__ = ["SignalResult", "SIGNAL_UNITS"]
 
 #: Unit of ``SignalResult.values`` for each signal kind.
@@ -91,8 +93,8 @@ class SignalResult:
                           ("token_logprobs", (len(logprobs),))):
             if got != (n,):
                 raise ValueError(f"{name} has shape {got}, expected ({n},): one entry per value")
-        if kind not in SIGNAL_UNITS:
-            raise ValueError(f"signal kind must be one of {tuple(SIGNAL_UNITS)}, got {kind!r}")
+        if kind not in SIGNAL_KINDS:
+            raise ValueError(f"signal kind must be one of {SIGNAL_KINDS}, got {kind!r}")
         return cls(values, logprobs, n_tokens, truncated, kind)
 
     def take(self, index) -> "SignalResult":

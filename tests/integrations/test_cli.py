@@ -121,6 +121,14 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
         assert child.data.params["neighbourhood.generator"] == "models:/ref/1"
         assert child.data.params["neighbourhood.generator_model"] == "models:/ref@champion"
         assert child.data.params["neighbourhood.num_neighbours"] == "3"
+        record = mlflow.artifacts.load_dict(f"runs:/{child.info.run_id}/audit_config.json")["models"]
+        assert sorted(record) == ["generator", "reference", "target"]  # every model the audit used
+        assert {k: record["target"][k] for k in ("uri", "registered_model", "version")} == {
+            "uri": "models:/tgt/2", "registered_model": "tgt", "version": "2"}
+        assert record["generator"]["uri"] == "models:/ref/1" and record["generator"]["requested"] == \
+            "models:/ref@champion"
+        assert record["reference"]["uri"] == child.data.params["reference_model"]
+        assert record["reference"]["identity"] and record["generator"]["identity"]
     assert parent.data.params["compared_references"] == "models:/ref/1,models:/tgt/1"
 
     def samples(run):
