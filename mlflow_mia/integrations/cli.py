@@ -92,12 +92,12 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     data.add_argument("--id-column", metavar="NAME",
                       help="sample id column written to the per-sample table (default: row number)")
     data.add_argument("--group-column", metavar="NAME",
-                      help="user / document id column; adds user-level metrics user/<attack>/... "
+                      help="user id column (e.g. a patient or an article); adds user-level metrics user/<attack>/... "
                            "(demo: article_id)")
     data.add_argument("--population-text-column", metavar="NAME",
                       help="text column of the population (default: --text-column)")
     data.add_argument("--population-group-column", metavar="NAME",
-                      help="group column of the population (default: --group-column); needed for user-level "
+                      help="user id column of the population (default: --group-column); needed for user-level "
                            "thresholds")
     data.add_argument("--demo-size", choices=("default", "small"), default="default",
                       help="size of the built-in BBC News demo used when no model/data is given; 'small' "
