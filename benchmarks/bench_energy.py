@@ -139,6 +139,7 @@ def run_ours(model, tok, texts, config, *, interleave: bool = False):
     """
     from mlflow_mia.signals import MaskedLM, compute_signals
     from mlflow_mia.signals import energy as energy_module
+    from mlflow_mia.signals import runtime as runtime_module
     from mlflow_mia.signals.batching import plan_batches
 
     stats = {"padded": 0, "masked": 0, "lens": [], "mm_flops": 0.0, "mm_seconds": 0.0}
@@ -146,7 +147,7 @@ def run_ours(model, tok, texts, config, *, interleave: bool = False):
 
     def counting(lm, ids, copies, **kw):
         lens = np.array([len(ids[s]) for s, _ in copies])
-        budget = kw["token_budget"] or energy_module.default_token_budget(energy_module.resolve_device(kw["device"]))
+        budget = kw["token_budget"] or runtime_module.default_token_budget(runtime_module.resolve_device(kw["device"]))
         stats["padded"] += sum(len(rows) * int(lens[rows].max()) for rows in plan_batches(lens, budget))
         stats["lens"] += lens.tolist()
         stats["masked"] += sum(len(p) for _, p in copies)

@@ -43,7 +43,8 @@ from bench_energy import bbc_sentences, build_model, tokenizer  # noqa: E402
 def one_pass_per_position(lm, texts, *, top_k, dropout=0.7, seed=0):
     """Per text, per replaceable word: one batch-1 forward pass with the full LM head."""
     from mlflow_mia.data import text_hash
-    from mlflow_mia.signals.neighbours import _dropout_scales, _vocab_tables, replaceable_words
+    from mlflow_mia.signals.neighbour_text import replaceable_words, vocab_tables as _vocab_tables
+    from mlflow_mia.signals.neighbours import _dropout_scales
 
     model, tok = lm.model, lm.tokenizer
     vocab = model.get_output_embeddings().weight.shape[0]

@@ -1,5 +1,36 @@
-"""Membership inference audits of masked language models, recorded in MLflow."""
+"""Membership-inference audits of masked language models, recorded in MLflow.
 
-from mlflow_mia.hashing import lookup_hash
+The public entry points, imported on first use (``import mlflow_mia`` stays cheap)::
 
-__all__ = ["lookup_hash"]
+    from mlflow_mia import run_audit, score_audit, compute_audit_signals, AuditConfig, SignalConfig, \\
+        AuditDataset, PopulationSet, AuditResult
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["run_audit", "score_audit", "compute_audit_signals", "AuditModels", "AuditSignals", "AuditResult",
+           "AuditConfig", "SignalConfig", "MetricConfig", "NeighbourhoodConfig", "AuditDataset", "PopulationSet",
+           "SignalResult", "lookup_hash"]
+
+_WHERE = {
+    "run_audit": "mlflow_mia.audit", "score_audit": "mlflow_mia.audit", "compute_audit_signals": "mlflow_mia.audit",
+    "AuditModels": "mlflow_mia.audit", "AuditSignals": "mlflow_mia.audit", "AuditResult": "mlflow_mia.audit",
+    "AuditConfig": "mlflow_mia.config", "SignalConfig": "mlflow_mia.config", "MetricConfig": "mlflow_mia.config",
+    "NeighbourhoodConfig": "mlflow_mia.config", "AuditDataset": "mlflow_mia.data",
+    "PopulationSet": "mlflow_mia.data", "SignalResult": "mlflow_mia.signals.types",
+    "lookup_hash": "mlflow_mia.hashing",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mlflow_mia' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["render_report"]
+from mlflow_mia.naming import fmt_alpha as _alpha
+from mlflow_mia.naming import fmt_number, is_nan
+
+__all__ = ["render_report", "render_comparison"]
 
 _GLOSSARY = (
     "- **AUC**: the chance that a random member gets a higher attack score than a random non-member. "
@@ -28,22 +31,14 @@ _GLOSSARY = (
 
 
 def _num(x, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.{digits}f}"
+    return fmt_number(x, digits)
 
 
 def _pct(x) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if is_nan(x):
         return "n/a"
     pct = 100 * x
     return f"{pct:.0f}%" if abs(pct - round(pct)) < 0.05 or pct >= 10 else f"{pct:.1f}%"
-
-
-def _alpha(a: float) -> str:
-    from mlflow_mia.audit import fmt_alpha
-
-    return fmt_alpha(a)
 
 
 def _ci(ci) -> str:
@@ -78,7 +73,7 @@ def _population_table(reports: dict) -> list[str]:
 def _strongest(reports: dict):
     def key(item):
         auc = item[1].roc.auc
-        return -math.inf if auc is None or math.isnan(auc) else auc
+        return -math.inf if is_nan(auc) else auc
 
     return max(reports.items(), key=key) if reports else (None, None)
 
@@ -96,10 +91,10 @@ def _summary_sentences(result) -> list[str]:
     alpha = min(rep.tpr_at_fpr) if rep.tpr_at_fpr else None
     if alpha is not None:
         tpr = rep.tpr_at_fpr[alpha]
-        found = "" if math.isnan(tpr) else f", about {round(tpr * n_members)} of the {n_members} members"
+        found = "" if is_nan(tpr) else f", about {round(tpr * n_members)} of the {n_members} members"
         out.append(f"Allowing {_pct(alpha)} false positives, it recognises {_pct(tpr)} of the training "
                    f"samples{found}.")
-    defined = [t for t in rep.population if not math.isnan(t.precision)]
+    defined = [t for t in rep.population if not is_nan(t.precision)]
     if defined:
         t = defined[-1]
         out.append(f"With a threshold set on population data alone (FPR {_alpha(t.alpha)}), {_pct(t.precision)} of "
@@ -135,17 +130,17 @@ def _gate_lines(gate) -> list[str]:
     return lines + [""]
 
 
-def _exposure_lines(exposure) -> list[str]:
+def _memorization_lines(table) -> list[str]:
     """The memorization-feature table (Mireshghallah et al. 2022, Sec. 4.6), when the audit computed it."""
-    if exposure is None or len(exposure) == 0:
+    if table is None or len(table) == 0:
         return []
-    first = exposure.iloc[0]
+    first = table.iloc[0]
     lines = ["## Which members are exposed", "",
              f"Members flagged by `{first.get('attack', '')}` at FPR {_alpha(float(first.get('flagged_at_fpr')))} "
              "are predicted from simple features of the text (a logistic regression; higher test precision and "
              "recall mean the feature explains exposure better).", "",
              "| Features | Test precision | Test recall |", "|---|---|---|"]
-    for _, row in exposure.iterrows():
+    for _, row in table.iterrows():
         lines.append(f"| {row['features']} | {_num(row['test_precision'])} | {_num(row['test_recall'])} |")
     return lines + [""]
 
@@ -165,7 +160,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     artifacts : iterable of str, optional
         Artifact paths to list at the end.
     group_column : str, optional
-        Name of the column that defined the groups ("users") of the user-level results.
+        Name of the user id column that defined the users of the user-level results.
     hashing : str, optional
         How the logged sample and group hashes are keyed (``HashKey.describe()``).
 
@@ -207,10 +202,10 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
               "Thresholds set on the population set:", "", *_population_table(result.attacks), ""]
     if result.user_attacks:
         lines += ["## User level", "",
-                  f"Each user (a group of samples{by}) is scored by the mean of its samples' scores.", "",
+                  f"Each user (the samples sharing a user id{by}) is scored by the mean of its samples' scores.", "",
                   *_roc_table(result.user_attacks, fprs), "",
                   "Thresholds set on the population set's users:", "", *_population_table(result.user_attacks), ""]
-    lines += _exposure_lines(getattr(result, "exposure", None))
+    lines += _memorization_lines(getattr(result, "memorization_features", None))
     lines += ["## How to read these numbers", "", _GLOSSARY, ""]
     warnings = list(result.warnings)
     n_trunc = int(metrics.get("n_truncated", 0) or 0)
@@ -221,4 +216,54 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     lines += ["", f"Truncated samples: {n_trunc}.", ""]
     if artifacts:
         lines += ["## Artifacts", "", *[f"- `{a}`" for a in artifacts], ""]
+    return "\n".join(lines)
+
+
+def render_comparison(table, *, alpha: str, references, pool: str) -> str:
+    """Render a comparison of model versions (``mlflow-mia compare``) as Markdown.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        One row per (model, attack, level): ``model``, ``attack``, ``level``
+        (``"sample"`` / ``"user"``), ``auc``, ``auc_ci_low``, ``auc_ci_high``,
+        ``tpr_at_fpr_<alpha>`` and ``gate`` (``""`` without a gate).
+    alpha : str
+        The FPR of the TPR column, as in metric names (``"0.01"``).
+    references : sequence of str
+        URIs of the reference models the versions were audited against.
+    pool : str
+        One line describing the audited pool.
+
+    Returns
+    -------
+    str
+        Markdown without raw texts.
+    """
+
+    def ci(r) -> str:
+        lo, hi = r["auc_ci_low"], r["auc_ci_high"]
+        return "" if is_nan(lo) or is_nan(hi) else f" [{lo:.3f}, {hi:.3f}]"
+
+    col = f"tpr_at_fpr_{alpha}"
+    gated = "gate" in table and table["gate"].astype(str).str.len().gt(0).any()
+    lines = ["# Membership inference: model versions compared", "",
+             f"Reference model{'s' if len(references) > 1 else ''}: "
+             f"{', '.join(f'`{uri}`' for uri in references if uri) or 'none'}. "
+             f"Audited pool: {pool}. One nested run per "
+             f"{'version and reference' if len(references) > 1 else 'version'}, all with the same pool, "
+             "population set and settings.", ""]
+    for level in ("sample", "user"):
+        part = table[table["level"] == level]
+        if part.empty:
+            continue
+        head = f"| Model version | Attack | AUC [CI] | TPR @ FPR {alpha} |" + (" Release gate |" if gated else "")
+        lines += [f"## {level.capitalize()} level", "", head, "|---" * (5 if gated else 4) + "|"]
+        for _, r in part.iterrows():
+            lines.append(f"| {r['model']} | `{r['attack']}` | {r['auc']:.3f}{ci(r)} | {r[col]:.3f} |"
+                         + (f" {r['gate'] or '-'} |" if gated else ""))
+        lines.append("")
+    lines += ["AUC 0.5 means the attack cannot tell members from non-members; higher means more leakage. "
+              f"TPR @ FPR {alpha} is the share of members recognised while flagging {alpha} of non-members. "
+              "Each version's run holds its full report, figures and per-sample table.", ""]
     return "\n".join(lines)

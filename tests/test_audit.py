@@ -269,7 +269,7 @@ def test_item10_case_variants_of_pool_texts_in_the_population_warn(setup, caplog
 
 
 def test_item10_device_is_checked_before_any_model_loads(setup, tmp_path, monkeypatch):
-    from mlflow_mia.signals.energy import resolve_device
+    from mlflow_mia.signals.runtime import resolve_device
 
     target, _, pool, population = setup
     with pytest.raises(ValueError, match="device 'banana' is not a torch device"):

@@ -82,7 +82,7 @@ def test_report_shows_the_exposure_table(result):
     res, _ = result
     table = pd.DataFrame({"features": ["C_non_alnum", "all"], "test_precision": [0.7, 0.8],
                           "test_recall": [0.5, 0.6], "attack": "likelihood_ratio", "flagged_at_fpr": 0.1})
-    md = render_report(dataclasses.replace(res, exposure=table))
+    md = render_report(dataclasses.replace(res, memorization_features=table))
     assert "## Which members are exposed" in md and "flagged by `likelihood_ratio` at FPR 0.1" in md
     assert "| C_non_alnum | 0.700 | 0.500 |" in md
-    assert "## Which members are exposed" not in render_report(dataclasses.replace(res, exposure=None))
+    assert "## Which members are exposed" not in render_report(dataclasses.replace(res, memorization_features=None))

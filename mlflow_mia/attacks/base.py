@@ -12,10 +12,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from mlflow_mia.config import AuditConfig
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["Attack", "AttackInputs", "ATTACKS", "register_attack", "get_attack"]
+__all__ = ["Attack", "AttackInputs", "ATTACKS", "INPUTS", "register_attack", "get_attack", "check_attack_names",
+           "required_inputs"]
+
+#: Every input an attack may declare in ``requires``: the fields of :class:`AttackInputs`.
+INPUTS = ("target", "reference", "neighbour_energy")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class AttackInputs:
 class Attack:
     """Base class of attacks. Subclasses set the class attributes and ``score``.
 
+    An attack receives only its own settings, as keyword arguments of its
+    constructor (e.g. ``MinKAttack(fraction=0.2)``), never the whole audit config.
+
     Attributes
     ----------
     name : str
@@ -62,23 +68,26 @@ class Attack:
         ``"reference"``, ``"neighbour_energy"``).
     higher_is_member : bool
         Always True: scores are oriented so that higher means member.
+    allows_nan : bool
+        True when a NaN score marks a sample the attack cannot score (left out of
+        its metrics and counted); False makes a NaN score an error.
     """
 
     name: ClassVar[str]
     citation: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ("target",)
     higher_is_member: ClassVar[bool] = True
+    allows_nan: ClassVar[bool] = False
 
-    def score(self, inputs: AttackInputs, config: AuditConfig) -> np.ndarray:
+    def score(self, inputs: AttackInputs) -> np.ndarray:
         """Return scores of shape (n_samples,), dtype float64, higher = member."""
         raise NotImplementedError
 
-    def __call__(self, inputs: AttackInputs, config: AuditConfig | None = None) -> np.ndarray:
-        config = config or AuditConfig()
+    def __call__(self, inputs: AttackInputs) -> np.ndarray:
         missing = [r for r in self.requires if getattr(inputs, r) is None]
         if missing:
             raise ValueError(f"attack {self.name!r} needs {missing}; " + _HOW_TO_PROVIDE.get(missing[0], ""))
-        scores = np.asarray(self.score(inputs, config), dtype=np.float64)
+        scores = np.asarray(self.score(inputs), dtype=np.float64)
         if scores.shape != (len(inputs.texts),):
             raise RuntimeError(f"attack {self.name!r} returned shape {scores.shape}, expected ({len(inputs.texts)},)")
         return scores
@@ -110,15 +119,44 @@ def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
     return deco(cls) if cls is not None else deco
 
 
-def get_attack(name: str) -> Attack:
-    """Instantiate the registered attack ``name``.
+def check_attack_names(names) -> tuple[str, ...]:
+    """``names`` as a tuple, after checking that every one is registered.
+
+    Raises
+    ------
+    ValueError
+        Unknown name(s); the message lists the registered names.
+    """
+    names = tuple(names)
+    unknown = [a for a in names if a not in ATTACKS]
+    if unknown:
+        raise ValueError(f"unknown attack(s) {unknown}; registered attacks: {sorted(ATTACKS)}")
+    return names
+
+
+def required_inputs(names) -> dict[str, tuple[str, ...]]:
+    """Which attacks need each input: ``{input: (attack, ...)}``, inputs in :data:`INPUTS` order.
+
+    Only inputs some attack needs are keys, so ``"reference" in required_inputs(names)``
+    asks whether any of them needs a reference model.
+
+    Raises
+    ------
+    ValueError
+        Unknown attack name(s).
+    """
+    names = check_attack_names(names)
+    return {need: tuple(a for a in names if need in ATTACKS[a].requires) for need in INPUTS
+            if any(need in ATTACKS[a].requires for a in names)}
+
+
+def get_attack(name: str, **settings) -> Attack:
+    """Instantiate the registered attack ``name`` with its own ``settings``.
 
     Raises
     ------
     ValueError
         Unknown name; the message lists the registered names.
     """
-    try:
-        return ATTACKS[name]()
-    except KeyError:
-        raise ValueError(f"unknown attack {name!r}; registered attacks: {sorted(ATTACKS)}") from None
+    check_attack_names([name])
+    return ATTACKS[name](**settings)

@@ -31,5 +31,5 @@ class LikelihoodRatioAttack(Attack):
     citation = "Mireshghallah et al. 2022, Eq. 1-2"
     requires = ("target", "reference")
 
-    def score(self, inputs, config):
+    def score(self, inputs):
         return inputs.reference.energy - inputs.target.energy  # = -L(s)

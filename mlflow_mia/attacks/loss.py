@@ -28,5 +28,5 @@ class LossAttack(Attack):
     citation = "Yeom et al. 2018; Jagannatha et al. 2021"
     requires = ("target",)
 
-    def score(self, inputs, config):
+    def score(self, inputs):
         return -inputs.target.energy  # energy is lower for members; negate so higher = member

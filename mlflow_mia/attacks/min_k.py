@@ -25,15 +25,28 @@ def min_k_mean(logprobs: np.ndarray, fraction: float) -> float:
 
 @register_attack
 class MinKAttack(Attack):
-    """Score = mean of the lowest ``k`` fraction of masked-token log-probs (higher = member).
+    """Score = mean of the lowest ``fraction`` of masked-token log-probs (higher = member).
 
-    ``k`` is ``MetricConfig.min_k_fraction`` (default 0.2).
+    Parameters
+    ----------
+    fraction : float
+        k of the min-k% attack, in (0, 1] (default 0.2; the audit passes
+        ``MetricConfig.min_k_fraction``).
+
+    Raises
+    ------
+    ValueError
+        ``fraction`` outside (0, 1].
     """
 
     name = "min_k"
     citation = "Shi et al. 2024"
     requires = ("target",)
 
-    def score(self, inputs, config):
-        k = config.metrics.min_k_fraction
-        return np.array([min_k_mean(lp, k) for lp in inputs.target.token_logprobs])
+    def __init__(self, fraction: float = 0.2):
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"min_k fraction must be in (0, 1], got {fraction!r}")
+        self.fraction = float(fraction)
+
+    def score(self, inputs):
+        return np.array([min_k_mean(lp, self.fraction) for lp in inputs.target.token_logprobs])

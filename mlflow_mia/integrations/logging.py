@@ -2,11 +2,11 @@
 
 What one audit writes (``prefix`` is prepended to every name):
 
-- params: the flattened :class:`~mlflow_mia.config.AuditConfig`, the resolved
-  model URIs and versions (from ``result.info`` plus ``params=``), dataset sizes
-  and keyed digests of the sorted text hashes (``pool.digest``, ``population.digest``),
-  where the hash key came from (``audit.hash_key``) and, for a user key, a check value
-  that identifies it without revealing it (``audit.hash_key_check``);
+- params: the flattened :class:`~mlflow_mia.config.AuditConfig`, every model used
+  (from ``result.models``: URIs, registry versions, identities), ``params=``,
+  dataset sizes and keyed digests of the sorted text hashes (``pool.digest``,
+  ``population.digest``), where the hash key came from (``audit.hash_key``) and, for a
+  user key, a check value that identifies it without revealing it (``audit.hash_key_check``);
 - metrics: ``result.metrics`` (less the raw score thresholds, which stay in
   ``audit_summary.json``) in one ``log_batch`` (step 0, one timestamp), unless
   ``log_metrics=False`` because ``mlflow.models.evaluate`` logs the returned
@@ -16,10 +16,12 @@ What one audit writes (``prefix`` is prepended to every name):
 - tables: ``tables/samples.csv`` (ids, keyed text hashes ``text_hmac``, labels,
   keyed group ids, lengths, scores, flags; raw text only with ``log_texts=True``),
   ``tables/riskiest.csv``,
-  ``tables/exposure_features.csv`` (which features predict the flagged members, when computed),
+  ``tables/memorization_features.csv`` (which features predict the flagged members, when
+  computed; also written as ``tables/exposure_features.csv``, its former name, for one release),
   ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
   their neighbours with target energies; only with ``log_texts=True``);
-- ``audit_summary.json``, ``audit_config.json`` and ``report.md``;
+- ``audit_summary.json``, ``audit_config.json`` (the config and ``models``: every model
+  used, by role) and ``report.md``;
 - run tags ``mia.gate`` (with a gate), ``mia.headline_attack``, and on the
   registered model version ``mia.<attack>.auc``, ``mia.<attack>.tpr_at_fpr_<alpha>``,
   ``mia.gate``, ``mia.audit_run_id``.
@@ -44,8 +46,10 @@ import tempfile
 import time
 
 from mlflow_mia.integrations.registry_tags import tag_model_version
+from mlflow_mia.naming import nan_to_none
 
-__all__ = ["log_audit", "audit_params", "dataset_digest", "keyed_table", "check_metric_names", "mlflow_metrics",
+__all__ = ["log_audit", "audit_params", "model_params", "dataset_digest", "keyed_table", "check_metric_names",
+           "mlflow_metrics",
            "tag_model_version"]
 
 log = logging.getLogger(__name__)
@@ -132,8 +136,33 @@ def _flatten(prefix: str, value, out: dict) -> None:
         out[prefix] = "None" if value is None else str(value)
 
 
+def model_params(models: dict) -> dict[str, str]:
+    """Run params naming every model of an audit (``AuditResult.models``), each written once.
+
+    ``target_model`` and ``reference_model`` (the version-pinned URI, else the
+    model identity), ``{role}_model_requested`` (when it differs),
+    ``{role}_registered_model`` and ``{role}_model_version`` (registry models),
+    and ``neighbourhood.generator`` (the generator's identity).
+    """
+    out: dict[str, str] = {}
+    for role in ("target", "reference"):
+        record = models.get(role) or {}
+        if role == "reference" and not record:
+            continue
+        uri = record.get("uri") or record.get("identity")
+        out[f"{role}_model"] = str(uri)
+        if record.get("requested") and record["requested"] != uri:
+            out[f"{role}_model_requested"] = str(record["requested"])
+        if record.get("registered_model"):
+            out[f"{role}_registered_model"] = str(record["registered_model"])
+            out[f"{role}_model_version"] = str(record["version"])
+    if models.get("generator"):
+        out["neighbourhood.generator"] = str(models["generator"]["identity"])
+    return out
+
+
 def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
-    """Params of an audit: flattened config, model identities, dataset sizes and keyed digests.
+    """Params of an audit: flattened config, every model used (:func:`model_params`), dataset sizes, keyed digests.
 
     Parameters
     ----------
@@ -155,11 +184,7 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
     out["audit.attacks"] = out.pop("attacks")
     out["audit.allow_tokenizer_mismatch"] = out.pop("allow_tokenizer_mismatch", "False")
     info = result.info
-    out["target_model"] = str(info.get("target_model"))
-    if info.get("reference_model"):
-        out["reference_model"] = str(info.get("reference_model"))
-    if info.get("neighbour_generator"):
-        out["neighbourhood.generator"] = str(info.get("neighbour_generator"))
+    out.update(model_params(result.models))
     samples = result.samples
     out["pool.n_samples"] = str(len(samples))
     out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
@@ -198,21 +223,41 @@ def _artifact_name(path: str) -> str:
 
 
 def _json(obj) -> str:
-    def clean(x):
-        if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-            return None
-        if isinstance(x, dict):
-            return {str(k): clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-
-    return json.dumps(clean(obj), indent=2, sort_keys=True, default=str)
+    return json.dumps(nan_to_none(obj), indent=2, sort_keys=True, default=str)
 
 
 def _write(path: str, text: str) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
+    """``{path: (artifact kind, artifact name, writer)}`` of the audit's CSV tables (raw text only with ``log_texts``).
+
+    Text hashes and group ids are keyed with ``hash_key`` (:func:`keyed_table`): no plain
+    sha256 of a text leaves the process.
+    """
+    samples = keyed_table(result.samples, hash_key)
+    riskiest = keyed_table(result.riskiest, hash_key)
+    if log_texts:
+        samples.insert(1, "text", list(texts))
+        by_id = dict(zip(samples["sample_id"], samples["text"]))
+        riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
+    files = {
+        "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
+        "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
+    }
+    if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
+        files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
+                                                  lambda p: keyed_table(result.neighbour_examples,
+                                                                        hash_key).to_csv(p, index=False))
+    table = result.memorization_features
+    if table is not None:  # memorization-feature analysis (paper Sec. 4.6)
+        files["tables/memorization_features.csv"] = ("csv", "memorization_features",
+                                                     lambda p: table.to_csv(p, index=False))
+        # the former name, logged too for one release
+        files["tables/exposure_features.csv"] = ("csv", "exposure_features", lambda p: table.to_csv(p, index=False))
+    return files
 
 
 def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
@@ -322,29 +367,15 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         logged.append(prefix + path)
         artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
 
-    samples = keyed_table(result.samples, hash_key)  # no plain sha256 leaves the process
-    riskiest = keyed_table(result.riskiest, hash_key)
-    if log_texts:
-        samples.insert(1, "text", list(texts))
-        by_id = dict(zip(samples["sample_id"], samples["text"]))
-        riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
     summary = result.summary()
     summary["gate"] = gate.to_dict() if gate is not None else None
     summary["log_texts"] = bool(log_texts)
     summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
     files = {  # path -> (artifact kind, artifact name, writer)
-        "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
-        "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
+        **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key),
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
-        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config.to_dict()))),
+        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config_record()))),
     }
-    if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
-        files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
-                                                  lambda p: keyed_table(result.neighbour_examples,
-                                                                        hash_key).to_csv(p, index=False))
-    if result.exposure is not None:  # memorization-feature analysis (paper Sec. 4.6)
-        files["tables/exposure_features.csv"] = ("csv", "exposure_features",
-                                                 lambda p: result.exposure.to_csv(p, index=False))
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
                            hashing=hash_key.describe())

@@ -10,6 +10,7 @@ from .roc import RocResult, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
     ThresholdMetrics,
     metrics_at_threshold,
+    mean_member_loss_threshold,
     min_population_size,
     mu_threshold,
     population_threshold,
@@ -26,6 +27,7 @@ __all__ = [
     "population_threshold",
     "metrics_at_threshold",
     "population_threshold_metrics",
+    "mean_member_loss_threshold",
     "mu_threshold",
     "bootstrap_ci",
     "auc_statistic",

@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import roc_auc_score
 
-from .roc import _as_1d, _check_pair
+from .validation import as_1d, check_pair
 
 __all__ = ["GroupScores", "group_scores", "length_breakdown", "riskiest_records"]
 
@@ -84,8 +84,8 @@ def group_scores(y_true, y_score, groups) -> GroupScores:
     >>> g.groups.tolist(), g.y_true.tolist(), g.y_score.tolist(), g.sizes.tolist()
     (['a', 'b', 'c'], [1, 0, 0], [3.0, 1.0, 3.0], [2, 1, 1])
     """
-    labels, scores = _check_pair(y_true, y_score)
-    ids = _as_1d(groups, "groups")
+    labels, scores = check_pair(y_true, y_score)
+    ids = as_1d(groups, "groups")
     if ids.shape[0] != labels.shape[0]:
         raise ValueError(
             f"groups and y_true have inconsistent lengths: {ids.shape[0]} != {labels.shape[0]}"
@@ -171,8 +171,8 @@ def length_breakdown(y_true, y_score, lengths, *, bins: Sequence[tuple[float, fl
     >>> [(r["bin"], r["n_members"], r["n_non_members"], r["auc"]) for r in rows]
     [('10-20', 1, 1, 1.0), ('20-60', 1, 1, 0.0)]
     """
-    labels, scores = _check_pair(y_true, y_score)
-    lens = _as_1d(lengths, "lengths")
+    labels, scores = check_pair(y_true, y_score)
+    lens = as_1d(lengths, "lengths")
     if lens.shape[0] != labels.shape[0]:
         raise ValueError(
             f"lengths and y_true have inconsistent lengths: {lens.shape[0]} != {labels.shape[0]}"
@@ -259,7 +259,7 @@ def riskiest_records(y_true, y_score, *, threshold: float, top: int) -> np.ndarr
     >>> riskiest_records([1, 0, 1, 1, 1], [0.5, 9.0, 0.7, 0.7, 0.1], threshold=0.2, top=10).tolist()
     [2, 3, 0]
     """
-    labels, scores = _check_pair(y_true, y_score)
+    labels, scores = check_pair(y_true, y_score)
     t = float(threshold)
     if math.isnan(t):
         raise ValueError("threshold is NaN")

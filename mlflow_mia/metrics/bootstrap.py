@@ -23,7 +23,8 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy.stats import rankdata
 
-from .roc import _check_pair, _check_rate, _warn_one_class, tpr_at_fpr
+from .roc import tpr_at_fpr
+from .validation import check_pair, check_rate, warn_one_class
 
 __all__ = ["bootstrap_ci", "auc_statistic", "tpr_at_fpr_statistic"]
 
@@ -64,7 +65,7 @@ def auc_statistic(y_true, y_score) -> float:
     >>> auc_statistic([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
     0.875
     """
-    labels, scores = _check_pair(y_true, y_score)
+    labels, scores = check_pair(y_true, y_score)
     return _auc_checked(labels, scores)
 
 
@@ -72,7 +73,7 @@ def _auc_checked(labels: np.ndarray, scores: np.ndarray) -> float:
     n1 = int(labels.sum())
     n0 = int(labels.size - n1)
     if n1 == 0 or n0 == 0:
-        _warn_one_class(n1, n0, "ROC AUC")
+        warn_one_class(n1, n0, "ROC AUC")
         return float("nan")
     ranks = rankdata(scores, method="average")
     u = float(ranks[labels == 1].sum()) - n1 * (n1 + 1) / 2.0
@@ -109,7 +110,7 @@ def tpr_at_fpr_statistic(alpha: float) -> Statistic:
     >>> f([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
     0.5
     """
-    alpha = _check_rate(alpha, "alpha", low_closed=True, high_closed=True)
+    alpha = check_rate(alpha, "alpha", low_closed=True, high_closed=True)
 
     def statistic(y_true, y_score) -> float:
         return tpr_at_fpr(y_true, y_score, alpha=alpha)
@@ -189,7 +190,7 @@ def bootstrap_ci(
     >>> bool(low < auc_statistic(y, s) < high)
     True
     """
-    labels, scores = _check_pair(y_true, y_score)
+    labels, scores = check_pair(y_true, y_score)
     if not isinstance(statistics, Mapping) or not statistics:
         raise ValueError("statistics must be a non-empty mapping of name -> f(y_true, y_score)")
     for name, fn in statistics.items():
@@ -197,13 +198,13 @@ def bootstrap_ci(
             raise ValueError(f"statistics[{name!r}] is not callable")
     if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    confidence = _check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+    confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
 
     member_idx = np.flatnonzero(labels == 1)
     non_member_idx = np.flatnonzero(labels == 0)
     n1, n0 = member_idx.size, non_member_idx.size
     if n1 == 0 or n0 == 0:
-        _warn_one_class(n1, n0, "A bootstrap interval")
+        warn_one_class(n1, n0, "A bootstrap interval")
         return {name: (math.nan, math.nan) for name in statistics}
 
     rng = np.random.default_rng(seed)

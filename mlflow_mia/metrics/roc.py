@@ -15,7 +15,6 @@ References
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 
@@ -23,95 +22,9 @@ import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from .validation import check_pair, check_rate, warn_one_class
+
 __all__ = ["RocResult", "roc", "tpr_at_fpr", "tpr_at_fpr_from_roc"]
-
-
-# ---------------------------------------------------------------------------
-# Input validation shared by the metrics modules.
-# ---------------------------------------------------------------------------
-
-
-def _as_1d(x, name: str) -> np.ndarray:
-    """Return ``x`` as a 1-D array (a view where possible, never modified)."""
-    arr = np.asarray(x)
-    if arr.ndim == 2 and 1 in arr.shape:
-        arr = arr.ravel()
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D of shape (n_samples,), got shape {arr.shape}")
-    return arr
-
-
-def _check_scores(y_score, name: str = "y_score", *, allow_empty: bool = False) -> np.ndarray:
-    """Validate a 1-D array of finite real scores and return it as float64."""
-    arr = _as_1d(y_score, name)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
-    ):
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.complexfloating):
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
-    if not allow_empty and arr.size == 0:
-        raise ValueError(f"{name} is empty")
-    if not np.all(np.isfinite(arr)):
-        n_bad = int(np.count_nonzero(~np.isfinite(arr)))
-        raise ValueError(f"{name} contains NaN or infinity ({n_bad} value(s)); scores must be finite")
-    return arr
-
-
-def _check_labels(y_true, name: str = "y_true", *, allow_empty: bool = False) -> np.ndarray:
-    """Validate 0/1 membership labels (1 = member) and return them as int8."""
-    arr = _as_1d(y_true, name)
-    if not allow_empty and arr.size == 0:
-        raise ValueError(f"{name} is empty")
-    if arr.dtype == np.bool_:
-        return arr.astype(np.int8)
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{name} must hold 0/1 labels (1 = member), got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinity; labels must be 0 (non-member) or 1 (member)")
-    bad = (arr != 0) & (arr != 1)
-    if np.any(bad):
-        found = np.unique(arr[bad])[:5].tolist()
-        raise ValueError(
-            f"{name} must hold 0/1 labels (1 = member, 0 = non-member), found other values {found}"
-        )
-    return arr.astype(np.int8)
-
-
-def _check_pair(y_true, y_score, *, allow_empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Validate labels and scores together (same length, finite, 0/1)."""
-    labels = _check_labels(y_true, allow_empty=allow_empty)
-    scores = _check_scores(y_score, allow_empty=allow_empty)
-    if labels.shape[0] != scores.shape[0]:
-        raise ValueError(
-            f"y_true and y_score have inconsistent lengths: {labels.shape[0]} != {scores.shape[0]}"
-        )
-    return labels, scores
-
-
-def _check_rate(value, name: str, *, low_closed: bool, high_closed: bool) -> float:
-    """Validate a rate in [0, 1] with the given open/closed ends."""
-    try:
-        rate = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {value!r}") from None
-    ok_low = rate >= 0.0 if low_closed else rate > 0.0
-    ok_high = rate <= 1.0 if high_closed else rate < 1.0
-    if math.isnan(rate) or not (ok_low and ok_high):
-        interval = ("[" if low_closed else "(") + "0, 1" + ("]" if high_closed else ")")
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
-    return rate
-
-
-def _warn_one_class(n_members: int, n_non_members: int, what: str) -> None:
-    missing = "members (label 1)" if n_members == 0 else "non-members (label 0)"
-    warnings.warn(
-        f"{what} is undefined: the pool has no {missing} "
-        f"({n_members} members, {n_non_members} non-members); returning nan",
-        UndefinedMetricWarning,
-        stacklevel=3,
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -197,7 +110,7 @@ def roc(y_true, y_score) -> RocResult:
     >>> r.auc
     0.875
     """
-    labels, scores = _check_pair(y_true, y_score)
+    labels, scores = check_pair(y_true, y_score)
     n_members = int(labels.sum())
     n_non_members = int(labels.size - n_members)
     with warnings.catch_warnings():
@@ -205,7 +118,7 @@ def roc(y_true, y_score) -> RocResult:
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         fpr, tpr, thresholds = roc_curve(labels, scores, pos_label=1, drop_intermediate=False)
     if n_members == 0 or n_non_members == 0:
-        _warn_one_class(n_members, n_non_members, "ROC AUC")
+        warn_one_class(n_members, n_non_members, "ROC AUC")
         auc = float("nan")
     else:
         auc = float(roc_auc_score(labels, scores))
@@ -250,7 +163,7 @@ def tpr_at_fpr_from_roc(roc_result: RocResult, alpha: float) -> float:
     >>> tpr_at_fpr_from_roc(r, 0.0), tpr_at_fpr_from_roc(r, 0.5)
     (0.5, 1.0)
     """
-    alpha = _check_rate(alpha, "alpha", low_closed=True, high_closed=True)
+    alpha = check_rate(alpha, "alpha", low_closed=True, high_closed=True)
     fpr = np.asarray(roc_result.fpr, dtype=np.float64)
     tpr = np.asarray(roc_result.tpr, dtype=np.float64)
     if fpr.size == 0 or np.isnan(fpr).any() or np.isnan(tpr).any():
@@ -314,12 +227,12 @@ def tpr_at_fpr(y_true, y_score, *, alpha: float) -> float:
     >>> tpr_at_fpr([1, 1, 1, 0, 0], [5.0, 4.0, 1.0, 3.0, 0.0], alpha=0.0)
     0.6666666666666666
     """
-    alpha = _check_rate(alpha, "alpha", low_closed=True, high_closed=True)
-    labels, scores = _check_pair(y_true, y_score)
+    alpha = check_rate(alpha, "alpha", low_closed=True, high_closed=True)
+    labels, scores = check_pair(y_true, y_score)
     n_members = int(labels.sum())
     n_non_members = int(labels.size - n_members)
     if n_members == 0 or n_non_members == 0:
-        _warn_one_class(n_members, n_non_members, "TPR at fixed FPR")
+        warn_one_class(n_members, n_non_members, "TPR at fixed FPR")
         return float("nan")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)

@@ -7,8 +7,8 @@ at ``t`` are predicted non-members.
 The main threshold is the population threshold (Mireshghallah et al. 2022,
 Sec. 3): the ``1 - alpha`` quantile of the attack score over a population set
 disjoint from the target pool, so that about ``alpha`` of non-members are
-flagged. The ``mu`` threshold is the loss-attack baseline of Jagannatha et al.
-(2021).
+flagged. The mean-member-loss threshold (``mu`` in Jagannatha et al. 2021) is
+the loss-attack baseline.
 
 References
 ----------
@@ -29,7 +29,7 @@ from typing import Iterable
 import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
 
-from .roc import _check_pair, _check_rate, _check_scores, _warn_one_class
+from .validation import check_pair, check_rate, check_scores, warn_one_class
 
 __all__ = [
     "ThresholdMetrics",
@@ -37,6 +37,7 @@ __all__ = [
     "population_threshold",
     "metrics_at_threshold",
     "population_threshold_metrics",
+    "mean_member_loss_threshold",
     "mu_threshold",
 ]
 
@@ -70,7 +71,7 @@ def min_population_size(alpha: float) -> int:
     >>> min_population_size(0.01), min_population_size(0.001), min_population_size(0.3)
     (100, 1000, 4)
     """
-    alpha = _check_rate(alpha, "alpha", low_closed=False, high_closed=False)
+    alpha = check_rate(alpha, "alpha", low_closed=False, high_closed=False)
     # Round first so that 1 / 0.001 (= 1000.0000000000001 in some cases) gives 1000.
     return int(math.ceil(round(1.0 / alpha, 9)))
 
@@ -133,8 +134,8 @@ def population_threshold(population_scores, *, alpha: float) -> float:
     >>> population_threshold(pop, alpha=0.3)
     6.0
     """
-    alpha = _check_rate(alpha, "alpha", low_closed=False, high_closed=False)
-    pop = _check_scores(population_scores, "population_scores")
+    alpha = check_rate(alpha, "alpha", low_closed=False, high_closed=False)
+    pop = check_scores(population_scores, "population_scores")
     return _population_threshold(np.sort(pop), alpha)
 
 
@@ -254,7 +255,7 @@ def metrics_at_threshold(y_true, y_score, *, threshold: float, alpha: float = fl
     (0.5, 0.0, 1.0, 1)
     """
     t = _check_threshold(threshold)
-    labels, scores = _check_pair(y_true, y_score)
+    labels, scores = check_pair(y_true, y_score)
     _warn_if_one_class(labels, "TPR or FPR at a threshold")
     return _metrics_from_checked(labels, scores, t, alpha)
 
@@ -313,11 +314,11 @@ def population_threshold_metrics(
     >>> m.threshold, m.tpr, m.fpr, m.precision
     (8.0, 1.0, 0.5, 0.6666666666666666)
     """
-    alphas = tuple(_check_rate(a, "alphas", low_closed=False, high_closed=False) for a in alphas)
+    alphas = tuple(check_rate(a, "alphas", low_closed=False, high_closed=False) for a in alphas)
     if not alphas:
         raise ValueError("alphas is empty; give at least one target FPR in (0, 1)")
-    labels, scores = _check_pair(y_true, y_score)
-    sorted_pop = np.sort(_check_scores(population_scores, "population_scores"))
+    labels, scores = check_pair(y_true, y_score)
+    sorted_pop = np.sort(check_scores(population_scores, "population_scores"))
     # Check every alpha before computing anything, so the error lists the problem up front.
     for a in alphas:
         _population_threshold(sorted_pop, a)
@@ -327,8 +328,8 @@ def population_threshold_metrics(
     )
 
 
-def mu_threshold(y_true, y_score) -> float:
-    """The loss-baseline ``mu`` threshold: the mean score of the members.
+def mean_member_loss_threshold(y_true, y_score) -> float:
+    """The loss baseline's mean-member-loss threshold (``mu`` of Jagannatha et al.): the mean score of the members.
 
     Parameters
     ----------
@@ -336,7 +337,7 @@ def mu_threshold(y_true, y_score) -> float:
         Membership labels, 1 = member (a training sample of the target model).
     y_score : array-like of shape (n_samples,), float
         Attack scores, higher = more likely a member. For the loss attack the
-        score is the negated loss (energy), so ``score > mu`` is equivalent to
+        score is the negated loss (energy), so ``score > threshold`` is equivalent to
         ``loss < mean member loss``.
 
     Returns
@@ -369,9 +370,13 @@ def mu_threshold(y_true, y_score) -> float:
     >>> mu_threshold([1, 1, 0], [-2.0, -4.0, -10.0])
     -3.0
     """
-    labels, scores = _check_pair(y_true, y_score)
+    labels, scores = check_pair(y_true, y_score)
     n_members = int(labels.sum())
     if n_members == 0:
-        _warn_one_class(n_members, int(labels.size), "The mu threshold")
+        warn_one_class(n_members, int(labels.size), "The mean-member-loss threshold")
         return float("nan")
     return float(scores[labels == 1].mean())
+
+
+#: Former name of :func:`mean_member_loss_threshold` (kept for one release).
+mu_threshold = mean_member_loss_threshold

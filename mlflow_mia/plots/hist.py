@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from mlflow_mia.metrics.roc import _check_scores
+from mlflow_mia.metrics.validation import check_scores
 
 __all__ = ["ScoreHistogramDisplay"]
 
@@ -75,8 +75,8 @@ class ScoreHistogramDisplay:
     """
 
     def __init__(self, member_scores, non_member_scores, *, thresholds=None, name=None):
-        self.member_scores = _check_scores(member_scores, "member_scores")
-        self.non_member_scores = _check_scores(non_member_scores, "non_member_scores")
+        self.member_scores = check_scores(member_scores, "member_scores")
+        self.non_member_scores = check_scores(non_member_scores, "non_member_scores")
         thresholds = {} if thresholds is None else dict(thresholds)
         clean = {}
         for alpha, t in thresholds.items():

@@ -40,7 +40,6 @@ special tokens the tokenizer adds itself ([CLS] ... [SEP]) are unmaskable.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Sequence
 
 import numpy as np
@@ -52,62 +51,19 @@ from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.model import MaskedLM
+from mlflow_mia.signals.runtime import (HeapTrimmer, default_token_budget, release_free_memory, resolve_device,
+                                        token_limit)
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["compute_signals", "tokenize", "masked_token_logprobs", "resolve_device", "default_token_budget"]
+__all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
 
 log = logging.getLogger(__name__)
 
 
-def resolve_device(device=None) -> torch.device:
-    """``device`` if given, else CUDA when available, else CPU; a given device is checked to exist.
-
-    Cheap (no CUDA context for a CPU device), so callers check it before any model loads.
-
-    Raises
-    ------
-    ValueError
-        ``device`` is not a torch device (``"banana"``), names CUDA where there is none
-        or a CUDA index this machine lacks (``"cuda:7"``), or MPS where it is unavailable.
-    """
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as exc:
-        raise ValueError(f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda' or "
-                         "'cuda:<index>'") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: CUDA is not available on this machine; use device='cpu' "
-                             "(or leave it unset)")
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            listed = ", ".join(f"cuda:{i}" for i in range(count))
-            raise ValueError(f"device {device!r}: this machine has {count} CUDA device(s) ({listed})")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device!r}: MPS is not available on this machine; use device='cpu'")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        try:
-            torch.empty(0, device=dev)
-        except Exception as exc:  # noqa: BLE001 - any backend error means the device cannot be used
-            raise ValueError(f"device {device!r} cannot be used here ({exc}); use 'cpu' or 'cuda:<index>'") from None
-    return dev
-
-
-# Padded tokens per forward pass when SignalConfig.token_budget is None. On CPU,
-# budgets of 512 to 8192 measured the same speed while the working set grows with
-# the budget; the CUDA value is a starting point for a mid-size GPU.
-TOKEN_BUDGETS = {"cpu": 1024, "cuda": 16384}
 # Masked positions per call of the vocabulary projection (features of several batches).
 HEAD_POSITIONS = 512
 # How texts become token ids (part of the cache key): special-token strings inside a text are split as text.
 TOKENIZATION = "split_special_tokens"
-
-
-def default_token_budget(device) -> int:
-    """Padded tokens per forward pass on ``device`` (``torch.device`` or str): see ``TOKEN_BUDGETS``."""
-    return TOKEN_BUDGETS.get(torch.device(device).type, TOKEN_BUDGETS["cpu"])
 
 
 def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int,
@@ -153,76 +109,6 @@ def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int,
             "remove texts made only of characters the tokenizer drops"
         )
     return ids, maskable, truncated
-
-
-def release_free_memory() -> None:
-    """Hand freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Batches of varying shapes leave the C heap fragmented: without a trim, resident
-    memory creeps up (measured about +1 GB over 2,000 sentences with a MiniLM-sized
-    model and 4096-token batches). :class:`HeapTrimmer` decides when to call it.
-    Forcing large allocations onto ``mmap`` instead keeps memory flat too but costs
-    a quarter of the throughput in page faults (``benchmarks/bench_energy.py``).
-    """
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        _MALLOC_TRIM = False
-        try:
-            import ctypes
-            import ctypes.util
-
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _MALLOC_TRIM = getattr(libc, "malloc_trim", False)
-        except OSError:
-            pass
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM = None
-
-
-def resident_bytes() -> int | None:
-    """Resident memory of this process in bytes (Linux ``/proc/self/statm``), else None."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_SIZE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-class HeapTrimmer:
-    """Keeps resident memory within ``slack`` bytes of its level after the last trim.
-
-    Called after every batch: it trims the heap (:func:`release_free_memory`) when
-    resident memory between batches has grown by more than ``slack`` since the last
-    trim, so the peak stays near "before + one batch's working set + slack" however
-    many batches run. Where resident memory cannot be read it trims whenever the
-    batch shape changes. A trim costs a few milliseconds; checking costs microseconds.
-    """
-
-    def __init__(self, slack: int = 64 << 20, *, rss=resident_bytes, trim=None):
-        self.slack = slack
-        self._rss = rss
-        self._trim = trim or release_free_memory
-        self._floor = rss()
-        self._shape = None
-
-    def after_batch(self, shape) -> bool:
-        """Trim if needed after a batch of ``shape``; True when it trimmed."""
-        now = self._rss()
-        if now is None:
-            trim = shape != self._shape
-        else:
-            trim = self._floor is None or now > self._floor + self.slack
-        self._shape = shape
-        if trim:
-            self._trim()
-            self._floor = self._rss()
-        return trim
 
 
 def _is_hex(key) -> bool:
@@ -387,7 +273,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
             raise ValueError(f"mask_keys must be hex text hashes (mlflow_mia.data.text_hash(sample)), got {bad!r}")
         hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
         mask_of = dict(zip(hashes, mask_keys))
-    max_length = min(config.max_length or lm.max_length, lm.max_length)
+    max_length = token_limit(config.max_length, lm.max_length)
     spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length,
             "tokenization": TOKENIZATION}
     if mask_keys is not None:
@@ -436,8 +322,9 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         finally:
             bar.close()
     return SignalResult(
-        energy=np.array([rows[h][0] for h in hashes], dtype=np.float64),
+        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
         token_logprobs=tuple(rows[h][3] for h in hashes),
         n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
         truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
+        kind=config.kind,
     )

@@ -15,24 +15,9 @@ the product of ``p_swap``, for ``m > 1`` replacements at distinct positions).
 
 How it is computed
 ------------------
-* Words are the generator tokenizer's words (``word_ids()`` of a fast
-  tokenizer). A word is replaceable when it is alphabetic and is a whole
-  whitespace-delimited word once leading and trailing punctuation are stripped:
-  ``fall`` in ``"fall,"`` is replaceable; ``don`` in ``"don't"``, ``S`` in
-  ``"S&P"``, digits, punctuation and special tokens are not.
-* A word of several word-pieces is perturbed and read at its **first piece**;
-  it is replaced as a whole (its character span) by one vocabulary token that is
-  a whole word: alphabetic once decoded, not a special token, and a word start
-  (WordPiece: no ``##`` continuation; byte-level BPE / SentencePiece: carrying
-  the ``Ġ`` / ``▁`` marker, even for a text's first word, whose own piece has
-  none -- so first words are proposed only marker tokens, which a BPE model
-  rates low there). The original token and substitutes equal to the original
-  word (case-insensitively) are excluded.
-* With an uncased generator (``"Abc"`` and ``"abc"`` tokenize alike) the
-  substitute takes the original word's case pattern (``Stocks`` -> ``Shares``,
-  ``IBM`` -> ``HSBC``). The neighbour text is the original with the word's
-  character span replaced, so spacing and punctuation stay; the target
-  tokenizer re-tokenises it.
+* Which words are replaceable, which vocabulary tokens may replace them, and how
+  the ``m``-word combinations are chosen and the neighbour texts rebuilt:
+  :mod:`mlflow_mia.signals.neighbour_text`.
 * One copy of the sample per replaceable word, none masked; in copy ``j`` a
   forward hook on the generator's word-embedding layer (before position and
   token-type embeddings are added) multiplies the embedding at word ``j``'s
@@ -42,14 +27,6 @@ How it is computed
   passes of at most ``token_budget`` padded tokens (a sample's copies normally
   share one pass; never one pass per position); the LM head runs only at the
   perturbed positions.
-* ``m > 1`` replacements: the exact ``n`` best combinations of ``m`` swaps at
-  distinct words by joint log-probability (Algorithm 1), found by a dynamic
-  programme over words that keeps the best partial combinations per number of
-  swaps. Each word's candidates are its top ``n`` substitutes, which cannot
-  exclude a member of the overall top ``n``.
-* Ties are broken by word order, then by substitute rank; identical neighbour
-  texts are kept once and the original text is never its own neighbour.
-
 Edge cases: a text with no replaceable word (or fewer than ``m``) gets no
 neighbours, a warning gives the count and :func:`neighbour_energies` returns NaN
 for it. When fewer than ``n`` substitutes exist, the text keeps the ones there
@@ -72,79 +49,30 @@ and its cache like every other text's.
 
 from __future__ import annotations
 
-import heapq
-import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from mlflow_mia.config import AuditConfig, NeighbourhoodConfig
+from mlflow_mia.config import NeighbourhoodConfig, SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
-from mlflow_mia.signals.cache import SignalCache, SqliteSpecStore
-from mlflow_mia.signals.energy import compute_signals, resolve_device
+from mlflow_mia.signals.cache import SignalCache
+from mlflow_mia.signals.energy import compute_signals
 from mlflow_mia.signals.model import MaskedLM, as_masked_lm
+from mlflow_mia.signals.neighbour_store import NeighbourStore
+from mlflow_mia.signals.neighbour_text import (SLACK, Swap, Word, keep_substitutes, neighbour_edits, rebuild,
+                                               replaceable_words, vocab_tables)
+from mlflow_mia.signals.runtime import NEIGHBOUR_TOKEN_BUDGET, resolve_device, token_limit
 
-__all__ = ["generate_neighbours", "neighbour_energies", "candidate_swaps", "load_generator", "Swap", "Word",
-           "replaceable_words"]
+__all__ = ["generate_neighbours", "neighbour_energies", "candidate_swaps", "load_generator", "choose_generator",
+           "Swap", "Word", "replaceable_words"]
 
 log = logging.getLogger(__name__)
 
-_BOUNDARY_MARKERS = ("Ġ", "▁")  # byte-level BPE (RoBERTa, GPT-2) and SentencePiece word-start markers
 _CACHE_VERSION = 1
-_SLACK = 8  # extra candidates kept so that dropping duplicate neighbour texts still leaves n
-# Padded tokens per generator pass when none is given. Each copy needs the full
-# vocabulary at one position, so the head's matrix product has one row per copy:
-# larger batches than the energy's CPU default keep it efficient
-# (benchmarks/bench_neighbours.py was measured with this value).
-NEIGHBOUR_TOKEN_BUDGET = 4096
-
-
-@dataclass(frozen=True)
-class Word:
-    """A replaceable word of one text, under the generator tokenizer.
-
-    Attributes
-    ----------
-    position : int
-        Token position (into the text's ids, special tokens included) of its first piece.
-    token_id : int
-        Id of the first piece: the token perturbed, and excluded as a substitute.
-    start, end : int
-        Character span of the whole word in the text.
-    """
-
-    position: int
-    token_id: int
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class Swap:
-    """One candidate single-word replacement.
-
-    Attributes
-    ----------
-    word : int
-        Index into the text's replaceable words.
-    token_id : int
-        Substitute token id (generator vocabulary).
-    replacement : str
-        Surface form written into the text (case adapted for uncased generators).
-    logprob : float
-        ``log p_swap`` in nats: the MLM log-probability renormalised over all
-        tokens but the original.
-    """
-
-    word: int
-    token_id: int
-    replacement: str
-    logprob: float
 
 
 # --------------------------------------------------------------------------- generator
@@ -172,106 +100,6 @@ def load_generator(generator, *, role: str = "neighbour generator") -> MaskedLM:
     if lm.model.get_input_embeddings() is None:
         raise ValueError(f"the {role} {type(lm.model).__name__} exposes no input embeddings")
     return lm
-
-
-def _vocab_tables(tokenizer, size: int) -> tuple[np.ndarray, list[str], bool]:
-    """Which ids may substitute a word, their surface forms, and whether the tokenizer is uncased.
-
-    A substitute is a whole word: not special, alphabetic once decoded, and a
-    word start -- WordPiece: no continuation prefix (``##``); vocabularies with a
-    word-boundary marker (byte-level BPE ``Ġ``, SentencePiece ``▁``): carrying it;
-    other vocabularies (word level): every token.
-    """
-    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    prefix = getattr(tokenizer.backend_tokenizer.model, "continuing_subword_prefix", None) or None
-    marked = prefix is None and any(t is not None and t.startswith(_BOUNDARY_MARKERS) for t in tokens)
-    decoder = tokenizer.backend_tokenizer.decoder
-    special = set(tokenizer.all_special_ids)
-    allowed = np.zeros(size, dtype=bool)
-    surfaces = [""] * size
-    for i, tok in enumerate(tokens[:size]):
-        if tok is None or i in special:
-            continue
-        if prefix is not None:
-            word_start = not tok.startswith(prefix)
-        else:
-            word_start = tok.startswith(_BOUNDARY_MARKERS) if marked else True
-        surface = (decoder.decode([tok]) if decoder is not None else tok).strip()
-        surfaces[i] = surface
-        allowed[i] = word_start and surface.isalpha()
-    uncased = tokenizer.tokenize("Abc XyZ") == tokenizer.tokenize("abc xyz")
-    return allowed, surfaces, uncased
-
-
-def _match_case(word: str, original: str) -> str:
-    if len(original) > 1 and original.isupper():
-        return word.upper()
-    if original[:1].isupper():
-        return word[:1].upper() + word[1:]
-    return word
-
-
-def _core_span(text: str, start: int, end: int) -> tuple[int, int]:
-    """The whitespace-delimited chunk around ``[start, end)`` without leading/trailing punctuation."""
-    lo, hi = start, end
-    while lo > 0 and not text[lo - 1].isspace():
-        lo -= 1
-    while hi < len(text) and not text[hi].isspace():
-        hi += 1
-    while lo < hi and not text[lo].isalnum():
-        lo += 1
-    while hi > lo and not text[hi - 1].isalnum():
-        hi -= 1
-    return lo, hi
-
-
-def replaceable_words(tokenizer, texts: Sequence[str], *, max_length: int) -> tuple[list[np.ndarray], list[list[Word]]]:
-    """Token ids and replaceable words of each text under the generator tokenizer.
-
-    Parameters
-    ----------
-    tokenizer : fast tokenizer of the generator
-    texts : sequence of str, length n_texts
-    max_length : int
-        Token limit, special tokens included; longer texts are truncated and a
-        word cut by the limit is not replaceable.
-
-    Returns
-    -------
-    ids : list of ndarray (int64)
-        Token ids of each (possibly truncated) text.
-    words : list of list of Word
-        Replaceable words of each text, in text order (see the module notes).
-    """
-    # Special-token strings typed in a text are text (as in energy.tokenize), never special ids.
-    full = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length,
-                     return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False,
-                     split_special_tokens=True)
-    ids_out, words_out = [], []
-    for i, text in enumerate(texts):
-        ids = np.asarray(full["input_ids"][i], dtype=np.int64)
-        offsets = full["offset_mapping"][i]
-        special = full["special_tokens_mask"][i]
-        word_ids = full.word_ids(i)
-        pieces: dict[int, list[int]] = {}
-        for pos, w in enumerate(word_ids):
-            if w is not None and not special[pos]:
-                pieces.setdefault(w, []).append(pos)
-        words = []
-        for w, positions in pieces.items():
-            first, last = positions[0], positions[-1]
-            # A word cut by truncation fails the whole-word test below (its chunk is longer).
-            start, end = offsets[first][0], offsets[last][1]
-            while start < end and text[start].isspace():
-                start += 1
-            if start >= end:
-                continue
-            if not text[start:end].isalpha() or _core_span(text, start, end) != (start, end):
-                continue
-            words.append(Word(position=first, token_id=int(ids[first]), start=start, end=end))
-        ids_out.append(ids)
-        words_out.append(words)
-    return ids_out, words_out
 
 
 def _dropout_scales(n_positions: int, hidden: int, p: float, seed: int, key: str) -> torch.Tensor:
@@ -306,7 +134,7 @@ class _Tables:
 
 def _tables(lm: MaskedLM, device) -> _Tables:
     vocab = lm.model.get_output_embeddings().weight.shape[0]
-    allowed, surfaces, uncased = _vocab_tables(lm.tokenizer, vocab)
+    allowed, surfaces, uncased = vocab_tables(lm.tokenizer, vocab)
     return _Tables(allowed=torch.from_numpy(allowed).to(device), surfaces=surfaces, uncased=uncased, hidden=lm.model.get_input_embeddings().weight.shape[1])
 
 
@@ -347,7 +175,7 @@ def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dr
     bar = tqdm(total=0, desc=f"neighbours from {lm.name}", unit="word", disable=not progress, leave=False)
     try:
         return _candidate_swaps(lm, tables, list(texts), top_k=top_k, dropout=dropout, seed=seed,
-                                max_length=min(max_length or lm.max_length, lm.max_length),
+                                max_length=token_limit(max_length, lm.max_length),
                                 token_budget=token_budget, device=device, bar=bar)
     finally:
         bar.close()
@@ -399,86 +227,13 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
                 for r, c in enumerate(rows):
                     i, j = copies[c]
                     word = words[i][j]
-                    original_word = texts[i][word.start:word.end]
-                    kept = []
-                    for lp, t in zip(top_lp[r], top_id[r]):
-                        if not np.isfinite(lp) or len(kept) == top_k:
-                            break
-                        surface = tables.surfaces[t]
-                        if surface.lower() == original_word.lower():
-                            continue
-                        if tables.uncased:
-                            surface = _match_case(surface, original_word)
-                        kept.append(Swap(word=j, token_id=int(t), replacement=surface, logprob=float(lp)))
-                    swaps[i][j] = kept
+                    swaps[i][j] = keep_substitutes(j, texts[i][word.start:word.end], top_lp[r], top_id[r],
+                                                   surfaces=tables.surfaces, uncased=tables.uncased, top_k=top_k)
                 if bar is not None:
                     bar.update(len(rows))
     finally:
         handle.remove()
     return words, swaps
-
-
-def _best_combinations(swaps: list[list[Swap]], *, n: int, m: int) -> list[tuple[float, tuple[Swap, ...]]]:
-    """The ``n`` best combinations of ``m`` swaps at distinct words, by summed log-probability.
-
-    Exact: a dynamic programme over words keeping the ``n`` best partial
-    combinations per number of swaps (a prefix outside its state's top ``n`` cannot
-    extend to a combination in the overall top ``n``). Ties: word order, then rank.
-    """
-    def key(item):
-        score, combo = item
-        return (-score, [(s.word, r) for s, r in combo])
-
-    states: list[list] = [[(0.0, ())]] + [[] for _ in range(m)]
-    for cands in swaps:
-        if not cands:
-            continue
-        for s in range(m, 0, -1):
-            extended = [(score + sw.logprob, combo + ((sw, r),)) for score, combo in states[s - 1]
-                        for r, sw in enumerate(cands)]
-            states[s] = heapq.nsmallest(n, states[s] + extended, key=key)
-    return [(score, tuple(sw for sw, _ in combo)) for score, combo in states[m]]
-
-
-def _edits(words: list[Word], combo) -> tuple[tuple[int, int, str], ...]:
-    return tuple(sorted((words[sw.word].start, words[sw.word].end, sw.replacement) for sw in combo))
-
-
-def _neighbour_edits(text: str, words: list[Word], swaps: list[list[Swap]], *, n: int, m: int) -> list:
-    """Edits of the ``n`` best distinct neighbours of one text (none equal to the text)."""
-    edits, seen = [], {text}
-    for _, combo in _best_combinations(swaps, n=n + _SLACK, m=m):
-        e = _edits(words, combo)
-        nb = _rebuild(text, e)
-        if nb not in seen:
-            seen.add(nb)
-            edits.append(e)
-        if len(edits) == n:
-            break
-    return edits
-
-
-def _rebuild(text: str, edits) -> str:
-    for start, end, word in sorted(edits, reverse=True):
-        text = text[:start] + word + text[end:]
-    return text
-
-
-class _NeighbourStore(SqliteSpecStore):
-    """Neighbour edits cached beside a :class:`SignalCache` (``neighbours.sqlite``): spans and vocabulary words only."""
-
-    table = "neighbour_rows"
-    columns = ("edits TEXT",)
-
-    def __init__(self, cache: SignalCache):
-        super().__init__(os.path.join(os.path.dirname(os.path.abspath(cache.path)), "neighbours.sqlite"))
-
-    def get_many(self, key: str, hashes) -> dict:
-        return {h: [tuple(tuple(e) for e in nb) for nb in json.loads(edits)]
-                for h, (edits,) in self.get_rows(key, hashes).items()}
-
-    def put_many(self, key: str, rows: dict) -> None:
-        self.put_rows(key, {h: (json.dumps(edits),) for h, edits in rows.items()})
 
 
 def generate_neighbours(generator, texts: Sequence[str], *, config: NeighbourhoodConfig | None = None, seed: int = 0,
@@ -537,13 +292,13 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
     lm = load_generator(generator)
     texts = list(texts)
     n, m = config.num_neighbours, config.num_replacements
-    limit = min(max_length or lm.max_length, lm.max_length)
+    limit = token_limit(max_length, lm.max_length)
     hashes = [text_hash(t) for t in texts]
     unique = dict(zip(hashes, texts))
     store = key = None
     found: dict = {}
     if cache is not None:
-        store = _NeighbourStore(cache)
+        store = NeighbourStore(cache)
         spec = {"kind": "neighbours", "version": _CACHE_VERSION, "generator_weights": lm.weights_id,
                 "generator_tokenizer_id": lm.tokenizer_id, "num_neighbours": n, "num_replacements": m,
                 "dropout": float(config.dropout), "seed": int(seed), "max_length": limit}
@@ -564,10 +319,10 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
             for start in range(0, len(todo), chunk_size):
                 chunk = todo[start:start + chunk_size]
                 chunk_texts = [unique[h] for h in chunk]
-                words, swaps = _candidate_swaps(lm, tables, chunk_texts, top_k=n + _SLACK, dropout=config.dropout,
+                words, swaps = _candidate_swaps(lm, tables, chunk_texts, top_k=n + SLACK, dropout=config.dropout,
                                                 seed=seed, max_length=limit, token_budget=token_budget,
                                                 device=device, bar=bar)
-                new = {h: _neighbour_edits(text, w, sw, n=n, m=m)
+                new = {h: neighbour_edits(text, w, sw, n=n, m=m)
                        for h, text, w, sw in zip(chunk, chunk_texts, words, swaps)}
                 if store is not None:
                     store.put_many(key, new)
@@ -576,7 +331,7 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
         bar.close()
         if store is not None:
             store.close()
-    out = [[_rebuild(t, e) for e in found[h]] for t, h in zip(texts, hashes)]
+    out = [[rebuild(t, e) for e in found[h]] for t, h in zip(texts, hashes)]
     none = sum(1 for x in out if not x)
     short = sum(1 for x in out if 0 < len(x) < n)
     if none:
@@ -588,7 +343,37 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
     return out
 
 
-def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None, config: AuditConfig | None = None,
+def choose_generator(generator=None, *, configured: str | None = None, reference=None):
+    """The masked LM that proposes neighbours: the one rule of precedence.
+
+    An explicitly given ``generator`` wins, then the ``configured`` model
+    (``NeighbourhoodConfig.generator_model``: a local folder, or a URI the
+    integrations resolve), then the ``reference`` model.
+
+    Returns
+    -------
+    MaskedLM, (model, tokenizer), str or None
+        None when none of the three is given.
+
+    >>> choose_generator("g", configured="c", reference="r"), choose_generator(configured="c", reference="r")
+    ('g', 'c')
+    >>> choose_generator(reference="r"), choose_generator()
+    ('r', None)
+    """
+    if generator is not None:
+        return generator
+    if configured:
+        return configured
+    return reference
+
+
+#: How to give the neighbourhood attack a generator (the end of every error about a missing one).
+HOW_TO_GIVE_A_GENERATOR = ("pass generator=... or reference=..., or set neighbourhood.generator_model to a local "
+                           "model folder, e.g. AuditConfig(neighbourhood={'generator_model': '/path/to/bert'})")
+
+
+def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None,
+                       neighbourhood: NeighbourhoodConfig | None = None, signal: SignalConfig | None = None,
                        cache: SignalCache | None = None, device=None, progress: bool = True) -> np.ndarray:
     """Mean target energy of each text's neighbours.
 
@@ -599,10 +384,12 @@ def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None
     texts : sequence of str, length n_texts
     generator : MaskedLM, (model, tokenizer) or str, optional
         The masked LM proposing neighbours. Default: the local folder in
-        ``config.neighbourhood.generator_model``.
-    config : AuditConfig, optional
-        ``neighbourhood`` settings, and ``signal`` (energy or PLL, seed, limits) for
-        both the neighbour energies and the dropout seed.
+        ``neighbourhood.generator_model`` (:func:`choose_generator`).
+    neighbourhood : NeighbourhoodConfig, optional
+        Number of neighbours, replacements, dropout, shared masks.
+    signal : SignalConfig, optional
+        Energy or PLL, seed and limits, for both the neighbour energies and the
+        dropout seed.
     cache : SignalCache, optional
         Caches neighbours (as edits) and their energies: re-runs and new targets
         reuse them.
@@ -610,42 +397,37 @@ def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None
     Returns
     -------
     ndarray of shape (n_texts,), dtype float64
-        ``mean_j E(x_j; theta)`` in nats (the unit of ``config.signal.kind``); NaN
+        ``mean_j E(x_j; theta)`` in nats (the unit of ``signal.kind``); NaN
         for a text without neighbours (no replaceable word).
 
     Raises
     ------
     ValueError
-        No generator is given and ``config.neighbourhood.generator_model`` is None,
+        No generator is given and ``neighbourhood.generator_model`` is None,
         or the generator has no trained MLM head.
 
     References
     ----------
     Mattern et al. (2023), Eq. 3: the neighbour mean is the difficulty term ``d(x)``.
     """
-    config = config or AuditConfig()
+    nc, sc = neighbourhood or NeighbourhoodConfig(), signal or SignalConfig()
+    generator = choose_generator(generator, configured=nc.generator_model)
     if generator is None:
-        path = config.neighbourhood.generator_model
-        if path is None:
-            raise ValueError(
-                "the neighbourhood attack needs a generator masked LM to propose neighbours: pass a reference "
-                "model (reference=...) or set neighbourhood.generator_model to a local model folder, e.g. "
-                "AuditConfig(neighbourhood={'generator_model': '/path/to/bert'})")
-        generator = path
+        raise ValueError("the neighbourhood attack needs a generator masked LM to propose neighbours: "
+                         + HOW_TO_GIVE_A_GENERATOR)
     texts = list(texts)
-    sc = config.signal
-    neighbours = generate_neighbours(generator, texts, config=config.neighbourhood, seed=sc.seed, device=device,
+    neighbours = generate_neighbours(generator, texts, config=nc, seed=sc.seed, device=device,
                                      progress=progress, cache=cache, max_length=sc.max_length,
                                      token_budget=sc.token_budget)
     out = np.full(len(texts), np.nan, dtype=np.float64)
     if not any(neighbours):
         return out
-    shared = config.neighbourhood.shared_masks  # each neighbour masked from its sample's key (common random numbers)
+    shared = nc.shared_masks  # each neighbour masked from its sample's key (common random numbers)
     keys = [text_hash(t) for t in texts] if shared else [""] * len(texts)
     pairs = list(dict.fromkeys((x, k) for k, nb in zip(keys, neighbours) for x in nb))
     res = compute_signals(target, [x for x, _ in pairs], sc, cache=cache, device=device, progress=progress,
                           desc=f"{sc.kind} of neighbours", mask_keys=[k for _, k in pairs] if shared else None)
-    energy = dict(zip(pairs, res.energy))
+    energy = dict(zip(pairs, res.values))
     for i, (k, nb) in enumerate(zip(keys, neighbours)):
         if nb:
             out[i] = float(np.mean([energy[(x, k)] for x in nb]))

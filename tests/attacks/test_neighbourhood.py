@@ -125,7 +125,7 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
 
 def test_run_audit_needs_a_generator_before_any_model_runs(data, monkeypatch):
     pool, population = data
-    monkeypatch.setattr("mlflow_mia.audit.compute_signals", lambda *a, **k: pytest.fail("a model ran"))
+    monkeypatch.setattr("mlflow_mia.audit.compute.compute_signals", lambda *a, **k: pytest.fail("a model ran"))
     with pytest.raises(ValueError, match="generator masked LM.*generator_model"):
         run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, config=_config(), progress=False)
 
@@ -134,16 +134,16 @@ def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
     pool, population = data
     seen = {}
 
-    def fake(target, texts, *, generator, config, cache, device, progress):
+    def fake(target, texts, *, generator, neighbourhood, signal, cache, device, progress):
         seen["generator"] = generator
         return np.zeros(len(texts))
 
     monkeypatch.setattr(nb_module, "neighbour_energies", fake)
-    monkeypatch.setattr("mlflow_mia.audit._neighbour_examples", lambda *a, **k: None)
+    monkeypatch.setattr("mlflow_mia.audit.scoring.neighbour_examples", lambda *a, **k: None)
     reference = MaskedLM(*tiny_bert(seed=2))
     run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
               config=_config(generator_model=str(tmp_path)), progress=False)
-    assert seen["generator"] is None  # neighbour_energies then loads config.neighbourhood.generator_model
+    assert seen["generator"] == str(tmp_path)  # the configured folder, loaded by generate_neighbours
     run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference, config=_config(), progress=False)
     assert seen["generator"] is reference
 
@@ -152,12 +152,12 @@ def test_generator_argument_wins_and_needs_no_reference(data, monkeypatch):
     pool, population = data
     seen = []
 
-    def fake(target, texts, *, generator, config, cache, device, progress):
+    def fake(target, texts, *, generator, neighbourhood, signal, cache, device, progress):
         seen.append(generator)
         return np.zeros(len(texts))
 
     monkeypatch.setattr(nb_module, "neighbour_energies", fake)
-    monkeypatch.setattr("mlflow_mia.audit._neighbour_examples", lambda *a, **k: None)
+    monkeypatch.setattr("mlflow_mia.audit.scoring.neighbour_examples", lambda *a, **k: None)
     generator, reference = MaskedLM(*tiny_bert(seed=3)), MaskedLM(*tiny_bert(seed=2))
     result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, reference=reference,
                        config=_config(generator_model="/not/used"), progress=False)
@@ -169,7 +169,7 @@ def test_generator_argument_wins_and_needs_no_reference(data, monkeypatch):
 
 def test_other_attacks_stay_strict_about_nan(data, monkeypatch):
     pool, population = data
-    monkeypatch.setattr("mlflow_mia.attacks.loss.LossAttack.score", lambda self, inputs, config:
+    monkeypatch.setattr("mlflow_mia.attacks.loss.LossAttack.score", lambda self, inputs:
                         np.full(len(inputs.texts), np.nan))
     with pytest.raises(ValueError, match="'loss' produced .* NaN"):
         run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, config=AuditConfig(attacks=("loss",), metrics=METRICS),

@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
 from mlflow_mia.demo import build  # noqa: E402
+from mlflow_mia.integrations import cli  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def test_cli_prints_the_spec(built, capsys):
         previous = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
         try:
-            assert build.main(["--size", "small", "--no-progress", "--log-level", "WARNING"]) == 0
+            assert cli.main(["build-demo", "--size", "small", "--no-progress", "--json"]) == 0
         finally:
             mlflow.set_tracking_uri(previous)
     printed = json.loads(capsys.readouterr().out)

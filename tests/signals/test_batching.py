@@ -43,7 +43,7 @@ def test_pad_batch_pads_right_with_the_pad_id():
 
 
 def test_heap_trimmer_trims_when_resident_memory_outgrows_the_slack():
-    from mlflow_mia.signals.energy import HeapTrimmer
+    from mlflow_mia.signals.runtime import HeapTrimmer
 
     resident = iter([100, 120, 170, 90, 150, 95])  # floor, then one reading per batch (and one after each trim)
     trims = []
@@ -55,7 +55,7 @@ def test_heap_trimmer_trims_when_resident_memory_outgrows_the_slack():
 
 
 def test_heap_trimmer_without_resident_memory_trims_on_shape_change():
-    from mlflow_mia.signals.energy import HeapTrimmer
+    from mlflow_mia.signals.runtime import HeapTrimmer
 
     trims = []
     trimmer = HeapTrimmer(rss=lambda: None, trim=lambda: trims.append(1))
@@ -67,7 +67,7 @@ def test_heap_trimmer_without_resident_memory_trims_on_shape_change():
 def test_resident_bytes_reads_this_process():
     import sys
 
-    from mlflow_mia.signals.energy import resident_bytes
+    from mlflow_mia.signals.runtime import resident_bytes
 
     rss = resident_bytes()
     if sys.platform.startswith("linux"):

@@ -217,7 +217,7 @@ def test_head_over_several_batches_equals_head_per_batch(lm, head_positions, mon
 
 
 def test_token_budget_defaults_by_device():
-    from mlflow_mia.signals.energy import default_token_budget
+    from mlflow_mia.signals.runtime import default_token_budget
 
     assert default_token_budget("cpu") == 1024 and default_token_budget(torch.device("cuda")) == 16384
     assert SignalConfig().token_budget is None and SignalConfig(token_budget=64).token_budget == 64

@@ -10,8 +10,9 @@ from mlflow_mia.data import text_hash
 from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
 from mlflow_mia.signals import energy as energy_module
 from mlflow_mia.signals import neighbours as nb_module
-from mlflow_mia.signals.neighbours import (_dropout_scales, _match_case, candidate_swaps, generate_neighbours,
-                                           load_generator, neighbour_energies, replaceable_words)
+from mlflow_mia.signals.neighbour_text import _match_case, best_combinations
+from mlflow_mia.signals.neighbours import (_dropout_scales, candidate_swaps, generate_neighbours, load_generator,
+                                           neighbour_energies, replaceable_words)
 from mlflow_mia.signals.testing import WORDS, tiny_bert, tiny_roberta
 
 TEXTS = [
@@ -148,7 +149,7 @@ def test_multi_replacement_is_best_joint_probability():
     gen = MaskedLM(model, tok)
     text = "a dog ran on the mat"
     words, swaps = candidate_swaps(gen, [text], top_k=40, progress=False)
-    best = nb_module._best_combinations(swaps[0], n=15, m=2)
+    best = best_combinations(swaps[0], n=15, m=2)
     brute = sorted(a.logprob + b.logprob for j, ca in enumerate(swaps[0]) for k, cb in enumerate(swaps[0]) if j < k
                    for a in ca for b in cb)[::-1][:15]
     np.testing.assert_allclose([s for s, _ in best], brute, rtol=1e-12)
@@ -212,15 +213,15 @@ def test_no_replaceable_word_gives_nan_and_a_count(caplog):
     with caplog.at_level(logging.WARNING, logger="mlflow_mia.signals.neighbours"):
         nbs = generate_neighbours((model, tok), texts, config=NeighbourhoodConfig(num_neighbours=4), progress=False)
         e = neighbour_energies(target, texts, generator=(model, tok),
-                               config=AuditConfig(neighbourhood=NeighbourhoodConfig(num_neighbours=4)), progress=False)
+                               neighbourhood=NeighbourhoodConfig(num_neighbours=4), progress=False)
     assert [len(x) for x in nbs] == [4, 0, 0]
     assert "2 of 3 text(s) have no replaceable word" in caplog.text
     assert np.isfinite(e[0]) and np.isnan(e[1:]).all()
     expected = compute_signals(target, nbs[0], SignalConfig(), progress=False,
                                mask_keys=[text_hash(texts[0])] * 4).energy.mean()
     assert e[0] == pytest.approx(expected, rel=1e-12)
-    independent = neighbour_energies(target, texts[:1], generator=(model, tok), progress=False, config=AuditConfig(
-        neighbourhood=NeighbourhoodConfig(num_neighbours=4, shared_masks=False)))
+    independent = neighbour_energies(target, texts[:1], generator=(model, tok), progress=False,
+                                     neighbourhood=NeighbourhoodConfig(num_neighbours=4, shared_masks=False))
     assert independent[0] == pytest.approx(compute_signals(target, nbs[0], progress=False).energy.mean(), rel=1e-12)
 
 
@@ -283,19 +284,19 @@ def test_generator_without_mlm_head_is_rejected(tmp_path):
         generate_neighbours(str(tmp_path / "enc"), ["the cat sat"], progress=False)
     config = AuditConfig(neighbourhood={"generator_model": str(tmp_path / "enc")})
     with pytest.raises(ValueError, match="no trained masked-LM head"):
-        neighbour_energies(MaskedLM(*tiny_bert()), ["the cat sat"], config=config, progress=False)
+        neighbour_energies(MaskedLM(*tiny_bert()), ["the cat sat"], neighbourhood=config.neighbourhood, progress=False)
 
 
 def test_generator_falls_back_to_config_path_or_says_how(tmp_path):
     model, tok = tiny_bert(seed=2)
     target = MaskedLM(*tiny_bert(seed=1))
     with pytest.raises(ValueError, match="reference=.*generator_model"):
-        neighbour_energies(target, ["the cat sat"], config=AuditConfig(), progress=False)
+        neighbour_energies(target, ["the cat sat"], neighbourhood=AuditConfig().neighbourhood, progress=False)
     model.save_pretrained(tmp_path / "gen")
     tok.save_pretrained(tmp_path / "gen")
     cfg = AuditConfig(neighbourhood={"generator_model": str(tmp_path / "gen"), "num_neighbours": 5})
-    from_path = neighbour_energies(target, TEXTS[:2], config=cfg, progress=False)
-    direct = neighbour_energies(target, TEXTS[:2], generator=(model, tok), config=cfg, progress=False)
+    from_path = neighbour_energies(target, TEXTS[:2], neighbourhood=cfg.neighbourhood, progress=False)
+    direct = neighbour_energies(target, TEXTS[:2], generator=(model, tok), neighbourhood=cfg.neighbourhood, progress=False)
     np.testing.assert_array_equal(from_path, direct)
 
 
@@ -304,7 +305,7 @@ def test_neighbours_and_their_energies_are_cached(tmp_path, monkeypatch):
     cache = SignalCache(tmp_path)
     cfg = AuditConfig(neighbourhood={"num_neighbours": 5})
     target = MaskedLM(*tiny_bert(seed=1))
-    first = neighbour_energies(target, TEXTS, generator=gen, config=cfg, cache=cache, progress=False)
+    first = neighbour_energies(target, TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache, progress=False)
     rows = cache.count()
     assert (tmp_path / "neighbours.sqlite").exists()
     raw = (tmp_path / "neighbours.sqlite").read_bytes()
@@ -315,13 +316,13 @@ def test_neighbours_and_their_energies_are_cached(tmp_path, monkeypatch):
 
     monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
     monkeypatch.setattr("mlflow_mia.signals.energy.masked_token_logprobs", boom)
-    again = neighbour_energies(target, TEXTS, generator=gen, config=cfg, cache=cache, progress=False)
+    again = neighbour_energies(target, TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache, progress=False)
     np.testing.assert_array_equal(first, again)
     assert cache.count() == rows
     # a new target reuses the neighbours, computes only its own energies
     monkeypatch.undo()
     monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
-    other = neighbour_energies(MaskedLM(*tiny_bert(seed=9)), TEXTS, generator=gen, config=cfg, cache=cache,
+    other = neighbour_energies(MaskedLM(*tiny_bert(seed=9)), TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache,
                                progress=False)
     assert np.isfinite(other).all() and not np.array_equal(other, first)
 

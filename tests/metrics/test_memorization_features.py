@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from mlflow_mia.metrics.exposure import exposure_analysis, sample_features, token_frequencies
+from mlflow_mia.metrics.memorization_features import (memorization_feature_analysis, sample_features,
+                                                      token_frequencies)
 
 
 def test_token_frequencies_counts_and_rejects_out_of_vocab():
@@ -25,7 +26,7 @@ def test_exposure_analysis_finds_the_informative_feature():
     punct = rng.poisson(3, n).astype(float)
     exposed = punct + rng.normal(0, 0.5, n) > 4  # exposure driven by punctuation only
     feats = {"C_non_alnum": punct[:, None], "noise": rng.normal(size=(n, 2))}
-    table = exposure_analysis(feats, exposed, seed=0).set_index("features")
+    table = memorization_feature_analysis(feats, exposed, seed=0).set_index("features")
     assert list(table.index) == ["C_non_alnum", "noise", "all"]
     assert table.loc["C_non_alnum", "test_recall"] > 0.8
     assert table.loc["C_non_alnum", "test_precision"] > table.loc["noise", "test_precision"] + 0.2
@@ -35,4 +36,4 @@ def test_exposure_analysis_finds_the_informative_feature():
 
 def test_exposure_analysis_needs_both_classes():
     with pytest.raises(ValueError, match="1 of 10 members are exposed"):
-        exposure_analysis({"x": np.zeros((10, 1))}, [True] + [False] * 9)
+        memorization_feature_analysis({"x": np.zeros((10, 1))}, [True] + [False] * 9)

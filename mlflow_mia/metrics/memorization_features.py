@@ -1,4 +1,8 @@
-"""Which samples does the attack expose? Memorization-feature analysis.
+"""Which members does the attack flag, and why? Memorization-feature analysis.
+
+(Formerly ``mlflow_mia.metrics.exposure``; "exposure" is also the name of the
+canary metric of Carlini et al. 2019, a different thing. A member is called
+"exposed" below when the attack flags it.)
 
 Mireshghallah et al. (2022), Sec. 4.6 and Table 7: label each *member* sample
 "exposed" when the attack flags it at a chosen false-positive rate, describe each
@@ -25,7 +29,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["token_frequencies", "sample_features", "exposure_analysis"]
+__all__ = ["token_frequencies", "sample_features", "memorization_feature_analysis"]
 
 
 def token_frequencies(token_ids: Sequence[Sequence[int]], *, vocab_size: int) -> np.ndarray:
@@ -86,7 +90,8 @@ def sample_features(texts: Sequence[str], token_ids: Sequence[Sequence[int]], fr
             "D_rare_tokens": np.asarray(rare, dtype=np.float64).reshape(-1, 3)}
 
 
-def exposure_analysis(features: Mapping[str, np.ndarray], exposed, *, test_size: float = 0.3, seed: int = 0):
+def memorization_feature_analysis(features: Mapping[str, np.ndarray], exposed, *, test_size: float = 0.3,
+                                  seed: int = 0):
     """Precision and recall of a logistic regression predicting "exposed" from each feature set.
 
     Parameters
@@ -147,3 +152,7 @@ def exposure_analysis(features: Mapping[str, np.ndarray], exposed, *, test_size:
         row.update(n_train=len(idx_train), n_test=len(idx_test), exposed_rate=float(y.mean()))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+#: Former name of :func:`memorization_feature_analysis` (kept for one release).
+exposure_analysis = memorization_feature_analysis

@@ -1,0 +1,202 @@
+"""What an audit returns: :class:`AttackReport` per attack and level, :class:`AuditResult` for the audit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.metrics.roc import RocResult
+from mlflow_mia.metrics.thresholds import ThresholdMetrics
+from mlflow_mia.naming import fmt_alpha, headline_attack, nan_to_none
+
+__all__ = ["AttackReport", "AuditResult"]
+
+
+@dataclass(frozen=True)
+class AttackReport:
+    """Metrics of one attack at one level (sample or user).
+
+    Attributes
+    ----------
+    name : str
+        Attack name.
+    roc : RocResult
+        Exact ROC over the target pool.
+    tpr_at_fpr : dict of float to float
+        TPR read off the ROC at each alpha (largest TPR with FPR <= alpha).
+    population : tuple of ThresholdMetrics
+        Threshold from the population set at each alpha, with TPR (recall),
+        precision and the FPR achieved on the pool. Empty when no population
+        scores exist at this level.
+    ci : dict of str to (float, float)
+        Bootstrap percentile intervals, keys ``"auc"`` and ``"tpr_at_fpr_<alpha>"``.
+    mean_member_loss : ThresholdMetrics or None
+        Loss attack only: the metrics at the mean-member-loss threshold (the mean
+        score of the members, Jagannatha et al. 2021). Also readable as ``mu``.
+    lengths : list of dict
+        AUC per token-length bin (sample level only).
+    """
+
+    name: str
+    roc: RocResult
+    tpr_at_fpr: dict
+    population: tuple
+    ci: dict = field(default_factory=dict)
+    mean_member_loss: ThresholdMetrics | None = None
+    lengths: list = field(default_factory=list)
+
+    @property
+    def mu(self) -> ThresholdMetrics | None:
+        """Former name of :attr:`mean_member_loss` (kept for one release)."""
+        return self.mean_member_loss
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ...
+
+        The loss attack's ``precision_at_mean_member_loss`` / ``recall_at_mean_member_loss``
+        are also written under their former names ``precision_at_mu`` / ``recall_at_mu``
+        for one release.
+        """
+        out = {f"{prefix}auc": self.roc.auc}
+        if "auc" in self.ci:
+            out[f"{prefix}auc_ci_low"], out[f"{prefix}auc_ci_high"] = self.ci["auc"]
+        for alpha, tpr in self.tpr_at_fpr.items():
+            a = fmt_alpha(alpha)
+            out[f"{prefix}tpr_at_fpr_{a}"] = tpr
+            if f"tpr_at_fpr_{a}" in self.ci:
+                out[f"{prefix}tpr_at_fpr_{a}_ci_low"], out[f"{prefix}tpr_at_fpr_{a}_ci_high"] = self.ci[f"tpr_at_fpr_{a}"]
+        for t in self.population:
+            a = fmt_alpha(t.alpha)
+            out[f"{prefix}precision_at_pop_fpr_{a}"] = t.precision
+            out[f"{prefix}recall_at_pop_fpr_{a}"] = t.tpr
+            out[f"{prefix}achieved_fpr_at_pop_fpr_{a}"] = t.fpr
+            out[f"{prefix}threshold_at_pop_fpr_{a}"] = t.threshold
+        if self.mean_member_loss is not None:
+            out[f"{prefix}precision_at_mu"] = self.mean_member_loss.precision
+            out[f"{prefix}recall_at_mu"] = self.mean_member_loss.tpr
+            out[f"{prefix}precision_at_mean_member_loss"] = self.mean_member_loss.precision
+            out[f"{prefix}recall_at_mean_member_loss"] = self.mean_member_loss.tpr
+        for row in self.lengths:
+            out[f"{prefix}auc_len_{row['bin']}"] = row["auc"]
+        return out
+
+
+@dataclass
+class AuditResult:
+    """Everything an audit found, ready to log or to read.
+
+    Attributes
+    ----------
+    config : AuditConfig
+    metrics : dict of str to float
+        Flat metrics with stable names: ``{attack}/auc``, ``{attack}/tpr_at_fpr_0.01``,
+        ``{attack}/precision_at_pop_fpr_0.01``, ``user/{attack}/auc``, ... and counts.
+    samples : pandas.DataFrame
+        One row per pool sample: ``sample_id``, ``text_hash``, ``label``, ``group`` (the user id),
+        ``n_tokens``, ``truncated``, ``score_{attack}``, ``flagged_{attack}_fpr_{alpha}``.
+        No raw text.
+    attacks : dict of str to AttackReport
+        Sample-level reports.
+    user_attacks : dict of str to AttackReport
+        User-level reports (empty without groups).
+    population_scores : dict of str to ndarray of shape (n_population,)
+    riskiest : pandas.DataFrame
+        Members flagged at the lowest alpha, by descending score, per attack.
+    memorization_features : pandas.DataFrame or None
+        Memorization-feature analysis of the headline attack (paper Sec. 4.6, Table 7):
+        precision / recall of predicting which members are flagged at the largest FPR
+        from features A-D; None when too few members are (un)flagged or no target
+        model was at hand. Also readable as ``exposure`` (its former name).
+    info : dict
+        Sizes, model identities, timings.
+    models : dict
+        Every model the audit used, by role (``target``, ``reference``,
+        ``generator``): ``identity`` (the model id) and ``name``; the integrations
+        add ``uri``, ``registered_model`` and ``version``. Written to ``audit_config.json``.
+    warnings : list of str
+        What was skipped or degraded, and why.
+    neighbour_examples : pandas.DataFrame or None
+        When ``neighbourhood`` ran: the members it scores highest, each followed by
+        its neighbours (``sample_id``, ``text_hash``, ``kind`` = sample / neighbour,
+        ``text``, ``energy`` in nats under the target). Holds raw text: loggers
+        write it only when asked to log texts.
+    """
+
+    config: AuditConfig
+    metrics: dict
+    samples: object
+    attacks: dict
+    user_attacks: dict
+    population_scores: dict
+    riskiest: object
+    info: dict
+    warnings: list = field(default_factory=list)
+    memorization_features: object = None
+    neighbour_examples: object = None
+    models: dict = field(default_factory=dict)
+
+    @property
+    def exposure(self):
+        """Former name of :attr:`memorization_features` (kept for one release)."""
+        return self.memorization_features
+
+    @property
+    def headline_attack(self) -> str:
+        """The attack reported first (:func:`mlflow_mia.naming.headline_attack`)."""
+        return headline_attack(self.attacks)
+
+    def config_record(self) -> dict:
+        """What ``audit_config.json`` holds: the :class:`AuditConfig` fields and ``models``."""
+        return {**self.config.to_dict(), "models": self.models}
+
+    def summary(self) -> dict:
+        """A JSON-able summary (no raw text)."""
+        return {
+            "config": self.config.to_dict(),
+            "info": self.info,
+            "metrics": nan_to_none(self.metrics),
+            "warnings": list(self.warnings),
+        }
+
+    def figures(self) -> dict:
+        """matplotlib Figures keyed by artifact path (``plots/roc.png``, ...). Caller closes them."""
+        from mlflow_mia.plots import ScoreHistogramDisplay, plot_roc_comparison
+
+        figs = {
+            "plots/roc.png": plot_roc_comparison({n: r.roc for n, r in self.attacks.items()},
+                                                 title="ROC, sample level"),
+            "plots/roc_loglog.png": plot_roc_comparison({n: r.roc for n, r in self.attacks.items()}, log_scale=True,
+                                                        title="ROC, sample level (log-log, low FPR)"),
+        }
+        if self.user_attacks:
+            figs["plots/user_roc.png"] = plot_roc_comparison({n: r.roc for n, r in self.user_attacks.items()},
+                                                             title="ROC, user level")
+        labels = self.samples["label"].to_numpy()
+        for name, report in self.attacks.items():
+            scores = self.samples[f"score_{name}"].to_numpy()
+            scored = ~np.isnan(scores)  # NaN: unscored samples (neighbourhood without neighbours)
+            display = ScoreHistogramDisplay.from_scores(
+                scores[(labels == 1) & scored], scores[(labels == 0) & scored], name=name,
+                thresholds={t.alpha: t.threshold for t in report.population})
+            figs[f"plots/hist_{name}.png"] = display.figure_
+        return figs
+
+
+def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditConfig, reference,
+                  generator=None) -> None:
+    unknown = [a for a in config.attacks if a not in ATTACKS]
+    if unknown:
+        raise ValueError(f"unknown attack(s) {unknown}; registered attacks: {sorted(ATTACKS)}")
+    needs_reference = [a for a in config.attacks if "reference" in ATTACKS[a].requires]
+    if needs_reference and reference is None:
+        raise ValueError(
+            f"attack(s) {needs_reference} need a reference model trained on similar but disjoint data; "
+            "pass reference=... (or drop them, e.g. attacks=['loss'])")
+    needs_neighbours = [a for a in config.attacks if "neighbour_energy" in ATTACKS[a].requires]
+    if needs_neighbours and reference is None and generator is None and config.neighbourhood.generator_model is None:
+        raise ValueError(
+            f"attack(s) {needs_neighbours} need a generator masked LM to propose neighbours; pass generator=... "
+            "or reference=..., or set neighbourhood.generator_model to a local model folder")
+    n_members = int(pool.labels.sum())

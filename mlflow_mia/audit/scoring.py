@@ -1,0 +1,209 @@
+"""Stage 2 of an audit: signals -> attack scores -> metrics -> tables. Runs no model.
+
+Method: Mireshghallah et al. (2022), "Quantifying Privacy Risks of Masked
+Language Models Using Membership Inference Attacks", Sec. 2.4 (thresholds from
+population data), Sec. 3.5 (AUC, precision, recall), Table 2 (sample and user
+level), Table 3 (length breakdown); TPR at low FPR as in Carlini et al. (2022),
+"Membership Inference Attacks From First Principles".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from mlflow_mia.attacks import get_attack
+from mlflow_mia.audit.checks import check_data, check_signals
+from mlflow_mia.audit.extras import memorization_features, neighbour_examples
+from mlflow_mia.audit.result import AttackReport, AuditResult
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
+from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.roc import roc, tpr_at_fpr_from_roc
+from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold, min_population_size,
+                                           population_threshold_metrics)
+from mlflow_mia.naming import fmt_alpha, headline_attack
+
+__all__ = ["score_audit", "attack_settings"]
+
+log = logging.getLogger(__name__)
+
+_RISKY_COLUMNS = ["sample_id", "text_hash", "group", "n_tokens"]
+
+
+def attack_settings(name: str, config: AuditConfig) -> dict:
+    """The settings an attack receives from the audit config (its own, never the whole config)."""
+    return {"fraction": config.metrics.min_k_fraction} if name == "min_k" else {}
+
+
+def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None) -> AttackReport:
+    mc = config.metrics
+    curve = roc(y_true, y_score)
+    tprs = {a: tpr_at_fpr_from_roc(curve, a) for a in mc.fprs}
+    population = population_threshold_metrics(y_true, y_score, pop_scores, alphas=mc.fprs) \
+        if pop_scores is not None and len(pop_scores) >= min_population_size(min(mc.fprs)) else ()
+    ci = {}
+    if mc.bootstrap_rounds:
+        stats = {"auc": auc_statistic, **{f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a in mc.fprs}}
+        ci = bootstrap_ci(y_true, y_score, statistics=stats, rounds=mc.bootstrap_rounds,
+                          confidence=mc.confidence, seed=mc.seed)
+    mean_loss = (metrics_at_threshold(y_true, y_score, threshold=mean_member_loss_threshold(y_true, y_score))
+                 if name == "loss" else None)
+    bins = length_breakdown(y_true, y_score, lengths, bins=mc.length_bins) if lengths is not None else []
+    return AttackReport(name=name, roc=curve, tpr_at_fpr=tprs, population=tuple(population), ci=ci,
+                        mean_member_loss=mean_loss, lengths=bins)
+
+
+def _attack_scores(name, signals, pool, population, config, warnings, unscored):
+    """Pool and population scores of one attack; NaN rows allowed only where the attack says so."""
+    attack = get_attack(name, **attack_settings(name, config))
+    n_pool = len(pool)
+    scores = attack(signals.inputs(np.arange(n_pool), pool.texts))
+    pscores = attack(signals.inputs(np.arange(n_pool, n_pool + len(population)), population.texts))
+    nan_pool, nan_pop = np.isnan(scores), np.isnan(pscores)
+    nan_rows = int(nan_pool.sum() + nan_pop.sum())
+    if nan_rows and not attack.allows_nan:
+        raise ValueError(f"attack {name!r} produced {nan_rows} NaN score(s); nothing scoreable for those rows")
+    if attack.allows_nan:
+        # e.g. neighbourhood: a sample with no replaceable word has no neighbours and no score.
+        unscored[name] = nan_rows
+        if nan_rows:
+            warnings.append(f"attack {name!r} could not score {nan_rows} sample(s) ({int(nan_pool.sum())} in the "
+                            f"pool, {int(nan_pop.sum())} in the population); they are left out of its metrics")
+    return scores, pscores
+
+
+def _score_attack(name, signals, pool, population, config, samples, n_tokens, out):
+    """Scores, sample- and user-level reports, flags and riskiest records of one attack, added to ``out``."""
+    scores, pscores = _attack_scores(name, signals, pool, population, config, out["warnings"], out["unscored"])
+    y = samples["label"].to_numpy()
+    keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
+    y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
+    report = _report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep])
+    out["attacks"][name], out["population_scores"][name] = report, pscores
+    samples[f"score_{name}"] = scores
+    for t in report.population:
+        samples[f"flagged_{name}_fpr_{fmt_alpha(t.alpha)}"] = scores > t.threshold
+    if report.population:
+        lowest = report.population[-1]
+        idx = keep[riskiest_records(y_k, scores_k, threshold=lowest.threshold, top=config.metrics.top_records)]
+        out["risky"].append(samples.iloc[idx][_RISKY_COLUMNS].assign(attack=name, score=scores[idx],
+                                                                      flagged_at_fpr=lowest.alpha))
+    if pool.groups is not None:
+        users = group_scores(y_k, scores_k, np.asarray(pool.groups)[keep])
+        user_pop = None
+        if population.groups is not None:
+            user_pop = group_scores(np.zeros(len(pscores_k), dtype=np.int64), pscores_k,
+                                    np.asarray(population.groups)[pop_keep]).y_score
+        out["user_attacks"][name] = _report(name, users.y_true, users.y_score, user_pop, config)
+
+
+def _metrics(out, pool: AuditDataset, population: PopulationSet, y, n_truncated: int) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for name, report in out["attacks"].items():
+        metrics.update(report.metrics(f"{name}/"))
+    for name, report in out["user_attacks"].items():
+        metrics.update(report.metrics(f"user/{name}/"))
+    metrics.update({f"{name}/n_unscored": count for name, count in out["unscored"].items()})
+    metrics.update({"n_members": int(y.sum()), "n_non_members": int((y == 0).sum()),
+                    "n_population": len(population), "n_truncated": n_truncated})
+    if out["user_attacks"]:
+        users = group_scores(y, np.zeros(len(pool)), pool.groups)
+        metrics.update({"user/n_members": int(users.y_true.sum()),
+                        "user/n_non_members": int((users.y_true == 0).sum())})
+    return metrics
+
+
+def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None, *,
+                models=None, cache=None, device=None, notes=()) -> AuditResult:
+    """Score precomputed signals: attacks -> metrics -> tables.
+
+    Parameters
+    ----------
+    signals : AuditSignals
+        From :func:`~mlflow_mia.audit.compute_audit_signals`, or built from arrays
+        computed anywhere: one row per pool text, then one per population text.
+    pool : AuditDataset
+        Members (label 1) and non-members (label 0).
+    population : PopulationSet
+        Disjoint from the pool; only used for thresholds.
+    config : AuditConfig, optional
+        Attacks and metric settings; must be the config the signals were computed with.
+    models : AuditModels, optional
+        Only for two extras that read beyond the numbers: the memorization-feature
+        analysis (token ids from the target's tokenizer) and the neighbour examples
+        (the target and the generator). Without them both are skipped with a warning;
+        the metrics do not depend on them.
+    cache : SignalCache, optional
+        Lets the neighbour examples reuse the neighbours the attack computed.
+    device : str, optional
+    notes : sequence of str
+        Warnings from earlier checks (e.g. :meth:`AuditModels.check`), put first in
+        ``AuditResult.warnings``.
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    ValueError
+        Unknown attacks; a pool with one class; a missing, too small or overlapping
+        population set; signals missing an input an attack needs, with a row count
+        other than ``n_pool + n_population``, or whose text hashes do not match the data.
+    """
+    import pandas as pd
+
+    config = config or AuditConfig()
+    t0 = time.perf_counter()
+    notes = list(notes) + check_data(pool, population, config)
+    check_signals(signals, pool, population, config)
+    for note in notes:
+        log.warning(note)
+    n_pool = len(pool)
+    target = signals.target
+    y = pool.labels.astype(np.int64)
+    n_tokens = target.n_tokens[:n_pool]
+    samples = pd.DataFrame({
+        "sample_id": list(pool.sample_ids), "text_hash": list(pool.text_hashes), "label": y,
+        "group": list(pool.groups) if pool.groups is not None else None,
+        "n_tokens": n_tokens, "truncated": target.truncated[:n_pool]})
+    n_truncated = target.n_truncated
+    out = {"attacks": {}, "user_attacks": {}, "population_scores": {}, "risky": [], "unscored": {},
+           "warnings": notes + ([f"{n_truncated} sample(s) longer than the model limit were truncated"]
+                                if n_truncated else [])}
+    for name in config.attacks:
+        _score_attack(name, signals, pool, population, config, samples, n_tokens, out)
+    if pool.groups is not None and population.groups is None:
+        out["warnings"].append("user-level thresholds skipped: the population set has no group column")
+    metrics = _metrics(out, pool, population, y, n_truncated)
+    attacks, warnings = out["attacks"], out["warnings"]
+    examples = None
+    if "neighbourhood" in attacks:
+        examples = neighbour_examples(models, pool, samples, target.values[:n_pool], config, warnings=warnings,
+                                      cache=cache, device=device)
+    headline = headline_attack(attacks)
+    features = memorization_features(models, pool, samples, attacks[headline], headline, config, warnings)
+    record = models.identities() if models is not None else dict(signals.info.get("models", {}))
+    info = {**_identity_info(record), "n_pool": n_pool, "n_population": len(population),
+            "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
+    riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
+        columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])
+    log.info("audit scored: %s", ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in attacks.items()))
+    return AuditResult(config=config, metrics=metrics, samples=samples, attacks=attacks,
+                       user_attacks=out["user_attacks"], population_scores=out["population_scores"],
+                       riskiest=riskiest, info=info, warnings=warnings, memorization_features=features,
+                       neighbour_examples=examples, models=record)
+
+
+def _identity_info(record: dict) -> dict:
+    """``AuditResult.info``'s model keys from the models record (``target_model``, ``target_name``, ...)."""
+    target, reference = record.get("target") or {}, record.get("reference") or {}
+    info = {"target_model": target.get("identity"), "target_name": target.get("name"),
+            "reference_model": reference.get("identity"), "reference_name": reference.get("name")}
+    if record.get("generator"):
+        info["neighbour_generator"] = record["generator"]["identity"]
+    return info
