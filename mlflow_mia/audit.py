@@ -24,6 +24,7 @@ from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
 from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.epsilon import EpsilonLowerBound, epsilon_lower_bound
 from mlflow_mia.metrics.roc import RocResult, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (ThresholdMetrics, metrics_at_threshold, min_population_size,
                                            mu_threshold, population_threshold_metrics)
@@ -62,6 +63,9 @@ class AttackReport:
         Loss attack only: the mean-member-loss threshold (Jagannatha et al. 2021).
     lengths : list of dict
         AUC per token-length bin (sample level only).
+    epsilon : EpsilonLowerBound or None
+        Empirical epsilon lower bound at the population thresholds (Jagielski et al.
+        2020); None without population thresholds.
     """
 
     name: str
@@ -71,6 +75,7 @@ class AttackReport:
     ci: dict = field(default_factory=dict)
     mu: ThresholdMetrics | None = None
     lengths: list = field(default_factory=list)
+    epsilon: EpsilonLowerBound | None = None
 
     def metrics(self, prefix: str) -> dict[str, float]:
         """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ..."""
@@ -88,6 +93,9 @@ class AttackReport:
             out[f"{prefix}recall_at_pop_fpr_{a}"] = t.tpr
             out[f"{prefix}achieved_fpr_at_pop_fpr_{a}"] = t.fpr
             out[f"{prefix}threshold_at_pop_fpr_{a}"] = t.threshold
+        if self.epsilon is not None:
+            out[f"{prefix}epsilon_lower_bound"] = self.epsilon.epsilon
+            out[f"{prefix}epsilon_lower_bound_point"] = self.epsilon.epsilon_point
         if self.mu is not None:
             out[f"{prefix}precision_at_mu"] = self.mu.precision
             out[f"{prefix}recall_at_mu"] = self.mu.tpr
@@ -230,8 +238,9 @@ def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=N
                           confidence=mc.confidence, seed=mc.seed)
     mu = metrics_at_threshold(y_true, y_score, threshold=mu_threshold(y_true, y_score)) if name == "loss" else None
     bins = length_breakdown(y_true, y_score, lengths, bins=mc.length_bins) if lengths is not None else []
+    eps = epsilon_lower_bound(population, delta=mc.delta, confidence=mc.confidence) if population else None
     return AttackReport(name=name, roc=curve, tpr_at_fpr=tprs, population=tuple(population), ci=ci, mu=mu,
-                        lengths=bins)
+                        lengths=bins, epsilon=eps)
 
 
 def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,

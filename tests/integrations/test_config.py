@@ -99,3 +99,28 @@ def test_gate_treats_nan_as_fail_and_needs_the_metric():
     assert not result.passed and result.to_dict()["checks"][0]["value"] is None
     with pytest.raises(ValueError, match="did not report"):
         Gate.parse("0.01:1").check({"loss/tpr_at_fpr_0.1": 0.0})
+
+
+def test_delta_of_the_epsilon_lower_bound_is_configurable():
+    from mlflow_mia.config import MetricConfig
+
+    config, _ = parse_options({"delta": "1e-3", "confidence": 0.9})
+    assert config.metrics.delta == 1e-3 and config.metrics.confidence == 0.9
+    assert parse_options({})[0].metrics.delta == 1e-5
+    assert MetricConfig.from_dict({"delta": 0.0}).delta == 0.0
+    for bad in (1.0, -1e-5, float("nan"), "1e-5", True):
+        with pytest.raises(ValueError, match=r"delta must be a number in \[0, 1\)"):
+            MetricConfig(delta=bad)
+    with pytest.raises(ValueError, match="delta must be"):
+        parse_options({"delta": 2})
+    with pytest.raises(ValueError, match=r"unknown MetricConfig key\(s\) \['epsilon'\]"):
+        MetricConfig.from_dict({"epsilon": 1.0})
+
+
+def test_cli_delta_flag_reaches_the_metric_config():
+    from mlflow_mia.integrations.cli import _flat_config, build_parser
+
+    args = build_parser().parse_args(["audit", "--delta", "1e-4"])
+    assert parse_options(_flat_config(args))[0].metrics.delta == 1e-4
+    args = build_parser().parse_args(["audit"])
+    assert "delta" not in _flat_config(args)
