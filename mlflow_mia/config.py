@@ -168,7 +168,12 @@ class MetricConfig:
     bootstrap_rounds : int
         Resamples of the target pool for confidence intervals (0 disables them).
     confidence : float
-        Two-sided confidence level of the bootstrap percentile intervals.
+        Two-sided confidence level of the bootstrap percentile intervals, and the
+        (family-wise) confidence of the empirical epsilon lower bound
+        (``mlflow_mia.metrics.epsilon``).
+    delta : float
+        The delta of the (eps, delta)-DP guarantee that the empirical epsilon lower
+        bound is computed against, in [0, 1) (default 1e-5).
     length_bins : tuple of (int, int)
         Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
     min_k_fraction : float
@@ -186,6 +191,7 @@ class MetricConfig:
     min_k_fraction: float = 0.2
     top_records: int = 20
     seed: int = 0
+    delta: float = 1e-5
 
     def __post_init__(self):
         fprs = tuple(float(a) for a in self.fprs)
@@ -200,6 +206,8 @@ class MetricConfig:
             raise ValueError(f"bootstrap_rounds must be an int >= 0, got {self.bootstrap_rounds!r}")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0.0 <= self.delta < 1.0:
+            raise ValueError(f"delta must be a number in [0, 1), e.g. 1e-5, got {self.delta!r}")
         if not 0.0 < self.min_k_fraction <= 1.0:
             raise ValueError(f"min_k_fraction must be in (0, 1], got {self.min_k_fraction!r}")
         if not isinstance(self.top_records, int) or self.top_records < 0:

@@ -117,6 +117,27 @@ def _summary_sentences(result) -> list[str]:
     return out
 
 
+def _epsilon_lines(result) -> list[str]:
+    """Empirical epsilon lower bounds (Jagielski et al. 2020) of every attack, at both levels."""
+    rows = [(name, level, rep.epsilon) for level, reports in (("sample", result.attacks),
+                                                              ("user", result.user_attacks))
+            for name, rep in reports.items() if getattr(rep, "epsilon", None) is not None]
+    if not rows:
+        return []
+    mc = result.config.metrics
+    eps = lambda x: "∞" if math.isinf(x) else _num(x, 2)  # noqa: E731
+    lines = ["## Empirical epsilon lower bound", "",
+             f"No training that is (eps, delta)-DP with eps below this value could have produced this attack "
+             f"result, with {mc.confidence:.0%} confidence (delta = {mc.delta:g}). A small value is not a privacy "
+             "guarantee; the point estimate uses the observed rates, without confidence (∞ when a threshold "
+             "makes no error of one kind).", "",
+             "| Attack | Level | Epsilon lower bound | Point estimate | At population FPR |", "|---|---|---|---|---|"]
+    for name, level, b in rows:
+        at = "-" if math.isnan(b.alpha) else _alpha(b.alpha)
+        lines.append(f"| `{name}` | {level} | {eps(b.epsilon)} | {eps(b.epsilon_point)} | {at} |")
+    return lines + [""]
+
+
 def _gate_lines(gate) -> list[str]:
     if gate is None:
         return []
@@ -205,6 +226,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
                   f"Each user (the samples sharing a user id{by}) is scored by the mean of its samples' scores.", "",
                   *_roc_table(result.user_attacks, fprs), "",
                   "Thresholds set on the population set's users:", "", *_population_table(result.user_attacks), ""]
+    lines += _epsilon_lines(result)
     lines += _memorization_lines(getattr(result, "memorization_features", None))
     lines += ["## How to read these numbers", "", _GLOSSARY, ""]
     warnings = list(result.warnings)

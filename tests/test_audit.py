@@ -90,6 +90,26 @@ def test_metric_names_and_population_thresholds(setup):
     assert "text" not in res.samples.columns  # no raw text in the per-sample table
 
 
+def test_epsilon_lower_bound_from_pool_counts_at_population_thresholds(setup):
+    from mlflow_mia.metrics.epsilon import epsilon_lower_bound_from_counts
+
+    target, reference, pool, population = setup
+    metrics = MetricConfig(fprs=(0.1, 0.05), bootstrap_rounds=0, delta=1e-3, confidence=0.9)
+    res = run_audit(target, pool, population, reference=reference,
+                    config=AuditConfig(signal=SignalConfig(num_masks=3), metrics=metrics), progress=False)
+    y = pool.labels
+    for name in ("loss", "likelihood_ratio"):
+        flagged = [res.samples[f"flagged_{name}_fpr_{a}"].to_numpy() for a in ("0.1", "0.05")]
+        expected = epsilon_lower_bound_from_counts(
+            [int(f[y == 1].sum()) for f in flagged], [int(f[y == 0].sum()) for f in flagged],
+            n_members=30, n_non_members=30, delta=1e-3, confidence=0.9)
+        assert res.metrics[f"{name}/epsilon_lower_bound"] == expected.epsilon
+        assert res.metrics[f"{name}/epsilon_lower_bound_point"] == expected.epsilon_point
+        assert res.attacks[name].epsilon.delta == 1e-3
+    # No group column in the population: no user-level thresholds, so no user-level bound.
+    assert "user/loss/epsilon_lower_bound" not in res.metrics
+
+
 def test_user_level_score_is_mean_of_user_samples(setup):
     target, reference, pool, population = setup
     res = run_audit(target, pool, population, reference=reference,

@@ -48,6 +48,18 @@ def test_report_has_headline_tables_and_explanations(result):
     assert not [t for t in texts if t in md]
 
 
+def test_report_shows_the_epsilon_lower_bound(result):
+    res, _ = result
+    md = render_report(res)
+    assert "## Empirical epsilon lower bound" in md
+    assert ("No training that is (eps, delta)-DP with eps below this value could have produced this attack "
+            "result, with 95% confidence (delta = 1e-05).") in md
+    for level, prefix in (("sample", ""), ("user", "user/")):
+        for name in ("loss", "likelihood_ratio"):
+            eps = res.metrics[f"{prefix}{name}/epsilon_lower_bound"]
+            assert f"| `{name}` | {level} | {eps:.2f} |" in md
+
+
 def test_report_shows_gate_and_artifacts(result):
     from mlflow_mia.integrations.config import Gate
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlflow_mia.config import AuditConfig
+from mlflow_mia.metrics.epsilon import EpsilonLowerBound
 from mlflow_mia.metrics.roc import RocResult
 from mlflow_mia.metrics.thresholds import ThresholdMetrics
 from mlflow_mia.naming import fmt_alpha, headline_attack, nan_to_none
@@ -37,6 +38,9 @@ class AttackReport:
         score of the members, Jagannatha et al. 2021). Also readable as ``mu``.
     lengths : list of dict
         AUC per token-length bin (sample level only).
+    epsilon : EpsilonLowerBound or None
+        Empirical epsilon lower bound at the population thresholds (Jagielski et al.
+        2020); None without population thresholds.
     """
 
     name: str
@@ -46,6 +50,7 @@ class AttackReport:
     ci: dict = field(default_factory=dict)
     mean_member_loss: ThresholdMetrics | None = None
     lengths: list = field(default_factory=list)
+    epsilon: EpsilonLowerBound | None = None
 
     @property
     def mu(self) -> ThresholdMetrics | None:
@@ -73,6 +78,9 @@ class AttackReport:
             out[f"{prefix}recall_at_pop_fpr_{a}"] = t.tpr
             out[f"{prefix}achieved_fpr_at_pop_fpr_{a}"] = t.fpr
             out[f"{prefix}threshold_at_pop_fpr_{a}"] = t.threshold
+        if self.epsilon is not None:
+            out[f"{prefix}epsilon_lower_bound"] = self.epsilon.epsilon
+            out[f"{prefix}epsilon_lower_bound_point"] = self.epsilon.epsilon_point
         if self.mean_member_loss is not None:
             out[f"{prefix}precision_at_mu"] = self.mean_member_loss.precision
             out[f"{prefix}recall_at_mu"] = self.mean_member_loss.tpr

@@ -22,12 +22,13 @@ from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
 from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.epsilon import epsilon_lower_bound
 from mlflow_mia.metrics.roc import roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold, min_population_size,
                                            population_threshold_metrics)
 from mlflow_mia.naming import fmt_alpha, headline_attack
 
-__all__ = ["score_audit", "attack_settings"]
+__all__ = ["score_audit", "attack_settings", "attack_report"]
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,29 @@ def attack_settings(name: str, config: AuditConfig) -> dict:
     return {"fraction": config.metrics.min_k_fraction} if name == "min_k" else {}
 
 
-def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None) -> AttackReport:
+def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None) -> AttackReport:
+    """Metrics of one attack at one level: exact ROC, TPR at each FPR, population thresholds, CIs, epsilon.
+
+    Parameters
+    ----------
+    name : str
+        Attack name (``"loss"`` adds the mean-member-loss threshold).
+    y_true : ndarray of shape (n,), int
+        1 = member, 0 = non-member.
+    y_score : ndarray of shape (n,), float
+        Attack scores, higher = member.
+    pop_scores : ndarray of shape (m,), float, or None
+        Population scores for the thresholds (skipped when fewer than
+        ``ceil(1 / min(fprs))``).
+    config : AuditConfig
+        Only ``config.metrics`` is read.
+    lengths : ndarray of shape (n,), int, optional
+        Token counts for the length breakdown.
+
+    Returns
+    -------
+    AttackReport
+    """
     mc = config.metrics
     curve = roc(y_true, y_score)
     tprs = {a: tpr_at_fpr_from_roc(curve, a) for a in mc.fprs}
@@ -53,8 +76,9 @@ def _report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=N
     mean_loss = (metrics_at_threshold(y_true, y_score, threshold=mean_member_loss_threshold(y_true, y_score))
                  if name == "loss" else None)
     bins = length_breakdown(y_true, y_score, lengths, bins=mc.length_bins) if lengths is not None else []
+    eps = epsilon_lower_bound(population, delta=mc.delta, confidence=mc.confidence) if population else None
     return AttackReport(name=name, roc=curve, tpr_at_fpr=tprs, population=tuple(population), ci=ci,
-                        mean_member_loss=mean_loss, lengths=bins)
+                        mean_member_loss=mean_loss, lengths=bins, epsilon=eps)
 
 
 def _attack_scores(name, signals, pool, population, config, warnings, unscored):
@@ -82,7 +106,7 @@ def _score_attack(name, signals, pool, population, config, samples, n_tokens, ou
     y = samples["label"].to_numpy()
     keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
     y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
-    report = _report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep])
+    report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep])
     out["attacks"][name], out["population_scores"][name] = report, pscores
     samples[f"score_{name}"] = scores
     for t in report.population:
@@ -98,7 +122,7 @@ def _score_attack(name, signals, pool, population, config, samples, n_tokens, ou
         if population.groups is not None:
             user_pop = group_scores(np.zeros(len(pscores_k), dtype=np.int64), pscores_k,
                                     np.asarray(population.groups)[pop_keep]).y_score
-        out["user_attacks"][name] = _report(name, users.y_true, users.y_score, user_pop, config)
+        out["user_attacks"][name] = attack_report(name, users.y_true, users.y_score, user_pop, config)
 
 
 def _metrics(out, pool: AuditDataset, population: PopulationSet, y, n_truncated: int) -> dict[str, float]:

@@ -134,6 +134,9 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                              "(default 0.1,0.01,0.001; the population needs at least 1/min(fprs) texts)")
     metric.add_argument("--bootstrap-rounds", type=_INT, metavar="N",
                         help="bootstrap resamples for the confidence intervals (default 1000; 0 = none)")
+    metric.add_argument("--delta", type=_FLOAT, metavar="D",
+                        help="delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound "
+                             "(default 1e-5)")
     metric.add_argument("--max-tpr-at-fpr", action="append", metavar="ALPHA:MAX",
                         help="release gate, repeatable (commas also separate budgets): fail when any attack's TPR "
                              "at FPR ALPHA, at sample or user level, exceeds MAX; e.g. 0.01:0.05. Tags the run "
@@ -244,7 +247,7 @@ def _flat_config(args, *, demo=None) -> dict:
         "mask_rate": args.mask_rate, "seed": args.seed, "max_length": args.max_length,
         "token_budget": args.token_budget, "num_neighbours": args.num_neighbours,
         "neighbour_generator": _blank(args.neighbour_generator), "fprs": _blank(args.fprs),
-        "bootstrap_rounds": args.bootstrap_rounds, "max_tpr_at_fpr": _gate_spec(args.max_tpr_at_fpr),
+        "bootstrap_rounds": args.bootstrap_rounds, "delta": args.delta, "max_tpr_at_fpr": _gate_spec(args.max_tpr_at_fpr),
         "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
         "trust_remote_code": True if args.trust_remote_code else None,

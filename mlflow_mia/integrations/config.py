@@ -63,7 +63,10 @@ CONFIG_KEYS: dict[str, str] = {
     "fprs": "False-positive rates alpha at which TPR, precision and recall are reported "
             "(default [0.1, 0.01, 0.001]); a list or a comma-separated string.",
     "bootstrap_rounds": "Bootstrap resamples for the confidence intervals (default 1000; 0 disables them).",
-    "confidence": "Two-sided confidence level of the intervals (default 0.95).",
+    "confidence": "Two-sided confidence level of the intervals, and the confidence of the epsilon lower bound "
+                  "(default 0.95).",
+    "delta": "Delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound "
+             "({attack}/epsilon_lower_bound; default 1e-5).",
     "min_k_fraction": "k of the min_k attack (default 0.2).",
     "top_records": "How many riskiest member records to list per attack (default 20).",
     # logging and running
@@ -376,7 +379,7 @@ def _metric_settings(config: Mapping, gate: "Gate | None") -> dict:
     for key in ("bootstrap_rounds", "top_records"):
         if _given(config, key):
             out[key] = parse_int(config[key], key)
-    for key in ("confidence", "min_k_fraction"):
+    for key in ("confidence", "min_k_fraction", "delta"):
         if _given(config, key):
             out[key] = parse_float(config[key], key)
     return out

@@ -43,6 +43,7 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``fprs``                   FPRs alpha of the TPR/precision/recall metrics (default 0.1, 0.01, 0.001)
 ``bootstrap_rounds``       bootstrap resamples for the intervals (default 1000; 0 = none)
 ``confidence``             interval level (default 0.95)
+``delta``                  delta of the epsilon lower bound (default 1e-5)
 ``min_k_fraction``         k of the min_k attack (default 0.2)
 ``top_records``            riskiest member records per attack (default 20)
 ``log_texts``              include raw texts in the tables (default False)

@@ -6,6 +6,13 @@ Every metric takes ``(y_true, y_score, *, ...)`` with keyword-only options.
 
 from .aggregate import GroupScores, group_scores, length_breakdown, riskiest_records
 from .bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from .epsilon import (
+    EpsilonLowerBound,
+    clopper_pearson_upper,
+    epsilon_from_rates,
+    epsilon_lower_bound,
+    epsilon_lower_bound_from_counts,
+)
 from .roc import RocResult, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
     ThresholdMetrics,
@@ -36,4 +43,9 @@ __all__ = [
     "group_scores",
     "length_breakdown",
     "riskiest_records",
+    "EpsilonLowerBound",
+    "clopper_pearson_upper",
+    "epsilon_from_rates",
+    "epsilon_lower_bound",
+    "epsilon_lower_bound_from_counts",
 ]

@@ -172,6 +172,14 @@ class ThresholdMetrics:
         Flagged members / flagged samples; nan when nothing is flagged.
     n_flagged : int
         Number of pool samples with ``score > t``.
+    tp : int
+        Members flagged (true positives).
+    fp : int
+        Non-members flagged (false positives); ``n_flagged = tp + fp``.
+    n_members : int
+        Members in the pool (``tpr = tp / n_members``).
+    n_non_members : int
+        Non-members in the pool (``fpr = fp / n_non_members``).
     """
 
     alpha: float
@@ -180,6 +188,10 @@ class ThresholdMetrics:
     fpr: float
     precision: float
     n_flagged: int
+    tp: int = 0
+    fp: int = 0
+    n_members: int = 0
+    n_non_members: int = 0
 
 
 def _metrics_from_checked(labels, scores, threshold, alpha) -> ThresholdMetrics:
@@ -199,6 +211,10 @@ def _metrics_from_checked(labels, scores, threshold, alpha) -> ThresholdMetrics:
         fpr=float(fpr),
         precision=float(precision),
         n_flagged=n_flagged,
+        tp=tp,
+        fp=fp,
+        n_members=n_members,
+        n_non_members=n_non_members,
     )
 
 

@@ -118,3 +118,28 @@ def test_item10_allow_tokenizer_mismatch_option():
     assert config.allow_tokenizer_mismatch
     with pytest.raises(ValueError, match="requires signal='pll'"):
         parse_options({"allow_tokenizer_mismatch": True})
+
+
+def test_delta_of_the_epsilon_lower_bound_is_configurable():
+    from mlflow_mia.config import MetricConfig
+
+    config, _ = parse_options({"delta": "1e-3", "confidence": 0.9})
+    assert config.metrics.delta == 1e-3 and config.metrics.confidence == 0.9
+    assert parse_options({})[0].metrics.delta == 1e-5
+    assert MetricConfig.from_dict({"delta": 0.0}).delta == 0.0
+    for bad in (1.0, -1e-5, float("nan"), "1e-5", True):
+        with pytest.raises(ValueError, match=r"delta must be a number in \[0, 1\)"):
+            MetricConfig(delta=bad)
+    with pytest.raises(ValueError, match="delta must be"):
+        parse_options({"delta": 2})
+    with pytest.raises(ValueError, match=r"unknown MetricConfig key\(s\) \['epsilon'\]"):
+        MetricConfig.from_dict({"epsilon": 1.0})
+
+
+def test_cli_delta_flag_reaches_the_metric_config():
+    from mlflow_mia.integrations.cli import _flat_config, build_parser
+
+    args = build_parser().parse_args(["audit", "--delta", "1e-4"])
+    assert parse_options(_flat_config(args))[0].metrics.delta == 1e-4
+    args = build_parser().parse_args(["audit"])
+    assert "delta" not in _flat_config(args)

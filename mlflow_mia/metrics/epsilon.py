@@ -1,0 +1,362 @@
+"""Empirical lower bound on the differential-privacy epsilon of a training run.
+
+Any training algorithm that is (eps, delta)-differentially private bounds every
+membership test built on its output: at any decision threshold, the
+false-positive rate FPR and the false-negative rate FNR of the test satisfy
+
+    FPR + exp(eps) * FNR >= 1 - delta   and   FNR + exp(eps) * FPR >= 1 - delta
+
+(Kairouz et al. 2015, Thm. 2.1; used for auditing by Jagielski et al. 2020,
+Sec. 3, and Nasr et al. 2021). An attack with rates (FPR, FNR) therefore proves
+
+    eps >= max(0, log((1 - delta - FPR) / FNR), log((1 - delta - FNR) / FPR)).
+
+This module turns the counts of an attack at the population thresholds
+(:class:`~mlflow_mia.metrics.thresholds.ThresholdMetrics`) into that bound,
+once with one-sided Clopper-Pearson upper bounds on FPR and FNR (the
+conservative bound, valid at a stated confidence) and once with the observed
+rates (the point bound, no confidence attached). A small value is not a
+privacy guarantee: it only says what this attack could prove.
+
+References
+----------
+.. [1] M. Jagielski, J. Ullman and A. Oprea, "Auditing Differentially Private
+   Machine Learning: How Private is Private SGD?", NeurIPS 2020, Sec. 3 and
+   Algorithm 2.
+.. [2] M. Nasr, S. Song, A. Thakurta, N. Papernot and N. Carlini, "Adversary
+   Instantiation: Lower Bounds for Differentially Private Machine Learning",
+   IEEE S&P 2021.
+.. [3] P. Kairouz, S. Oh and P. Viswanath, "The Composition Theorem for
+   Differential Privacy", ICML 2015.
+.. [4] C. J. Clopper and E. S. Pearson, "The use of confidence or fiducial
+   limits illustrated in the case of the binomial", Biometrika 26(4), 1934.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.stats import beta
+
+from .validation import check_rate
+from .thresholds import ThresholdMetrics
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "EpsilonLowerBound",
+    "clopper_pearson_upper",
+    "epsilon_from_rates",
+    "epsilon_lower_bound",
+    "epsilon_lower_bound_from_counts",
+]
+
+#: Default delta of the (eps, delta) guarantee tested against.
+DEFAULT_DELTA = 1e-5
+
+
+def _check_counts(k, n, what: str) -> tuple[np.ndarray, np.ndarray]:
+    k_arr, n_arr = np.asarray(k), np.asarray(n)
+    for name, arr in ((f"{what} count", k_arr), (f"{what} trials", n_arr)):
+        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
+            raise ValueError(f"{name} must hold whole numbers, got {arr!r}")
+    k_arr, n_arr = np.broadcast_arrays(k_arr.astype(np.int64), n_arr.astype(np.int64))
+    if np.any(n_arr < 1):
+        raise ValueError(f"{what}: the number of trials must be >= 1, got {n_arr!r}")
+    if np.any((k_arr < 0) | (k_arr > n_arr)):
+        raise ValueError(f"{what}: counts must lie in [0, trials], got {k_arr!r} of {n_arr!r}")
+    return k_arr, n_arr
+
+
+def clopper_pearson_upper(k, n, *, confidence: float = 0.95):
+    """One-sided Clopper-Pearson upper confidence bound on a binomial rate.
+
+    Parameters
+    ----------
+    k : int or array-like of int
+        Observed events (e.g. false positives), ``0 <= k <= n``.
+    n : int or array-like of int
+        Trials (e.g. non-members), ``n >= 1``; broadcast against ``k``.
+    confidence : float in (0, 1), default 0.95
+        One-sided level: ``P(rate <= bound) >= confidence`` for every true rate.
+
+    Returns
+    -------
+    float or ndarray of float
+        ``beta.ppf(confidence, k + 1, n - k)`` (the exact bound), and 1.0 where
+        ``k == n``. A float for scalar inputs. Always > 0, also for ``k = 0``
+        (then ``1 - (1 - confidence) ** (1 / n)``).
+
+    Raises
+    ------
+    ValueError
+        If ``confidence`` is not in (0, 1), a count is not a whole number,
+        ``n < 1`` or ``k`` lies outside ``[0, n]``.
+
+    Notes
+    -----
+    This is the upper end of the one-sided exact interval, the same as
+    ``scipy.stats.binomtest(k, n, alternative="less").proportion_ci(
+    confidence_level=confidence, method="exact").high``, and the upper end of
+    the two-sided exact interval at level ``2 * confidence - 1``.
+
+    References
+    ----------
+    .. [1] Clopper and Pearson, Biometrika 26(4), 1934.
+
+    Examples
+    --------
+    >>> round(clopper_pearson_upper(0, 10, confidence=0.95), 6)
+    0.258866
+    >>> clopper_pearson_upper(10, 10)
+    1.0
+    """
+    confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+    k_arr, n_arr = _check_counts(k, n, "clopper_pearson_upper")
+    full = k_arr >= n_arr
+    # Shape parameters must be > 0: put a placeholder where k == n (answer 1.0 there).
+    upper = np.where(full, 1.0, beta.ppf(confidence, k_arr + 1, np.where(full, 1, n_arr - k_arr)))
+    return float(upper) if upper.ndim == 0 else upper
+
+
+def _log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """log(num / den) where num > 0 (+inf when den == 0), else 0 (the inequality is vacuous)."""
+    out = np.zeros(np.broadcast(num, den).shape)
+    num, den = np.broadcast_arrays(num, den)
+    pos = num > 0
+    with np.errstate(divide="ignore"):
+        out[pos] = np.log(num[pos]) - np.log(den[pos])
+    return out
+
+
+def epsilon_from_rates(fpr, fnr, *, delta: float = DEFAULT_DELTA):
+    """The smallest epsilon compatible with rates ``(fpr, fnr)`` under (eps, delta)-DP.
+
+    Parameters
+    ----------
+    fpr : float or array-like of float in [0, 1]
+        False-positive rate (non-members flagged / non-members).
+    fnr : float or array-like of float in [0, 1]
+        False-negative rate (members not flagged / members); broadcast with ``fpr``.
+    delta : float in [0, 1), default 1e-5
+        The delta of the guarantee tested against.
+
+    Returns
+    -------
+    float or ndarray of float
+        ``max(0, log((1 - delta - fpr) / fnr), log((1 - delta - fnr) / fpr))``,
+        elementwise, in nats (the unit of epsilon). A term whose numerator is
+        ``<= 0`` proves nothing and counts as 0. A zero rate under a positive
+        numerator gives ``+inf``: no finite epsilon allows an error-free test.
+        A float for scalar inputs.
+
+    Raises
+    ------
+    ValueError
+        If a rate is NaN or outside [0, 1], or ``delta`` is outside [0, 1).
+
+    References
+    ----------
+    .. [1] Jagielski, Ullman and Oprea, NeurIPS 2020, Sec. 3 (from Kairouz et
+       al. 2015, Thm. 2.1).
+
+    Examples
+    --------
+    >>> round(epsilon_from_rates(0.01, 0.5, delta=0.0), 4)  # log(0.5 / 0.01)
+    3.912
+    >>> epsilon_from_rates(0.3, 0.7)  # TPR = FPR: nothing proved
+    0.0
+    """
+    delta = check_rate(delta, "delta", low_closed=True, high_closed=False)
+    fpr_arr, fnr_arr = np.asarray(fpr, dtype=float), np.asarray(fnr, dtype=float)
+    for name, arr in (("fpr", fpr_arr), ("fnr", fnr_arr)):
+        if np.any(np.isnan(arr)) or np.any((arr < 0) | (arr > 1)):
+            raise ValueError(f"{name} must hold rates in [0, 1] (no NaN), got {arr!r}")
+    eps = np.maximum(_log_ratio(1.0 - delta - fpr_arr, fnr_arr), _log_ratio(1.0 - delta - fnr_arr, fpr_arr))
+    eps = np.maximum(eps, 0.0)
+    return float(eps) if eps.ndim == 0 else eps
+
+
+@dataclass(frozen=True)
+class EpsilonLowerBound:
+    """Epsilon lower bounds of one attack over several thresholds.
+
+    Attributes
+    ----------
+    epsilon : float
+        Conservative bound: the maximum over thresholds of
+        :func:`epsilon_from_rates` at the Clopper-Pearson upper bounds
+        ``fpr_upper`` and ``fnr_upper``. Finite. Holds with probability at
+        least ``confidence`` (see :func:`epsilon_lower_bound_from_counts`).
+    epsilon_point : float
+        The same with the observed rates (a point estimate, no confidence);
+        ``+inf`` where a threshold makes no error of one kind.
+    alpha : float
+        Population FPR of the threshold that gives ``epsilon`` (the first one
+        on ties); nan when ``epsilon`` is 0.
+    delta : float
+        Delta of the guarantee tested against.
+    confidence : float
+        Family-wise confidence of ``epsilon``.
+    bound_confidence : float
+        One-sided level of each Clopper-Pearson bound,
+        ``1 - (1 - confidence) / (2 * n_thresholds)``.
+    alphas, fpr, fnr, fpr_upper, fnr_upper, epsilons, epsilons_point : tuple of float
+        Per threshold, in the order given: population FPR, observed FPR and
+        FNR on the pool, their upper bounds, and the two bounds.
+    """
+
+    epsilon: float
+    epsilon_point: float
+    alpha: float
+    delta: float
+    confidence: float
+    bound_confidence: float
+    alphas: tuple
+    fpr: tuple
+    fnr: tuple
+    fpr_upper: tuple
+    fnr_upper: tuple
+    epsilons: tuple
+    epsilons_point: tuple
+
+
+def epsilon_lower_bound_from_counts(tp, fp, *, n_members: int, n_non_members: int, delta: float = DEFAULT_DELTA,
+                                    confidence: float = 0.95, alphas=None) -> EpsilonLowerBound:
+    """Empirical epsilon lower bound from an attack's counts at fixed thresholds.
+
+    Parameters
+    ----------
+    tp : int or array-like of int, shape (n_thresholds,)
+        Members flagged at each threshold (true positives).
+    fp : int or array-like of int, shape (n_thresholds,)
+        Non-members flagged at each threshold (false positives).
+    n_members, n_non_members : int
+        Members and non-members of the pool (each >= 1).
+    delta : float in [0, 1), default 1e-5
+        Delta of the (eps, delta) guarantee tested against.
+    confidence : float in (0, 1), default 0.95
+        Family-wise confidence of the conservative bound.
+    alphas : array-like of float, shape (n_thresholds,), optional
+        Population FPRs of the thresholds, stored in the result (default nan).
+
+    Returns
+    -------
+    EpsilonLowerBound
+        ``epsilon`` is the maximum over thresholds of
+        ``epsilon_from_rates(FPR_ub, FNR_ub)`` where ``FPR_ub`` bounds
+        ``fp / n_non_members`` and ``FNR_ub`` bounds
+        ``(n_members - tp) / n_members`` from above; ``epsilon_point`` the
+        maximum of ``epsilon_from_rates(FPR, FNR)`` at the observed rates.
+
+    Raises
+    ------
+    ValueError
+        Empty or mismatched counts, counts outside ``[0, n]``, a class with no
+        sample, or ``delta`` / ``confidence`` out of range.
+
+    Notes
+    -----
+    Each of the ``2 * n_thresholds`` one-sided bounds is taken at level
+    ``1 - (1 - confidence) / (2 * n_thresholds)`` (Bonferroni). The bound is
+    wrong only if some true rate exceeds its upper bound at some threshold, so
+    the maximum over thresholds holds with probability >= ``confidence``.
+    With one threshold this is Jagielski et al.'s Algorithm 2 (each rate
+    bounded at ``1 - (1 - confidence) / 2``). Thresholds must be fixed without
+    looking at the pool (population thresholds are).
+
+    As in ``docs/method.md``, the pool's samples are treated as independent
+    trials of one trained model; Jagielski et al. count trials over separately
+    trained models. Steinke, Nasr and Jagielski (NeurIPS 2023) show when a
+    single run suffices (members included at random).
+
+    References
+    ----------
+    .. [1] Jagielski, Ullman and Oprea, NeurIPS 2020, Algorithm 2.
+    .. [2] Nasr et al., IEEE S&P 2021.
+
+    Examples
+    --------
+    >>> b = epsilon_lower_bound_from_counts([60], [1], n_members=100, n_non_members=100, delta=0.0)
+    >>> round(b.epsilon_point, 4)  # log((1 - 0.40) / 0.01)
+    4.0943
+    >>> 0.0 < b.epsilon < b.epsilon_point
+    True
+    """
+    delta = check_rate(delta, "delta", low_closed=True, high_closed=False)
+    confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+    tp_arr, fp_arr = np.atleast_1d(np.asarray(tp)), np.atleast_1d(np.asarray(fp))
+    if tp_arr.ndim != 1 or tp_arr.shape != fp_arr.shape or tp_arr.size == 0:
+        raise ValueError(f"tp and fp must be non-empty 1-D arrays of one length, got shapes "
+                         f"{tp_arr.shape} and {fp_arr.shape}")
+    for name, n in (("n_members", n_members), ("n_non_members", n_non_members)):
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise ValueError(f"{name} must be an int >= 1 (the pool needs both classes), got {n!r}")
+    tp_arr, _ = _check_counts(tp_arr, n_members, "true positive")
+    fn_arr = n_members - tp_arr
+    fp_arr, _ = _check_counts(fp_arr, n_non_members, "false positive")
+    alphas = np.full(tp_arr.shape, np.nan) if alphas is None else np.asarray(alphas, dtype=float)
+    if alphas.shape != tp_arr.shape:
+        raise ValueError(f"alphas has shape {alphas.shape}, the counts have {tp_arr.shape}")
+    level = 1.0 - (1.0 - confidence) / (2 * tp_arr.size)
+    fpr_ub = np.atleast_1d(clopper_pearson_upper(fp_arr, n_non_members, confidence=level))
+    fnr_ub = np.atleast_1d(clopper_pearson_upper(fn_arr, n_members, confidence=level))
+    fpr, fnr = fp_arr / n_non_members, fn_arr / n_members
+    eps = np.atleast_1d(epsilon_from_rates(fpr_ub, fnr_ub, delta=delta))
+    eps_point = np.atleast_1d(epsilon_from_rates(fpr, fnr, delta=delta))
+    best = int(np.argmax(eps))
+    as_tuple = lambda a: tuple(float(x) for x in a)  # noqa: E731
+    return EpsilonLowerBound(
+        epsilon=float(eps[best]), epsilon_point=float(eps_point.max()),
+        alpha=float(alphas[best]) if eps[best] > 0 else math.nan, delta=delta, confidence=confidence,
+        bound_confidence=float(level), alphas=as_tuple(alphas), fpr=as_tuple(fpr), fnr=as_tuple(fnr),
+        fpr_upper=as_tuple(fpr_ub), fnr_upper=as_tuple(fnr_ub), epsilons=as_tuple(eps),
+        epsilons_point=as_tuple(eps_point))
+
+
+def epsilon_lower_bound(thresholds: Sequence[ThresholdMetrics], *, delta: float = DEFAULT_DELTA,
+                        confidence: float = 0.95) -> EpsilonLowerBound:
+    """Empirical epsilon lower bound of an attack at its population thresholds.
+
+    Parameters
+    ----------
+    thresholds : sequence of ThresholdMetrics
+        The attack's metrics at each population threshold (from
+        :func:`~mlflow_mia.metrics.thresholds.population_threshold_metrics`),
+        all on the same pool.
+    delta : float in [0, 1), default 1e-5
+    confidence : float in (0, 1), default 0.95
+        Family-wise confidence of the conservative bound.
+
+    Returns
+    -------
+    EpsilonLowerBound
+        See :func:`epsilon_lower_bound_from_counts`.
+
+    Raises
+    ------
+    ValueError
+        No threshold, thresholds counted on different pools, or a pool
+        without members or non-members.
+
+    Examples
+    --------
+    >>> from mlflow_mia.metrics import population_threshold_metrics
+    >>> pop = [float(i) for i in range(10)]
+    >>> ms = population_threshold_metrics([1, 1, 1, 0, 0, 0], [12., 11., 10., 1., 2., 9.5], pop,
+    ...                                   alphas=[0.1])
+    >>> epsilon_lower_bound(ms, delta=0.0).epsilon_point
+    inf
+    """
+    thresholds = tuple(thresholds)
+    if not thresholds:
+        raise ValueError("no threshold given; pass the metrics at the population thresholds")
+    pools = {(t.n_members, t.n_non_members) for t in thresholds}
+    if len(pools) > 1:
+        raise ValueError(f"thresholds were counted on different pools (members, non-members): {sorted(pools)}")
+    n_members, n_non_members = pools.pop()
+    return epsilon_lower_bound_from_counts(
+        [t.tp for t in thresholds], [t.fp for t in thresholds], n_members=n_members,
+        n_non_members=n_non_members, delta=delta, confidence=confidence, alphas=[t.alpha for t in thresholds])
