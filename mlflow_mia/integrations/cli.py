@@ -160,6 +160,11 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                           "a reference shared by several targets cost nothing")
     run.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: CUDA when available)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--engine", choices=("local", "spark"),
+                     help="where the signals are computed: local (default) or spark (pip install 'mlflow-mia[spark]')")
+    run.add_argument("--spark-master", metavar="URL", help="Spark master of --engine spark, e.g. local[2]")
+    run.add_argument("--spark-store", metavar="PATH",
+                     help="Parquet signal store of --engine spark; a re-run computes only the missing texts")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,6 +249,8 @@ def _flat_config(args, *, demo=None) -> dict:
         "bootstrap_rounds": args.bootstrap_rounds, "max_tpr_at_fpr": _gate_spec(args.max_tpr_at_fpr),
         "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
+        "engine": _blank(args.engine), "spark_master": _blank(args.spark_master),
+        "spark_store": _blank(args.spark_store),
     }
     return {k: v for k, v in flat.items() if v is not None}
 

@@ -71,6 +71,12 @@ CONFIG_KEYS: dict[str, str] = {
     "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
     "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available).",
     "progress": "Show progress bars while computing signals (default True).",
+    "engine": "'local' (default) or 'spark': compute the signals on Apache Spark, score on the driver "
+              "(mlflow_mia.integrations.spark_audit; needs pip install 'mlflow-mia[spark]').",
+    "spark_master": "Spark master URL of the 'spark' engine, e.g. 'local[2]' (default: the active session, "
+                    "else Spark's default).",
+    "spark_store": "Parquet signal store of the 'spark' engine (any path Spark writes); a re-run computes only "
+                   "the texts missing there (default: none).",
 }
 
 
@@ -244,6 +250,9 @@ class MiaOptions:
     cache_dir: str | None = None
     device: str | None = None
     progress: bool = True
+    engine: str = "local"
+    spark_master: str | None = None
+    spark_store: str | None = None
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -358,6 +367,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if _opt_str(get("neighbour_generator")):
         neighbourhood["generator_model"] = _opt_str(get("neighbour_generator"))
 
+    engine = (_opt_str(get("engine")) or "local").lower()
+    if engine not in ("local", "spark"):
+        raise ValueError(f"engine must be 'local' or 'spark', got {get('engine')!r}")
     attacks = parse_list(get("attacks", AuditConfig.attacks), what="attacks")
     from mlflow_mia.attacks import ATTACKS
 
@@ -386,5 +398,8 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         cache_dir=_opt_str(get("cache_dir")),
         device=_opt_str(get("device")),
         progress=_bool(get("progress", True), "progress"),
+        engine=engine,
+        spark_master=_opt_str(get("spark_master")),
+        spark_store=_opt_str(get("spark_store")),
     )
     return audit_config, options

@@ -125,7 +125,8 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     identity = f"{lm.model_id}|{lm.tokenizer_id}"
     settings = {**config.cache_spec(), "max_length": max_length}
     return {"role": role, "load_uri": load_uri, "model_id": lm.model_id, "tokenizer_id": lm.tokenizer_id,
-            "max_length": max_length, "config": _config_dict(config), "tracking_uri": _absolute(mlflow.get_tracking_uri()),
+            "max_length": max_length, "config": _config_dict(config),
+            "tracking_uri": _absolute(mlflow.get_tracking_uri()),
             "registry_uri": _absolute(mlflow.get_registry_uri()),
             "model_key": hashlib.sha256(identity.encode()).hexdigest()[:16],
             "settings": hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]}
@@ -152,6 +153,11 @@ def _output_schema(id_type, kind: str):
                        StructField(kind, DoubleType(), False), StructField("n_tokens", LongType(), False),
                        StructField("truncated", BooleanType(), False),
                        StructField("token_logprobs", ArrayType(FloatType(), False), False)])
+
+
+def _id(value):
+    """A numpy scalar id as the plain Python value it shows as in messages."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def _fail(message: str):
@@ -223,17 +229,17 @@ def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column
         texts = pdf[text_column]
         bad = texts.isna().to_numpy() | ~texts.map(lambda t: isinstance(t, str)).to_numpy()
         if bad.any():
-            _fail(f"the text of id {pdf[id_column].iloc[int(np.flatnonzero(bad)[0])]!r} is null or not a string; "
+            _fail(f"the text of id {_id(pdf[id_column].iloc[int(np.flatnonzero(bad)[0])])!r} is null or not a string; "
                   "drop or fill missing texts before computing signals")
         blank = texts.str.strip().eq("").to_numpy()
         if blank.any():
-            _fail(f"the text of id {pdf[id_column].iloc[int(np.flatnonzero(blank)[0])]!r} is empty; "
+            _fail(f"the text of id {_id(pdf[id_column].iloc[int(np.flatnonzero(blank)[0])])!r} is empty; "
                   "remove empty texts: they have no tokens to score")
         try:
             res = compute_signals(lm, list(texts), config, device=device, progress=False)
         except ValueError as exc:
             row = re.search(r"row (\d+)", str(exc))
-            where = f" (id {pdf[id_column].iloc[int(row.group(1))]!r})" if row else ""
+            where = f" (id {_id(pdf[id_column].iloc[int(row.group(1))])!r})" if row else ""
             _fail(f"signals of the {spec['role']} model failed{where}: {exc}")
         yield pd.DataFrame({"id": pdf[id_column].to_numpy(), "text_hash": pdf["text_hash"].to_numpy(),
                             kind: res.energy, "n_tokens": res.n_tokens, "truncated": res.truncated,
