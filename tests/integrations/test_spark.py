@@ -146,7 +146,8 @@ def test_bad_input_is_a_clear_error_on_the_driver(spark, model_dir):
 
 def test_executor_errors_name_the_text_and_the_model(model_dir):
     """The executor side of the checks, run in-process (no Spark job)."""
-    spec = {**model_spec(model_dir, CONFIG), "device": None}
+    # no tracking or registry URI: in this process they would be set for the tests that follow
+    spec = {**model_spec(model_dir, CONFIG), "device": None, "tracking_uri": None, "registry_uri": None}
 
     def run(spec_, pdf):
         return list(_score_batches(iter([pdf]), spec_, "id", "text"))
@@ -193,3 +194,20 @@ def test_spark_audit_refuses_neighbourhood(spark, model_dir):
 
     with pytest.raises(ValueError, match="neighbourhood attack does not run on the Spark engine"):
         run_spark_audit(spark, model_dir, None, None, config=AuditConfig(attacks=("neighbourhood",)))
+
+
+def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
+    import mlflow
+
+    from mlflow_mia.integrations.models import resolve_model
+    from mlflow_mia.integrations.scorer import log_scorer, scorer_result_type
+
+    texts = list(tracking.pool["text"][:8])
+    with mlflow.start_run():
+        log_scorer("models:/tgt@candidate", CONFIG, registered_model_name="tgt-mia-scorer-udf")
+    score = mlflow.pyfunc.spark_udf(spark, "models:/tgt-mia-scorer-udf/1", result_type=scorer_result_type(),
+                                    env_manager="local")
+    out = _frame(spark, texts).withColumn("s", score("text")).select("id", "s.*").toPandas().sort_values("id")
+    expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
+    assert np.max(np.abs(out["energy"].to_numpy() - expected.energy)) <= 1e-5
+    np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)
