@@ -99,3 +99,11 @@ def test_gate_treats_nan_as_fail_and_needs_the_metric():
     assert not result.passed and result.to_dict()["checks"][0]["value"] is None
     with pytest.raises(ValueError, match="did not report"):
         Gate.parse("0.01:1").check({"loss/tpr_at_fpr_0.1": 0.0})
+
+
+def test_engine_keys():
+    _, options = parse_options({"engine": "Spark", "spark_master": "local[2]", "spark_store": "/tmp/s"})
+    assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[2]", "/tmp/s")
+    assert parse_options({})[1].engine == "local"
+    with pytest.raises(ValueError, match="engine must be 'local' or 'spark'"):
+        parse_options({"engine": "dask"})
