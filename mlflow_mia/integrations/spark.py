@@ -352,6 +352,10 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
     with executor_errors():
         computed = _fill_store(checked, spec, id_column, text_column, store, waves)
         stored = _read_store(df.sparkSession, store, spec)
+    if stored is None:  # no rows in the input and none stored: an empty frame of the right schema
+        return SignalJob(frame=_compute(checked, spec, id_column, text_column), computed=computed, store=store,
+                         model_key=spec["model_key"], settings=spec["settings"])
+    with executor_errors():
         frame = checked.select(id_column, "text_hash").join(stored, on="text_hash", how="left")
     frame = frame.select(id_column, "text_hash", *[c for c in stored.columns if c != "text_hash"])
     return SignalJob(frame=frame, computed=computed, store=store, model_key=spec["model_key"],
