@@ -170,6 +170,11 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                           "it (default: such a model is refused; audit only models whose authors you trust)")
     run.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: CUDA when available)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--engine", choices=("local", "spark"),
+                     help="where the signals are computed: local (default) or spark (pip install 'mlflow-mia[spark]')")
+    run.add_argument("--spark-master", metavar="URL", help="Spark master of --engine spark, e.g. local[2]")
+    run.add_argument("--spark-store", metavar="PATH",
+                     help="Parquet signal store of --engine spark; a re-run computes only the missing texts")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,6 +259,8 @@ def _flat_config(args, *, demo=None) -> dict:
         "clear_gate_fail": True if args.clear_gate_fail else None,
         "hash_key_file": _blank(args.hash_key_file),
         "allow_tokenizer_mismatch": bool(args.allow_tokenizer_mismatch),
+        "engine": _blank(args.engine), "spark_master": _blank(args.spark_master),
+        "spark_store": _blank(args.spark_store),
     }
     return {k: v for k, v in flat.items() if v is not None}
 

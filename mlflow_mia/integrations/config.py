@@ -89,6 +89,12 @@ CONFIG_KEYS: dict[str, str] = {
     "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available); checked before any model "
               "loads.",
     "progress": "Show progress bars while computing signals (default True).",
+    "engine": "'local' (default) or 'spark': compute the signals on Apache Spark, score on the driver "
+              "(mlflow_mia.integrations.spark_audit; needs pip install 'mlflow-mia[spark]').",
+    "spark_master": "Spark master URL of the 'spark' engine, e.g. 'local[2]' (default: the active session, "
+                    "else Spark's default).",
+    "spark_store": "Parquet signal store of the 'spark' engine (any path Spark writes); a re-run computes only "
+                   "the texts missing there (default: none).",
 }
 
 
@@ -243,6 +249,9 @@ class MiaOptions:
     trust_remote_code: bool = False
     clear_gate_fail: bool = False
     hash_key: Any = field(default=None, repr=False)  # HashKey: keys the logged hashes, never logged
+    engine: str = "local"
+    spark_master: str | None = None
+    spark_store: str | None = None
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -308,6 +317,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     gate = Gate.parse(get("max_tpr_at_fpr"))
     from mlflow_mia.hashing import resolve_hash_key
 
+    engine = (opt_str(get("engine")) or "local").lower()
+    if engine not in ("local", "spark"):
+        raise ValueError(f"engine must be 'local' or 'spark', got {get('engine')!r}")
     hash_key = resolve_hash_key(opt_str(get("hash_key_file")))
     audit_config = AuditConfig(attacks=_attacks(get("attacks", AuditConfig.attacks)),
                                signal=SignalConfig.from_dict(_signal_settings(config)),
@@ -337,6 +349,9 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         trust_remote_code=parse_bool(get("trust_remote_code", False), "trust_remote_code"),
         clear_gate_fail=parse_bool(get("clear_gate_fail", False), "clear_gate_fail"),
         hash_key=hash_key,
+        engine=engine,
+        spark_master=opt_str(get("spark_master")),
+        spark_store=opt_str(get("spark_store")),
     )
     return audit_config, options
 

@@ -56,6 +56,9 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``cache_dir``              signal cache directory (default ``~/.cache/mlflow_mia``)
 ``device``                 torch device (default: CUDA when available)
 ``progress``               progress bars (default True)
+``engine``                 ``"local"`` (default) or ``"spark"``: signals computed on Apache Spark
+``spark_master``           Spark master of the spark engine, e.g. ``"local[2]"`` (default: active session)
+``spark_store``            Parquet signal store of the spark engine (re-runs compute only what is missing)
 =========================  ============================================================
 
 The same descriptions are in :data:`mlflow_mia.integrations.config.CONFIG_KEYS`.
@@ -127,9 +130,16 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
 
     generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
-    result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
-                       generator=generator.lm if generator else None, config=config, cache=cache,
-                       device=options.device, progress=options.progress)
+    if options.engine == "spark":  # signals on Spark, scoring here (mlflow_mia.integrations.spark_audit)
+        from mlflow_mia.integrations.spark_audit import run_spark_audit, spark_session
+
+        result = run_spark_audit(spark_session(options.spark_master), target, pool, population, reference=reference,
+                                 config=config, store=options.spark_store, device=options.device,
+                                 progress=options.progress)
+    else:
+        result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
+                           generator=generator.lm if generator else None, config=config, cache=cache,
+                           device=options.device, progress=options.progress)
     result.models = model_records(result.models, target=target, reference=reference, generator=generator)
     gate = options.gate.check(result.metrics) if options.gate is not None else None
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,

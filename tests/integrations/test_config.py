@@ -143,3 +143,11 @@ def test_cli_delta_flag_reaches_the_metric_config():
     assert parse_options(_flat_config(args))[0].metrics.delta == 1e-4
     args = build_parser().parse_args(["audit"])
     assert "delta" not in _flat_config(args)
+
+
+def test_engine_keys():
+    _, options = parse_options({"engine": "Spark", "spark_master": "local[2]", "spark_store": "/tmp/s"})
+    assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[2]", "/tmp/s")
+    assert parse_options({})[1].engine == "local"
+    with pytest.raises(ValueError, match="engine must be 'local' or 'spark'"):
+        parse_options({"engine": "dask"})

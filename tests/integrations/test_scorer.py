@@ -1,0 +1,34 @@
+"""The energy scorer pyfunc (``integrations/scorer.py``): logged, registered, loaded, equal to compute_signals."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from mlflow_mia.config import SignalConfig
+from mlflow_mia.integrations.models import resolve_model
+from mlflow_mia.integrations.scorer import log_scorer
+from mlflow_mia.signals import compute_signals
+
+CONFIG = SignalConfig(num_masks=2)
+
+
+@pytest.mark.parametrize("embed", [False, True])
+def test_registered_scorer_returns_compute_signals(tracking, embed):
+    texts = list(tracking.pool["text"][:6])
+    name = f"tgt-mia-scorer-{int(embed)}"
+    with mlflow.start_run():
+        log_scorer("models:/tgt@candidate", CONFIG, registered_model_name=name, embed_weights=embed)
+    scorer = mlflow.pyfunc.load_model(f"models:/{name}/1")
+    out = scorer.predict(pd.DataFrame({"text": texts}))
+    expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
+    assert list(out.columns) == ["energy", "n_tokens", "truncated"]
+    np.testing.assert_allclose(out["energy"].to_numpy(), expected.energy, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)
+    config = scorer.model_config
+    assert config.get("model_uri", "models:/tgt/2") == "models:/tgt/2"  # the alias is pinned to its version
+    assert ("model_uri" in config) != embed
+    with pytest.raises(ValueError, match="text at row 1 is missing"):
+        scorer.predict(pd.DataFrame({"text": ["the cat", None]}))

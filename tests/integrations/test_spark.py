@@ -1,0 +1,213 @@
+"""Signals on Apache Spark (``integrations/spark.py``) and the audit on top (``spark_audit.py``).
+
+One local[2] session for the whole module; skipped with a reason when pyspark or
+a Java runtime is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'mlflow-mia[spark]')")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("no Java runtime (java on PATH or JAVA_HOME): Spark cannot start", allow_module_level=True)
+
+from mlflow_mia.config import SignalConfig  # noqa: E402
+from mlflow_mia.integrations.spark import (SparkSignalError, _score_batches, collect_signals,  # noqa: E402
+                                           model_spec, spark_signals)
+from mlflow_mia.signals import MaskedLM, compute_signals  # noqa: E402
+from mlflow_mia.signals.testing import WORDS, tiny_bert  # noqa: E402
+
+CONFIG = SignalConfig(num_masks=3)
+LONG = " ".join(["cat"] * 80)  # longer than the tiny model's 64 tokens: truncated
+
+
+def _texts(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = [w for w in WORDS if w.isalpha()]
+    return [" ".join(rng.choice(words, size=int(rng.integers(3, 20)))) + f" {i}" for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local[2] session whose workers run this interpreter and import this copy of mlflow_mia."""
+    import mlflow_mia
+    from mlflow_mia.integrations.spark_audit import spark_session
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH", "TRANSFORMERS_VERBOSITY")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    root = str(Path(mlflow_mia.__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, saved["PYTHONPATH"]) if p)
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    session = spark_session("local[2]", app_name="mlflow-mia-tests", conf={
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    model, tok = tiny_bert(seed=3)
+    path = tmp_path_factory.mktemp("spark_model")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return _texts(39) + [LONG]
+
+
+@pytest.fixture(scope="module")
+def local(model_dir, texts):
+    """``compute_signals`` in this process: the oracle."""
+    return compute_signals(MaskedLM.from_pretrained(model_dir), texts, CONFIG, progress=False)
+
+
+def _frame(spark, texts, ids=None):
+    ids = list(range(len(texts))) if ids is None else ids
+    return spark.createDataFrame(pd.DataFrame({"id": ids, "text": texts}))
+
+
+def _assert_equal(res, local, rows=None):
+    rows = np.arange(len(local)) if rows is None else np.asarray(rows)
+    assert np.max(np.abs(res.energy - local.energy[rows])) <= 1e-5
+    np.testing.assert_array_equal(res.n_tokens, local.n_tokens[rows])
+    np.testing.assert_array_equal(res.truncated, local.truncated[rows])
+    for a, i in zip(res.token_logprobs, rows):
+        np.testing.assert_allclose(a, local.token_logprobs[i], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("partitions,batch", [(1, 10000), (4, 3)])
+def test_spark_energies_equal_compute_signals(spark, model_dir, texts, local, partitions, batch):
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch))
+    try:
+        df = _frame(spark, texts).repartition(partitions)
+        assert df.rdd.getNumPartitions() == partitions
+        job = spark_signals(df, model_dir, CONFIG, check_ids=False)
+        order = list(range(len(texts)))[::-1]  # any order: rows are matched by id
+        res = collect_signals(job.frame, order)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert job.frame.columns == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs"]
+    assert res.truncated[0] and res.n_truncated == 1  # LONG, now first
+    _assert_equal(res, local, order)
+
+
+def test_store_rerun_writes_nothing_and_superset_computes_only_new(spark, model_dir, texts, local, tmp_path):
+    store = str(tmp_path / "store")
+    first = spark_signals(_frame(spark, texts[:20]), model_dir, CONFIG, store=store)
+    assert first.computed == 20
+    files = sorted(p for p in Path(store).rglob("*.parquet"))
+    assert files and all(f"model_key={first.model_key}" in str(p) and f"settings={first.settings}" in str(p)
+                         for p in files)
+    again = spark_signals(_frame(spark, texts[:20]), model_dir, CONFIG, store=store)
+    assert again.computed == 0 and sorted(Path(store).rglob("*.parquet")) == files
+    # a superset, with one text twice under two ids: only the 20 new distinct texts are computed
+    ids = [f"t{i}" for i in range(len(texts))] + ["dup"]
+    superset = spark_signals(_frame(spark, texts + [texts[25]], ids), model_dir, CONFIG, store=store, waves=2)
+    assert superset.computed == 20
+    assert spark.read.parquet(store).count() == len(texts)  # one row per text hash, no duplicates
+    res = collect_signals(superset.frame, ids)
+    _assert_equal(res, local, list(range(len(texts))) + [25])
+    # other settings are another partition: nothing of the first is reused
+    other = spark_signals(_frame(spark, texts[:5]), model_dir, SignalConfig(num_masks=2), store=store)
+    assert other.computed == 5 and other.settings != first.settings
+
+
+def test_bad_input_is_a_clear_error_on_the_driver(spark, model_dir):
+    df = _frame(spark, ["the cat sat", "a dog ran"])
+    with pytest.raises(SparkSignalError, match="no text column 'body'"):
+        spark_signals(df, model_dir, CONFIG, text_column="body")
+    with pytest.raises(SparkSignalError, match="type bigint, not string"):
+        spark_signals(df, model_dir, CONFIG, text_column="id", id_column="text")
+    with pytest.raises(SparkSignalError, match="id 'a' occurs 2 times"):
+        spark_signals(_frame(spark, ["the cat", "the dog"], ["a", "a"]), model_dir, CONFIG)
+    nulls = spark.createDataFrame(pd.DataFrame({"id": ["x1", "x2"], "text": ["the cat sat", None]}))
+    job = spark_signals(nulls, model_dir, CONFIG)
+    with pytest.raises(SparkSignalError, match="text of id 'x2' is null"):
+        collect_signals(job.frame, ["x1", "x2"])
+
+
+def test_executor_errors_name_the_text_and_the_model(model_dir):
+    """The executor side of the checks, run in-process (no Spark job)."""
+    # no tracking or registry URI: in this process they would be set for the tests that follow
+    spec = {**model_spec(model_dir, CONFIG), "device": None, "tracking_uri": None, "registry_uri": None}
+
+    def run(spec_, pdf):
+        return list(_score_batches(iter([pdf]), spec_, "id", "text"))
+
+    batch = pd.DataFrame({"id": [7, 8], "text": ["the cat", "   "], "text_hash": ["0" * 64, "1" * 64]})
+    with pytest.raises(SparkSignalError, match="text of id 8 is empty"):
+        run(spec, batch)
+    out = run(spec, batch.iloc[:1])[0]
+    assert list(out.columns) == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs"]
+    with pytest.raises(SparkSignalError, match="cannot load the target model '/no/such/model'"):
+        run({**spec, "load_uri": "/no/such/model"}, batch)
+    with pytest.raises(SparkSignalError, match="another tokenizer than on the driver"):
+        run({**spec, "load_uri": spec["load_uri"] + "/.", "tokenizer_id": "f" * 64}, batch)
+    with pytest.raises(ValueError, match="model URI or a folder"):
+        model_spec(tiny_bert(), CONFIG)
+
+
+def test_unloadable_model_on_an_executor_surfaces_on_the_driver(spark, model_dir):
+    spec = {**model_spec(model_dir, CONFIG), "load_uri": "/no/such/model"}
+    job = spark_signals(_frame(spark, ["the cat sat"]), None, CONFIG, spec=spec)
+    with pytest.raises(SparkSignalError, match="an executor cannot load the target model '/no/such/model'") as err:
+        collect_signals(job.frame, [0])
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_cli_audit_on_spark_logs_the_local_metrics(spark, tracking):
+    from mlflow import MlflowClient
+
+    from mlflow_mia.integrations.cli import main
+
+    args = ["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]
+    assert main([*args, "--run-name", "local"]) == 0
+    assert main([*args, "--engine", "spark", "--spark-master", "local[2]", "--run-name", "spark"]) == 0
+    runs = {r.info.run_name: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
+    local, remote = runs["local"].data.metrics, runs["spark"].data.metrics
+    keys = [k for k in local if k.endswith("/auc") or "/tpr_at_fpr_" in k or "_at_pop_fpr_" in k]
+    assert {"loss/auc", "likelihood_ratio/auc", "likelihood_ratio/tpr_at_fpr_0.05"} <= set(keys)
+    assert {k: remote[k] for k in keys} == pytest.approx({k: local[k] for k in keys}, abs=1e-9)
+
+
+def test_spark_audit_refuses_neighbourhood(spark, model_dir):
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.integrations.spark_audit import run_spark_audit
+
+    with pytest.raises(ValueError, match="neighbourhood attack does not run on the Spark engine"):
+        run_spark_audit(spark, model_dir, None, None, config=AuditConfig(attacks=("neighbourhood",)))
+
+
+def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
+    import mlflow
+
+    from mlflow_mia.integrations.models import resolve_model
+    from mlflow_mia.integrations.scorer import log_scorer, scorer_result_type
+
+    texts = list(tracking.pool["text"][:8])
+    with mlflow.start_run():
+        log_scorer("models:/tgt@candidate", CONFIG, registered_model_name="tgt-mia-scorer-udf")
+    score = mlflow.pyfunc.spark_udf(spark, "models:/tgt-mia-scorer-udf/1", result_type=scorer_result_type(),
+                                    env_manager="local")
+    out = _frame(spark, texts).withColumn("s", score("text")).select("id", "s.*").toPandas().sort_values("id")
+    expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
+    assert np.max(np.abs(out["energy"].to_numpy() - expected.energy)) <= 1e-5
+    np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)
