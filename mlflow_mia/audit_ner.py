@@ -53,6 +53,9 @@ class NerAuditConfig:
     token_removal : bool
         Run the greedy token removal (costs about as many sentences as the prompt set on dev).
     token_budget : int or None
+        Padded tokens per forward pass (default by device).
+    batch_size : int or None
+        Sentences per forward pass instead of a token budget.
     """
 
     entity_types: tuple | None = None
@@ -63,6 +66,7 @@ class NerAuditConfig:
     fprs: tuple = (0.1, 0.01)
     token_removal: bool = True
     token_budget: int | None = None
+    batch_size: int | None = None
 
     def __post_init__(self):
         if self.subword not in ("first", "mean"):
@@ -116,8 +120,9 @@ class NerAuditResult:
 class _Scorer:
     """C(e) of (prompt, name) pairs of one type through the cached signal."""
 
-    def __init__(self, clf, *, subword, token_budget, device, cache, progress):
-        self.clf, self.kw = clf, dict(subword=subword, token_budget=token_budget, device=device, cache=cache)
+    def __init__(self, clf, *, subword, token_budget, batch_size, device, cache, progress):
+        self.clf = clf
+        self.kw = dict(subword=subword, token_budget=token_budget, batch_size=batch_size, device=device, cache=cache)
         self.progress = progress
 
     def matrix(self, prompts, names, entity_type, desc=None) -> np.ndarray:
@@ -261,8 +266,8 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         entity_tag_ids(clf.label2id, kind)
     prompt_set = load_prompts(prompts, entity_types=types)
     hand = load_prompts(handwritten, entity_types=types, kind="handwritten")
-    scorer = _Scorer(clf, subword=cfg.subword, token_budget=cfg.token_budget, device=device, cache=cache,
-                     progress=progress)
+    scorer = _Scorer(clf, subword=cfg.subword, token_budget=cfg.token_budget, batch_size=cfg.batch_size,
+                     device=device, cache=cache, progress=progress)
     groups = {k: table[table["entity_type"] == k].reset_index(drop=True) for k in types}
     jobs = [(list(prompt_set.loc[prompt_set.entity_type == k, "prompt"]) + [SLOT] +
              list(hand.loc[hand.entity_type == k, "prompt"]), list(g["name"]), k) for k, g in groups.items()]

@@ -25,6 +25,7 @@ The names table holds raw names (it is the input of the audit); it is written to
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import time
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlflow_mia.ner.names import detection_set, entity_names, read_conll
+from mlflow_mia.ner.names import detection_set, entity_names, name_hash, read_conll
 
 __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "demo_types", "train_tagger",
            "build_wnut_demo", "main"]
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 EXPERIMENT_NAME = "mlflow-mia-demo"
 ALIAS = "candidate"
 CORE_TYPES = ("person", "geo-loc", "company")
+NAMES_TAG = "mlflow_mia.demo.names_digest"
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,18 @@ def _tokenizer(size: WnutSize, sentences):
     return train_tokenizer([" ".join(s["tokens"]) for s in sentences], vocab_size=2000, min_frequency=1)
 
 
+def _length_batches(lengths: np.ndarray, batch_size: int, rng) -> list[np.ndarray]:
+    """One epoch of batches: shuffled, sorted by length inside windows of 8 batches, batch order shuffled."""
+    order = rng.permutation(len(lengths))
+    window = 8 * batch_size
+    batches = []
+    for w in range(0, len(order), window):
+        part = order[w:w + window]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        batches += [part[b:b + batch_size] for b in range(0, len(part), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
 def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool = True):
     """Fine-tune a token classifier on ``sentences``; returns ``(model, stats)``.
 
@@ -201,6 +215,7 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
         model.get_input_embeddings().weight.requires_grad_(False)
     ids, labs = _encode(sentences, tokenizer, model.config.label2id, size.max_length)
     rng = np.random.default_rng(size.seed)
+    lengths = np.array([len(x) for x in ids])
     steps = size.epochs * -(-len(ids) // size.batch_size)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=size.learning_rate, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
@@ -208,9 +223,7 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
     start, losses = time.time(), []
     with tqdm(total=steps, desc="fine-tune NER", disable=not progress) as bar:
         for _ in range(size.epochs):
-            order = rng.permutation(len(ids))
-            for b in range(0, len(order), size.batch_size):
-                batch = order[b:b + size.batch_size]
+            for batch in _length_batches(lengths, size.batch_size, rng):
                 x, mask = pad_batch([ids[i] for i in batch], tokenizer.pad_token_id)
                 y, _ = pad_batch([labs[i] for i in batch], -100)
                 out = model(input_ids=torch.from_numpy(x), attention_mask=torch.from_numpy(mask),
@@ -226,7 +239,7 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
     return model, {"steps": steps, "seconds": time.time() - start, "final_loss": float(np.mean(losses[-20:]))}
 
 
-def _log_and_register(model, tokenizer, name: str, *, size_name: str):
+def _log_and_register(model, tokenizer, name: str, *, size_name: str, digest: str):
     import mlflow
     from mlflow import MlflowClient
 
@@ -239,10 +252,27 @@ def _log_and_register(model, tokenizer, name: str, *, size_name: str):
     version = info.registered_model_version
     client.set_registered_model_alias(name, ALIAS, version)
     client.set_model_version_tag(name, version, "mlflow_mia.demo.size", size_name)
+    client.set_model_version_tag(name, version, NAMES_TAG, digest)
     return f"models:/{name}/{version}"
 
 
-def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = True,
+def _existing(client, prefix: str, digest: str):
+    """URIs of both registered taggers when they were built from this detection set, else None."""
+    from mlflow.exceptions import MlflowException
+
+    uris = {}
+    for half in ("a", "b"):
+        try:
+            mv = client.get_model_version_by_alias(f"{prefix}-{half}", ALIAS)
+        except MlflowException:
+            return None
+        if (mv.tags or {}).get(NAMES_TAG) != digest:
+            return None
+        uris[half] = f"models:/{mv.name}/{mv.version}"
+    return uris
+
+
+def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = True, force: bool = False,
                     num_threads: int | None = None) -> WnutDemo:
     """Train, log and register both taggers and write the names table.
 
@@ -251,6 +281,9 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     size : {"default", "small"}
     data_dir : path, optional
         Where ``names.csv`` goes (default ``./mlflow_mia_demo/wnut-<size>``).
+    force : bool
+        Retrain even when both taggers are registered for the same detection set
+        (a digest of its name hashes, stored as a version tag).
     num_threads : int, optional
         torch threads while training.
 
@@ -278,11 +311,18 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     out_dir.mkdir(parents=True, exist_ok=True)
     names_path = out_dir / "names.csv"
     names.to_csv(names_path, index=False)
-    labels = _labels(a + b)
-    tokenizer = _tokenizer(cfg, a + b)
     prefix = "wnut-ner" if size == "default" else "wnut-ner-small"
+    rows = sorted(f"{name_hash(n)}:{t}:{m}:{s}" for n, t, m, s in names.itertuples(index=False))
+    digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
     _ensure_tracking_uri()
     client = mlflow.MlflowClient()
+    found = None if force else _existing(client, prefix, digest)
+    if found:
+        log.info("WNUT taggers already registered for this detection set: %s", found)
+        return WnutDemo(model_a_uri=found["a"], model_b_uri=found["b"], names_path=str(names_path),
+                        entity_types=tuple(types), seconds=time.time() - start)
+    labels = _labels(a + b)
+    tokenizer = _tokenizer(cfg, a + b)
     uris = {}
     with _build_run(client, f"wnut-{size}") as run, _torch_threads(num_threads):
         mlflow.log_params({f"wnut.{k}": v for k, v in asdict(cfg).items()})
@@ -292,7 +332,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
         for half, data in (("a", a), ("b", b)):
             model, stats = train_tagger(data, labels, tokenizer, cfg, progress=progress)
             mlflow.log_metrics({f"train_{half}.{k}": v for k, v in stats.items()})
-            uris[half] = _log_and_register(model, tokenizer, f"{prefix}-{half}", size_name=size)
+            uris[half] = _log_and_register(model, tokenizer, f"{prefix}-{half}", size_name=size, digest=digest)
         seconds = time.time() - start
         mlflow.log_metric("build_seconds", seconds)
     return WnutDemo(model_a_uri=uris["a"], model_b_uri=uris["b"], names_path=str(names_path),
@@ -302,9 +342,10 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlflow_mia.demo.wnut", description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=sorted(WNUT_SIZES), default="default")
+    parser.add_argument("--threads", type=int, help="torch threads while training (default: torch's)")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
-    demo = build_wnut_demo(size=args.size, progress=not args.quiet)
+    demo = build_wnut_demo(size=args.size, progress=not args.quiet, num_threads=args.threads)
     print(f"built in {demo.seconds:.0f} s: {demo.model_a_uri} {demo.model_b_uri} names={demo.names_path} "
           f"types={','.join(demo.entity_types)}")
     return 0

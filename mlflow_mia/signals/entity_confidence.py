@@ -262,7 +262,7 @@ def _score(clf: TokenClassifier, ids, positions, tag_pairs, *, token_budget: int
 def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Sequence[str],
                       entity_types: Sequence[str], *, subword: str = "first", token_budget: int | None = None,
                       device=None, cache: ConfidenceCache | None = None, progress: bool = True,
-                      desc: str | None = None) -> np.ndarray:
+                      desc: str | None = None, batch_size: int | None = None) -> np.ndarray:
     """Entity confidence ``C(e)`` of each ``(prompt, name, type)`` triple.
 
     Parameters
@@ -276,6 +276,9 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
         Tokens read per name (module docstring).
     token_budget : int, optional
         Padded tokens per forward pass (default 4096 on CPU, 32768 on CUDA).
+    batch_size : int, optional
+        Sentences per forward pass instead: sets the budget to ``batch_size`` times the
+        longest sentence of each chunk of 4,096 sentences (overrides ``token_budget``).
     device : str or torch.device, optional
         Default: CUDA when available. The model is moved there.
     cache : ConfidenceCache, optional
@@ -324,6 +327,8 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
         for start in range(0, len(todo), _CHUNK):
             part = todo[start:start + _CHUNK]
             ids, positions = _encode(clf, [prompts[k] for k in part], [names[k] for k in part], subword)
+            if batch_size:
+                budget = int(batch_size) * max(len(x) for x in ids)
             scored = _score(clf, ids, positions, [tags[entity_types[k]] for k in part], token_budget=budget,
                             device=device, bar=bar)
             values[part] = scored
