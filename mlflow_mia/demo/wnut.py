@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -306,7 +305,8 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     start = time.time()
     a, b = split_halves(load_wnut(), seed=cfg.seed, n_tweets=cfg.n_tweets)
     types = demo_types(a, b, min_names=cfg.min_names)
-    names = detection_set(a, b, entity_types=types, seed=cfg.seed, max_names_per_class=cfg.max_names_per_class)
+    names = detection_set(a, b, entity_types=types, seed=cfg.seed, max_names_per_class=cfg.max_names_per_class,
+                          exclusive=True)
     out_dir = Path(data_dir or Path.cwd() / "mlflow_mia_demo" / f"wnut-{size}")
     out_dir.mkdir(parents=True, exist_ok=True)
     names_path = out_dir / "names.csv"

@@ -143,7 +143,8 @@ def entity_names(corpus) -> "OrderedDict[str, OrderedDict[str, str]]":
 
 
 def detection_set(train, other, *, entity_types: Iterable[str] | None = None, min_names: int = 1,
-                  max_names_per_class: int | None = None, dev_fraction: float = 0.5, seed: int = 0):
+                  max_names_per_class: int | None = None, dev_fraction: float = 0.5, seed: int = 0,
+                  exclusive: bool = False):
     """In-sample vs out-of-sample names per type, balanced, with a seeded dev/test split.
 
     Parameters
@@ -162,6 +163,10 @@ def detection_set(train, other, *, entity_types: Iterable[str] | None = None, mi
     dev_fraction : float in (0, 1)
         Share of each class and type that goes to dev.
     seed : int
+    exclusive : bool
+        Keep only in-sample names that do not occur in ``other`` either. Needed when
+        ``other`` trained a second model whose labels are the swapped ones (each
+        model the other's control): a name of both halves is in both training sets.
 
     Returns
     -------
@@ -178,8 +183,12 @@ def detection_set(train, other, *, entity_types: Iterable[str] | None = None, mi
 
     if not 0.0 < dev_fraction < 1.0:
         raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
-    inside, outside = entity_names(train), entity_names(other)
-    counts = {t: (len(inside.get(t, {})), len([k for k in outside.get(t, {}) if k not in inside.get(t, {})]))
+    seen, outside = entity_names(train), entity_names(other)
+    inside = seen
+    if exclusive:
+        inside = OrderedDict((t, OrderedDict((k, v) for k, v in d.items() if k not in outside.get(t, {})))
+                             for t, d in seen.items())
+    counts = {t: (len(inside.get(t, {})), len([k for k in outside.get(t, {}) if k not in seen.get(t, {})]))
               for t in dict.fromkeys([*inside, *outside])}
     if entity_types is None:
         types = [t for t, (a, b) in counts.items() if min(a, b) >= min_names]
@@ -193,7 +202,7 @@ def detection_set(train, other, *, entity_types: Iterable[str] | None = None, mi
     rows = []
     for kind in types:
         ins = list(inside[kind].values())
-        outs = [v for k, v in outside[kind].items() if k not in inside[kind]]
+        outs = [v for k, v in outside[kind].items() if k not in seen[kind]]
         n = min(len(ins), len(outs), max_names_per_class or len(ins))
         for label, pool in ((1, ins), (0, outs)):
             picked = [pool[i] for i in sorted(rng.choice(len(pool), size=n, replace=False))]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-import numpy as np
-
 __all__ = ["SLOT", "SENTENCE_TYPES", "load_prompts", "shipped_prompts", "check_prompts", "fill",
            "split_prompt", "prompt_words", "slot_position", "join_words"]
 
@@ -155,7 +153,3 @@ def load_prompts(source=None, *, entity_types=None, kind: str = "generated"):
     return check_prompts(df, entity_types=entity_types, what="handwritten prompts" if kind == "handwritten"
                          else "prompts")
 
-
-def sample_handwritten(handwritten, n_names: int, *, seed: int = 0) -> np.ndarray:
-    """Mix-PT: index of a random hand-written prompt for each of ``n_names`` names (seeded)."""
-    return np.random.default_rng(seed).integers(0, len(handwritten), size=n_names)

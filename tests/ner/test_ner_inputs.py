@@ -91,3 +91,12 @@ def test_prompt_validation():
 
 def test_name_hash_normalises():
     assert name_hash("Ann  Lee") == name_hash("ann lee") != name_hash("ann le")
+
+
+def test_detection_set_exclusive_drops_shared_names():
+    train = _corpus(["Ann Lee", "Bob", "Cy"])
+    other = _corpus(["ann lee", "Eve", "Fay", "Gus"])
+    d = detection_set(train, other, exclusive=True, seed=0)
+    assert set(d[d.is_member == 1].name) == {"Bob", "Cy"}
+    assert len(d[d.is_member == 0]) == 2 and "ann lee" not in set(d.name)
+    assert "Ann Lee" in set(detection_set(train, other, seed=0).query("is_member == 1").name)
