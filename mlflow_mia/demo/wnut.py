@@ -71,9 +71,9 @@ class WnutSize:
 
     encoder: str = "minilm"
     n_tweets: int | None = None
-    epochs: int = 3
+    epochs: int = 6
     batch_size: int = 32
-    learning_rate: float = 1.5e-4
+    learning_rate: float = 2e-4
     max_length: int = 64
     hidden: int = 64
     layers: int = 2
@@ -281,8 +281,8 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     data_dir : path, optional
         Where ``names.csv`` goes (default ``./mlflow_mia_demo/wnut-<size>``).
     force : bool
-        Retrain even when both taggers are registered for the same detection set
-        (a digest of its name hashes, stored as a version tag).
+        Retrain even when both taggers are registered for the same detection set and
+        training settings (a digest of both, stored as a version tag).
     num_threads : int, optional
         torch threads while training.
 
@@ -313,7 +313,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     names.to_csv(names_path, index=False)
     prefix = "wnut-ner" if size == "default" else "wnut-ner-small"
     rows = sorted(f"{name_hash(n)}:{t}:{m}:{s}" for n, t, m, s in names.itertuples(index=False))
-    digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+    digest = hashlib.sha256("\n".join(rows + [repr(sorted(asdict(cfg).items()))]).encode()).hexdigest()
     _ensure_tracking_uri()
     client = mlflow.MlflowClient()
     found = None if force else _existing(client, prefix, digest)
@@ -343,9 +343,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlflow_mia.demo.wnut", description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=sorted(WNUT_SIZES), default="default")
     parser.add_argument("--threads", type=int, help="torch threads while training (default: torch's)")
+    parser.add_argument("--force", action="store_true", help="retrain even if registered for the same settings")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
-    demo = build_wnut_demo(size=args.size, progress=not args.quiet, num_threads=args.threads)
+    demo = build_wnut_demo(size=args.size, progress=not args.quiet, num_threads=args.threads, force=args.force)
     print(f"built in {demo.seconds:.0f} s: {demo.model_a_uri} {demo.model_b_uri} names={demo.names_path} "
           f"types={','.join(demo.entity_types)}")
     return 0
