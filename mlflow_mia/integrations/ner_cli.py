@@ -33,20 +33,27 @@ def add_ner_parser(sub) -> argparse.ArgumentParser:
                                                      "(default: the shipped set)")
     p.add_argument("--handwritten-prompts", metavar="PATH", help="the baselines' prompts (default: shipped)")
     p.add_argument("--entity-types", help="comma-separated types (default: every type of the names table)")
-    p.add_argument("--dev-fraction", type=float, default=0.5)
-    p.add_argument("--subword", choices=("first", "mean"), default="first")
-    p.add_argument("--seed", type=lambda t: int(float(t)), default=0)
-    p.add_argument("--token-budget", type=_opt_int)
+    p.add_argument("--dev-fraction", type=float, default=0.5,
+                   help="share of names per type and class used for dev when --names has no split (default 0.5)")
+    p.add_argument("--subword", choices=("first", "mean"), default="first",
+                   help="tokens read per name: the first subword of each word, or every subword (default first)")
+    p.add_argument("--seed", type=lambda t: int(float(t)), default=0,
+                   help="seed of the dev/test split, Mix-PT and the bootstrap (default 0)")
+    p.add_argument("--token-budget", type=_opt_int,
+                   help="padded tokens per forward pass (default 4096 on CPU, 32768 on CUDA)")
     p.add_argument("--batch-size", type=_opt_int, help="sentences per forward pass (instead of --token-budget)")
-    p.add_argument("--bootstrap-rounds", type=lambda t: int(float(t)), default=1000)
-    p.add_argument("--fprs", default="0.1,0.01")
+    p.add_argument("--bootstrap-rounds", type=lambda t: int(float(t)), default=1000,
+                   help="bootstrap resamples of the M-MEM intervals over names (default 1000; 0 = none)")
+    p.add_argument("--fprs", default="0.1,0.01",
+                   help="FPRs of the TPR metrics, threshold from the dev out-of-sample names (default 0.1,0.01)")
     p.add_argument("--no-token-removal", action="store_true", help="skip the greedy token removal")
     p.add_argument("--log-texts", default="false", help="true: write raw names into tables/ner_names.csv")
-    p.add_argument("--cache-dir")
-    p.add_argument("--device")
-    p.add_argument("--demo-size", choices=("default", "small"), default="default")
-    p.add_argument("--tracking-uri", metavar="URI")
-    p.add_argument("--experiment", metavar="NAME")
+    p.add_argument("--cache-dir", help="entity-confidence cache directory (default ~/.cache/mlflow_mia)")
+    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: CUDA when available)")
+    p.add_argument("--demo-size", choices=("default", "small"), default="default",
+                   help="demo taggers without --model: MiniLM-L6 (default) or a tiny scratch BERT (small)")
+    p.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)")
+    p.add_argument("--experiment", metavar="NAME", help="MLflow experiment of the audit run")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     return p
 
