@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,6 +171,10 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
         out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = \
             s["gap"], s["std"], s["mean"]
     out["kendall_tau_dev_test"], out["kendall_tau_dev_test_pvalue"] = pm.kendall_tau(m_dev, m_test)
+    out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length
+    for column in ("sentence_type", "slot_position"):  # Sect. 5.4: sentence type, position of the name
+        for value, mean in table.groupby(column)["mmem_all"].mean().items():
+            out[f"mmem_by_{column}/{re.sub(r'[^\w.\- ]', '_', str(value))}"] = mean
     # baselines: the name alone, one hand-written prompt, a random hand-written prompt per name
     out["no_pt_mmem"] = pm.mmem(y[test], base["none"][test])
     out["one_pt_mmem"] = pm.mmem(y[test], base["hand"][0, test])
@@ -243,6 +248,8 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         ``prompt_gap`` / ``prompt_std`` (over prompts on dev; ``_test``, ``_all``),
         ``no_pt_mmem``, ``one_pt_mmem``, ``mix_pt_mmem``, ``{mv,avg_c,wed_c,max_c,min_c}_mmem``,
         ``best_modified_mmem`` / ``worst_modified_mmem``, ``kendall_tau_dev_test``,
+        ``kendall_tau_length`` (prompt words vs M-MEM over all names),
+        ``mmem_by_sentence_type/{type}`` and ``mmem_by_slot_position/{pos}`` (mean M-MEM over all names),
         ``{best_prompt,best_ensemble}_tpr_at_fpr_{alpha}``.
 
     Raises

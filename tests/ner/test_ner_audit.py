@@ -55,6 +55,11 @@ def test_prompt_table_matches_direct_confidences(audited):
                 "best_modified_mmem", "worst_modified_mmem", "best_prompt_tpr_at_fpr_0.1", "kendall_tau_dev_test"):
         assert f"ner/PER/{key}" in m
     assert m["ner/PER/best_modified_mmem_dev"] >= m["ner/PER/worst_modified_mmem_dev"]
+    assert m["ner/PER/mmem_by_sentence_type/declarative"] == pytest.approx(t.mmem_all[:2].mean())
+    assert m["ner/PER/mmem_by_slot_position/start"] == pytest.approx(t.mmem_all[1])
+    from scipy.stats import kendalltau
+
+    assert m["ner/PER/kendall_tau_length"] == pytest.approx(kendalltau(t.n_words, t.mmem_all).statistic)
 
 
 def test_no_raw_names_in_result_tables(audited):
