@@ -29,6 +29,8 @@ from mlflow_mia.metrics import prompts as pm
 from mlflow_mia.ner.names import assign_split, check_names_table, name_hash
 from mlflow_mia.ner.prompts import SLOT, load_prompts
 
+_METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
+
 __all__ = ["NerAuditConfig", "NerAuditResult", "ner_audit", "compare_models"]
 
 log = logging.getLogger(__name__)
@@ -174,7 +176,7 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
     out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length
     for column in ("sentence_type", "slot_position"):  # Sect. 5.4: sentence type, position of the name
         for value, mean in table.groupby(column)["mmem_all"].mean().items():
-            out[f"mmem_by_{column}/{re.sub(r'[^\w.\- ]', '_', str(value))}"] = mean
+            out[f"mmem_by_{column}/" + _METRIC_UNSAFE.sub("_", str(value))] = mean
     # baselines: the name alone, one hand-written prompt, a random hand-written prompt per name
     out["no_pt_mmem"] = pm.mmem(y[test], base["none"][test])
     out["one_pt_mmem"] = pm.mmem(y[test], base["hand"][0, test])
