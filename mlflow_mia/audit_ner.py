@@ -166,8 +166,9 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
     out = {"best_prompt_mmem": m_test[best], "best_prompt_mmem_dev": m_dev[best],
            "worst_prompt_mmem": m_test[worst], "worst_prompt_mmem_dev": m_dev[worst]}
     for tag, idx in (("best", best), ("worst", worst)):
-        low, high = pm.mmem_ci(y[test], conf[idx, test], rounds=cfg.bootstrap_rounds, seed=cfg.seed)
-        out[f"{tag}_prompt_mmem_ci_low"], out[f"{tag}_prompt_mmem_ci_high"] = low, high
+        for part, rows in (("", test), ("_dev", dev)):
+            low, high = pm.mmem_ci(y[rows], conf[idx, rows], rounds=cfg.bootstrap_rounds, seed=cfg.seed)
+            out[f"{tag}_prompt_mmem{part}_ci_low"], out[f"{tag}_prompt_mmem{part}_ci_high"] = low, high
     for suffix, scores in (("", m_dev), ("_test", m_test), ("_all", m_all)):
         s = pm.prompt_spread(scores)
         out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = \
@@ -246,7 +247,7 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     -------
     NerAuditResult
         Metrics per type ``ner/{type}/...``: ``best_prompt_mmem`` / ``worst_prompt_mmem``
-        (chosen on dev, M-MEM on test; ``_dev`` and ``_ci_low/_ci_high`` too),
+        (chosen on dev, M-MEM on test; ``_dev``, ``_ci_low/_ci_high`` and ``_dev_ci_low/_dev_ci_high`` too),
         ``prompt_gap`` / ``prompt_std`` (over prompts on dev; ``_test``, ``_all``),
         ``no_pt_mmem``, ``one_pt_mmem``, ``mix_pt_mmem``, ``{mv,avg_c,wed_c,max_c,min_c}_mmem``,
         ``best_modified_mmem`` / ``worst_modified_mmem``, ``kendall_tau_dev_test``,

@@ -55,6 +55,14 @@ def test_prompt_table_matches_direct_confidences(audited):
                 "best_modified_mmem", "worst_modified_mmem", "best_prompt_tpr_at_fpr_0.1", "kendall_tau_dev_test"):
         assert f"ner/PER/{key}" in m
     assert m["ner/PER/best_modified_mmem_dev"] >= m["ner/PER/worst_modified_mmem_dev"]
+    for part in ("", "_dev"):
+        assert 0.0 <= m[f"ner/PER/best_prompt_mmem{part}_ci_low"] < m[f"ner/PER/best_prompt_mmem{part}_ci_high"] <= 1
+    y_dev = names.is_member.to_numpy()[(result.names.split == "dev").to_numpy()]
+    c_dev = result.names.c_best.to_numpy()[(result.names.split == "dev").to_numpy()]
+    from mlflow_mia.metrics.prompts import mmem_ci
+
+    assert (m["ner/PER/best_prompt_mmem_dev_ci_low"], m["ner/PER/best_prompt_mmem_dev_ci_high"]) == \
+        pytest.approx(mmem_ci(y_dev, c_dev, rounds=20, seed=0))
     assert m["ner/PER/mmem_by_sentence_type/declarative"] == pytest.approx(t.mmem_all[:2].mean())
     assert m["ner/PER/mmem_by_slot_position/start"] == pytest.approx(t.mmem_all[1])
     from scipy.stats import kendalltau
