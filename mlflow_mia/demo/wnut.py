@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlflow_mia.ner.names import detection_set, entity_names, name_hash, read_conll
+from mlflow_mia.ner.names import detection_set, entity_names, read_conll
 
 __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "demo_types", "train_tagger",
            "build_wnut_demo", "main"]
@@ -312,7 +312,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     names_path = out_dir / "names.csv"
     names.to_csv(names_path, index=False)
     prefix = "wnut-ner" if size == "default" else "wnut-ner-small"
-    rows = sorted(f"{name_hash(n)}:{t}:{m}:{s}" for n, t, m, s in names.itertuples(index=False))
+    rows = sorted(f"{n.lower()}:{t}:{m}:{s}" for n, t, m, s in names.itertuples(index=False))
     digest = hashlib.sha256("\n".join(rows + [repr(sorted(asdict(cfg).items()))]).encode()).hexdigest()
     _ensure_tracking_uri()
     client = mlflow.MlflowClient()

@@ -3,11 +3,11 @@
 What one NER audit writes (``prefix`` is prepended to every name):
 
 - params: ``ner_*`` settings, the resolved model URI and version, the number of
-  names per class and a sha256 digest of the sorted name hashes;
+  names per class and a sha256 digest of the sorted keyed name hashes;
 - metrics: ``ner/{type}/...`` in one ``log_batch`` (unless ``log_metrics=False``
   because ``mlflow.models.evaluate`` logs the returned metrics itself);
 - ``tables/ner_prompts.csv`` (one row per prompt and type with its M-MEM on dev,
-  test and all names), ``tables/ner_names.csv`` (name hashes, labels, split and the
+  test and all names), ``tables/ner_names.csv`` (keyed name hashes, labels, split and the
   best / worst / no-prompt confidences; the raw ``name`` column only with
   ``log_texts=True``), ``ner_summary.json`` (best / worst / modified prompts, metrics);
 - ``plots/ner_prompt_mmem.png``, ``plots/ner_mmem_by_sentence_type.png``,

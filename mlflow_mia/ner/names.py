@@ -13,8 +13,9 @@ References
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import os
+import secrets
 from collections import OrderedDict
 from typing import Iterable, Sequence
 
@@ -22,14 +23,32 @@ import numpy as np
 
 __all__ = ["read_conll", "extract_entities", "entity_names", "detection_set", "check_names_table", "assign_split",
            "read_private_table",
-           "name_hash", "NAME_COLUMNS"]
+           "name_hash", "hash_key", "NAME_COLUMNS"]
 
 NAME_COLUMNS = ("name", "entity_type", "is_member")
 
 
-def name_hash(name: str) -> str:
-    """First 16 hex digits of the sha256 of the normalised name (identity in artifacts)."""
-    return hashlib.sha256(" ".join(name.split()).lower().encode("utf-8")).hexdigest()[:16]
+def _normalise(name: str) -> str:
+    return " ".join(name.split()).lower()
+
+
+_PROCESS_KEY = secrets.token_bytes(32)
+
+
+def hash_key() -> bytes:
+    """The key of :func:`name_hash`: ``$MLFLOW_MIA_HASH_KEY`` if set, else random per process and not kept."""
+    env = os.environ.get("MLFLOW_MIA_HASH_KEY")
+    return env.encode("utf-8") if env else _PROCESS_KEY
+
+
+def name_hash(name: str, key: bytes | None = None) -> str:
+    """First 16 hex digits of ``HMAC-SHA256(key, normalised name)``: a name's identity in artifacts.
+
+    Keyed because names are guessable: an unkeyed hash next to a membership label
+    would let anyone who reads the run test a candidate name. Normalised: whitespace
+    collapsed, lower case. ``key`` defaults to :func:`hash_key`.
+    """
+    return hmac.new(key or hash_key(), _normalise(name).encode("utf-8"), "sha256").hexdigest()[:16]
 
 
 def read_conll(path, *, separator: str | None = "\t") -> list[dict]:

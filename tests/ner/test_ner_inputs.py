@@ -89,8 +89,14 @@ def test_prompt_validation():
     assert slot_position("Is {name}'s dog here?") == "middle"
 
 
-def test_name_hash_normalises():
+def test_name_hash_normalises_and_is_keyed(monkeypatch):
+    import hashlib
+
     assert name_hash("Ann  Lee") == name_hash("ann lee") != name_hash("ann le")
+    assert name_hash("ann lee", b"k1") != name_hash("ann lee", b"k2")
+    assert name_hash("ann lee") != hashlib.sha256(b"ann lee").hexdigest()[:16]  # not an unkeyed hash
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "k1")
+    assert name_hash("Ann Lee") == name_hash("ann lee", b"k1")
 
 
 def test_detection_set_exclusive_drops_shared_names():
