@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Membership inference audits of masked language models, logged to MLflow.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
-    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo}")
+    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit}")
     sub.required = True
 
     audit = sub.add_parser(
@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
     demo.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
     demo.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress bars")
+    from mlflow_mia.integrations.ner_cli import add_ner_parser
+
+    add_ner_parser(sub)
     return parser
 
 
@@ -336,6 +339,10 @@ def main(argv=None) -> int:
             return _cmd_audit(args)
         if args.command == "compare":
             return _cmd_compare(args)
+        if args.command == "ner-audit":
+            from mlflow_mia.integrations.ner_cli import cmd_ner_audit
+
+            return cmd_ner_audit(args)
         return _cmd_build_demo(args)
     except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
         print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)

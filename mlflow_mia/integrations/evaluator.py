@@ -232,6 +232,13 @@ class MiaEvaluator(ModelEvaluator):
             Invalid configuration, missing population set, no model, or unsupported
             ``extra_metrics`` / ``custom_artifacts`` / ``predictions``.
         """
+        from mlflow_mia.integrations.ner_evaluator import evaluate_ner, is_ner_config
+
+        if is_ner_config(evaluator_config):  # method="ner_prompts": the NER prompt audit
+            if extra_metrics or custom_artifacts:
+                raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
+            return evaluate_ner(model=model, dataset=dataset, run_id=run_id, evaluator_config=evaluator_config,
+                                model_id=kwargs.get("model_id"))
         from mlflow_mia.integrations.logging import mlflow_metrics
         from mlflow_mia.integrations.models import resolve_model
 

@@ -277,7 +277,7 @@ def registered_weights_id(name: str, version: str) -> str | None:
 
 
 def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
-              registry: list[tuple[str, str]], claimed: bool = False) -> ResolvedModel:
+              registry: list[tuple[str, str]], claimed: bool = False, wrapper=MaskedLM) -> ResolvedModel:
     """Wrap loaded parts; registry versions that are only ``claimed`` must hold these very weights.
 
     A claim comes from a file the model's owner wrote (an ``MLmodel`` in a folder, a
@@ -300,13 +300,16 @@ def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
     name, version = registry[0] if registry else (None, None)
     if pinned is None and registry:
         pinned = f"models:/{name}/{version}"
-    lm = MaskedLM(model, tokenizer, model_id=pinned or weights_id, name=f"{role} {pinned or requested}")
+    lm = wrapper(model, tokenizer, model_id=pinned or weights_id, name=f"{role} {pinned or requested}")
     return ResolvedModel(lm=lm, requested=requested, resolved_uri=lm.model_id, registered_name=name,
                          version=version, also_registered_as=tuple(registry[1:]))
 
 
-def resolve_model(model, *, role: str = "target", trust_remote_code: bool = False) -> ResolvedModel:
-    """Load ``model`` as a masked LM with a version-pinned identity.
+def resolve_model(model, *, role: str = "target", trust_remote_code: bool = False, wrapper=MaskedLM) -> ResolvedModel:
+    """Load ``model`` for an audit role (a masked LM by default) with a version-pinned identity.
+
+    The one loader of every role: target and reference masked LMs, neighbour
+    generators, and (``wrapper=TokenClassifier``) the NER models of the prompt audit.
 
     Parameters
     ----------
@@ -318,7 +321,11 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         Allow a model whose classes are not part of transformers to run the Python
         code shipped with it. Off by default: an audit of someone else's model must
         not execute their code (``docs/security.md``).
-
+    wrapper : type
+        What the loaded ``(model, tokenizer)`` becomes: :class:`MaskedLM` (default) or
+        :class:`~mlflow_mia.signals.entity_confidence.TokenClassifier`; it must take
+        ``(model, tokenizer, model_id=, name=)``, offer ``from_pretrained(path,
+        trust_remote_code=)`` and check its own head.
     Returns
     -------
     ResolvedModel
@@ -333,16 +340,17 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
     """
     if isinstance(model, ResolvedModel):
         return model
-    if isinstance(model, MaskedLM):
+    if isinstance(model, wrapper):
         return ResolvedModel(lm=model, requested=model.name or model.model_id, resolved_uri=model.model_id)
     if isinstance(model, tuple) and len(model) == 2:
-        return _resolved(model, requested=f"in-memory {role} model", pinned=None, role=role, registry=[])
+        return _resolved(model, requested=f"in-memory {role} model", pinned=None, role=role, registry=[],
+                         wrapper=wrapper)
     if _is_pyfunc(model):
-        return _from_pyfunc(model, role=role)
+        return _from_pyfunc(model, role=role, wrapper=wrapper)
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     if not isinstance(model, str):
-        raise TypeError(f"{role} model must be a URI, a local folder, a PyFuncModel, a MaskedLM or a "
+        raise TypeError(f"{role} model must be a URI, a local folder, a PyFuncModel, a {wrapper.__name__} or a "
                         f"(model, tokenizer) pair, got {type(model).__name__}")
     uri = model.strip()
     if uri.startswith("models:/"):
@@ -352,7 +360,8 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         others = [r for r in registry_versions_of(model_id) if r not in registry]
         if name is None and others:
             pinned = None  # a logged model that is a registry version: key the cache by the version
-        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry + others)
+        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry + others,
+                         wrapper=wrapper)
     if os.path.isdir(uri):
         if os.path.exists(os.path.join(uri, "MLmodel")):
             # A saved MLflow model: its MLmodel names the logged model, which may be a registry version
@@ -360,9 +369,9 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
             parts = _load_components(uri, trust_remote_code=trust_remote_code)
             model_id, run_id = _logged_model_id(uri)
             return _resolved(parts, requested=uri, pinned=None, role=role,
-                             registry=registry_versions_of(model_id, run_id), claimed=True)
+                             registry=registry_versions_of(model_id, run_id), claimed=True, wrapper=wrapper)
         if os.path.exists(os.path.join(uri, "config.json")):
-            lm = MaskedLM.from_pretrained(uri, trust_remote_code=trust_remote_code)
+            lm = wrapper.from_pretrained(uri, trust_remote_code=trust_remote_code)
             lm.name = f"{role} {uri}"
             return ResolvedModel(lm=lm, requested=uri, resolved_uri=lm.model_id)
         raise ValueError(f"{role} model folder {uri!r} holds neither an MLmodel file (an MLflow model) nor a "
@@ -373,7 +382,8 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         registry = registry_versions_of(model_id, run_id)
         # A registry version keys the cache when one exists, so every URI form of these weights shares it.
         pinned = uri if uri.startswith("runs:/") and not registry else None
-        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry, claimed=True)
+        return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry, claimed=True,
+                         wrapper=wrapper)
     raise ValueError(f"{role} model {uri!r} is neither a local folder nor a model URI; use models:/name/version, "
                      "models:/name@alias, runs:/<run_id>/<path> or the path of a saved model")
 
@@ -386,14 +396,14 @@ def _is_pyfunc(obj) -> bool:
     return isinstance(obj, PyFuncModel)
 
 
-def _from_pyfunc(model, *, role: str) -> ResolvedModel:
+def _from_pyfunc(model, *, role: str, wrapper=MaskedLM) -> ResolvedModel:
     raw = model.get_raw_model()
     hf_model, tokenizer = getattr(raw, "model", None), getattr(raw, "tokenizer", None)
     if hf_model is None or tokenizer is None:
         raise ValueError(
             f"the {role} model is a {type(raw).__name__} pyfunc model; the mia evaluator needs a transformers "
-            "fill-mask model logged with mlflow.transformers.log_model(transformers_model={'model': ..., "
-            "'tokenizer': ...}, task='fill-mask')")
+            f"{'token-classification' if wrapper is not MaskedLM else 'fill-mask'} model logged with "
+            "mlflow.transformers.log_model(transformers_model={'model': ..., 'tokenizer': ...})")
     metadata = getattr(model, "metadata", None)
     model_id = getattr(metadata, "model_id", None) or getattr(model, "model_id", None)
     run_id = getattr(metadata, "run_id", None)
@@ -401,4 +411,4 @@ def _from_pyfunc(model, *, role: str) -> ResolvedModel:
     pinned = None if registry else (f"models:/{model_id}" if model_id else None)
     requested = f"models:/{model_id}" if model_id else f"pyfunc {role} model"
     return _resolved((hf_model, tokenizer), requested=requested, pinned=pinned, role=role, registry=registry,
-                     claimed=True)
+                     claimed=True, wrapper=wrapper)

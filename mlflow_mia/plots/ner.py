@@ -1,0 +1,107 @@
+"""Figures of the NER prompt memorization audit (Xia et al. 2025, Figs. 3-4).
+
+Each function takes the prompt table of :func:`mlflow_mia.audit_ner.ner_audit`
+(``entity_type``, ``sentence_type``, ``slot_position``, ``mmem_*`` columns) or its
+ROC scores, and returns a new matplotlib figure that the caller saves or logs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["plot_prompt_mmem_distribution", "plot_mmem_by", "plot_best_worst_roc"]
+
+_OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+
+
+def _figure(n_panels: int, width: float = 4.0):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(max(width * n_panels, 4.0), 3.6), layout="constrained")
+    axes = fig.subplots(1, n_panels, squeeze=False)[0]
+    return fig, axes
+
+
+def _check(table, column: str):
+    if table is None or len(table) == 0:
+        raise ValueError("the prompt table is empty")
+    if column not in table.columns:
+        raise ValueError(f"the prompt table has no column {column!r}; columns: {list(table.columns)}")
+
+
+def plot_prompt_mmem_distribution(table, *, column: str = "mmem_test", bins: int = 20):
+    """Histogram of the prompts' M-MEM, one panel per entity type, with the 0.5 chance line.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        One row per prompt and type.
+    column : str
+        ``mmem_dev``, ``mmem_test`` or ``mmem_all``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    _check(table, column)
+    types = list(dict.fromkeys(table["entity_type"]))
+    fig, axes = _figure(len(types), width=3.2)
+    for ax, kind, colour in zip(axes, types, _OKABE_ITO):
+        x = table.loc[table["entity_type"] == kind, column].to_numpy(dtype=float)
+        ax.hist(x, bins=bins, color=colour, alpha=0.85)
+        ax.axvline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+        ax.axvline(float(np.mean(x)), color="black", linewidth=1, label=f"mean {np.mean(x):.3f}")
+        ax.set_title(f"{kind} ({len(x)} prompts)")
+        ax.set_xlabel(f"M-MEM ({column.replace('mmem_', '')})")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("prompts")
+    return fig
+
+
+def plot_mmem_by(table, by: str, *, column: str = "mmem_test"):
+    """Box plots of the prompts' M-MEM grouped by ``by`` (e.g. ``sentence_type``, ``slot_position``), per type.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    _check(table, column)
+    _check(table, by)
+    types = list(dict.fromkeys(table["entity_type"]))
+    fig, axes = _figure(len(types), width=3.6)
+    for ax, kind in zip(axes, types):
+        sub = table[table["entity_type"] == kind]
+        groups = sorted(set(sub[by]), key=str)
+        ax.boxplot([sub.loc[sub[by] == g, column].to_numpy(dtype=float) for g in groups],
+                   tick_labels=[f"{g}\n(n={int((sub[by] == g).sum())})" for g in groups])
+        ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(kind)
+        ax.tick_params(axis="x", labelsize=7)
+    axes[0].set_ylabel(f"M-MEM ({column.replace('mmem_', '')})")
+    fig.suptitle(f"M-MEM by {by.replace('_', ' ')}")
+    return fig
+
+
+def plot_best_worst_roc(rocs: dict, *, labels=("best", "worst")):
+    """ROC on test of the best and worst prompt (chosen on dev), one panel per type.
+
+    Parameters
+    ----------
+    rocs : dict of str to dict
+        ``type -> {"best": (y_true, scores), "worst": (y_true, scores)}``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from mlflow_mia.plots.roc import RocDisplay
+
+    if not rocs:
+        raise ValueError("no ROC scores to plot")
+    fig, axes = _figure(len(rocs), width=3.4)
+    for ax, (kind, pair) in zip(axes, rocs.items()):
+        for i, label in enumerate(labels):
+            y, s = pair[label]
+            RocDisplay.from_predictions(y, s, name=f"{label} prompt", ax=ax)
+        ax.set_title(kind)
+    return fig

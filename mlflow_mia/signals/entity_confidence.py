@@ -1,0 +1,339 @@
+"""Entity confidence of a token-classification (NER) model: the signal of the NER audit.
+
+For a name ``e`` put into the slot of a prompt, Xia et al. (2025, Sect. 3.3)
+define ``C(e) = (1 / |T_e|) sum_{t in T_e} max(P(B-type | t), P(I-type | t))``,
+the softmax taken over all tags of the model. ``T_e`` are the name's tokens:
+
+- ``subword="first"`` (default): the first subword of each whitespace word of the
+  name (the usual Hugging Face word alignment; one value per word);
+- ``subword="mean"``: every subword token of the name (the paper's ``T_e`` read
+  literally).
+
+Tag ids come from ``model.config.label2id`` (``B-person`` / ``I-person`` or
+``B-PER`` / ``I-PER``: the type is spelled as the model spells it). All prompt x
+name sentences of a run go through the model in length-sorted batches under a
+token budget; values are cached on disk per (model, tokenizer, tags, settings,
+type, prompt, name), the name only as part of a sha256, so a stopped run resumes.
+
+References
+----------
+.. [1] Y. Xia et al., "Exploring prompts to elicit memorization in masked language
+   model-based named entity recognition", PLoS One 20(9), 2025, Eq. 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from mlflow_mia.signals.batching import pad_batch, plan_batches
+from mlflow_mia.signals.cache import SqliteSpecStore, default_cache_dir
+from mlflow_mia.signals.model import refuse_remote_code, tokenizer_digest, weights_digest
+
+__all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
+           "TOKEN_BUDGETS"]
+
+SUBWORD_MODES = ("first", "mean")
+TOKEN_BUDGETS = {"cpu": 4096, "cuda": 32768}
+_CHUNK = 4096  # sentences tokenized, scored and committed to the cache at a time
+
+
+def entity_tag_ids(label2id, entity_type: str) -> tuple[int, int]:
+    """``(id of B-type, id of I-type)`` read from a model's ``label2id``.
+
+    A type with a ``B-`` tag but no ``I-`` tag (single-token entities only) returns
+    the ``B-`` id twice.
+
+    Raises
+    ------
+    ValueError
+        ``label2id`` has no ``B-{entity_type}`` tag (lists the types it has).
+
+    >>> entity_tag_ids({"O": 0, "I-PER": 2, "B-PER": 1}, "PER")
+    (1, 2)
+    """
+    label2id = {str(k): int(v) for k, v in dict(label2id or {}).items()}
+    b, i = label2id.get(f"B-{entity_type}"), label2id.get(f"I-{entity_type}")
+    if b is None:
+        types = sorted({k[2:] for k in label2id if k[:2] in ("B-", "I-")})
+        raise ValueError(f"the model has no tag B-{entity_type}; its entity types are {types} (tags "
+                         f"{sorted(label2id)[:12]}). Name the types as the model's config.label2id spells them")
+    return b, (i if i is not None else b)
+
+
+@dataclass
+class TokenClassifier:
+    """A Hugging Face token-classification model, its fast tokenizer and a cache identity.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        An ``AutoModelForTokenClassification`` model whose ``config.label2id`` holds
+        BIO tags.
+    tokenizer : transformers.PreTrainedTokenizerFast
+        Its tokenizer (a fast one: character offsets locate the name's tokens).
+    model_id : str, optional
+        Identity shown in reports and params (e.g. ``models:/wnut-ner-a/1``); default:
+        sha256 of the weights. The cache is keyed by :attr:`weights_id`, never by this name.
+    name : str, optional
+
+    Raises
+    ------
+    ValueError
+        No token-classification head, no BIO tags, a slow tokenizer or no pad token.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    model_id: str | None = None
+    name: str | None = None
+    _tokenizer_id: str | None = field(default=None, init=False, repr=False)
+    _weights_id: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        cls = type(self.model).__name__
+        config = getattr(self.model, "config", None)
+        if not cls.endswith("ForTokenClassification"):
+            raise ValueError(f"{cls} is not a token-classification model; the NER audit needs an "
+                             "AutoModelForTokenClassification with BIO tags in config.label2id (a fine-tuned NER "
+                             "model), logged with task='token-classification'")
+        tags = [str(k) for k in (getattr(config, "label2id", None) or {})]
+        if not any(t[:2] == "B-" for t in tags):
+            raise ValueError(f"{cls} has no BIO tags in config.label2id (got {tags[:8]}); set config.label2id/"
+                             "id2label to the tag names used in training, e.g. {'O': 0, 'B-person': 1, ...}")
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError(f"tokenizer {type(self.tokenizer).__name__} is not a fast tokenizer; load it with "
+                             "AutoTokenizer.from_pretrained(..., use_fast=True): names are located by offsets")
+        if getattr(self.tokenizer, "pad_token_id", None) is None:
+            raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no pad token; set tokenizer.pad_token")
+        if self.model_id is None:
+            self.model_id = self.weights_id
+        self.name = self.name or self.model_id
+        self.model.eval()
+
+    @classmethod
+    def from_pretrained(cls, path, *, model_id: str | None = None, name: str | None = None,
+                        trust_remote_code: bool = False) -> "TokenClassifier":
+        """Load ``AutoModelForTokenClassification`` and its tokenizer from a local folder.
+
+        Raises
+        ------
+        ValueError
+            The checkpoint has no token-classification head (its weights would be random),
+            or it ships Python code and ``trust_remote_code`` is off
+            (:func:`~mlflow_mia.signals.model.refuse_remote_code`).
+        """
+        from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+        path = os.fspath(path)
+        if not trust_remote_code and os.path.isdir(path):
+            refuse_remote_code(path)
+        model, info = AutoModelForTokenClassification.from_pretrained(path, output_loading_info=True,
+                                                                      trust_remote_code=trust_remote_code)
+        missing = [k for k in info.get("missing_keys", ()) if k.startswith("classifier")]
+        if missing:
+            raise ValueError(f"{path!r} has no trained token-classification head (missing {missing}); fine-tune "
+                             "it for NER first")
+        return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code),
+                   model_id=model_id, name=name or path)
+
+    @property
+    def weights_id(self) -> str:
+        """``"sha256:<hex>"`` of the weights, computed once: what keys the confidence cache."""
+        if self._weights_id is None:
+            self._weights_id = "sha256:" + weights_digest(self.model)
+        return self._weights_id
+
+    @property
+    def tokenizer_id(self) -> str:
+        if self._tokenizer_id is None:
+            self._tokenizer_id = tokenizer_digest(self.tokenizer)
+        return self._tokenizer_id
+
+    @property
+    def label2id(self) -> dict:
+        return {str(k): int(v) for k, v in self.model.config.label2id.items()}
+
+    @property
+    def max_length(self) -> int:
+        limits = [getattr(self.tokenizer, "model_max_length", None),
+                  getattr(self.model.config, "max_position_embeddings", None)]
+        limits = [x for x in limits if isinstance(x, int) and 0 < x < 1_000_000]
+        return min(limits) if limits else 512
+
+
+class ConfidenceCache(SqliteSpecStore):
+    """On-disk map ``(spec key, sha256(type, prompt, name)) -> (C(e), n_tokens)``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        A directory (``ner_confidence.sqlite`` is created in it) or a ``.sqlite``
+        file; default :func:`~mlflow_mia.signals.cache.default_cache_dir`.
+    """
+
+    table = "ner_confidence_rows"
+    columns = ("confidence REAL", "n_tokens INTEGER")
+
+    def __init__(self, path=None):
+        path = os.fspath(path or default_cache_dir())
+        if not path.endswith(".sqlite"):
+            os.makedirs(path, exist_ok=True)
+            path = os.path.join(path, "ner_confidence.sqlite")
+        super().__init__(path)
+
+    def get_many(self, key: str, items: Sequence[str]) -> dict[str, tuple[float, int]]:
+        """Cached ``(C(e), n_tokens)`` of ``items`` under ``key`` (missing or damaged rows are absent)."""
+        return {h: (float(c), int(n)) for h, (c, n) in self.get_rows(key, items).items()}
+
+    def put_many(self, key: str, rows: dict[str, tuple[float, int]]) -> None:
+        """Store ``item -> (C(e), n_tokens)`` in one transaction."""
+        self.put_rows(key, {h: (float(c), int(n)) for h, (c, n) in rows.items()})
+
+
+def _item_hash(entity_type: str, prompt: str, name: str) -> str:
+    return hashlib.sha256("\x1f".join((entity_type, prompt, name)).encode("utf-8")).hexdigest()
+
+
+def _word_spans(name: str, start: int) -> list[tuple[int, int]]:
+    spans, pos = [], 0
+    for word in name.split():
+        pos = name.index(word, pos)
+        spans.append((start + pos, start + pos + len(word)))
+        pos += len(word)
+    return spans
+
+
+def _name_positions(offsets, spans, subword: str) -> list[int]:
+    """Token positions read for a name: first subword per word, or every subword."""
+    offsets = np.asarray(offsets)
+    real = offsets[:, 1] > offsets[:, 0]
+    out = []
+    for a, b in spans:
+        hit = np.flatnonzero(real & (offsets[:, 0] < b) & (offsets[:, 1] > a))
+        if hit.size == 0:
+            return []
+        out.extend(hit[:1].tolist() if subword == "first" else hit.tolist())
+    return sorted(set(out)) if subword == "mean" else out
+
+
+def _encode(clf: TokenClassifier, prompts, names, subword: str):
+    """Token ids and read positions of each ``prompt x name`` sentence."""
+    from mlflow_mia.ner.prompts import fill  # data layer (pure string handling)
+
+    filled = [fill(p, n) for p, n in zip(prompts, names)]
+    enc = clf.tokenizer([s for s, _ in filled], return_offsets_mapping=True, truncation=True,
+                        max_length=clf.max_length, add_special_tokens=True)
+    ids, positions = [], []
+    for k, ((_, start), name) in enumerate(zip(filled, names)):
+        pos = _name_positions(enc["offset_mapping"][k], _word_spans(name, start), subword)
+        if not pos:
+            raise ValueError(f"sentence {k} (prompt {prompts[k]!r}) loses its name to truncation at "
+                             f"{clf.max_length} tokens, or the name has no tokens; shorten the prompt")
+        ids.append(np.asarray(enc["input_ids"][k], dtype=np.int64))
+        positions.append(pos)
+    return ids, positions
+
+
+@torch.inference_mode()
+def _score(clf: TokenClassifier, ids, positions, tag_pairs, *, token_budget: int, device, bar) -> np.ndarray:
+    """C(e) of each encoded sentence; ``tag_pairs[k] = (B id, I id)``."""
+    out = np.empty(len(ids), dtype=np.float64)
+    for batch in plan_batches([len(x) for x in ids], token_budget):
+        input_ids, mask = pad_batch([ids[k] for k in batch], clf.tokenizer.pad_token_id)
+        logits = clf.model(input_ids=torch.from_numpy(input_ids).to(device),
+                           attention_mask=torch.from_numpy(mask).to(device)).logits
+        rows = np.concatenate([np.full(len(positions[k]), r) for r, k in enumerate(batch)])
+        cols = np.concatenate([positions[k] for k in batch])
+        probs = torch.softmax(logits[torch.from_numpy(rows).to(device), torch.from_numpy(cols).to(device)]
+                              .float(), dim=-1).cpu().numpy()
+        b = np.concatenate([np.full(len(positions[k]), tag_pairs[k][0]) for k in batch])
+        i = np.concatenate([np.full(len(positions[k]), tag_pairs[k][1]) for k in batch])
+        per_token = np.maximum(probs[np.arange(len(b)), b], probs[np.arange(len(i)), i])
+        sums = np.bincount(rows, weights=per_token, minlength=len(batch))
+        out[batch] = sums / np.bincount(rows, minlength=len(batch))
+        bar.update(len(batch))
+    return out
+
+
+def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Sequence[str],
+                      entity_types: Sequence[str], *, subword: str = "first", token_budget: int | None = None,
+                      device=None, cache: ConfidenceCache | None = None, progress: bool = True,
+                      desc: str | None = None, batch_size: int | None = None) -> np.ndarray:
+    """Entity confidence ``C(e)`` of each ``(prompt, name, type)`` triple.
+
+    Parameters
+    ----------
+    clf : TokenClassifier
+    prompts, names, entity_types : sequences of str, length n
+        Row ``k`` puts ``names[k]`` into the ``{name}`` slot of ``prompts[k]`` and reads
+        the ``B-``/``I-`` tags of ``entity_types[k]``. The prompt ``"{name}"`` is the
+        name alone (the -PT baseline).
+    subword : {"first", "mean"}
+        Tokens read per name (module docstring).
+    token_budget : int, optional
+        Padded tokens per forward pass (default 4096 on CPU, 32768 on CUDA).
+    batch_size : int, optional
+        Sentences per forward pass instead: sets the budget to ``batch_size`` times the
+        longest sentence of each chunk of 4,096 sentences (overrides ``token_budget``).
+    device : str or torch.device, optional
+        Default: CUDA when available. The model is moved there.
+    cache : ConfidenceCache, optional
+        Rows already cached are not recomputed; new rows are committed every 4,096 sentences.
+    progress : bool
+        tqdm bar over sentences.
+
+    Returns
+    -------
+    ndarray of shape (n,), float64
+        Values in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        Unequal lengths, an unknown ``subword``, a prompt without exactly one slot, an
+        empty name, a type the model has no ``B-`` tag for, or a name lost to truncation.
+    """
+    from tqdm.auto import tqdm
+
+    prompts, names, entity_types = list(prompts), list(names), list(entity_types)
+    if not (len(prompts) == len(names) == len(entity_types)):
+        raise ValueError(f"prompts, names and entity_types differ in length: {len(prompts)}, {len(names)}, "
+                         f"{len(entity_types)}")
+    if subword not in SUBWORD_MODES:
+        raise ValueError(f"subword must be one of {SUBWORD_MODES}, got {subword!r}")
+    if any(not isinstance(n, str) or not n.strip() for n in names):
+        raise ValueError("empty names cannot be scored: drop blank rows of the names table")
+    tags = {t: entity_tag_ids(clf.label2id, t) for t in dict.fromkeys(entity_types)}
+    device = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    clf.model.to(device)
+    budget = int(token_budget or TOKEN_BUDGETS.get(device.type, 4096))
+    spec = {"signal": "ner_entity_confidence", "version": 1, "weights": clf.weights_id,
+            "tokenizer": clf.tokenizer_id, "label2id": sorted(clf.label2id.items()), "subword": subword, "max_length": clf.max_length}
+    key = cache.register(spec) if cache is not None else None
+    items = [_item_hash(t, p, n) for p, n, t in zip(prompts, names, entity_types)]
+    values = np.full(len(items), np.nan)
+    if cache is not None:
+        hits = cache.get_many(key, items)
+        for k, h in enumerate(items):
+            if h in hits:
+                values[k] = hits[h][0]
+    todo = np.flatnonzero(np.isnan(values))
+    with tqdm(total=len(todo), desc=desc or f"entity confidence {clf.name}", unit="sent",
+              disable=not progress or len(todo) == 0) as bar:
+        for start in range(0, len(todo), _CHUNK):
+            part = todo[start:start + _CHUNK]
+            ids, positions = _encode(clf, [prompts[k] for k in part], [names[k] for k in part], subword)
+            if batch_size:
+                budget = int(batch_size) * max(len(x) for x in ids)
+            scored = _score(clf, ids, positions, [tags[entity_types[k]] for k in part], token_budget=budget,
+                            device=device, bar=bar)
+            values[part] = scored
+            if cache is not None:
+                cache.put_many(key, {items[k]: (v, len(p)) for k, v, p in zip(part, scored, positions)})
+    return values

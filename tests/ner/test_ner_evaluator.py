@@ -1,0 +1,137 @@
+"""mlflow.models.evaluate(method="ner_prompts") and `mlflow-mia ner-audit` on a tiny registered tagger."""
+
+import os
+
+import pandas as pd
+import pytest
+
+from .test_ner_audit import HAND, PROMPTS, names_table
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from mlflow_mia.signals.ner_testing import tiny_token_classifier
+    from mlflow_mia.signals.testing import tiny_bert
+
+    root = tmp_path_factory.mktemp("ner_store")
+    old_uri, old_cwd = mlflow.get_tracking_uri(), os.getcwd()
+    old_env = os.environ.get("MLFLOW_TRACKING_URI")
+    uri = f"sqlite:///{root}/mlflow.db"
+    os.chdir(root)
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.set_experiment("ner-tests")
+        model, tok = tiny_token_classifier()
+        with mlflow.start_run(run_name="log tagger"):
+            mlflow.transformers.log_model(transformers_model={"model": model, "tokenizer": tok}, name="model",
+                                          task="token-classification", registered_model_name="tiny-ner",
+                                          pip_requirements=["torch", "transformers"])
+            mlm, mtok = tiny_bert()
+            mlflow.transformers.log_model(transformers_model={"model": mlm, "tokenizer": mtok}, name="mlm",
+                                          task="fill-mask", registered_model_name="tiny-mlm",
+                                          pip_requirements=["torch", "transformers"])
+        MlflowClient().set_registered_model_alias("tiny-ner", "candidate", "1")
+        prompts_path, hand_path = root / "prompts.csv", root / "hand.csv"
+        PROMPTS.to_csv(prompts_path, index=False)
+        HAND.to_csv(hand_path, index=False)
+        yield {"root": root, "prompts": str(prompts_path), "hand": str(hand_path)}
+    finally:
+        os.chdir(old_cwd)
+        mlflow.set_tracking_uri(old_uri)
+        if old_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = old_env
+
+
+def _config(reg, **kw):
+    cfg = {"method": "ner_prompts", "prompts": reg["prompts"], "handwritten_prompts": reg["hand"],
+           "bootstrap_rounds": 20, "fprs": [0.2], "cache_dir": str(reg["root"] / "cache"), "progress": False,
+           "seed": 0}
+    cfg.update(kw)
+    return {"mia": cfg}
+
+
+def _artifact_text(run_id):
+    import mlflow
+
+    path = mlflow.artifacts.download_artifacts(run_id=run_id)
+    out = {}
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            if f.endswith((".csv", ".json", ".md")):
+                out[os.path.relpath(os.path.join(dirpath, f), path)] = open(os.path.join(dirpath, f)).read()
+    return out
+
+
+def test_evaluate_end_to_end(registry):
+    import mlflow
+
+    names = names_table().rename(columns={"is_member": "member"})
+    with mlflow.start_run() as run:
+        res = mlflow.models.evaluate(model="models:/tiny-ner@candidate", data=names, targets="member",
+                                     model_type="mia", evaluators=["mia"], evaluator_config=_config(registry))
+    m = res.metrics
+    for key in ("best_prompt_mmem", "worst_prompt_mmem", "prompt_gap", "prompt_std", "avg_c_mmem",
+                "best_prompt_tpr_at_fpr_0.2"):
+        assert 0.0 <= m[f"ner/PER/{key}"] <= 1.0
+    logged = mlflow.get_run(run.info.run_id)
+    assert logged.data.metrics["ner/PER/best_prompt_mmem"] == pytest.approx(m["ner/PER/best_prompt_mmem"])
+    assert logged.data.params["ner.model"] == "models:/tiny-ner/1"
+    files = _artifact_text(run.info.run_id)
+    table = pd.read_csv(os.path.join(mlflow.artifacts.download_artifacts(run_id=run.info.run_id),
+                                     "tables/ner_prompts.csv"))
+    assert list(table.columns) == ["prompt_id", "prompt", "entity_type", "sentence_type", "slot_position", "n_words",
+                                   "mmem_dev", "mmem_test", "mmem_all"] and len(table) == 4
+    assert {"tables/ner_names.csv", "ner_summary.json", "report.md"} <= set(files)
+    everything = "\n".join(files.values()) + str(logged.data.params) + str(logged.data.tags)
+    assert not any(n in everything for n in names.name)  # names are hashed
+    assert "NER prompt memorization audit" in files["report.md"]
+
+
+def test_evaluate_log_texts_writes_names(registry):
+    import mlflow
+
+    names = names_table()
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(model="models:/tiny-ner@candidate", data=names, targets="is_member",
+                               model_type="mia", evaluators=["mia"],
+                               evaluator_config=_config(registry, log_texts=True, token_removal=False))
+    files = _artifact_text(run.info.run_id)
+    assert set(pd.read_csv(pd.io.common.StringIO(files["tables/ner_names.csv"]))["name"]) == set(names.name)
+
+
+def test_evaluate_errors(registry):
+    import mlflow
+
+    names = names_table()
+    with mlflow.start_run(), pytest.raises(ValueError, match="not a token-classification model"):
+        mlflow.models.evaluate(model="models:/tiny-mlm/1", data=names, targets="is_member", model_type="mia",
+                               evaluators=["mia"], evaluator_config=_config(registry))
+    with mlflow.start_run(), pytest.raises(ValueError, match="unknown evaluator_config"):
+        mlflow.models.evaluate(model="models:/tiny-ner@candidate", data=names, targets="is_member",
+                               model_type="mia", evaluators=["mia"], evaluator_config=_config(registry, attacks="x"))
+    with mlflow.start_run(), pytest.raises(ValueError, match="one class only"):
+        mlflow.models.evaluate(model="models:/tiny-ner@candidate", data=names.assign(is_member=1),
+                               targets="is_member", model_type="mia", evaluators=["mia"],
+                               evaluator_config=_config(registry))
+
+
+def test_cli_ner_audit(registry, tmp_path, capsys):
+    from mlflow_mia.integrations.cli import main
+
+    names_path = tmp_path / "names.csv"
+    names_table().to_csv(names_path, index=False)
+    code = main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", str(names_path), "--prompts",
+                 registry["prompts"], "--handwritten-prompts", registry["hand"], "--bootstrap-rounds", "0",
+                 "--fprs", "0.1", "--no-token-removal", "--cache-dir", str(registry["root"] / "cache"), "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "PER" in out.out and "best" in out.out
+    code = main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", str(names_path), "--prompts",
+                 registry["prompts"], "--entity-types", "person", "-q"])
+    assert code == 2 and "not in the names table" in capsys.readouterr().err

@@ -1,0 +1,112 @@
+import pandas as pd
+import pytest
+
+from mlflow_mia.ner.names import (assign_split, check_names_table, detection_set, extract_entities, name_hash,
+                                  read_conll)
+from mlflow_mia.ner.prompts import check_prompts, load_prompts, slot_position
+
+
+def test_read_conll_with_tab_blank_lines(tmp_path):
+    p = tmp_path / "x.txt"
+    p.write_text("Ann\tB-PER\nLee\tI-PER\nin\tO\n\t\nParis\tB-LOC\n!\tO\n")
+    assert read_conll(p) == [{"tokens": ["Ann", "Lee", "in"], "tags": ["B-PER", "I-PER", "O"]},
+                             {"tokens": ["Paris", "!"], "tags": ["B-LOC", "O"]}]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Ann\n")
+    with pytest.raises(ValueError, match="bad.txt:1"):
+        read_conll(bad)
+
+
+def test_extract_entities_bio_rules():
+    assert extract_entities(["a", "b", "c", "d"], ["I-X", "I-X", "B-X", "I-Y"]) == [("X", "a b"), ("X", "c"),
+                                                                                  ("Y", "d")]
+
+
+def _corpus(names, kind="PER"):
+    return [{"tokens": n.split() + ["ran"], "tags": ["B-" + kind] + ["I-" + kind] * (len(n.split()) - 1) + ["O"]}
+            for n in names]
+
+
+def test_detection_set_case_insensitive_exclusive_balanced():
+    train = _corpus(["Ann Lee", "bob", "Cy", "Dee", "ann lee"])
+    other = _corpus(["ANN LEE", "Eve", "Fay", "Gus", "Hal", "Ike"])
+    d = detection_set(train, other, seed=3)
+    ins = d[d.is_member == 1]
+    outs = d[d.is_member == 0]
+    assert len(ins) == len(outs) == 4  # ann lee de-duplicated; balanced to the 4 in-sample names
+    assert "ANN LEE" not in set(outs.name) and not {n.lower() for n in outs.name} & {n.lower() for n in ins.name}
+    assert set(d.split) == {"dev", "test"} and (d.groupby(["is_member", "split"]).size() == 2).all()
+    again = detection_set(train, other, seed=3)
+    pd.testing.assert_frame_equal(d, again)
+
+
+def test_detection_set_missing_type_is_an_error():
+    with pytest.raises(ValueError, match="too few names"):
+        detection_set(_corpus(["a"]), _corpus(["b"]), entity_types=["LOC"])
+
+
+def test_names_table_errors():
+    ok = pd.DataFrame({"name": ["a", "b"], "entity_type": ["PER", "PER"], "is_member": [1, 0]})
+    with pytest.raises(ValueError, match="lacks column"):
+        check_names_table(ok.drop(columns="is_member"))
+    with pytest.raises(ValueError, match="one class only"):
+        check_names_table(ok.assign(is_member=[1, 1]))
+    with pytest.raises(ValueError, match=r"entity type\(s\) \['LOC'\] not in the names table"):
+        check_names_table(ok, entity_types=["LOC"])
+    with pytest.raises(ValueError, match="empty or non-string name"):
+        check_names_table(ok.assign(name=["a", " "]))
+    with pytest.raises(ValueError, match="is empty"):
+        check_names_table(ok.iloc[:0])
+    with pytest.raises(ValueError, match="must hold 0/1"):
+        check_names_table(ok.assign(is_member=[1, 2]))
+
+
+def test_assign_split_stratified():
+    df = pd.DataFrame({"name": list("abcdefgh"), "entity_type": "PER", "is_member": [1, 1, 1, 1, 0, 0, 0, 0]})
+    s = assign_split(df, dev_fraction=0.5, seed=0)
+    assert (s.groupby(["is_member", "split"]).size() == 2).all()
+
+
+def test_shipped_prompts_cover_types_sentences_and_positions():
+    p = load_prompts()
+    for kind, g in p.groupby("entity_type"):
+        assert len(g) >= 100, kind
+        assert set(g.sentence_type) == {"declarative", "exclamatory", "imperative", "interrogative"}
+        assert set(g.slot_position) == {"start", "middle", "end"}
+        assert g.n_words.min() <= 3 and g.n_words.max() >= 9  # short and long
+    hand = load_prompts(kind="handwritten")
+    assert (hand.groupby("entity_type").size() == 5).all()
+    assert set(hand.entity_type) == set(p.entity_type)
+
+
+def test_prompt_validation():
+    with pytest.raises(ValueError, match=r"1 prompt\(s\) do not hold exactly one \{name\} slot"):
+        check_prompts(pd.DataFrame({"prompt": ["hi {name}", "no slot"], "entity_type": ["PER", "PER"]}))
+    with pytest.raises(ValueError, match=r"no prompt for entity type\(s\) \['LOC'\]"):
+        check_prompts(pd.DataFrame({"prompt": ["hi {name}"], "entity_type": ["PER"]}), entity_types=["LOC"])
+    got = check_prompts(pd.DataFrame({"prompt": ["MASK is here"], "entity_type": ["PER"]}))
+    assert got.prompt[0] == "{name} is here" and got.slot_position[0] == "start"
+    assert slot_position("Is {name}'s dog here?") == "middle"
+
+
+def test_name_hash_normalises_and_is_keyed(monkeypatch):
+    import hashlib
+
+    assert name_hash("Ann  Lee") == name_hash("ann lee") != name_hash("ann le")
+    assert name_hash("ann lee", b"k1") != name_hash("ann lee", b"k2")
+    assert name_hash("ann lee") != hashlib.sha256(b"ann lee").hexdigest()[:16]  # not an unkeyed hash
+    key = "k1-sixteen-bytes-or-more"
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
+    assert name_hash("Ann Lee") == name_hash("ann lee", key.encode())
+    from mlflow_mia import lookup_hash  # the scheme of every logged hash, truncated
+
+    assert name_hash("Ann  Lee") == lookup_hash("ann lee", key)[:16]
+
+
+def test_detection_set_exclusive_drops_shared_names():
+    train = _corpus(["Ann Lee", "Bob", "Cy"])
+    other = _corpus(["ann lee", "Eve", "Fay", "Gus"])
+    d = detection_set(train, other, exclusive=True, seed=0)
+    assert set(d[d.is_member == 1].name) == {"Bob", "Cy"}
+    assert len(d[d.is_member == 0]) == 2 and "ann lee" not in set(d.name)
+    assert "Ann Lee" in set(detection_set(train, other, seed=0).query("is_member == 1").name)
