@@ -306,6 +306,16 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
     warnings: list[str] = []
     target_sig = signals["target"]
+    quality_metrics = {}
+    if neighbour_energy is not None:
+        from mlflow_mia.signals.generator_quality import check_generator
+
+        quality = check_generator(target, generator if generator is not None else config.neighbourhood.generator_model,
+                                  list(pool.texts), pool.labels, target_sig.energy[:n_pool], list(population.texts),
+                                  config=config, cache=cache, device=device)
+        quality_metrics = quality.metrics()
+        if quality.warning():
+            warnings.append(quality.warning())
     if target_sig.n_truncated:
         warnings.append(f"{target_sig.n_truncated} sample(s) longer than the model limit were truncated")
 
@@ -368,6 +378,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     for name, report in user_attacks.items():
         metrics.update(report.metrics(f"user/{name}/"))
     metrics.update({f"{name}/n_unscored": count for name, count in unscored.items()})
+    metrics.update(quality_metrics)
     metrics.update({"n_members": int(y.sum()), "n_non_members": int((y == 0).sum()),
                     "n_population": len(population), "n_truncated": target_sig.n_truncated})
     if user_attacks:
