@@ -192,7 +192,7 @@ def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditCo
         raise ValueError(
             f"attack(s) {needs_reference} need a reference model trained on similar but disjoint data; "
             "pass reference=... (or drop them, e.g. attacks=['loss'])")
-    needs_neighbours = [a for a in config.attacks if "neighbour_energy" in ATTACKS[a].requires]
+    needs_neighbours = [a for a in config.attacks if {"neighbour_energy", "neighbour_local"} & set(ATTACKS[a].requires)]
     if needs_neighbours and reference is None and generator is None and config.neighbourhood.generator_model is None:
         raise ValueError(
             f"attack(s) {needs_neighbours} need a generator masked LM to propose neighbours; pass generator=... "
@@ -292,8 +292,9 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         signals[role] = compute_signals(lm, texts, config.signal, cache=cache, device=device, progress=progress,
                                         desc=f"{config.signal.kind} of {role}")
         timings[f"signals_{role}_s"] = round(time.perf_counter() - start, 3)
-    neighbour_energy, generator_id = None, None
-    if any("neighbour_energy" in ATTACKS[a].requires for a in config.attacks):
+    neighbour_energy, neighbour_local, generator_id = None, None, None
+    needs = {r for a in config.attacks for r in ATTACKS[a].requires}
+    if needs & {"neighbour_energy", "neighbour_local"}:
         from mlflow_mia.signals.neighbours import neighbour_energies
 
         start = time.perf_counter()
@@ -301,13 +302,18 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         if generator is None and config.neighbourhood.generator_model is None:
             generator = reference
         generator_id = generator.model_id if generator is not None else config.neighbourhood.generator_model
-        neighbour_energy = neighbour_energies(target, texts, generator=generator, config=config, cache=cache,
-                                              device=device, progress=progress)
+        if "neighbour_energy" in needs:
+            neighbour_energy = neighbour_energies(target, texts, generator=generator, config=config, cache=cache,
+                                                  device=device, progress=progress)
+        if "neighbour_local" in needs:
+            from mlflow_mia.signals.neighbour_local import audit_local_scores
+
+            neighbour_local = audit_local_scores(target, texts, generator, config, cache=cache, device=device)
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
     warnings: list[str] = []
     target_sig = signals["target"]
     quality_metrics = {}
-    if neighbour_energy is not None:
+    if neighbour_energy is not None or neighbour_local is not None:
         from mlflow_mia.signals.generator_quality import check_generator
 
         quality = check_generator(target, generator if generator is not None else config.neighbourhood.generator_model,
@@ -324,7 +330,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
             texts=tuple(texts[i] for i in index),
             target=target_sig.take(index),
             reference=signals["reference"].take(index) if "reference" in signals else None,
-            neighbour_energy=None if neighbour_energy is None else neighbour_energy[index])
+            neighbour_energy=None if neighbour_energy is None else neighbour_energy[index],
+            neighbour_local=None if neighbour_local is None else neighbour_local[index])
 
     pool_idx, pop_idx = np.arange(n_pool), np.arange(n_pool, len(texts))
     pool_inputs, pop_inputs = inputs(pool_idx), inputs(pop_idx)

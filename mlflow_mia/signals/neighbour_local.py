@@ -41,7 +41,7 @@ from mlflow_mia.config import SignalConfig
 from mlflow_mia.signals.energy import masked_token_logprobs, tokenize
 from mlflow_mia.signals.model import MaskedLM
 
-__all__ = ["changed_region", "local_differences", "local_scores"]
+__all__ = ["changed_region", "local_differences", "local_scores", "audit_local_scores"]
 
 
 def changed_region(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
@@ -114,3 +114,27 @@ def local_scores(target: MaskedLM, texts: Sequence[str], neighbours: Sequence[Se
     """
     diffs = local_differences(target, texts, neighbours, config=config, device=device)
     return np.array([d.mean() if len(d) else np.nan for d in diffs], dtype=np.float64)
+
+
+def audit_local_scores(target: MaskedLM, texts: Sequence[str], generator, config, *, cache=None,
+                       device=None) -> np.ndarray:
+    """:func:`local_scores` with the audit's neighbours (same generator, settings, seed and cache as ``neighbourhood``).
+
+    Parameters
+    ----------
+    generator : MaskedLM, (model, tokenizer), str or None
+        None uses ``config.neighbourhood.generator_model``.
+    config : AuditConfig
+
+    Returns
+    -------
+    ndarray of shape (n_texts,), float64; NaN for a text without neighbours.
+    """
+    from mlflow_mia.signals.neighbours import generate_neighbours
+
+    sc = config.signal
+    neighbours = generate_neighbours(generator if generator is not None else config.neighbourhood.generator_model,
+                                     texts, config=config.neighbourhood, seed=sc.seed, device=device,
+                                     progress=False, cache=cache, max_length=sc.max_length,
+                                     token_budget=sc.token_budget)
+    return local_scores(target, texts, neighbours, config=sc, device=device)
