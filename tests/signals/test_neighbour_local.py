@@ -82,3 +82,13 @@ def test_audit_runs_neighbourhood_local_beside_the_paper_variant(lm):
     nbs = generate_neighbours(lm, list(pool.texts), config=cfg.neighbourhood, progress=False)
     np.testing.assert_allclose(res.samples["score_neighbourhood_local"], local_scores(lm, list(pool.texts), nbs),
                                atol=1e-6)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from mlflow_mia.attacks import neighbourhood_local
+    from mlflow_mia.signals import neighbour_local
+
+    assert doctest.testmod(neighbour_local).failed == 0
+    assert doctest.testmod(neighbourhood_local).failed == 0
