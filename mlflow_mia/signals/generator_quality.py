@@ -239,6 +239,7 @@ def check_generator(target, generator, pool_texts: Sequence[str], pool_labels: n
     """
     config = config or AuditConfig()
     sc, seed = config.signal, config.signal.seed
+    generator = load_generator(generator)  # a folder is loaded once for both checks
     acc, n_words = generator_accuracy(generator, population_texts, n_texts=n_texts, seed=seed,
                                       max_length=sc.max_length, device=device)
     gap = loss_gap(pool_energy, pool_labels)
