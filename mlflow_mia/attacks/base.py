@@ -14,11 +14,13 @@ import numpy as np
 
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["Attack", "AttackInputs", "ATTACKS", "INPUTS", "register_attack", "get_attack", "check_attack_names",
-           "required_inputs"]
+__all__ = ["Attack", "AttackInputs", "ATTACKS", "INPUTS", "NEIGHBOUR_INPUTS", "register_attack", "get_attack",
+           "check_attack_names", "required_inputs"]
 
 #: Every input an attack may declare in ``requires``: the fields of :class:`AttackInputs`.
-INPUTS = ("target", "reference", "neighbour_energy")
+INPUTS = ("target", "reference", "neighbour_energy", "neighbour_local")
+#: Inputs that are one number per row (ndarray of shape (n_rows,)) and need a neighbour generator.
+NEIGHBOUR_INPUTS = ("neighbour_energy", "neighbour_local")
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,16 @@ class AttackInputs:
         Signals of the reference model, row-aligned with ``target``.
     neighbour_energy : ndarray of shape (n_samples,) or None
         Mean target-model energy of each sample's neighbours (NaN where a sample has none).
+    neighbour_local : ndarray of shape (n_samples,) or None
+        Mean per-position neighbour difference (nats) at the swapped tokens
+        (:mod:`mlflow_mia.signals.neighbour_local`); NaN where a sample has no neighbours.
     """
 
     texts: tuple[str, ...]
     target: SignalResult
     reference: SignalResult | None = None
     neighbour_energy: np.ndarray | None = None
+    neighbour_local: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.texts)
@@ -49,6 +55,8 @@ class AttackInputs:
                 raise ValueError(f"{name} signals have {len(sig)} rows, expected {n}: rows must pair up")
         if self.neighbour_energy is not None and np.shape(self.neighbour_energy) != (n,):
             raise ValueError(f"neighbour_energy has shape {np.shape(self.neighbour_energy)}, expected ({n},)")
+        if self.neighbour_local is not None and np.shape(self.neighbour_local) != (n,):
+            raise ValueError(f"neighbour_local has shape {np.shape(self.neighbour_local)}, expected ({n},)")
 
 
 class Attack:
@@ -96,6 +104,8 @@ class Attack:
 _HOW_TO_PROVIDE = {
     "reference": "give a reference model (reference_model=...) trained on similar but disjoint data",
     "neighbour_energy": "neighbour energies are computed by the audit when 'neighbourhood' is requested",
+    "neighbour_local": "per-position neighbour differences are computed by the audit when 'neighbourhood_local' "
+                       "is requested",
 }
 
 ATTACKS: dict[str, type[Attack]] = {}

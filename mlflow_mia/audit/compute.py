@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from mlflow_mia.attacks import INPUTS, AttackInputs, required_inputs
+from mlflow_mia.attacks import INPUTS, NEIGHBOUR_INPUTS, AttackInputs, required_inputs
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.signals import MaskedLM, SignalCache, SignalResult, compute_signals
 from mlflow_mia.signals.model import as_masked_lm, tokenizer_difference
@@ -63,7 +63,7 @@ class AuditModels:
         target = None if target is None else as_masked_lm(target, role="target")
         reference = None if reference is None else as_masked_lm(reference, role="reference")
         generator = None if generator is None else as_masked_lm(generator, role="neighbour generator")
-        if "neighbour_energy" in required_inputs(config.attacks):
+        if set(NEIGHBOUR_INPUTS) & set(required_inputs(config.attacks)):
             generator = choose_generator(generator, configured=config.neighbourhood.generator_model,
                                          reference=reference)
         else:
@@ -94,9 +94,10 @@ class AuditModels:
             raise ValueError(
                 f"attack(s) {list(needs['reference'])} need a reference model trained on similar but disjoint "
                 "data; pass reference=... (or drop them, e.g. attacks=['loss'])")
-        if "neighbour_energy" in needs and self.generator is None:
-            raise ValueError(f"attack(s) {list(needs['neighbour_energy'])} need a generator masked LM to propose "
-                             f"neighbours; {HOW_TO_GIVE_A_GENERATOR}")
+        wanting = [a for name in NEIGHBOUR_INPUTS for a in needs.get(name, ())]
+        if wanting and self.generator is None:
+            raise ValueError(f"attack(s) {wanting} need a generator masked LM to propose neighbours; "
+                             f"{HOW_TO_GIVE_A_GENERATOR}")
         differ = (tokenizer_difference(self.target.tokenizer, self.reference.tokenizer)
                   if "reference" in needs else None)
         if differ and not config.allow_tokenizer_mismatch:
@@ -165,11 +166,10 @@ class AuditSignals:
         if unknown:
             raise ValueError(f"unknown signal name(s) {unknown}; signals are named after attack inputs {list(INPUTS)}")
         for name, value in signals.items():
-            if name == "neighbour_energy":
+            if name in NEIGHBOUR_INPUTS:
                 value = np.asarray(value, dtype=np.float64)
                 if value.ndim != 1:
-                    raise ValueError(f"signals 'neighbour_energy' must be 1-D of shape (n_rows,), got shape "
-                                     f"{value.shape}")
+                    raise ValueError(f"signals {name!r} must be 1-D of shape (n_rows,), got shape {value.shape}")
                 signals[name] = value
             elif not isinstance(value, SignalResult):
                 raise TypeError(f"signals {name!r} must be a SignalResult (SignalResult.from_arrays(values, "
@@ -199,7 +199,7 @@ class AuditSignals:
     def inputs(self, index, texts: Sequence[str]) -> AttackInputs:
         """:class:`~mlflow_mia.attacks.AttackInputs` of rows ``index`` (int array); ``texts`` are those rows' texts."""
         index = np.asarray(index, dtype=np.int64)
-        taken = {name: (value[index] if name == "neighbour_energy" else value.take(index))
+        taken = {name: (value[index] if name in NEIGHBOUR_INPUTS else value.take(index))
                  for name, value in self.signals.items()}
         return AttackInputs(texts=tuple(texts), **taken)
 
@@ -261,4 +261,11 @@ def compute_audit_signals(models, texts: Sequence[str], config: AuditConfig | No
             models.target, texts, generator=models.generator, neighbourhood=config.neighbourhood,
             signal=config.signal, cache=cache, device=device, progress=progress)
         timings["neighbours_s"] = round(time.perf_counter() - start, 3)
+    if "neighbour_local" in needs:
+        from mlflow_mia.signals.neighbour_local import audit_local_scores
+
+        start = time.perf_counter()
+        signals["neighbour_local"] = audit_local_scores(models.target, texts, models.generator, config, cache=cache,
+                                                        device=device)
+        timings["neighbour_local_s"] = round(time.perf_counter() - start, 3)
     return AuditSignals(signals, text_hashes=text_hashes, info={"models": models.identities(), "timings": timings})

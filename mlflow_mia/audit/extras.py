@@ -14,7 +14,7 @@ from mlflow_mia.data import AuditDataset
 from mlflow_mia.signals import compute_signals
 from mlflow_mia.signals.runtime import token_limit
 
-__all__ = ["neighbour_examples", "memorization_features"]
+__all__ = ["neighbour_examples", "memorization_features", "generator_check"]
 
 
 def neighbour_examples(models, pool: AuditDataset, samples, energy, config: AuditConfig, *, warnings: list,
@@ -112,3 +112,30 @@ def memorization_features(models, pool: AuditDataset, samples, report: AttackRep
         warnings.append(f"memorization-feature analysis skipped: {err}")
         return None
     return table.assign(attack=name, flagged_at_fpr=widest.alpha)
+
+
+def generator_check(models, pool: AuditDataset, population, energy, config: AuditConfig, *, warnings: list,
+                    cache=None, device=None) -> dict[str, float]:
+    """The neighbour generator's quality check (:mod:`mlflow_mia.signals.generator_quality`) as metrics.
+
+    Run when a neighbour attack ran; ``energy`` holds the pool's target values (nats).
+    A failing check adds its warning to ``warnings`` (the report shows it): the
+    neighbourhood attack's AUC is then no evidence of no leakage. Without the
+    models (signals computed elsewhere) it is skipped with a warning.
+
+    Returns
+    -------
+    dict of str to float
+        ``neighbourhood/generator_accuracy``, ``neighbourhood/neighbour_shift_over_gap``, ...
+    """
+    from mlflow_mia.signals.generator_quality import check_generator
+
+    if models is None or models.target is None or models.generator is None:
+        warnings.append("neighbour generator check skipped: the models are not available (scoring signals "
+                        "computed elsewhere)")
+        return {}
+    quality = check_generator(models.target, models.generator, list(pool.texts), pool.labels, energy,
+                              list(population.texts), config=config, cache=cache, device=device)
+    if quality.warning():
+        warnings.append(quality.warning())
+    return quality.metrics()

@@ -191,20 +191,3 @@ class AuditResult:
             figs[f"plots/hist_{name}.png"] = display.figure_
         return figs
 
-
-def _check_inputs(pool: AuditDataset, population: PopulationSet, config: AuditConfig, reference,
-                  generator=None) -> None:
-    unknown = [a for a in config.attacks if a not in ATTACKS]
-    if unknown:
-        raise ValueError(f"unknown attack(s) {unknown}; registered attacks: {sorted(ATTACKS)}")
-    needs_reference = [a for a in config.attacks if "reference" in ATTACKS[a].requires]
-    if needs_reference and reference is None:
-        raise ValueError(
-            f"attack(s) {needs_reference} need a reference model trained on similar but disjoint data; "
-            "pass reference=... (or drop them, e.g. attacks=['loss'])")
-    needs_neighbours = [a for a in config.attacks if "neighbour_energy" in ATTACKS[a].requires]
-    if needs_neighbours and reference is None and generator is None and config.neighbourhood.generator_model is None:
-        raise ValueError(
-            f"attack(s) {needs_neighbours} need a generator masked LM to propose neighbours; pass generator=... "
-            "or reference=..., or set neighbourhood.generator_model to a local model folder")
-    n_members = int(pool.labels.sum())

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from mlflow_mia.attacks import get_attack
+from mlflow_mia.attacks import NEIGHBOUR_INPUTS, get_attack, required_inputs
 from mlflow_mia.audit.checks import check_data, check_signals
-from mlflow_mia.audit.extras import memorization_features, neighbour_examples
+from mlflow_mia.audit.extras import generator_check, memorization_features, neighbour_examples
 from mlflow_mia.audit.result import AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
@@ -209,6 +209,9 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
     if "neighbourhood" in attacks:
         examples = neighbour_examples(models, pool, samples, target.values[:n_pool], config, warnings=warnings,
                                       cache=cache, device=device)
+    if set(NEIGHBOUR_INPUTS) & set(required_inputs(config.attacks)):
+        metrics.update(generator_check(models, pool, population, target.values[:n_pool], config, warnings=warnings,
+                                       cache=cache, device=device))
     headline = headline_attack(attacks)
     features = memorization_features(models, pool, samples, attacks[headline], headline, config, warnings)
     record = models.identities() if models is not None else dict(signals.info.get("models", {}))

@@ -104,6 +104,12 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
     data.add_argument("--demo-size", choices=("default", "small"), default="default",
                       help="size of the built-in BBC News demo used when no model/data is given; 'small' "
                            "trains in about a minute (default: default)")
+    _attack_and_metric_options(parser)
+    _output_options(parser)
+
+
+def _attack_and_metric_options(parser: argparse.ArgumentParser) -> None:
+    """Attack, signal, metric and release-gate options of ``audit`` and ``compare``."""
     attack = parser.add_argument_group("attacks and signals")
     attack.add_argument("--attacks", metavar="A,B",
                         help=f"comma-separated attacks (default: loss,likelihood_ratio; registered: {_attack_names()})")
@@ -141,6 +147,10 @@ def _audit_options(parser: argparse.ArgumentParser, *, several_references: bool 
                         help="release gate, repeatable (commas also separate budgets): fail when any attack's TPR "
                              "at FPR ALPHA, at sample or user level, exceeds MAX; e.g. 0.01:0.05. Tags the run "
                              "mia.gate=pass|fail and exits with 3 on fail")
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    """Logging and execution options of ``audit`` and ``compare``."""
     out = parser.add_argument_group("logging")
     out.add_argument("--log-texts", nargs="?", const=True, default=False, type=_flag, metavar="BOOL",
                      help="write raw texts into tables/samples.csv and tables/riskiest.csv; '--log-texts' alone "

@@ -39,7 +39,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import math
 import os
 import re
 import tempfile
@@ -231,6 +230,17 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
+def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
+    """Write ``{path: (kind, name, writer)}`` into one temporary folder, log it, return the evaluation artifacts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, (_, _, write) in files.items():
+            path = os.path.join(tmp, prefix + rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write(path)
+        client.log_artifacts(run_id, tmp)
+    return {prefix + name: _artifact(kind, run_id, prefix + rel) for rel, (kind, name, _) in files.items()}
+
+
 def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
     """``{path: (artifact kind, artifact name, writer)}`` of the audit's CSV tables (raw text only with ``log_texts``).
 
@@ -380,14 +390,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
                            hashing=hash_key.describe())
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
-    with tempfile.TemporaryDirectory() as tmp:
-        for rel, (_, _, write) in files.items():
-            path = os.path.join(tmp, prefix + rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write(path)
-        client.log_artifacts(run_id, tmp)
-    for rel, (kind, name, _) in files.items():
-        artifacts[prefix + name] = _artifact(kind, run_id, prefix + rel)
+    artifacts.update(log_files(client, run_id, files, prefix=prefix))
 
     if model_version is not None:
         tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,

@@ -20,13 +20,10 @@ metrics or artifacts unless ``log_texts=True``. Prompts are logged.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 
-from mlflow_mia.integrations.logging import _artifact, _artifact_name, _json, _write, check_metric_names, \
-    dataset_digest
-
+from mlflow_mia.integrations.logging import (_artifact, _artifact_name, _json, _write, check_metric_names,
+                                             dataset_digest, log_files)
 from mlflow_mia.ner.names import hash_key
 
 __all__ = ["log_ner_audit", "ner_params"]
@@ -119,12 +116,5 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_ner_report(result, title=title, artifacts=logged, level=1)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
-    with tempfile.TemporaryDirectory() as tmp:
-        for rel, (_, _, write) in files.items():
-            path = os.path.join(tmp, prefix + rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write(path)
-        client.log_artifacts(run_id, tmp)
-    for rel, (kind, name, _) in files.items():
-        artifacts[prefix + name] = _artifact(kind, run_id, prefix + rel)
+    artifacts.update(log_files(client, run_id, files, prefix=prefix))
     return artifacts

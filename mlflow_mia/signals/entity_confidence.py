@@ -33,7 +33,7 @@ import torch
 
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SqliteSpecStore, default_cache_dir
-from mlflow_mia.signals.model import refuse_remote_code, tokenizer_digest, weights_digest
+from mlflow_mia.signals.model import ModelIdentity, refuse_remote_code
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
            "TOKEN_BUDGETS"]
@@ -67,7 +67,7 @@ def entity_tag_ids(label2id, entity_type: str) -> tuple[int, int]:
 
 
 @dataclass
-class TokenClassifier:
+class TokenClassifier(ModelIdentity):
     """A Hugging Face token-classification model, its fast tokenizer and a cache identity.
 
     Parameters
@@ -141,19 +141,6 @@ class TokenClassifier:
                              "it for NER first")
         return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code),
                    model_id=model_id, name=name or path)
-
-    @property
-    def weights_id(self) -> str:
-        """``"sha256:<hex>"`` of the weights, computed once: what keys the confidence cache."""
-        if self._weights_id is None:
-            self._weights_id = "sha256:" + weights_digest(self.model)
-        return self._weights_id
-
-    @property
-    def tokenizer_id(self) -> str:
-        if self._tokenizer_id is None:
-            self._tokenizer_id = tokenizer_digest(self.tokenizer)
-        return self._tokenizer_id
 
     @property
     def label2id(self) -> dict:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MaskedLM", "as_masked_lm", "weights_digest", "tokenizer_digest", "tokenizer_difference",
+__all__ = ["MaskedLM", "ModelIdentity", "as_masked_lm", "weights_digest", "tokenizer_digest", "tokenizer_difference",
            "refuse_remote_code"]
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,32 @@ def _special_tokens(tokenizer) -> dict:
     return out
 
 
+class ModelIdentity:
+    """Digests that identify a ``(model, tokenizer)`` wrapper's signals, each computed once.
+
+    The caches are keyed by :attr:`weights_id` and :attr:`tokenizer_id`, never by a
+    model's name: two tracking servers can each hold a different ``models:/tgt/2``,
+    and a folder can claim any name. Subclasses hold ``model``, ``tokenizer`` and the
+    slots ``_weights_id`` / ``_tokenizer_id`` (None until first read).
+    """
+
+    @property
+    def weights_id(self) -> str:
+        """``"sha256:<hex>"`` of the weights (:func:`weights_digest`)."""
+        if self._weights_id is None:
+            self._weights_id = "sha256:" + weights_digest(self.model)
+        return self._weights_id
+
+    @property
+    def tokenizer_id(self) -> str:
+        """Hex digest of the tokenizer (:func:`tokenizer_digest`)."""
+        if self._tokenizer_id is None:
+            self._tokenizer_id = tokenizer_digest(self.tokenizer)
+        return self._tokenizer_id
+
+
 @dataclass
-class MaskedLM:
+class MaskedLM(ModelIdentity):
     """A Hugging Face masked LM, its tokenizer and a cache identity.
 
     Parameters
@@ -207,23 +231,6 @@ class MaskedLM:
                 "would be random. Train or fine-tune it with an MLM objective first")
         return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
                    name=name or path)
-
-    @property
-    def weights_id(self) -> str:
-        """``"sha256:<hex>"`` of the weights (:func:`weights_digest`), computed once: what keys the signal cache.
-
-        The cache is keyed by the weights, not by ``model_id``: two tracking servers
-        can each hold a different ``models:/tgt/2``, and a folder can claim any name.
-        """
-        if self._weights_id is None:
-            self._weights_id = "sha256:" + weights_digest(self.model)
-        return self._weights_id
-
-    @property
-    def tokenizer_id(self) -> str:
-        if self._tokenizer_id is None:
-            self._tokenizer_id = tokenizer_digest(self.tokenizer)
-        return self._tokenizer_id
 
     @property
     def max_length(self) -> int:

@@ -5,6 +5,7 @@ import pytest
 
 from mlflow_mia.attacks import ATTACKS, AttackInputs, get_attack
 from mlflow_mia.attacks import neighbourhood as neighbourhood_module
+from mlflow_mia.signals import generator_quality as gq
 from mlflow_mia.audit import run_audit
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet, text_hash
@@ -140,6 +141,9 @@ def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
 
     monkeypatch.setattr(nb_module, "neighbour_energies", fake)
     monkeypatch.setattr("mlflow_mia.audit.scoring.neighbour_examples", lambda *a, **k: None)
+    # the folder holds no model: the generator-quality check (which would load it) is out of this test's scope
+    monkeypatch.setattr("mlflow_mia.signals.generator_quality.check_generator",
+                        lambda *a, **k: gq.GeneratorQuality(0.5, 0.0, 1.0, 0.0, 1, 1))
     reference = MaskedLM(*tiny_bert(seed=2))
     run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
               config=_config(generator_model=str(tmp_path)), progress=False)
