@@ -210,10 +210,11 @@ def _artifact_uri(run_id: str, path: str) -> str:
 
 def _artifact(kind: str, run_id: str, path: str, content=None):
     from mlflow.models.evaluation.artifacts import (CsvEvaluationArtifact, ImageEvaluationArtifact,
-                                                    JsonEvaluationArtifact, TextEvaluationArtifact)
+                                                    JsonEvaluationArtifact, ParquetEvaluationArtifact,
+                                                    TextEvaluationArtifact)
 
     cls = {"image": ImageEvaluationArtifact, "csv": CsvEvaluationArtifact, "json": JsonEvaluationArtifact,
-           "text": TextEvaluationArtifact}[kind]
+           "text": TextEvaluationArtifact, "parquet": ParquetEvaluationArtifact}[kind]
     return cls(uri=_artifact_uri(run_id, path), content=content)
 
 
@@ -241,11 +242,16 @@ def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
     return {prefix + name: _artifact(kind, run_id, prefix + rel) for rel, (kind, name, _) in files.items()}
 
 
+#: Above this many pool rows the per-sample table is written as Parquet (columnar, compressed), not CSV.
+LARGE_TABLE_ROWS = 200_000
+
+
 def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
-    """``{path: (artifact kind, artifact name, writer)}`` of the audit's CSV tables (raw text only with ``log_texts``).
+    """``{path: (artifact kind, artifact name, writer)}`` of the audit's tables (raw text only with ``log_texts``).
 
     Text hashes and group ids are keyed with ``hash_key`` (:func:`keyed_table`): no plain
-    sha256 of a text leaves the process.
+    sha256 of a text leaves the process. A pool of more than :data:`LARGE_TABLE_ROWS`
+    rows (an audit on Spark, say) gets ``tables/samples.parquet`` instead of the CSV.
     """
     samples = keyed_table(result.samples, hash_key)
     riskiest = keyed_table(result.riskiest, hash_key)
@@ -253,10 +259,11 @@ def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
         samples.insert(1, "text", list(texts))
         by_id = dict(zip(samples["sample_id"], samples["text"]))
         riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
-    files = {
-        "tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False)),
-        "tables/riskiest.csv": ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False)),
-    }
+    if len(samples) > LARGE_TABLE_ROWS:
+        files = {"tables/samples.parquet": ("parquet", "samples", lambda p: samples.to_parquet(p, index=False))}
+    else:
+        files = {"tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False))}
+    files["tables/riskiest.csv"] = ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False))
     if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
         files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
                                                   lambda p: keyed_table(result.neighbour_examples,

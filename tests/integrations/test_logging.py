@@ -227,3 +227,17 @@ def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
         HashKey.from_bytes("short", source="env")
     with pytest.raises(FileNotFoundError, match="hash key file"):
         parse_options({"hash_key_file": str(tmp_path / "missing.key")})
+
+
+def test_a_large_pool_table_is_logged_as_parquet(tracking, audit, monkeypatch):
+    from mlflow_mia.integrations import logging as logging_module
+
+    result, pool, _ = audit
+    monkeypatch.setattr(logging_module, "LARGE_TABLE_ROWS", len(pool) - 1)
+    with mlflow.start_run() as run:
+        artifacts = log_audit(result, log_metrics=False)
+    files = _artifacts(run.info.run_id)
+    assert "tables/samples.parquet" in files and "tables/samples.csv" not in files
+    table = artifacts["samples"].content
+    assert len(table) == len(pool) and "text_hmac" in table and "text" not in table
+    assert table["label"].tolist() == result.samples["label"].tolist()
