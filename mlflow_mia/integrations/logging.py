@@ -231,6 +231,24 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
+def active_run_id(run_id: str | None, caller: str) -> str:
+    """``run_id``, else the active run's id.
+
+    Raises
+    ------
+    ValueError
+        Neither is there; the message names ``caller`` and the fix.
+    """
+    import mlflow
+
+    if run_id is not None:
+        return run_id
+    active = mlflow.active_run()
+    if active is None:
+        raise ValueError(f"{caller} needs run_id=... or an active run (mlflow.start_run())")
+    return active.info.run_id
+
+
 def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
     """Write ``{path: (kind, name, writer)}`` into one temporary folder, log it, return the evaluation artifacts."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -334,7 +352,6 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         No run is active and no ``run_id`` is given; ``log_texts`` without texts; a
         metric name MLflow would reject.
     """
-    import mlflow
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
@@ -349,11 +366,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         log.warning("no hash key given (%s or hash_key_file): the logged sample and group hashes use a random key "
                     "that is not kept, so nobody can look a sample up in them", "MLFLOW_MIA_HASH_KEY")
     client = client or MlflowClient()
-    if run_id is None:
-        active = mlflow.active_run()
-        if active is None:
-            raise ValueError("log_audit needs run_id=... or an active run (mlflow.start_run())")
-        run_id = active.info.run_id
+    run_id = active_run_id(run_id, "log_audit")
     if log_texts and (texts is None or len(texts) != len(result.samples)):
         raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import time
 
-from mlflow_mia.integrations.logging import (_artifact, _artifact_name, _json, _write, check_metric_names,
-                                             dataset_digest, log_files)
+from mlflow_mia.integrations.logging import (_artifact, _artifact_name, _json, _write, active_run_id,
+                                             check_metric_names, dataset_digest, log_files)
 from mlflow_mia.ner.names import hash_key
 
 __all__ = ["log_ner_audit", "ner_params"]
@@ -77,7 +77,6 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     ValueError
         No run and no ``run_id``; a metric name MLflow would reject.
     """
-    import mlflow
     from matplotlib import pyplot as plt
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
@@ -85,11 +84,7 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     from mlflow_mia.report_ner import render_ner_report
 
     client = client or MlflowClient()
-    if run_id is None:
-        active = mlflow.active_run()
-        if active is None:
-            raise ValueError("log_ner_audit needs run_id=... or an active run (mlflow.start_run())")
-        run_id = active.info.run_id
+    run_id = active_run_id(run_id, "log_ner_audit")
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
     check_metric_names(metrics)
     all_params = {**ner_params(result), **(params or {}), "ner.log_texts": str(bool(log_texts))}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -88,12 +88,6 @@ class TokenClassifier(ModelIdentity):
         No token-classification head, no BIO tags, a slow tokenizer or no pad token.
     """
 
-    model: torch.nn.Module
-    tokenizer: object
-    model_id: str | None = None
-    name: str | None = None
-    _tokenizer_id: str | None = field(default=None, init=False, repr=False)
-    _weights_id: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         cls = type(self.model).__name__

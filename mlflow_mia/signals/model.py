@@ -126,14 +126,22 @@ def _special_tokens(tokenizer) -> dict:
     return out
 
 
+@dataclass
 class ModelIdentity:
-    """Digests that identify a ``(model, tokenizer)`` wrapper's signals, each computed once.
+    """A ``(model, tokenizer)`` pair, its names, and the digests that identify its signals (each computed once).
 
     The caches are keyed by :attr:`weights_id` and :attr:`tokenizer_id`, never by a
     model's name: two tracking servers can each hold a different ``models:/tgt/2``,
-    and a folder can claim any name. Subclasses hold ``model``, ``tokenizer`` and the
-    slots ``_weights_id`` / ``_tokenizer_id`` (None until first read).
+    and a folder can claim any name. The base of :class:`MaskedLM` and of
+    :class:`~mlflow_mia.signals.entity_confidence.TokenClassifier`.
     """
+
+    model: torch.nn.Module
+    tokenizer: object
+    model_id: str | None = None
+    name: str | None = None
+    _tokenizer_id: str | None = field(default=None, init=False, repr=False)
+    _weights_id: str | None = field(default=None, init=False, repr=False)
 
     @property
     def weights_id(self) -> str:
@@ -173,12 +181,6 @@ class MaskedLM(ModelIdentity):
         The model has no MLM head, or the tokenizer has no mask token or pad token.
     """
 
-    model: torch.nn.Module
-    tokenizer: object
-    model_id: str | None = None
-    name: str | None = None
-    _tokenizer_id: str | None = field(default=None, init=False, repr=False)
-    _weights_id: str | None = field(default=None, init=False, repr=False)
     _projection: object = field(default=None, init=False, repr=False)  # None: undecided, False: none
 
     def __post_init__(self):
