@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
-from mlflow_mia.integrations.values import opt_str, parse_bool, parse_float, parse_int, parse_list
+from mlflow_mia.integrations.values import mia_section, opt_str, parse_bool, parse_float, parse_int, parse_list
 from mlflow_mia.naming import fmt_alpha, is_nan
 
 __all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "parse_list", "with_fprs"]
@@ -307,9 +307,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     ValueError
         Unknown keys (the message lists the valid ones) or invalid values.
     """
-    config = dict(config or {})
-    if set(config) == {"mia"} and isinstance(config["mia"], Mapping):
-        config = dict(config["mia"])
+    config = mia_section(config)
     unknown = sorted(set(config) - set(CONFIG_KEYS))
     if unknown:
         raise ValueError(f"unknown evaluator_config['mia'] key(s) {unknown}; valid keys are {sorted(CONFIG_KEYS)}")

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from mlflow_mia.integrations.values import mia_section, parse_bool, parse_float, parse_int, parse_list
+
 __all__ = ["NER_CONFIG_KEYS", "is_ner_config", "parse_ner_config", "evaluate_ner"]
 
 NER_CONFIG_KEYS = ("method", "prompts", "handwritten_prompts", "entity_types", "dev_fraction", "subword", "seed",
@@ -46,24 +48,15 @@ NER_CONFIG_KEYS = ("method", "prompts", "handwritten_prompts", "entity_types", "
                    "device", "cache_dir", "log_texts", "metric_prefix", "progress")
 
 
-def _flat(config) -> dict:
-    config = dict(config or {})
-    if set(config) == {"mia"} and isinstance(config["mia"], Mapping):
-        config = dict(config["mia"])
-    return config
-
-
 def is_ner_config(config) -> bool:
     """True when ``evaluator_config`` selects ``method="ner_prompts"``."""
-    return _flat(config).get("method") == "ner_prompts"
+    return mia_section(config).get("method") == "ner_prompts"
 
 
-def _list(value, what: str):
+def _list(value, what: str, cast=str):
     if value is None:
         return None
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    value = list(value)
+    value = parse_list(value, what=what, cast=cast)
     if not value:
         raise ValueError(f"{what} is empty")
     return value
@@ -79,32 +72,32 @@ def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = 
     """
     from mlflow_mia.audit_ner import NerAuditConfig
 
-    config = _flat(config)
+    config = mia_section(config)
     unknown = sorted(set(config) - set(NER_CONFIG_KEYS))
     if unknown:
         raise ValueError(f"unknown evaluator_config['mia'] key(s) {unknown} for method 'ner_prompts'; valid keys "
                          f"are {sorted(NER_CONFIG_KEYS)}")
     get = config.get
-    fprs = tuple(float(a) for a in (_list(get("fprs"), "fprs") or (0.1, 0.01)))
+    fprs = _list(get("fprs"), "fprs", cast=float) or (0.1, 0.01)
     types = _list(get("entity_types"), "entity_types")
 
     def _opt_int(key):
         v = get(key)
         if v is None:
             return None
-        if isinstance(v, bool) or int(v) != float(v) or int(v) <= 0:
+        if parse_int(v, key) <= 0:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
-        return int(v)
+        return parse_int(v, key)
 
-    cfg = NerAuditConfig(entity_types=tuple(types) if types else None, dev_fraction=float(get("dev_fraction", 0.5)),
-                         subword=str(get("subword", "first")), seed=int(get("seed", 0)),
-                         bootstrap_rounds=int(get("bootstrap_rounds", 1000)), fprs=fprs,
-                         token_removal=bool(get("token_removal", True)), token_budget=_opt_int("token_budget"),
+    cfg = NerAuditConfig(entity_types=tuple(types) if types else None, dev_fraction=parse_float(get("dev_fraction", 0.5), "dev_fraction"),
+                         subword=str(get("subword", "first")), seed=parse_int(get("seed", 0), "seed"),
+                         bootstrap_rounds=parse_int(get("bootstrap_rounds", 1000), "bootstrap_rounds"), fprs=fprs,
+                         token_removal=parse_bool(get("token_removal", True), "token_removal"), token_budget=_opt_int("token_budget"),
                          batch_size=_opt_int("batch_size"))
     options = {"prompts": get("prompts"), "handwritten_prompts": get("handwritten_prompts"),
                "label_column": get("label_column") or targets or "is_member", "device": get("device"),
-               "cache_dir": get("cache_dir"), "log_texts": bool(get("log_texts", False)),
-               "metric_prefix": str(get("metric_prefix") or ""), "progress": bool(get("progress", True))}
+               "cache_dir": get("cache_dir"), "log_texts": parse_bool(get("log_texts", False), "log_texts"),
+               "metric_prefix": str(get("metric_prefix") or ""), "progress": parse_bool(get("progress", True), "progress")}
     return cfg, options
 
 

@@ -7,6 +7,8 @@ takes either form and raises ``ValueError`` naming the option on bad input.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = ["blank", "opt_str", "parse_bool", "parse_int", "parse_float", "parse_list"]
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
@@ -17,6 +19,14 @@ def blank(value):
     if isinstance(value, str) and not value.strip():
         return None
     return value
+
+
+def mia_section(config) -> dict:
+    """The flat ``evaluator_config["mia"]`` keys: ``config`` itself, or its ``"mia"`` entry when that is all it holds."""
+    config = dict(config or {})
+    if set(config) == {"mia"} and isinstance(config["mia"], Mapping):
+        config = dict(config["mia"])
+    return config
 
 
 def opt_str(value) -> str | None:

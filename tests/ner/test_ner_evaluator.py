@@ -135,3 +135,17 @@ def test_cli_ner_audit(registry, tmp_path, capsys):
     code = main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", str(names_path), "--prompts",
                  registry["prompts"], "--entity-types", "person", "-q"])
     assert code == 2 and "not in the names table" in capsys.readouterr().err
+
+
+def test_config_strings_are_read_as_their_values():
+    """MLproject and CLI front ends pass strings: "false" must mean False (raw names stay out)."""
+    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+
+    cfg, options = parse_ner_config({"mia": {"method": "ner_prompts", "log_texts": "false", "progress": "0",
+                                             "token_removal": "no", "seed": "3", "fprs": "0.1,0.01"}})
+    assert options["log_texts"] is False and options["progress"] is False
+    assert cfg.token_removal is False and cfg.seed == 3 and cfg.fprs == (0.1, 0.01)
+    with pytest.raises(ValueError, match="log_texts must be true or false"):
+        parse_ner_config({"method": "ner_prompts", "log_texts": "maybe"})
+    with pytest.raises(ValueError, match="fprs is empty"):
+        parse_ner_config({"method": "ner_prompts", "fprs": ""})
