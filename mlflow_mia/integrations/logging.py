@@ -249,6 +249,20 @@ def active_run_id(run_id: str | None, caller: str) -> str:
     return active.info.run_id
 
 
+def log_figures(client, run_id: str, figures: dict, *, prefix: str = "") -> dict:
+    """Log ``{path: matplotlib Figure}`` (closing each) and return their evaluation artifacts by name."""
+    from matplotlib import pyplot as plt
+
+    artifacts = {}
+    for path, fig in figures.items():
+        try:
+            client.log_figure(run_id, fig, prefix + path)
+        finally:
+            plt.close(fig)
+        artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
+    return artifacts
+
+
 def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
     """Write ``{path: (kind, name, writer)}`` into one temporary folder, log it, return the evaluation artifacts."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -386,16 +400,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
         tags=[RunTag(k, v) for k, v in tags.items()])
 
-    artifacts, logged = {}, []
-    from matplotlib import pyplot as plt
-
-    for path, fig in result.figures().items():
-        try:
-            client.log_figure(run_id, fig, prefix + path)
-        finally:
-            plt.close(fig)
-        logged.append(prefix + path)
-        artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
+    figures = result.figures()
+    logged = [prefix + path for path in figures]
+    artifacts = log_figures(client, run_id, figures, prefix=prefix)
 
     summary = result.summary()
     summary["gate"] = gate.to_dict() if gate is not None else None

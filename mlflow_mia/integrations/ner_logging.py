@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import time
 
-from mlflow_mia.integrations.logging import (_artifact, _artifact_name, _json, _write, active_run_id,
-                                             check_metric_names, dataset_digest, log_files)
+from mlflow_mia.integrations.logging import (_json, _write, active_run_id, check_metric_names, dataset_digest,
+                                             log_figures, log_files)
 from mlflow_mia.ner.names import hash_key
 
 __all__ = ["log_ner_audit", "ner_params"]
@@ -77,7 +77,6 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     ValueError
         No run and no ``run_id``; a metric name MLflow would reject.
     """
-    from matplotlib import pyplot as plt
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
@@ -92,14 +91,9 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
                      params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
                      tags=[RunTag(f"{prefix}mia.method", "ner_prompts")])
-    artifacts, logged = {}, []
-    for path, fig in _figures(result).items():
-        try:
-            client.log_figure(run_id, fig, prefix + path)
-        finally:
-            plt.close(fig)
-        logged.append(prefix + path)
-        artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
+    figures = _figures(result)
+    logged = [prefix + path for path in figures]
+    artifacts = log_figures(client, run_id, figures, prefix=prefix)
     names = result.names.copy()
     if log_texts:
         names.insert(1, "name", list(result.raw_names))

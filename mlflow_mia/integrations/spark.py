@@ -39,7 +39,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from mlflow_mia.config import SignalConfig
-from mlflow_mia.signals.energy import TOKENIZATION
+from mlflow_mia.signals.energy import value_settings
 from mlflow_mia.signals.types import SignalResult
 
 __all__ = ["spark_signals", "SignalJob", "SparkSignalError", "collect_signals", "model_spec"]
@@ -122,10 +122,10 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     if os.path.isdir(load_uri):
         load_uri = os.path.abspath(load_uri)
     lm = resolved.lm
-    max_length = min(config.max_length or lm.max_length, lm.max_length)
+    settings = value_settings(lm, config)
+    max_length = settings["max_length"]
     # Keyed by the weights, as the local signal cache is: a URI names different weights on different servers.
     identity = f"{lm.weights_id}|{lm.tokenizer_id}"
-    settings = {**config.cache_spec(), "max_length": max_length, "tokenization": TOKENIZATION}
     return {"role": role, "load_uri": load_uri, "model_id": lm.model_id, "weights_id": lm.weights_id,
             "tokenizer_id": lm.tokenizer_id,
             "max_length": max_length, "config": _config_dict(config),

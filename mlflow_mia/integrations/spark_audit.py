@@ -108,7 +108,7 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
 
 
 def score_signals(signals: Mapping[str, SignalResult], pool, population, config: AuditConfig, *,
-                  models=None):
+                  models=None, notes=()):
     """Score the Spark signals on the driver: :func:`~mlflow_mia.audit.score_audit`, no model runs.
 
     Parameters
@@ -122,6 +122,8 @@ def score_signals(signals: Mapping[str, SignalResult], pool, population, config:
     models : AuditModels, optional
         The models the signals come from (their identities, and the target's
         tokenizer for the memorization-feature table); no forward pass runs.
+    notes : sequence of str
+        Warnings of earlier checks (:meth:`~mlflow_mia.audit.AuditModels.check`).
 
     Returns
     -------
@@ -137,7 +139,7 @@ def score_signals(signals: Mapping[str, SignalResult], pool, population, config:
 
     hashes = list(pool.text_hashes) + list(population.text_hashes)
     return score_audit(AuditSignals(dict(signals), text_hashes=tuple(hashes)), pool, population, config,
-                       models=models)
+                       models=models, notes=notes)
 
 
 def run_spark_audit(spark, target, pool, population, *, reference=None, config: AuditConfig | None = None,
@@ -195,8 +197,7 @@ def run_spark_audit(spark, target, pool, population, *, reference=None, config: 
     signals = spark_audit_signals(spark, list(pool.texts) + list(population.texts), models, config.signal,
                                   store=store, partitions=partitions, device=device)
     spark_s = round(time.perf_counter() - start, 3)
-    result = score_signals(signals, pool, population, config, models=audit_models)
-    result.warnings[:0] = [n for n in notes if n not in result.warnings]
+    result = score_signals(signals, pool, population, config, models=audit_models, notes=notes)
     result.info["engine"] = "spark"
     result.info["timings"]["signals_spark_s"] = spark_s
     return result

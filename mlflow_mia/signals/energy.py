@@ -66,6 +66,17 @@ HEAD_POSITIONS = 512
 TOKENIZATION = "split_special_tokens"
 
 
+def value_settings(lm: MaskedLM, config: SignalConfig) -> dict:
+    """What besides the weights and tokenizer decides a signal's values: part of every cache key.
+
+    The settings of :meth:`SignalConfig.cache_spec`, the token limit in force for
+    ``lm`` and how texts are tokenised (:data:`TOKENIZATION`); speed settings
+    (token budget, device) are left out. Used by the local cache and the Spark store.
+    """
+    return {**config.cache_spec(), "max_length": token_limit(config.max_length, lm.max_length),
+            "tokenization": TOKENIZATION}
+
+
 def tokenize(lm: MaskedLM, texts: Sequence[str], *, max_length: int,
              rows: Sequence[int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """Token ids, maskable positions and truncation flags of each text.
@@ -273,9 +284,9 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
             raise ValueError(f"mask_keys must be hex text hashes (mlflow_mia.data.text_hash(sample)), got {bad!r}")
         hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
         mask_of = dict(zip(hashes, mask_keys))
-    max_length = token_limit(config.max_length, lm.max_length)
-    spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **config.cache_spec(), "max_length": max_length,
-            "tokenization": TOKENIZATION}
+    settings = value_settings(lm, config)
+    max_length = settings["max_length"]
+    spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **settings}
     if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None
