@@ -18,7 +18,9 @@ audit needs, locally and without downloads:
    - the **reference** (``bbc-reference@champion``): the base fine-tuned the same way
      (same steps) on disjoint in-domain articles;
    - the **out-of-domain reference** (``bbc-reference-ood@champion``): the base
-     fine-tuned the same way on entertainment and sports articles.
+     fine-tuned the same way on entertainment and sports articles;
+   - the **base** itself is registered too (``bbc-base@champion``): the general-domain
+     reference of ``mlflow-mia analyze`` and the start of its target variants.
 
    All models share one initialisation, tokenizer and recipe; only the fine-tuning data
    differs. That is the paper's setting (target trained on ``D``, reference on disjoint
@@ -29,7 +31,7 @@ audit needs, locally and without downloads:
    text) and logs the three models with the transformers flavor (task ``fill-mask``),
    registered with the aliases above (``bbc-small-*`` for ``--size small``).
 
-A second call finds the three aliases, checks that their versions were built from the
+A second call finds the four aliases, checks that their versions were built from the
 same split (a digest of the sample ids, stored as a version tag) and returns at once.
 
 How the demo's size was chosen (model shape, throughput, measured AUCs): ``docs/demo_sizing.md``.
@@ -37,7 +39,6 @@ How the demo's size was chosen (model shape, throughput, measured AUCs): ``docs/
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import math
@@ -47,6 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mlflow_mia.demo import bbc
+from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
 __all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
@@ -68,8 +70,8 @@ class DemoSize:
     Attributes
     ----------
     prefix : str
-        Registered model names are ``<prefix>target``, ``<prefix>reference`` and
-        ``<prefix>reference-ood``.
+        Registered model names are ``<prefix>target``, ``<prefix>reference``,
+        ``<prefix>reference-ood`` and ``<prefix>base``.
     split : bbc.SplitConfig
         Articles per role, pool and population sizes, seed.
     model : ModelSpec
@@ -128,7 +130,7 @@ class DemoSpec:
 
     Attributes
     ----------
-    target_uri, reference_uri, ood_reference_uri : str
+    target_uri, reference_uri, ood_reference_uri, base_uri : str
         Registry URIs with aliases, e.g. ``"models:/bbc-target@candidate"``.
     pool_path, population_path : str
         JSON-lines files of the target pool and the population set.
@@ -151,6 +153,7 @@ class DemoSpec:
     id_column: str = "sample_id"
     size: str = "default"
     run_id: str | None = None
+    base_uri: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -158,11 +161,12 @@ class DemoSpec:
 
 def _model_names(size: DemoSize) -> dict[str, str]:
     return {"target": f"{size.prefix}target", "reference": f"{size.prefix}reference",
-            "ood_reference": f"{size.prefix}reference-ood"}
+            "ood_reference": f"{size.prefix}reference-ood", "base": f"{size.prefix}base"}
 
 
 def _aliases() -> dict[str, str]:
-    return {"target": TARGET_ALIAS, "reference": REFERENCE_ALIAS, "ood_reference": REFERENCE_ALIAS}
+    return {"target": TARGET_ALIAS, "reference": REFERENCE_ALIAS, "ood_reference": REFERENCE_ALIAS,
+            "base": REFERENCE_ALIAS}
 
 
 def _data_dir(size_name: str, data_dir) -> Path:
@@ -186,6 +190,7 @@ def demo_spec(size: str = "default", *, data_dir=None, run_id: str | None = None
         population_path=str(folder / "population.jsonl"),
         size=size,
         run_id=run_id,
+        base_uri=f"models:/{names['base']}@{aliases['base']}",
     )
 
 
@@ -234,25 +239,11 @@ def _write_table(df, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _pip_requirements() -> list[str]:
-    """Explicit requirements of the logged models (MLflow's inference would pin torchvision)."""
-    import mlflow
-    import tokenizers
-    import torch
-    import transformers
-
-    return [
-        f"mlflow=={mlflow.__version__}",
-        f"torch=={torch.__version__.split('+')[0]}",
-        f"transformers=={transformers.__version__}",
-        f"tokenizers=={tokenizers.__version__}",
-    ]
-
-
 _ROLE_TEXT = {
     "target": "the model under audit: the base model fine-tuned on the member articles ({cats})",
     "reference": "in-domain reference: the base model fine-tuned the same way on disjoint articles ({cats})",
     "ood_reference": "out-of-domain reference: the base model fine-tuned the same way on {ood} articles",
+    "base": "the general-domain base model, trained on {ood} articles, before any fine-tuning",
 }
 
 
@@ -302,22 +293,6 @@ def _build_run(client, size: str):
     experiment = client.get_experiment_by_name(EXPERIMENT_NAME)
     experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(EXPERIMENT_NAME)
     return mlflow.start_run(experiment_id=experiment_id, run_name=run_name, nested=mlflow.active_run() is not None)
-
-
-@contextlib.contextmanager
-def _torch_threads(num_threads: int | None):
-    """Set torch's intra-op thread count inside the block and restore it after."""
-    import torch
-
-    if num_threads is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def build_demo(*, size: str = "default", force: bool = False, progress: bool = True, data_dir=None,
@@ -384,7 +359,7 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
 
     logger.info("building the %r demo in %s", size, tracking_uri)
     timings = {}
-    with _build_run(client, size) as run, _torch_threads(num_threads or cfg.num_threads):
+    with _build_run(client, size) as run, torch_threads(num_threads or cfg.num_threads):
         mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest})
         mlflow.log_params(_params(size, cfg, split, digest))
 
@@ -402,7 +377,7 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
         steps = max(1, math.ceil(cfg.finetune.epochs * len(split.target_train) / cfg.finetune.batch_size))
         finetune = replace(cfg.finetune, steps=steps)
         mlflow.log_param("finetune.total_steps", steps)
-        models = {}
+        models = {"base": base}
         for role, frame, desc in (("target", split.target_train, "target (members)"),
                                   ("reference", split.reference_train, "reference (in-domain)"),
                                   ("ood_reference", split.ood_reference_train, "reference (out-of-domain)")):
@@ -412,25 +387,15 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
             timings[f"train_{role}"] = result.seconds
             models[role] = model
 
-        requirements = _pip_requirements()
         aliases = _aliases()
         for role, model in models.items():
             t = time.perf_counter()
-            info = mlflow.transformers.log_model(
-                transformers_model={"model": model, "tokenizer": tokenizer},
-                name=role,
-                task="fill-mask",
-                registered_model_name=names[role],
-                pip_requirements=requirements,
-                model_card=_model_card(names[role], role, cfg, steps),
-                metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_role": role},
-            )
-            version = info.registered_model_version
-            client.set_registered_model_alias(names[role], aliases[role], version)
-            for key, value in ((SPLIT_TAG, digest), (SIZE_TAG, size), (ROLE_TAG, role)):
-                client.set_model_version_tag(names[role], version, key, value)
+            uri = register_model(model, tokenizer, name=names[role], alias=aliases[role], artifact_name=role,
+                                 tags={SPLIT_TAG: digest, SIZE_TAG: size, ROLE_TAG: role}, client=client,
+                                 model_card=_model_card(names[role], role, cfg, 0 if role == "base" else steps),
+                                 metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_role": role})
             timings[f"log_{role}"] = time.perf_counter() - t
-            logger.info("registered %s version %s as @%s", names[role], version, aliases[role])
+            logger.info("registered %s as @%s", uri, aliases[role])
         timings["total"] = time.perf_counter() - started
         mlflow.log_params({f"timing.{k}_s": round(v, 1) for k, v in timings.items()})
     logger.info("demo %r built in %.0f s", size, timings["total"])

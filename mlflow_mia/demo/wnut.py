@@ -239,20 +239,10 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
 
 
 def _log_and_register(model, tokenizer, name: str, *, size_name: str, digest: str):
-    import mlflow
-    from mlflow import MlflowClient
+    from mlflow_mia.demo.registry import register_model
 
-    from mlflow_mia.demo.build import _pip_requirements
-
-    info = mlflow.transformers.log_model(
-        transformers_model={"model": model, "tokenizer": tokenizer}, name=name, task="token-classification",
-        registered_model_name=name, pip_requirements=_pip_requirements())
-    client = MlflowClient()
-    version = info.registered_model_version
-    client.set_registered_model_alias(name, ALIAS, version)
-    client.set_model_version_tag(name, version, "mlflow_mia.demo.size", size_name)
-    client.set_model_version_tag(name, version, NAMES_TAG, digest)
-    return f"models:/{name}/{version}"
+    return register_model(model, tokenizer, name=name, alias=ALIAS, task="token-classification",
+                          tags={"mlflow_mia.demo.size": size_name, NAMES_TAG: digest})
 
 
 def _existing(client, prefix: str, digest: str):
@@ -297,7 +287,8 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     """
     import mlflow
 
-    from mlflow_mia.demo.build import _build_run, _ensure_tracking_uri, _torch_threads
+    from mlflow_mia.demo.build import _build_run, _ensure_tracking_uri
+    from mlflow_mia.demo.registry import torch_threads
 
     if size not in WNUT_SIZES:
         raise ValueError(f"size must be one of {sorted(WNUT_SIZES)}, got {size!r}")
@@ -324,7 +315,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     labels = _labels(a + b)
     tokenizer = _tokenizer(cfg, a + b)
     uris = {}
-    with _build_run(client, f"wnut-{size}") as run, _torch_threads(num_threads):
+    with _build_run(client, f"wnut-{size}") as run, torch_threads(num_threads):
         mlflow.log_params({f"wnut.{k}": v for k, v in asdict(cfg).items()})
         mlflow.log_params({"wnut.entity_types": ",".join(types), "wnut.tweets_a": len(a), "wnut.tweets_b": len(b),
                            "wnut.names_per_type": ",".join(f"{t}:{int((names.entity_type == t).sum())}"

@@ -1,4 +1,4 @@
-"""The ``mlflow-mia`` command line: ``audit``, ``compare`` and ``build-demo``.
+"""The ``mlflow-mia`` command line: ``audit``, ``compare``, ``build-demo``, ``ner-audit`` and ``analyze``.
 
 Each subcommand turns its options into the flat ``evaluator_config["mia"]`` keys
 (:mod:`mlflow_mia.integrations.config`), so the CLI, the MLproject entry points
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Membership inference audits of masked language models, logged to MLflow.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
-    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit}")
+    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit,analyze}")
     sub.required = True
 
     audit = sub.add_parser(
@@ -235,9 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
     demo.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
     demo.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress bars")
+    from mlflow_mia.integrations.analyze_cli import add_analyze_parser
     from mlflow_mia.integrations.ner_cli import add_ner_parser
 
     add_ner_parser(sub)
+    add_analyze_parser(sub, _flag)
     return parser
 
 
@@ -353,6 +355,10 @@ def main(argv=None) -> int:
             from mlflow_mia.integrations.ner_cli import cmd_ner_audit
 
             return cmd_ner_audit(args)
+        if args.command == "analyze":
+            from mlflow_mia.integrations.analyze_cli import cmd_analyze
+
+            return cmd_analyze(args)
         return _cmd_build_demo(args)
     except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
         print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)

@@ -1,0 +1,88 @@
+"""Log a trained model with the transformers flavor and register it under an alias.
+
+One helper for every model the demos and ``mlflow-mia analyze`` train: the BBC News
+masked LMs, the analysis variants and the WNUT-16 taggers. Explicit pip requirements
+(MLflow's inference would pin torchvision) and a local model card (which also stops
+MLflow from asking the Hugging Face hub for one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+__all__ = ["pip_requirements", "register_model", "torch_threads"]
+
+
+def pip_requirements() -> list[str]:
+    """Pinned requirements of the logged models: mlflow, torch, transformers, tokenizers."""
+    import mlflow
+    import tokenizers
+    import torch
+    import transformers
+
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"transformers=={transformers.__version__}",
+        f"tokenizers=={tokenizers.__version__}",
+    ]
+
+
+def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill-mask", artifact_name: str | None = None,
+                   tags: dict | None = None, model_card=None, metadata: dict | None = None, client=None) -> str:
+    """Log ``(model, tokenizer)`` to the active run, register it as ``name`` and point ``alias`` at it.
+
+    Parameters
+    ----------
+    model, tokenizer : transformers objects
+    name : str
+        Registered model name.
+    alias : str
+        Alias set on the new version (e.g. ``"candidate"``).
+    task : str
+        transformers pipeline task of the flavor (``"fill-mask"``, ``"token-classification"``).
+    artifact_name : str, optional
+        Name of the logged model in the run; default ``name``.
+    tags : dict, optional
+        Version tags (numbers, names and digests only: never training text).
+    model_card : huggingface_hub.ModelCard, optional
+    metadata : dict, optional
+
+    Returns
+    -------
+    str
+        The new version's version-pinned URI, ``models:/<name>/<version>``.
+
+    Raises
+    ------
+    mlflow.exceptions.MlflowException
+        No active run, or the registry rejects the name.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = client or MlflowClient()
+    info = mlflow.transformers.log_model(
+        transformers_model={"model": model, "tokenizer": tokenizer}, name=artifact_name or name, task=task,
+        registered_model_name=name, pip_requirements=pip_requirements(), model_card=model_card, metadata=metadata)
+    version = info.registered_model_version
+    client.set_registered_model_alias(name, alias, version)
+    for key, value in (tags or {}).items():
+        client.set_model_version_tag(name, version, key, str(value))
+    return f"models:/{name}/{version}"
+
+
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None):
+    """Set torch's intra-op thread count inside the block and restore it after (``None``: leave it)."""
+    import torch
+
+    if num_threads is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -1,0 +1,73 @@
+"""One figure per finding of ``mlflow-mia analyze``: our AUCs (with CIs) and TPRs next to the paper's."""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["plot_finding"]
+
+_PAPER_AUC = re.compile(r"AUC ([0-9.]+)")
+
+
+def _paper_auc(text) -> float:
+    match = _PAPER_AUC.search(str(text or ""))
+    return float(match.group(1)) if match else math.nan
+
+
+def plot_finding(rows, *, title: str):
+    """AUC (error bars: 95 % CI; hollow diamonds: the paper's AUC) and TPR at 1 % FPR by setting and attack.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        The finding's rows of :func:`mlflow_mia.analyze.findings.findings_table` (columns
+        ``setting``, ``attack``, ``auc``, ``auc_ci_low``, ``auc_ci_high``,
+        ``tpr_at_fpr_0.01``, ``paper``; with ``dp_epsilon`` values a third panel shows the
+        empirical epsilon lower bound against the accountant's epsilon).
+    title : str
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Not attached to pyplot; the caller logs or closes it.
+    """
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from mlflow_mia.plots.roc import OKABE_ITO
+
+    settings = list(dict.fromkeys(rows["setting"]))
+    attacks = list(dict.fromkeys(rows["attack"]))
+    dp = rows["dp_epsilon"].notna().any()
+    fig = Figure(figsize=(4.6 * (3 if dp else 2), 4.0), layout="constrained")
+    axes = fig.subplots(1, 3 if dp else 2, squeeze=False)[0]
+    x = np.arange(len(settings))
+    width = 0.8 / max(len(attacks), 1)
+    for i, attack in enumerate(attacks):
+        sub = rows[rows["attack"] == attack].set_index("setting").reindex(settings)
+        offset = x + (i - (len(attacks) - 1) / 2) * width
+        auc = sub["auc"].to_numpy(float)
+        err = np.vstack([auc - sub["auc_ci_low"].to_numpy(float), sub["auc_ci_high"].to_numpy(float) - auc])
+        color = OKABE_ITO[i % len(OKABE_ITO)]
+        axes[0].bar(offset, auc, width, yerr=np.nan_to_num(err), capsize=3, color=color, label=attack)
+        paper = np.array([_paper_auc(p) for p in sub["paper"]])
+        if np.isfinite(paper).any():
+            axes[0].scatter(offset, paper, marker="D", facecolors="none", edgecolors="black", zorder=3,
+                            label="paper" if i == 0 else None)
+        axes[1].bar(offset, sub["tpr_at_fpr_0.01"].to_numpy(float), width, color=color)
+        if dp:
+            axes[2].bar(offset, sub["epsilon_lower_bound"].to_numpy(float), width, color=color)
+    axes[0].axhline(0.5, color="0.4", linestyle="--", linewidth=1)
+    axes[0].set(ylim=(0, 1.05), ylabel="AUC", title="AUC (95 % CI)")
+    axes[1].set(ylabel="TPR", title="TPR at 1 % FPR")
+    if dp:
+        eps = rows.drop_duplicates("setting").set_index("setting").reindex(settings)["dp_epsilon"].to_numpy(float)
+        axes[2].scatter(x, eps, marker="_", s=600, color="black", label="accountant's epsilon")
+        axes[2].set(ylabel="epsilon", title="empirical lower bound vs DP epsilon")
+        axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.set_xticks(x, settings)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title)
+    return fig
