@@ -5,7 +5,7 @@ For each :class:`~mlflow_mia.analyze.plan.Experiment` the findings need, in orde
 1. the target: the demo's own, or a variant found in the registry by its key, else
    trained from the demo's base model and registered (:mod:`mlflow_mia.analyze.variants`);
 2. a finished run of the same experiment key (experiment, pinned model versions, audit
-   settings) in the parent's MLflow experiment is reused as it is; otherwise a nested run
+   settings) anywhere in the tracking store is reused as it is; otherwise a nested run
    audits the target (:func:`mlflow_mia.audit.run_audit`, signals cached), logs it like
    ``mlflow-mia audit`` does (:func:`mlflow_mia.integrations.logging.log_audit`) and adds
    the subsets the experiment asks for (length bins, paper Table 3);
@@ -96,8 +96,10 @@ def _digest(record: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _finished_run(client, experiment_id: str, key: str):
-    runs = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}' and "
+def _finished_run(client, key: str):
+    """The newest finished run of any experiment in the store tagged with this experiment key, or None."""
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiment_ids, filter_string=f"tags.`{KEY_TAG}` = '{key}' and "
                               "attributes.status = 'FINISHED'", max_results=1, order_by=["attributes.start_time DESC"])
     return runs[0] if runs else None
 
@@ -120,12 +122,13 @@ class _Suite:
         self.demo_size = DEMO_SIZES[size.demo_size]
         self.split = bbc.make_split(self.demo_size.split)
         self.split_digest = bbc.split_digest(self.split)
-        self.pool_frame = pd.read_json(demo.pool_path, lines=True)
+        ids = {demo.id_column: str, demo.group_column: str}
+        self.pool_frame = pd.read_json(demo.pool_path, lines=True, dtype=ids)
         columns = dict(text_column=demo.text_column, label_column=demo.label_column, id_column=demo.id_column,
                        group_column=demo.group_column)
         self.make_pool = lambda frame: AuditDataset.from_frame(frame, **columns)
         self.pool = self.make_pool(self.pool_frame)
-        self.population = PopulationSet.from_frame(pd.read_json(demo.population_path, lines=True),
+        self.population = PopulationSet.from_frame(pd.read_json(demo.population_path, lines=True, dtype=ids),
                                                    text_column=demo.text_column)
         self.models = {}
         self.resolve = lambda uri, role: resolve_model(uri, role=role)
@@ -243,7 +246,7 @@ def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
                         "config": config.to_dict(), "size": asdict(suite.size)})
 
     if target_uri is not None:
-        found = _finished_run(suite.client, parent.info.experiment_id, key_of(target_uri))
+        found = _finished_run(suite.client, key_of(target_uri))
         if found is not None:
             log.info("analyze: %s already ran (run %s); reusing it", exp.name, found.info.run_id)
             return found.info.run_id, dict(found.data.metrics), True

@@ -326,7 +326,7 @@ def _cmd_build_demo(args) -> int:
         print(json.dumps(spec.to_dict(), indent=2))
         return EXIT_OK
     print(f"demo ({args.size}) ready at {mlflow.get_tracking_uri()}:")
-    for field in ("target_uri", "reference_uri", "ood_reference_uri", "pool_path", "population_path"):
+    for field in ("target_uri", "reference_uri", "ood_reference_uri", "base_uri", "pool_path", "population_path"):
         print(f"  {field:<18} {getattr(spec, field, None)}")
     return EXIT_OK
 

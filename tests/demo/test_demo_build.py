@@ -42,6 +42,7 @@ def test_spec_names_and_files(built):
     assert spec.target_uri == "models:/bbc-small-target@candidate"
     assert spec.reference_uri == "models:/bbc-small-reference@champion"
     assert spec.ood_reference_uri == "models:/bbc-small-reference-ood@champion"
+    assert spec.base_uri == "models:/bbc-small-base@champion"
     assert spec.pool_path == str(tmp_path / "mlflow_mia_demo" / "small" / "pool.jsonl")
     pool = pd.read_json(spec.pool_path, lines=True)
     population = pd.read_json(spec.population_path, lines=True)
@@ -56,7 +57,7 @@ def test_spec_names_and_files(built):
 def test_aliases_resolve_to_tagged_versions(built):
     spec, _, _ = built
     client = MlflowClient()
-    for uri in (spec.target_uri, spec.reference_uri, spec.ood_reference_uri):
+    for uri in (spec.target_uri, spec.reference_uri, spec.ood_reference_uri, spec.base_uri):
         name, alias = uri[len("models:/"):].split("@")
         version = client.get_model_version_by_alias(name, alias)
         assert version.run_id == spec.run_id
@@ -80,7 +81,7 @@ def test_run_records_settings_without_text(built):
 def test_models_load_back_and_fill_a_mask(built):
     spec, _, _ = built
     vocabularies = []
-    for uri in (spec.target_uri, spec.reference_uri, spec.ood_reference_uri):
+    for uri in (spec.target_uri, spec.reference_uri, spec.ood_reference_uri, spec.base_uri):
         components = mlflow.transformers.load_model(uri, return_type="components")
         model, tokenizer = components["model"], components["tokenizer"]
         vocabularies.append(tokenizer.get_vocab())
@@ -92,7 +93,7 @@ def test_models_load_back_and_fill_a_mask(built):
         best = int(logits[0, position].argmax())
         assert best not in tokenizer.all_special_ids
     # One tokenizer for all models: masks and token ids agree between target and references.
-    assert vocabularies[0] == vocabularies[1] == vocabularies[2]
+    assert vocabularies[0] == vocabularies[1] == vocabularies[2] == vocabularies[3]
 
 
 def test_second_call_skips_training(built):
