@@ -114,7 +114,6 @@ class _Suite:
         from mlflow_mia.data import AuditDataset, PopulationSet
         from mlflow_mia.demo import bbc
         from mlflow_mia.demo.build import DEMO_SIZES
-        from mlflow_mia.integrations.models import resolve_model
 
         self.size, self.demo, self.cache, self.progress = size, demo, cache, progress
         self.hash_key, self.device = hash_key, device
@@ -126,20 +125,29 @@ class _Suite:
         self.pool_frame = pd.read_json(demo.pool_path, lines=True, dtype=ids)
         columns = dict(text_column=demo.text_column, label_column=demo.label_column, id_column=demo.id_column,
                        group_column=demo.group_column)
-        self.make_pool = lambda frame: AuditDataset.from_frame(frame, **columns)
-        self.pool = self.make_pool(self.pool_frame)
+        self.columns = columns
+        self.pool = AuditDataset.from_frame(self.pool_frame, **columns)
         self.population = PopulationSet.from_frame(pd.read_json(demo.population_path, lines=True, dtype=ids),
                                                    text_column=demo.text_column)
         self.models = {}
-        self.resolve = lambda uri, role: resolve_model(uri, role=role)
         self.references = {"reference": demo.reference_uri, "ood_reference": demo.ood_reference_uri,
                            "base": demo.base_uri}
         self.trained: list[str] = []
 
     def model(self, uri: str, role: str):
+        """The resolved model of ``uri``, loaded once per call of the suite."""
+        from mlflow_mia.integrations.models import resolve_model
+
         if uri not in self.models:
-            self.models[uri] = self.resolve(uri, role)
+            self.models[uri] = resolve_model(uri, role=role)
         return self.models[uri]
+
+    def names_pool(self):
+        """The pool whose member sentences carry the names the ``names`` variant was trained with."""
+        from mlflow_mia.analyze.variants import names_pool
+        from mlflow_mia.data import AuditDataset
+
+        return AuditDataset.from_frame(names_pool(self.pool_frame, self.split.target_train), **self.columns)
 
     def variant_target(self, name: str):
         """(pinned URI or None, variant, key, settings): None when the variant must be trained."""
@@ -206,14 +214,11 @@ def _length_subsets(result, config) -> dict:
 
 def _audit_into_run(suite, exp, target, reference, config, run_id: str) -> None:
     """Audit ``target`` against ``reference`` and log it all to ``run_id``."""
-    from mlflow_mia.analyze.variants import names_pool
     from mlflow_mia.audit import run_audit
     from mlflow_mia.integrations.evaluator import model_records
     from mlflow_mia.integrations.logging import log_audit
 
-    pool = suite.pool
-    if exp.names_pool:
-        pool = suite.make_pool(names_pool(suite.pool_frame, suite.split.target_train))
+    pool = suite.names_pool() if exp.names_pool else suite.pool
     result = run_audit(target.lm, pool, suite.population, reference=reference.lm, config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
     result.models = model_records(result.models, target=target, reference=reference)

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 VARIANT_ALIAS = "candidate"
 VARIANT_KEY_TAG = "mia.analyze.variant_key"
 DP_TAGS = ("mia.analyze.dp_epsilon", "mia.analyze.dp_delta")
+NAMES_SEED = 0  # seed of the inserted names: the training texts and the audited pool must agree
 
 
 def insert_names(frame, *, seed: int = 0, group_column: str = "article_id", text_column: str = "text"):
@@ -77,7 +78,7 @@ def insert_names(frame, *, seed: int = 0, group_column: str = "article_id", text
     return out, names
 
 
-def names_pool(pool, target_train, *, seed: int = 0, label_column: str = "is_member"):
+def names_pool(pool, target_train, *, seed: int = NAMES_SEED, label_column: str = "is_member"):
     """The demo pool with each member sentence as the ``names`` variant saw it in training.
 
     Members get their article's inserted name (:func:`insert_names` on ``target_train``,
@@ -158,7 +159,7 @@ def training_settings(variant, demo_size, size, n_train: int) -> dict:
         out["model"] = asdict(replace(demo_size.model, num_layers=size.large_layers))
         out["base"] = asdict(demo_size.base)
     elif variant.kind == "names":
-        out["names_seed"] = 0
+        out["names_seed"] = NAMES_SEED
     elif variant.kind == "dp":
         out["finetune"] = asdict(replace(demo_size.finetune, steps=None, epochs=size.dp_epochs,
                                          batch_size=size.dp_batch_size, learning_rate=size.dp_learning_rate))

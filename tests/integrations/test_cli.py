@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import types
 from pathlib import Path
@@ -197,13 +198,17 @@ def test_mlproject_declares_entry_points():
     from mlflow.projects._project_spec import load_project
 
     project = load_project(str(REPO))
-    for name in ("audit", "compare", "build-demo"):
+    for name in ("audit", "compare", "build-demo", "ner-audit", "analyze"):
         assert name in project._entry_points
     audit = project.get_entry_point("audit")
     assert {"target", "reference", "data", "population", "attacks", "signal", "num_masks", "seed", "fprs",
             "group_column", "max_tpr_at_fpr", "demo_size"} <= set(audit.parameters)
     assert audit.command.startswith("mlflow-mia audit")
     assert {"models", "aliases"} <= set(project.get_entry_point("compare").parameters)
+    analyze = project.get_entry_point("analyze")
+    assert {"quick", "findings", "cache_dir"} <= set(analyze.parameters)
+    args = build_parser().parse_args(shlex.split(analyze.compute_command({"quick": "true"}, storage_dir=None))[1:])
+    assert (args.command, args.quick, args.findings) == ("analyze", True, "")  # "" = every finding
 
 
 @pytest.mark.skipif(not Path(sys.executable).with_name("mlflow").exists(), reason="mlflow console script missing")
