@@ -349,5 +349,6 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
         out.trained = list(suite.trained)
         out.table = findings_table({n: (out.runs[n], out.metrics[n]) for n in out.runs}, size, selected)
         log_findings(out.table, selected, run_id=parent.info.run_id, client=suite.client)
-        mlflow.set_tags({"mia.analyze.ran": ",".join(out.ran)[:5000], "mia.analyze.reused": ",".join(out.reused)[:5000]})
+        mlflow.set_tags({"mia.analyze.ran": ",".join(out.ran)[:5000],
+                         "mia.analyze.reused": ",".join(out.reused)[:5000]})
     return out

@@ -28,8 +28,8 @@ def pip_requirements() -> list[str]:
     ]
 
 
-def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill-mask", artifact_name: str | None = None,
-                   tags: dict | None = None, model_card=None, metadata: dict | None = None, client=None) -> str:
+def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill-mask",
+                   artifact_name: str | None = None, tags: dict | None = None, model_card=None, metadata: dict | None = None, client=None) -> str:
     """Log ``(model, tokenizer)`` to the active run, register it as ``name`` and point ``alias`` at it.
 
     Parameters

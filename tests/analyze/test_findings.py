@@ -84,7 +84,8 @@ def test_rows_carry_the_logged_values_paper_figures_and_run_ids():
                 & (table["attack"] == "likelihood_ratio")].iloc[0]
     assert (row["auc"], row["auc_ci_low"], row["run_id"]) == (0.88, 0.88 - 0.03, "run-baseline")
     assert row["paper"] == "AUC 0.900"
-    dp = table[(table["finding"] == "dp_sgd") & (table["setting"] == "eps 8") & (table["attack"] == "likelihood_ratio")].iloc[0]
+    dp = table[(table["finding"] == "dp_sgd") & (table["setting"] == "eps 8")
+               & (table["attack"] == "likelihood_ratio")].iloc[0]
     assert dp["dp_epsilon"] == 7.9 and dp["paper"] == "TPR@1% 0.0152 (eps 10)"
     assert math.isnan(table[(table["finding"] == "dp_sgd") & (table["setting"] == "non-private")]
                       .iloc[0]["dp_epsilon"])
