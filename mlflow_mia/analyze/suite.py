@@ -5,7 +5,8 @@ For each :class:`~mlflow_mia.analyze.plan.Experiment` the findings need, in orde
 1. the target: the demo's own, or a variant found in the registry by its key, else
    trained from the demo's base model and registered (:mod:`mlflow_mia.analyze.variants`);
 2. a finished run of the same experiment key (experiment, pinned model versions, audit
-   settings) anywhere in the tracking store is reused as it is; otherwise a nested run
+   settings, a digest of the pool and population) anywhere in the tracking store is
+   reused as it is; otherwise a nested run
    audits the target (:func:`mlflow_mia.audit.run_audit`, signals cached), logs it like
    ``mlflow-mia audit`` does (:func:`mlflow_mia.integrations.logging.log_audit`) and adds
    the subsets the experiment asks for (length bins, paper Table 3);
@@ -128,11 +129,16 @@ class _Suite:
         self.columns = columns
         self.pool = AuditDataset.from_frame(self.pool_frame, **columns)
         self.population = PopulationSet.from_frame(pd.read_json(demo.population_path, lines=True, dtype=ids),
-                                                   text_column=demo.text_column)
+                                                   text_column=demo.text_column, group_column=demo.group_column)
         self.models = {}
         self.references = {"reference": demo.reference_uri, "ood_reference": demo.ood_reference_uri,
                            "base": demo.base_uri}
         self.trained: list[str] = []
+
+    def data_digest(self, pool) -> str:
+        """Digest of the audited data: texts, labels and groups of the pool and of the population."""
+        return _digest({"pool": [pool.text_hashes, pool.labels.tolist(), pool.groups],
+                        "population": [self.population.text_hashes, self.population.groups]})
 
     def model(self, uri: str, role: str):
         """The resolved model of ``uri``, loaded once per call of the suite."""
@@ -212,13 +218,12 @@ def _length_subsets(result, config) -> dict:
     return out
 
 
-def _audit_into_run(suite, exp, target, reference, config, run_id: str) -> None:
-    """Audit ``target`` against ``reference`` and log it all to ``run_id``."""
+def _audit_into_run(suite, exp, pool, target, reference, config, run_id: str) -> None:
+    """Audit ``target`` on ``pool`` against ``reference`` and log it all to ``run_id``."""
     from mlflow_mia.audit import run_audit
     from mlflow_mia.integrations.evaluator import model_records
     from mlflow_mia.integrations.logging import log_audit
 
-    pool = suite.names_pool() if exp.names_pool else suite.pool
     result = run_audit(target.lm, pool, suite.population, reference=reference.lm, config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
     result.models = model_records(result.models, target=target, reference=reference)
@@ -241,6 +246,8 @@ def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
 
     config = _audit_config(suite.size, exp.signal)
     reference = suite.model(suite.references[exp.reference], "reference")
+    pool = suite.names_pool() if exp.names_pool else suite.pool
+    data = suite.data_digest(pool)
     target_uri, variant, vkey, settings = (suite.demo.target_uri, None, None, None)
     if exp.target != "target":
         target_uri, variant, vkey, settings = suite.variant_target(exp.target)
@@ -248,7 +255,7 @@ def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
     def key_of(uri: str) -> str:
         target = suite.model(uri, "target")
         return _digest({"experiment": asdict(exp), "target": target.resolved_uri, "reference": reference.resolved_uri,
-                        "config": config.to_dict(), "size": asdict(suite.size)})
+                        "config": config.to_dict(), "size": asdict(suite.size), "data": data})
 
     if target_uri is not None:
         found = _finished_run(suite.client, key_of(target_uri))
@@ -263,7 +270,7 @@ def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
         elif variant is not None and variant.kind == "dp":
             mlflow.log_metrics(suite.dp_metrics(target_uri))
         mlflow.set_tag(KEY_TAG, key_of(target_uri))
-        _audit_into_run(suite, exp, suite.model(target_uri, "target"), reference, config, run_id)
+        _audit_into_run(suite, exp, pool, suite.model(target_uri, "target"), reference, config, run_id)
     return run_id, dict(suite.client.get_run(run_id).data.metrics), False
 
 
