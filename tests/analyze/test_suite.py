@@ -73,8 +73,6 @@ def test_table_rows_equal_the_child_runs_logged_metrics(store):
     logged = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=first.run_id,
                                                              artifact_path="tables/findings.csv"))
     assert list(logged["auc"].round(12)) == list(table["auc"].round(12))
-    baseline = client.get_run(first.runs["baseline"]).data.metrics
-    assert baseline["user/likelihood_ratio/epsilon_lower_bound"] >= 0  # the population's articles give user thresholds
     artifacts = {a.path for a in client.list_artifacts(first.run_id, "plots/findings")}
     assert artifacts == {f"plots/findings/{f}.png" for f in FINDINGS}
 
