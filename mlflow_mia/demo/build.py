@@ -28,7 +28,7 @@ audit needs, locally and without downloads:
    domain reference beats a general one).
 3. One MLflow run (experiment ``mlflow-mia-demo``) records the split sizes, seeds,
    categories, training settings, losses and timings (numbers and names only, never
-   text) and logs the three models with the transformers flavor (task ``fill-mask``),
+   text) and logs the four models with the transformers flavor (task ``fill-mask``),
    registered with the aliases above (``bbc-small-*`` for ``--size small``).
 
 A second call finds the four aliases, checks that their versions were built from the
