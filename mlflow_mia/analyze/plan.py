@@ -67,7 +67,7 @@ class AnalysisSize:
 ANALYSIS_SIZES: dict[str, AnalysisSize] = {
     "full": AnalysisSize(demo_size="default", num_masks=10, bootstrap_rounds=1000, fprs=(0.1, 0.01, 0.001)),
     "quick": AnalysisSize(demo_size="small", num_masks=5, bootstrap_rounds=200, fprs=(0.1, 0.01),
-                          dp_epochs=10.0, dp_batch_size=32),
+                          dp_epochs=5.0, dp_batch_size=32),
 }
 
 
