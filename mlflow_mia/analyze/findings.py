@@ -114,16 +114,19 @@ def _check_names(v):
                 f"{_a(v, 'plain'):.3f} -> {_a(v, 'names'):.3f} with names inserted")
 
 
+def _both_higher(v, low: str, high: str, low_text: str, high_text: str):
+    """Both attacks' AUCs higher in setting ``high`` than in ``low``."""
+    ok = all(_a(v, high, at) > _a(v, low, at) for at in (LOSS, LR))
+    return ok, (f"loss AUC {_a(v, low, LOSS):.3f} {low_text} / {_a(v, high, LOSS):.3f} {high_text}, "
+                f"likelihood-ratio {_a(v, low):.3f} / {_a(v, high):.3f}")
+
+
 def _check_sample_length(v):
-    ok = all(_a(v, "long", at) > _a(v, "short", at) for at in (LOSS, LR))
-    return ok, (f"loss AUC {_a(v, 'short', LOSS):.3f} short / {_a(v, 'long', LOSS):.3f} long, likelihood-ratio "
-                f"{_a(v, 'short'):.3f} / {_a(v, 'long'):.3f}")
+    return _both_higher(v, "short", "long", "short", "long")
 
 
 def _check_user(v):
-    ok = all(_a(v, "user", at) > _a(v, "sample", at) for at in (LOSS, LR))
-    return ok, (f"loss AUC {_a(v, 'sample', LOSS):.3f} per sentence / {_a(v, 'user', LOSS):.3f} per article, "
-                f"likelihood-ratio {_a(v, 'sample'):.3f} / {_a(v, 'user'):.3f}")
+    return _both_higher(v, "sample", "user", "per sentence", "per article")
 
 
 def _check_signal(v):
