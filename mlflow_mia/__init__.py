@@ -3,7 +3,7 @@
 The public entry points, imported on first use (``import mlflow_mia`` stays cheap)::
 
     from mlflow_mia import run_audit, score_audit, compute_audit_signals, AuditConfig, SignalConfig, \\
-        AuditDataset, PopulationSet, AuditResult
+        AuditDataset, PopulationSet, AuditResult, run_analysis
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import importlib
 
 __all__ = ["run_audit", "score_audit", "compute_audit_signals", "AuditModels", "AuditSignals", "AuditResult",
            "AuditConfig", "SignalConfig", "MetricConfig", "NeighbourhoodConfig", "AuditDataset", "PopulationSet",
-           "SignalResult", "lookup_hash"]
+           "SignalResult", "lookup_hash", "run_analysis"]
 
 _WHERE = {
     "run_audit": "mlflow_mia.audit", "score_audit": "mlflow_mia.audit", "compute_audit_signals": "mlflow_mia.audit",
@@ -20,7 +20,7 @@ _WHERE = {
     "AuditConfig": "mlflow_mia.config", "SignalConfig": "mlflow_mia.config", "MetricConfig": "mlflow_mia.config",
     "NeighbourhoodConfig": "mlflow_mia.config", "AuditDataset": "mlflow_mia.data",
     "PopulationSet": "mlflow_mia.data", "SignalResult": "mlflow_mia.signals.types",
-    "lookup_hash": "mlflow_mia.hashing",
+    "lookup_hash": "mlflow_mia.hashing", "run_analysis": "mlflow_mia.analyze",
 }
 
 
