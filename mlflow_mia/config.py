@@ -41,10 +41,15 @@ def _from_dict(cls, data: Mapping[str, Any]):
     return cls(**dict(data))
 
 
+def record_digest(record) -> str:
+    """A short, stable sha256 digest (16 hex) of a JSON-able record (sorted keys; other values as ``str``)."""
+    payload = json.dumps(record, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
 def config_digest(obj) -> str:
     """A short, stable sha256 digest of a config dataclass (sorted-key JSON)."""
-    payload = json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return record_digest(dataclasses.asdict(obj))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ so a second call trains and audits nothing.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR, findings_table
 from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, variants
+from mlflow_mia.config import record_digest
 
 __all__ = ["AnalysisResult", "run_analysis", "select_findings"]
 
@@ -93,10 +93,6 @@ def _audit_config(size, signal: str):
                                             delta=size.dp_delta))
 
 
-def _digest(record: dict) -> str:
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def _finished_run(client, key: str):
     """The newest finished run of any experiment in the store tagged with this experiment key, or None."""
     experiment_ids = [e.experiment_id for e in client.search_experiments()]
@@ -124,10 +120,9 @@ class _Suite:
         self.split_digest = bbc.split_digest(self.split)
         ids = {demo.id_column: str, demo.group_column: str}
         self.pool_frame = pd.read_json(demo.pool_path, lines=True, dtype=ids)
-        columns = dict(text_column=demo.text_column, label_column=demo.label_column, id_column=demo.id_column,
-                       group_column=demo.group_column)
-        self.columns = columns
-        self.pool = AuditDataset.from_frame(self.pool_frame, **columns)
+        self.columns = dict(text_column=demo.text_column, label_column=demo.label_column, id_column=demo.id_column,
+                            group_column=demo.group_column)
+        self.pool = AuditDataset.from_frame(self.pool_frame, **self.columns)
         self.population = PopulationSet.from_frame(pd.read_json(demo.population_path, lines=True, dtype=ids),
                                                    text_column=demo.text_column, group_column=demo.group_column)
         self.models = {}
@@ -137,7 +132,7 @@ class _Suite:
 
     def data_digest(self, pool) -> str:
         """Digest of the audited data: texts, labels and groups of the pool and of the population."""
-        return _digest({"pool": [pool.text_hashes, pool.labels.tolist(), pool.groups],
+        return record_digest({"pool": [pool.text_hashes, pool.labels.tolist(), pool.groups],
                         "population": [self.population.text_hashes, self.population.groups]})
 
     def model(self, uri: str, role: str):
@@ -192,7 +187,7 @@ class _Suite:
         """``dp/epsilon`` and ``dp/delta`` of a registered DP variant (from its version tags)."""
         from mlflow_mia.analyze.variants import DP_TAGS
 
-        name, version = uri[len("models:/"):].split("/")
+        name, version = self.model(uri, "target").registry
         tags = self.client.get_model_version(name, version).tags or {}
         if DP_TAGS[0] not in tags:
             return {}
@@ -254,7 +249,7 @@ def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
 
     def key_of(uri: str) -> str:
         target = suite.model(uri, "target")
-        return _digest({"experiment": asdict(exp), "target": target.resolved_uri, "reference": reference.resolved_uri,
+        return record_digest({"experiment": asdict(exp), "target": target.resolved_uri, "reference": reference.resolved_uri,
                         "config": config.to_dict(), "size": asdict(suite.size), "data": data})
 
     if target_uri is not None:

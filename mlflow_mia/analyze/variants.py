@@ -22,8 +22,6 @@ resumed suite trains nothing twice.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
 import math
 from dataclasses import asdict, replace
@@ -127,8 +125,9 @@ def variant_card(name: str, variant):
 
 def variant_key(variant, *, base_uri: str, split_digest: str, settings: dict) -> str:
     """16-hex digest of what a variant's weights depend on: base version, split, training settings."""
-    record = {"variant": asdict(variant), "base": base_uri, "split": split_digest, "settings": settings}
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    from mlflow_mia.config import record_digest
+
+    return record_digest({"variant": asdict(variant), "base": base_uri, "split": split_digest, "settings": settings})
 
 
 def find_variant(client, name: str, key: str):
