@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from mlflow_mia.naming import fmt_alpha, is_nan
+from mlflow_mia.naming import fmt_alpha, is_nan, nan_to_none
 
 __all__ = ["Gate", "GateResult", "GateRecord", "clopper_pearson_upper", "members_needed",
            "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "CLOPPER_PEARSON"]
@@ -143,10 +143,6 @@ def _fmt(value, digits: int = 3) -> str:
     return "nan" if is_nan(value) else f"{float(value):.{digits}f}"
 
 
-def _bound_name(bound: str | None) -> str:
-    return {BOOTSTRAP: "bootstrap", CLOPPER_PEARSON: "Clopper-Pearson"}.get(bound, "no bound")
-
-
 @dataclass(frozen=True)
 class GateResult:
     """Verdict of a release gate.
@@ -181,7 +177,8 @@ class GateResult:
                     "INCONCLUSIVE")
         if c["status"] == FAIL:
             return f"{c['metric']} = {_fmt(c['value'])} > budget {c['max_tpr']:g} OVER BUDGET"
-        bound = f"{self.confidence:.0%} upper bound {_fmt(c['upper'])} ({_bound_name(c['bound'])})"
+        kind = {BOOTSTRAP: "bootstrap", CLOPPER_PEARSON: "Clopper-Pearson"}.get(c["bound"], "no bound")
+        bound = f"{self.confidence:.0%} upper bound {_fmt(c['upper'])} ({kind})"
         if c["status"] == PASS:
             return f"{c['metric']} = {_fmt(c['value'])}, {bound} <= budget {c['max_tpr']:g} ok"
         return f"{c['metric']} = {_fmt(c['value'])}, {bound} > budget {c['max_tpr']:g} INCONCLUSIVE"
@@ -243,8 +240,6 @@ class GateResult:
 
     def to_dict(self) -> dict:
         """JSON-able form (nan as None) for ``audit_summary.json`` and the report."""
-        from mlflow_mia.naming import nan_to_none
-
         return nan_to_none({"status": self.status, "confidence": self.confidence, "message": self.message(),
                             "checks": [{**c, "points": list(c["points"])} for c in self.checks]})
 
@@ -378,12 +373,8 @@ class GateRecord:
 
     Attributes
     ----------
-    status : str
-    attacks : tuple of str
-        Attacks the verdict covers.
-    budgets : tuple of (float, float)
-    confidence : float or None
-        One-sided level of the bounds.
+    status, attacks, budgets, confidence
+        The verdict, the attacks it covers, its ``(alpha, max_tpr)`` budgets, the bounds' level.
     members, non_members, user_members, user_non_members : int or None
         Pool sizes (units) at sample and user level.
     bounds : str

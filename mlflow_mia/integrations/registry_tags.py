@@ -55,7 +55,8 @@ log = logging.getLogger(__name__)
 GATE_TAG = "mia.gate"
 WEIGHTS_TAG = "mia.weights_sha256"
 ATTACKS_TAG, RUN_ID_TAG = f"{GATE_TAG}.attacks", f"{GATE_TAG}.run_id"
-WRITTEN_TAG, REQUIRES_TAG, INHERITED_TAG = f"{GATE_TAG}.written_at", f"{GATE_TAG}.requires", f"{GATE_TAG}.inherited_from"
+WRITTEN_TAG, REQUIRES_TAG = f"{GATE_TAG}.written_at", f"{GATE_TAG}.requires"
+INHERITED_TAG = f"{GATE_TAG}.inherited_from"
 _KEPT = (GATE_TAG, WEIGHTS_TAG)  # prefixes a new audit never deletes
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 

@@ -353,7 +353,8 @@ def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(trackin
     caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
     code = main(["audit", "--target", f"models:/gate-wash/{version}", "--reference", "models:/ref@champion",
                  "--data", str(small), "--population", str(tracking.population_path), "--id-column", "sample_id",
-                 "--num-masks", "2", "--fprs", "0.1", "--bootstrap-rounds", "0", "--cache-dir", str(tracking.cache_dir), "--quiet",
+                 "--num-masks", "2", "--fprs", "0.1", "--bootstrap-rounds", "0", "--cache-dir",
+                 str(tracking.cache_dir), "--quiet",
                  "--attacks", "loss", "--max-tpr-at-fpr", "0.1:1.0,0.2:1.0", "--clear-gate-fail"])
     assert code == 0  # the weak audit itself passes ...
     tags = _tags("gate-wash", version)
