@@ -39,7 +39,7 @@ with mlflow.start_run(run_name="evaluate bbc-target@candidate"):
             # The small demo's 300 population texts cannot resolve FPR 0.001 (that needs 1,000).
             "fprs": [0.1, 0.01, 0.001] if args.size == "default" else [0.1, 0.01],
             "log_texts": False,
-            "max_tpr_at_fpr": "0.01:0.05",  # optional release gate -> tag mia.gate=pass|fail
+            "max_tpr_at_fpr": "0.01:0.05",  # optional release gate -> tag mia.gate=pass|fail|inconclusive
         }})
 
 print({k: round(v, 3) for k, v in result.metrics.items() if k.endswith(("/auc", "/tpr_at_fpr_0.01"))})

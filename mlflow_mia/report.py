@@ -139,15 +139,27 @@ def _epsilon_lines(result) -> list[str]:
 
 
 def _gate_lines(gate) -> list[str]:
+    """The release-gate verdict: each budget's deciding metric, its upper bound and what the verdict means."""
     if gate is None:
         return []
     data = gate.to_dict() if hasattr(gate, "to_dict") else dict(gate)
-    lines = [f"**Release gate: {data['status'].upper()}**", ""]
+    conf = data.get("confidence", 0.95)
+    lines = [f"**Release gate: {data['status'].upper()}**", "",
+             f"A budget passes only when the {conf:.0%} one-sided upper confidence bound of the TPR is within it for "
+             "every attack and level; it fails when a measured TPR is over it; otherwise it is inconclusive (the "
+             "audit is too small to show that the budget holds), which blocks a release like a fail.", "",
+             "| Budget | Deciding metric | TPR | Upper bound | Verdict |", "|---|---|---|---|---|"]
     for c in data["checks"]:
-        value = "undefined" if c["value"] is None else _num(c["value"])
-        mark = "within budget" if c["passed"] else "**over budget**"
-        lines.append(f"- TPR at FPR {_alpha(c['alpha'])} may be at most {c['max_tpr']:g}: worst is "
-                     f"`{c['metric']}` = {value}, {mark}.")
+        if c["value"] is None:
+            value = f"unresolvable: {c.get('n_non_members')} non-members, needs {c.get('non_members_needed')}"
+        else:
+            value = _num(c["value"])
+        upper = "-" if c.get("upper") is None else f"{_num(c['upper'])} ({c.get('bound')})"
+        mark = {"pass": "within budget", "fail": "**over budget**"}.get(c.get("status"), "**inconclusive**")
+        lines.append(f"| TPR at FPR {_alpha(c['alpha'])} may be at most {c['max_tpr']:g} | `{c['metric']}` | "
+                     f"{value} | {upper} | {mark} |")
+    if data.get("message"):
+        lines += ["", data["message"][0].upper() + data["message"][1:] + "."]
     return lines + [""]
 
 
@@ -175,7 +187,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     result : AuditResult
         A finished audit.
     gate : GateResult or dict, optional
-        Release-gate verdict (``mlflow_mia.integrations.config.GateResult``) to show first.
+        Release-gate verdict (:class:`mlflow_mia.integrations.gate.GateResult`) to show first.
     title : str, optional
         First heading; default names the target model.
     artifacts : iterable of str, optional

@@ -64,14 +64,19 @@ def test_report_shows_gate_and_artifacts(result):
     from mlflow_mia.integrations.config import Gate
 
     res, _ = result
-    gate = Gate.parse("0.1:0.0").check(res.metrics)
+    gate = Gate.parse("0.1:0.11").check(res.metrics)  # 20 members: too few to show a budget this tight
+    assert gate.status in ("fail", "inconclusive")
     md = render_report(res, gate=gate, artifacts=["plots/roc.png", "report.md"], group_column="article_id")
     assert "grouped by `article_id`" in md
     assert f"**Release gate: {gate.status.upper()}**" in md
-    assert "TPR at FPR 0.1 may be at most 0" in md
+    worst = gate.checks[0]
+    assert (f"| TPR at FPR 0.1 may be at most 0.11 | `{worst['metric']}` | {worst['value']:.3f} | "
+            f"{worst['upper']:.3f} ({worst['bound']}) | **{gate.status.replace('fail', 'over budget')}** |") in md
+    assert gate.message()[1:] + "." in md
     assert "- `plots/roc.png`" in md
     passed = render_report(res, gate=Gate.parse("0.1:1").check(res.metrics))
-    assert "**Release gate: PASS**" in passed and "within budget" in passed
+    assert "**Release gate: PASS**" in passed and "| within budget |" in passed
+    assert "95% one-sided upper confidence bound of the TPR" in passed
 
 
 def test_report_lists_warnings(result):

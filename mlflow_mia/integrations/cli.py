@@ -4,8 +4,13 @@ Each subcommand turns its options into the flat ``evaluator_config["mia"]`` keys
 (:mod:`mlflow_mia.integrations.config`), so the CLI, the MLproject entry points
 and the evaluator plugin share one parser and one logging path.
 
-Exit codes: 0 success (gate passed or no gate), 1 the release gate failed,
-2 a usage or input error (bad option, missing column, missing population set).
+Exit codes: 0 success (gate passed or no gate), 1 the audit broke (a bug or an
+environment fault), 2 a usage or input error (bad option, missing column, missing
+population set), 3 the release gate did not pass: ``fail`` (the model leaks more
+than its budget) or ``inconclusive`` (the audit is too small to show that the budget
+holds), each with its own message; also 3 when the audited registry version was
+deleted during the audit and a blocking verdict could not be recorded on it (2 when
+the verdict was a pass or there was no gate).
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ examples:
       --attacks loss,likelihood_ratio,neighbourhood --neighbour-generator models:/bbc-reference-ood@champion
 
 exit codes: 0 = done (gate passed or none set), 1 = the audit broke (a bug or an environment fault),
-2 = usage or input error, 3 = release gate failed (the model leaks more than its budget).
+2 = usage or input error, 3 = release gate did not pass: fail (the model leaks more than its budget) or
+inconclusive (the audit is too small to show that the budget holds; the message says how many more
+members / non-members would resolve it), or a registry version deleted mid-audit kept a blocking
+verdict from being recorded.
 """
 
 
@@ -144,9 +152,11 @@ def _attack_and_metric_options(parser: argparse.ArgumentParser) -> None:
                         help="delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound "
                              "(default 1e-5)")
     metric.add_argument("--max-tpr-at-fpr", action="append", metavar="ALPHA:MAX",
-                        help="release gate, repeatable (commas also separate budgets): fail when any attack's TPR "
-                             "at FPR ALPHA, at sample or user level, exceeds MAX; e.g. 0.01:0.05. Tags the run "
-                             "mia.gate=pass|fail and exits with 3 on fail")
+                        help="release gate, repeatable (commas also separate budgets), MAX above ALPHA: pass "
+                             "when every attack's one-sided upper confidence bound of the TPR at FPR ALPHA, at "
+                             "sample and user level, is at most MAX; fail when a measured TPR exceeds MAX; "
+                             "otherwise inconclusive (the audit is too small); e.g. 0.01:0.05. Tags the run "
+                             "mia.gate=pass|fail|inconclusive and exits with 3 unless it passes")
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
@@ -163,8 +173,10 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
                      help="do not tag the audited registry version with mia.* headline numbers (a failing gate "
                           "verdict is still written)")
     out.add_argument("--clear-gate-fail", action="store_true",
-                     help="let a passing gate replace an earlier mia.gate=fail on the registry version (default: "
-                          "a fail stays)")
+                     help="let a passing gate replace an earlier mia.gate=fail on the registry version (or on "
+                          "another version with the same weights), when this audit is at least as strong: the "
+                          "same or more attacks, a budget at each failed FPR as tight, the same confidence and a "
+                          "pool as large (default: a fail stays)")
     out.add_argument("--experiment", metavar="NAME",
                      help="MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME, else mlflow-mia-demo for demo "
                           "audits, else the active one; ignored under mlflow run)")
@@ -301,7 +313,7 @@ def _cmd_audit(args) -> int:
                                         run_id=run.info.run_id, extra_params=params)
     print(f"audit of {target.resolved_uri}" + (f" against {reference.resolved_uri}" if reference else ""))
     print_result(result, run, gate)
-    return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK
+    return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
 
 
 def _cmd_compare(args) -> int:
@@ -332,7 +344,7 @@ def _cmd_build_demo(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate failed)."""
+    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate did not pass)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -342,6 +354,7 @@ def main(argv=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import mlflow
 
+    from mlflow_mia.integrations.registry_tags import VersionDeletedError
     from mlflow_mia.signals.cache import CacheCorruptError
 
     try:
@@ -360,6 +373,9 @@ def main(argv=None) -> int:
 
             return cmd_analyze(args)
         return _cmd_build_demo(args)
+    except VersionDeletedError as exc:  # 3: a blocking verdict could not be recorded on the version
+        print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE
     except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
         print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

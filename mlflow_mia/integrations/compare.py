@@ -18,7 +18,8 @@ __all__ = ["compare", "compare_targets", "distinct_curves", "reference_label", "
 
 
 def compare(args, flat_config) -> bool:
-    """Run ``mlflow-mia compare`` from parsed CLI ``args``; True when no version failed the release gate.
+    """Run ``mlflow-mia compare`` from parsed CLI ``args``; True when no version failed the release gate or
+    left it inconclusive.
 
     Parameters
     ----------
@@ -56,18 +57,21 @@ def compare(args, flat_config) -> bool:
     with mlflow_run(blank(args.run_name) or f"compare {', '.join(names)}") as parent:
         found = _audit_every_pair(targets, references, generator, parent, pool, population, config, options)
         _log_parent(found, names, aliases, targets, references, alpha, population, hash_key=options.hash_key)
-        gates = found["gates"]
-        failed = [g for g in gates if g is not None and not g.passed]
-        if any(g is not None for g in gates):
-            mlflow.set_tag("mia.gate", "fail" if failed else "pass")
+        gates = [g for g in found["gates"] if g is not None]
+        failed = [g for g in gates if g.status == "fail"]
+        inconclusive = [g for g in gates if g.status == "inconclusive"]
+        overall = "fail" if failed else "inconclusive" if inconclusive else "pass"  # the worst version decides
+        if gates:
+            mlflow.set_tag("mia.gate", overall)
     a = fmt_alpha(alpha)
     print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
     table = found["table"]
     sample = table[table["level"] == "sample"][["model", "attack", "auc", f"tpr_at_fpr_{a}"]]
     print(sample.to_string(index=False, float_format="{:.3f}".format))
-    if any(g is not None for g in gates):
-        print(f"mia.gate={'fail' if failed else 'pass'}: {len(failed)} of {len(gates)} version(s) over budget")
-    return not failed
+    if gates:
+        print(f"mia.gate={overall}: {len(failed)} of {len(gates)} version(s) over budget, {len(inconclusive)} "
+              "inconclusive (the audit too small to show that the budget holds)")
+    return not failed and not inconclusive
 
 
 def _audit_every_pair(targets, references, generator, parent, pool, population, config, options) -> dict:

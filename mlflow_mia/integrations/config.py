@@ -6,20 +6,19 @@ and :func:`parse_options` turns the dict into an :class:`~mlflow_mia.config.Audi
 (what the audit computes) and :class:`MiaOptions` (where the data comes from and
 what gets logged). Unknown keys are an error that lists the valid ones.
 
-The release gate (:class:`Gate`) lives here too: a budget on the TPR at a fixed
-FPR, checked against the metrics of a finished audit.
+The release gate (:class:`Gate`, :class:`GateResult`) is defined in
+:mod:`mlflow_mia.integrations.gate` and importable from here.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
+from mlflow_mia.integrations.gate import Gate, GateResult  # re-exported: the gate lives in .gate
 from mlflow_mia.integrations.values import mia_section, opt_str, parse_bool, parse_float, parse_int, parse_list
-from mlflow_mia.naming import fmt_alpha, is_nan
 
 __all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "parse_list", "with_fprs"]
 
@@ -96,132 +95,6 @@ CONFIG_KEYS: dict[str, str] = {
     "spark_store": "Parquet signal store of the 'spark' engine (any path Spark writes); a re-run computes only "
                    "the texts missing there (default: none).",
 }
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """Verdict of a release gate.
-
-    Attributes
-    ----------
-    passed : bool
-    checks : tuple of dict
-        One per budget: ``alpha``, ``max_tpr``, ``metric`` (the worst metric key),
-        ``value`` (its TPR, nan when undefined) and ``passed``.
-    """
-
-    passed: bool
-    checks: tuple
-
-    @property
-    def status(self) -> str:
-        """``"pass"`` or ``"fail"`` (the value of the ``mia.gate`` tag)."""
-        return "pass" if self.passed else "fail"
-
-    def verdict(self) -> str:
-        """One line for a terminal or a CI log."""
-        parts = []
-        for c in self.checks:
-            value = "undefined" if is_nan(c["value"]) else f"{c['value']:.3f}"
-            mark = "ok" if c["passed"] else "OVER BUDGET"
-            parts.append(f"{c['metric']} = {value} (budget {c['max_tpr']:g}) {mark}")
-        return f"mia.gate={self.status}: " + "; ".join(parts)
-
-    def to_dict(self) -> dict:
-        return {"status": self.status,
-                "checks": [{**c, "value": None if is_nan(c["value"]) else c["value"]} for c in self.checks]}
-
-
-@dataclass(frozen=True)
-class Gate:
-    """Release budget: the TPR at FPR ``alpha`` may not exceed ``max_tpr``.
-
-    Every attack is checked, at sample level and (when groups are given) at user
-    level; the worst one decides. An undefined TPR (nan) fails the gate: the
-    audit could not show that the budget holds.
-
-    Attributes
-    ----------
-    budgets : tuple of (float, float)
-        ``(alpha, max_tpr)`` pairs, alpha in (0, 1), max_tpr in [0, 1].
-    """
-
-    budgets: tuple
-
-    def __post_init__(self):
-        if not self.budgets:
-            raise ValueError("a gate needs at least one ALPHA:MAX budget, e.g. '0.01:0.05'")
-        clean = []
-        for alpha, max_tpr in self.budgets:
-            alpha, max_tpr = float(alpha), float(max_tpr)
-            if not 0.0 < alpha < 1.0:
-                raise ValueError(f"gate FPR alpha must be in (0, 1), got {alpha}")
-            if not 0.0 <= max_tpr <= 1.0:
-                raise ValueError(f"gate budget (maximum TPR) must be in [0, 1], got {max_tpr}")
-            clean.append((alpha, max_tpr))
-        object.__setattr__(self, "budgets", tuple(sorted(set(clean), reverse=True)))
-
-    @property
-    def alphas(self) -> tuple[float, ...]:
-        return tuple(a for a, _ in self.budgets)
-
-    @classmethod
-    def parse(cls, spec) -> "Gate | None":
-        """Build a gate from ``"0.01:0.05"``, ``"0.01:0.05,0.001:0.01"``, a list of those,
-        a dict ``{alpha: max}`` or ``(alpha, max)`` pairs; None or empty gives None.
-
-        Raises
-        ------
-        ValueError
-            A budget is not of the form ``ALPHA:MAX`` or out of range.
-        """
-        if spec is None or spec == "" or spec == [] or spec == ():
-            return None
-        if isinstance(spec, Gate):
-            return spec
-        if isinstance(spec, Mapping):
-            return cls(tuple(spec.items()))
-        if isinstance(spec, str):
-            spec = [s for s in spec.split(",") if s.strip()]
-        budgets = []
-        for item in spec:
-            if isinstance(item, str):
-                alpha, sep, max_tpr = item.strip().partition(":")
-                if not sep:
-                    raise ValueError(f"gate budget {item!r} must look like ALPHA:MAX, e.g. 0.01:0.05 (the TPR "
-                                     "at FPR 0.01 may be at most 0.05)")
-                try:
-                    budgets.append((float(alpha), float(max_tpr)))
-                except ValueError:
-                    raise ValueError(f"gate budget {item!r}: ALPHA and MAX must be numbers") from None
-            else:
-                alpha, max_tpr = item
-                budgets.append((alpha, max_tpr))
-        return cls(tuple(budgets)) if budgets else None
-
-    def to_spec(self) -> str:
-        return ",".join(f"{a:g}:{m:g}" for a, m in self.budgets)
-
-    def check(self, metrics: Mapping[str, float]) -> GateResult:
-        """Compare the budgets with an audit's flat metrics (``AuditResult.metrics``).
-
-        Raises
-        ------
-        ValueError
-            No ``tpr_at_fpr_<alpha>`` metric exists for a budget's alpha.
-        """
-        checks = []
-        for alpha, max_tpr in self.budgets:
-            suffix = f"/tpr_at_fpr_{fmt_alpha(alpha)}"
-            found = {k: float(v) for k, v in metrics.items() if k.endswith(suffix)}
-            if not found:
-                raise ValueError(f"no metric ends with {suffix!r}: the audit did not report FPR {fmt_alpha(alpha)}")
-            # nan sorts as the worst value: it cannot show that the budget holds.
-            metric = max(found, key=lambda k: math.inf if math.isnan(found[k]) else found[k])
-            value = found[metric]
-            checks.append({"alpha": alpha, "max_tpr": max_tpr, "metric": metric, "value": value,
-                           "passed": (not math.isnan(value)) and value <= max_tpr})
-        return GateResult(passed=all(c["passed"] for c in checks), checks=tuple(checks))
 
 
 @dataclass(frozen=True)

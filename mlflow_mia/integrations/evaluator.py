@@ -49,9 +49,9 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``log_texts``              include raw texts in the tables (default False)
 ``hash_key_file``          secret key of the logged text/group hashes (default: ``$MLFLOW_MIA_HASH_KEY``, else random)
 ``metric_prefix``          prefix of metric, param and artifact names (default "")
-``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail``
+``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail|inconclusive``
 ``tag_model_version``      tag the registry version with headline numbers (default True)
-``clear_gate_fail``        let a passing gate replace ``mia.gate=fail`` on the version (default False)
+``clear_gate_fail``        let a passing, at least as strong gate replace ``mia.gate=fail`` (default False)
 ``trust_remote_code``      let a model run Python code shipped with it (default False)
 ``cache_dir``              signal cache directory (default ``~/.cache/mlflow_mia``)
 ``device``                 torch device (default: CUDA when available)
@@ -67,6 +67,7 @@ The same descriptions are in :data:`mlflow_mia.integrations.config.CONFIG_KEYS`.
 from __future__ import annotations
 
 import logging
+import time
 
 from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 
@@ -128,6 +129,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     from mlflow_mia.integrations.logging import log_audit
     from mlflow_mia.signals import SignalCache
 
+    started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
     generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
     if options.engine == "spark":  # signals on Spark, scoring here (mlflow_mia.integrations.spark_audit)
@@ -141,13 +143,14 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                            generator=generator.lm if generator else None, config=config, cache=cache,
                            device=options.device, progress=options.progress)
     result.models = model_records(result.models, target=target, reference=reference, generator=generator)
-    gate = options.gate.check(result.metrics) if options.gate is not None else None
+    gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
+            if options.gate is not None else None)
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
                           model_version=target.registry_versions or None, tag_headline=options.tag_model_version,
                           clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                           population=population, gate=gate, group_column=options.group_column,
-                          hash_key=options.hash_key)
+                          hash_key=options.hash_key, audit_started=started)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts

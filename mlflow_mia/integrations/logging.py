@@ -22,9 +22,10 @@ What one audit writes (``prefix`` is prepended to every name):
   their neighbours with target energies; only with ``log_texts=True``);
 - ``audit_summary.json``, ``audit_config.json`` (the config and ``models``: every model
   used, by role) and ``report.md``;
-- run tags ``mia.gate`` (with a gate), ``mia.headline_attack``, and on the
-  registered model version ``mia.<attack>.auc``, ``mia.<attack>.tpr_at_fpr_<alpha>``,
-  ``mia.gate``, ``mia.audit_run_id``.
+- run tags ``mia.gate`` (``pass`` / ``fail`` / ``inconclusive``, with a gate),
+  ``mia.headline_attack``, and on the registered model version ``mia.<attack>.auc``,
+  ``mia.<attack>.tpr_at_fpr_<alpha>``, ``mia.gate`` (and its history), ``mia.audit_run_id``
+  (:mod:`~mlflow_mia.integrations.registry_tags`).
 
 No raw text reaches params, metrics, tags or artifacts unless ``log_texts=True``.
 No unkeyed hash of a text or group id does either: an unsalted sha256 next to a
@@ -312,7 +313,8 @@ def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
 def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
               gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
-              clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None) -> dict:
+              clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None,
+              audit_started: int | None = None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -339,7 +341,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     population : PopulationSet, optional
         For the population digest param.
     gate : GateResult, optional
-        Release-gate verdict: tags the run ``mia.gate=pass|fail`` and goes into the report.
+        Release-gate verdict: tags the run ``mia.gate=pass|fail|inconclusive`` and goes into the report.
     group_column : str, optional
         Name of the group column, for the report's user-level section.
     client : MlflowClient, optional
@@ -347,9 +349,14 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         Write the headline tags on ``model_version`` (a failing gate verdict is
         written regardless).
     clear_gate_fail : bool
-        Let a passing gate replace a ``mia.gate=fail`` verdict on the version.
+        Let a passing gate at least as strong as the failed audit replace a ``mia.gate=fail``
+        verdict on the version.
     weights_id : str, optional
-        The audited weights' digest, stored as ``mia.weights_sha256`` on the version.
+        The audited weights' digest, stored as ``mia.weights_sha256`` on the version; a
+        fail is recorded against it (every version holding these weights).
+    audit_started : int, optional
+        When the audit began (ms since the epoch): a registry verdict written after it is
+        not overwritten (default: the run's start time).
     hash_key : HashKey, bytes or str, optional
         Key of the logged text and group hashes (:mod:`mlflow_mia.hashing`); never
         logged. Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept
@@ -365,6 +372,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     ValueError
         No run is active and no ``run_id`` is given; ``log_texts`` without texts; a
         metric name MLflow would reject.
+    VersionDeletedError
+        A registry version in ``model_version`` was deleted during the audit (raised
+        after everything else is logged; see :mod:`~mlflow_mia.integrations.registry_tags`).
     """
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
@@ -421,5 +431,5 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
 
     if model_version is not None:
         tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                          clear_gate_fail=clear_gate_fail, weights_id=weights_id)
+                          clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
     return artifacts

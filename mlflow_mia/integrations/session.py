@@ -113,10 +113,11 @@ def config_and_inputs(flat: dict, data, demo):
 
 
 def print_result(result, run, gate) -> None:
-    """Each attack's AUC and TPRs, the run, and the gate verdict, on stdout."""
+    """Each attack's AUC and TPRs, the run, and the gate verdict with what it means, on stdout."""
     for name, rep in result.attacks.items():
         tprs = ", ".join(f"TPR@{a:g} {v:.3f}" for a, v in rep.tpr_at_fpr.items())
         print(f"  {name:<18} AUC {rep.roc.auc:.3f}  {tprs}")
     print(f"logged to run {run.info.run_id} (experiment {run.info.experiment_id})")
     if gate is not None:
         print(gate.verdict())
+        print(gate.message())  # fail and inconclusive each say why they block, and what would resolve it

@@ -12,6 +12,7 @@ Pool: 40 texts (20 members), two per group; population: 100 texts, two per group
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from dataclasses import dataclass
@@ -173,3 +174,38 @@ def tracking(store, tmp_path, monkeypatch):
         while mlflow.active_run() is not None:
             mlflow.end_run()
         _set_uri(old_uri)
+
+
+_COPIES = itertools.count(1)  # one nudge per copy: every copy in a session has its own weights digest
+
+
+@pytest.fixture
+def fresh_weights(store, tracking, tmp_path):
+    """``register(key, name)``: a copy of ``tgt/1`` or ``tgt/2`` with weights of its own, registered as ``name``.
+
+    A registry gate verdict belongs to the weights digest, so a test that needs a clean
+    slate audits weights no other test has seen (one value nudged by 1e-4, which leaves
+    the model's behaviour as it was). Registering the same key twice registers the same
+    logged artifact again (a re-registration: same weights, new version).
+    """
+    import mlflow
+    from safetensors.torch import load_file, save_file
+
+    runs: dict = {}
+
+    def register(key: str, name: str) -> str:
+        if key not in runs:
+            folder = Path(mlflow.artifacts.download_artifacts(f"runs:/{store.run_ids[key]}/model",
+                                                              dst_path=str(tmp_path / key.replace("/", "_"))))
+            path = folder / "model" / "model.safetensors"
+            tensors = load_file(path)
+            first = sorted(tensors)[0]
+            tensors[first] = tensors[first].clone()
+            tensors[first].view(-1)[0] += 1e-4 * next(_COPIES)
+            save_file(tensors, path, metadata={"format": "pt"})
+            with mlflow.start_run(run_name=f"copy of {key}") as run:
+                mlflow.log_artifacts(str(folder), "model")
+            runs[key] = run.info.run_id
+        return str(mlflow.register_model(f"runs:/{runs[key]}/model", name).version)
+
+    return register

@@ -125,7 +125,7 @@ def test_neighbour_examples_only_with_log_texts(tracking, audit):
 
 def test_model_version_tags(tracking, audit):
     result, _, _ = audit
-    gate = Gate.parse("0.05:0.0").check(result.metrics)
+    gate = Gate.parse("0.05:0.5").check(result.metrics)
     with mlflow.start_run() as run:
         log_audit(result, model_version=("tgt", "1"), gate=gate, log_metrics=False)
     tags = MlflowClient().get_model_version("tgt", "1").tags

@@ -1,0 +1,420 @@
+"""The release gate decided on a confidence bound (issue 22 item 2) and a gate that cannot be washed (issue 21 item 4).
+
+Pure gate logic runs on constructed metric dicts, with scipy's exact binomial interval
+as the oracle of the Clopper-Pearson bound and a linear scan as the oracle of the pool
+size that resolves an inconclusive verdict. Registry behaviour uses the tiny registered
+models of ``conftest.py``; each test audits weights of its own (``fresh_weights``),
+since a fail belongs to the weights digest.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from scipy.stats import beta, binomtest
+
+from mlflow_mia.integrations.gate import Gate, GateRecord, clopper_pearson_upper, members_needed
+
+
+def _cp_upper(k: int, n: int, confidence: float = 0.95) -> float:
+    """Oracle: scipy's exact one-sided binomial interval."""
+    return binomtest(k, n, alternative="less").proportion_ci(confidence_level=confidence, method="exact").high
+
+
+def _scan_members_needed(tpr: float, max_tpr: float, confidence: float = 0.95) -> int:
+    """Oracle: the first n (counting up) at which the bound at the observed rate is within the budget."""
+    n = 1
+    while beta.ppf(confidence, tpr * n + 1, n - tpr * n) > max_tpr:
+        n += 1
+    return n
+
+
+def _counts(n: int = 100, m: int = 100, users: tuple | None = None) -> dict:
+    out = {"n_members": n, "n_non_members": m}
+    if users:
+        out.update({"user/n_members": users[0], "user/n_non_members": users[1]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Three verdicts, decided on constructed metrics
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_item2_point_under_budget_but_upper_bound_over_is_inconclusive():
+    metrics = {"loss/tpr_at_fpr_0.01": 0.04, "likelihood_ratio/tpr_at_fpr_0.01": 0.03, **_counts()}
+    result = Gate.parse("0.01:0.05").check(metrics)
+    assert result.status == "inconclusive" and not result.passed
+    (check,) = result.checks
+    assert check["metric"] == "loss/tpr_at_fpr_0.01" and check["bound"] == "clopper-pearson"
+    assert check["upper"] == pytest.approx(_cp_upper(4, 100), rel=1e-9) and check["upper"] > 0.05
+    needed = _scan_members_needed(0.04, 0.05)
+    assert check["members_needed"] == needed == members_needed(0.04, 0.05, 0.95)
+    assert f"{needed - 100} more members ({needed} in all) at the observed rate" in result.message()
+    assert result.message().startswith("release gate inconclusive: no TPR is over its budget, but the audit is too "
+                                       "small to show that the budget holds, which blocks a release like a fail")
+    assert result.verdict() == ("mia.gate=inconclusive: loss/tpr_at_fpr_0.01 = 0.040, 95% upper bound "
+                                f"{check['upper']:.3f} (Clopper-Pearson) > budget 0.05 INCONCLUSIVE")
+    # with the pool it asks for, at (at most) the same rate, the same budget passes
+    at_needed = {"loss/tpr_at_fpr_0.01": math.floor(0.04 * needed) / needed, **_counts(needed, needed)}
+    assert Gate.parse("0.01:0.05").check(at_needed).status == "pass"
+
+
+def test_item2_clearly_leaking_fails():
+    metrics = {"loss/tpr_at_fpr_0.01": 0.02, "likelihood_ratio/tpr_at_fpr_0.01": 0.6,
+               "user/likelihood_ratio/tpr_at_fpr_0.01": 0.04, **_counts(users=(50, 50))}
+    result = Gate.parse("0.01:0.05").check(metrics)
+    assert result.status == "fail" and not result.passed
+    assert result.checks[0]["metric"] == "likelihood_ratio/tpr_at_fpr_0.01"
+    assert "likelihood_ratio/tpr_at_fpr_0.01 = 0.600 > budget 0.05 OVER BUDGET" in result.verdict()
+    assert result.message() == ("release gate failed: the model leaks more than its budget "
+                                "(likelihood_ratio/tpr_at_fpr_0.01 = 0.600 > 0.05 at FPR 0.01); do not release it")
+
+
+def test_item2_clearly_clean_large_pool_passes():
+    metrics = {"loss/tpr_at_fpr_0.01": 0.01, "likelihood_ratio/tpr_at_fpr_0.01": 0.0102,
+               "user/likelihood_ratio/tpr_at_fpr_0.01": 0.011, **_counts(100_000, 100_000, users=(20_000, 20_000))}
+    result = Gate.parse("0.01:0.05").check(metrics)
+    assert result.status == "pass" and result.passed
+    uppers = {p["metric"]: p["upper"] for p in result.checks[0]["points"]}
+    assert uppers["loss/tpr_at_fpr_0.01"] == pytest.approx(_cp_upper(1000, 100_000), rel=1e-9)
+    assert uppers["user/likelihood_ratio/tpr_at_fpr_0.01"] == pytest.approx(_cp_upper(220, 20_000), rel=1e-9)
+    assert result.checks[0]["metric"] == "user/likelihood_ratio/tpr_at_fpr_0.01"  # the widest bound decides
+    assert "<= budget 0.05 ok" in result.verdict()
+
+
+@pytest.mark.parametrize("spec", ["0.01:0.01", "0.01:0.005", "0.1:0.0", "0.05:0"])
+def test_item2_a_budget_at_or_below_alpha_is_refused(spec):
+    alpha = spec.split(":")[0]
+    with pytest.raises(ValueError, match=rf"is at or below its FPR: a model that leaks nothing has TPR = {alpha} "
+                                         rf"at FPR {alpha}"):
+        Gate.parse(spec)
+
+
+def test_item2_a_logged_bootstrap_bound_is_used_and_named():
+    base = {"loss/tpr_at_fpr_0.01": 0.04, **_counts()}
+    tight = Gate.parse("0.01:0.05").check({**base, "loss/tpr_at_fpr_0.01_upper": 0.049})
+    assert tight.status == "pass" and tight.checks[0]["bound"] == "bootstrap"
+    wide = Gate.parse("0.01:0.05").check({**base, "loss/tpr_at_fpr_0.01_upper": 0.07})
+    assert wide.status == "inconclusive" and "(bootstrap)" in wide.verdict()
+    # the pool size at the observed rate: the larger of the binomial solve and the bootstrap width scaled as 1/sqrt(n)
+    assert wide.checks[0]["members_needed"] == max(_scan_members_needed(0.04, 0.05),
+                                                   math.ceil(100 * ((0.07 - 0.04) / (0.05 - 0.04)) ** 2))
+    assert Gate.parse("0.01:0.05").check({**base, "loss/tpr_at_fpr_0.01_upper": math.nan}).checks[0]["bound"] == \
+        "clopper-pearson"
+
+
+def test_item2_an_unresolvable_tpr_is_inconclusive_and_names_the_non_members_needed():
+    metrics = {"loss/tpr_at_fpr_0.001": math.nan, "likelihood_ratio/tpr_at_fpr_0.001": 0.0,
+               "user/loss/tpr_at_fpr_0.001": math.nan, **_counts(985, 985, users=(59, 59))}
+    result = Gate.parse("0.001:0.01").check(metrics)
+    assert result.status == "inconclusive"
+    assert result.checks[0]["non_members_needed"] == 1000 and result.to_dict()["checks"][0]["value"] is None
+    message = result.message()
+    assert "15 more non-members (1000 in all) would make the sample-level TPR readable at that FPR" in message
+    assert "941 more non-member users (1000 in all) would make the user-level TPR readable" in message
+    assert "unresolvable (985 non-members, needs 1000) INCONCLUSIVE" in result.verdict()
+
+
+def test_gate_the_worst_attack_and_level_decides():
+    gate = Gate.parse("0.1:0.3,0.05:0.2")
+    metrics = {"loss/tpr_at_fpr_0.1": 0.1, "likelihood_ratio/tpr_at_fpr_0.1": 0.25,
+               "user/likelihood_ratio/tpr_at_fpr_0.1": 0.5, "loss/tpr_at_fpr_0.05": 0.0,
+               "likelihood_ratio/tpr_at_fpr_0.05": 0.2, **_counts(1000, 1000, users=(100, 100))}
+    result = gate.check(metrics)
+    assert result.status == "fail"
+    first, second = result.checks
+    assert first["metric"] == "user/likelihood_ratio/tpr_at_fpr_0.1" and first["status"] == "fail"
+    assert second["status"] == "inconclusive"  # 0.2 <= 0.2, but its bound is above
+    assert result.verdict().startswith("mia.gate=fail")
+    assert Gate.parse("0.1:0.6").check(metrics).passed
+
+
+@pytest.mark.parametrize("spec", ["0.01:0.05", ["0.01:0.05"], {0.01: 0.05}, [(0.01, 0.05)]])
+def test_gate_spec_forms(spec):
+    assert Gate.parse(spec).budgets == ((0.01, 0.05),)
+
+
+@pytest.mark.parametrize("spec, match", [("0.01", "ALPHA:MAX"), ("a:b", "must be numbers"), ("0:0.1", r"\(0, 1\)"),
+                                         ("0.01:2", r"\[0, 1\]")])
+def test_gate_rejects_bad_budgets(spec, match):
+    with pytest.raises(ValueError, match=match):
+        Gate.parse(spec)
+
+
+def test_gate_needs_the_metric_and_a_member_count():
+    with pytest.raises(ValueError, match="did not report FPR 0.01"):
+        Gate.parse("0.01:1").check({"loss/tpr_at_fpr_0.1": 0.0, **_counts()})
+    with pytest.raises(ValueError, match="needs the member count user/n_members"):
+        Gate.parse("0.1:0.5").check({"user/loss/tpr_at_fpr_0.1": 0.2, **_counts()})
+    with pytest.raises(ValueError, match="confidence"):
+        Gate.parse("0.1:0.5").check({"loss/tpr_at_fpr_0.1": 0.2, **_counts()}, confidence=1.0)
+    assert clopper_pearson_upper(5, 5, 0.95) == 1.0 and members_needed(0.05, 0.05, 0.95) is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a fail requires of the audit that clears it
+# ---------------------------------------------------------------------------------------------------------------
+
+def _record(**overrides) -> GateRecord:
+    fields = {"status": "fail", "attacks": ("loss", "likelihood_ratio"), "budgets": ((0.01, 0.05),),
+              "confidence": 0.95, "members": 985, "non_members": 985, "user_members": 59, "user_non_members": 59}
+    return GateRecord(**{**fields, **overrides})
+
+
+def test_gate_record_round_trips_parses_the_older_form_and_merges():
+    record = _record(bounds="0.01:0.0514 clopper-pearson", via="m/1")
+    assert record.to_tag() == ("fail; attacks loss,likelihood_ratio; budgets 0.01:0.05; confidence 0.95; bounds "
+                               "0.01:0.0514 clopper-pearson; members 985; non_members 985; user_members 59; "
+                               "user_non_members 59; via m/1")
+    assert GateRecord.from_tag(record.to_tag()) == record
+    old = GateRecord.from_tag("fail; attacks loss,likelihood_ratio; budgets 0.1:0,0.05:0.2")
+    assert old.budgets == ((0.1, 0.0), (0.05, 0.2)) and old.members is None and old.confidence is None
+    weaker_fail = _record(attacks=("loss",), budgets=((0.1, 0.5), (0.01, 0.2)), members=2000, user_members=None)
+    merged = record.merge(weaker_fail)
+    assert merged.attacks == ("loss", "likelihood_ratio") and merged.budgets == ((0.1, 0.5), (0.01, 0.05))
+    assert (merged.members, merged.user_members, merged.via) == (2000, 59, None)
+
+
+def test_item4_a_weaker_clearing_audit_is_told_each_shortfall():
+    weaker = _record(status="pass", attacks=("loss",), budgets=((0.1, 0.2),), confidence=0.9, members=500,
+                     non_members=985, user_members=None, user_non_members=None)
+    assert weaker.shortfalls(_record()) == [
+        "attack(s) likelihood_ratio did not run (the failed audit ran loss,likelihood_ratio)",
+        "no budget at FPR 0.01 (the failed audit's budget was 0.01:0.05; a budget at another FPR does not show "
+        "the same)",
+        "confidence 0.9 is lower than the failed audit's 0.95",
+        "500 members, fewer than the failed audit's 985",
+        "0 member users, fewer than the failed audit's 59",
+        "0 non-member users, fewer than the failed audit's 59"]
+    looser = _record(status="pass", budgets=((0.01, 0.08), (0.001, 0.01)))
+    assert looser.shortfalls(_record()) == ["budget 0.01:0.08 is looser than the failed audit's 0.01:0.05"]
+    stronger = _record(status="pass", attacks=("loss", "likelihood_ratio", "min_k"),
+                       budgets=((0.01, 0.03), (0.001, 0.01)), confidence=0.99, members=2000, user_members=100)
+    assert stronger.shortfalls(_record()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Registry: a gate that cannot be washed
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def audit_result(store):
+    """A small in-memory audit: its attacks and pool sizes go into the gate records."""
+    from mlflow_mia.audit import run_audit
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.data import AuditDataset, PopulationSet
+    from mlflow_mia.signals import MaskedLM
+    from mlflow_mia.signals.testing import tiny_bert
+
+    pool = AuditDataset.from_frame(store.pool, id_column="sample_id", group_column="article_id")
+    population = PopulationSet.from_frame(store.population, group_column="article_id")
+    model, tok = tiny_bert(seed=1)
+    config = AuditConfig.from_dict({"signal": {"num_masks": 2}, "metrics": {"fprs": [0.1], "bootstrap_rounds": 0}})
+    return run_audit(MaskedLM(model, tok), pool, population, reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok),
+                     config=config, cache=str(store.cache_dir), progress=False)
+
+
+def _tags(name, version) -> dict:
+    return dict(MlflowClient().get_model_version(name, str(version)).tags or {})
+
+
+def _runs() -> dict:
+    return {r.info.run_name: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
+
+
+def _audit(tracking, name, version, *extra) -> int:
+    from mlflow_mia.integrations.cli import main
+
+    return main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args(*extra)])
+
+
+def _gated(result, spec: str, **tprs):
+    """``result``'s gate verdict on ``spec`` with some TPRs replaced (``loss_0_1=0.9``: loss at FPR 0.1)."""
+    metrics = dict(result.metrics)
+    for key, value in tprs.items():
+        attack, _, alpha = key.rpartition("_0_")
+        metrics[f"{attack.replace('__', '/')}/tpr_at_fpr_0.{alpha}"] = value
+    return Gate.parse(spec).check(metrics)
+
+
+def _tag(name, version, result, gate, *, clear=False, weights="sha256:" + "0" * 64) -> str:
+    from mlflow_mia.integrations.registry_tags import tag_model_version
+
+    with mlflow.start_run() as run:
+        tag_model_version((name, version), result, run_id=run.info.run_id, gate=gate, clear_gate_fail=clear,
+                          weights_id=weights)
+    return run.info.run_id
+
+
+def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(tracking, audit_result, caplog):
+    import hashlib
+
+    name = "gate-clear-direct"
+    version = str(mlflow.register_model(f"runs:/{tracking.run_ids['tgt/1']}/model", name).version)
+    weights = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+    clean = {"loss_0_1": 0.1, "likelihood_ratio_0_1": 0.0, "user__loss_0_1": 0.0, "user__likelihood_ratio_0_1": 0.0}
+    failed = _tag(name, version, audit_result, _gated(audit_result, "0.1:0.3", loss_0_1=0.9), weights=weights)
+    tags = _tags(name, version)
+    assert tags["mia.gate"] == "fail" and tags["mia.weights_sha256"] == weights
+    assert tags["mia.gate.requires"].startswith("fail; attacks loss,likelihood_ratio; budgets 0.1:0.3; "
+                                                "confidence 0.95; bounds 0.1:")
+    assert tags[f"mia.gate.run.{failed}"].endswith("members 20; non_members 20; user_members 10; user_non_members 10")
+    second = _tag(name, version, audit_result, _gated(audit_result, "0.5:0.9", loss_0_5=0.95), weights=weights)
+    assert GateRecord.from_tag(_tags(name, version)["mia.gate.requires"]).budgets == ((0.5, 0.9), (0.1, 0.3))
+
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    weak = _gated(audit_result, "0.1:0.5", **clean)
+    assert weak.status == "pass"
+    _tag(name, version, audit_result, weak, clear=True, weights=weights)
+    tags = _tags(name, version)
+    assert tags["mia.gate"] == "fail" and tags["mia.gate.run_id"] == second
+    assert ("--clear-gate-fail (clear_gate_fail=True) needs an audit at least as strong as the one that failed, and "
+            "this one is weaker: no budget at FPR 0.5 (the failed audit's budget was 0.5:0.9; a budget at another "
+            "FPR does not show the same); budget 0.1:0.5 is looser than the failed audit's 0.1:0.3") in caplog.text
+
+    strong = _gated(audit_result, "0.1:0.3,0.5:0.9", **clean, loss_0_5=0.5, likelihood_ratio_0_5=0.5)
+    assert strong.status == "pass"
+    cleared = _tag(name, version, audit_result, strong, clear=True, weights=weights)
+    tags = _tags(name, version)
+    assert tags["mia.gate"] == "pass" and tags["mia.gate.run_id"] == cleared
+    assert sorted(v.split(";")[0] for k, v in tags.items() if k.startswith("mia.gate.run.")) == \
+        ["fail", "fail", "pass", "pass"]
+
+
+def test_item2_an_audit_too_small_for_its_budget_is_inconclusive_exits_3_and_says_what_resolves_it(
+        tracking, fresh_weights, capsys):
+    version = fresh_weights("tgt/1", "gate-small")
+    code = _audit(tracking, "gate-small", version, "--max-tpr-at-fpr", "0.1:0.3", "--run-name", "small")
+    out = capsys.readouterr().out
+    run = _runs()["small"]
+    metrics = run.data.metrics
+    points = {k: v for k, v in metrics.items() if k.endswith("/tpr_at_fpr_0.1")}
+    assert len(points) == 4 and max(points.values()) <= 0.3  # no TPR over the budget: the premise of the test
+    assert code == 3
+    assert run.data.tags["mia.gate"] == "inconclusive"
+    tags = _tags("gate-small", version)
+    assert tags["mia.gate"] == "inconclusive"
+    assert tags[f"mia.gate.run.{run.info.run_id}"].startswith("inconclusive; attacks loss,likelihood_ratio; budgets "
+                                                              "0.1:0.3; confidence 0.95; bounds 0.1:")
+    assert "mia.gate=inconclusive: " in out and "release gate inconclusive" in out
+    said = 0
+    for level, prefix, noun in (("sample", "", "members"), ("user", "user/", "member users")):
+        n = int(metrics[f"{prefix}n_members"])
+        needs = [_scan_members_needed(v, 0.3) for k, v in points.items()
+                 if k.startswith("user/") == (level == "user") and _cp_upper(round(v * n), n) > 0.3]
+        if needs:
+            said += 1
+            assert (f"{max(needs) - n} more {noun} ({max(needs)} in all) at the observed rate would bring the "
+                    f"{level}-level bound under the budget") in out
+    assert said >= 1
+
+
+def test_item4_re_registered_weights_inherit_a_fail(tracking, fresh_weights, capsys, caplog):
+    before = fresh_weights("tgt/2", "leaky-before")  # the same logged model registered twice before the fail
+    audited = fresh_weights("tgt/2", "leaky-audited")
+    assert _audit(tracking, "leaky-before", before, "--max-tpr-at-fpr", "0.1:1.0") == 0
+    assert _tags("leaky-before", before)["mia.gate"] == "pass"
+
+    # clearly leaking: the likelihood-ratio TPR at FPR 0.1 is far over 0.5
+    assert _audit(tracking, "leaky-audited", audited, "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "fail") == 3
+    out = capsys.readouterr().out
+    assert "OVER BUDGET" in out and "release gate failed: the model leaks more than its budget" in out
+    failed = _runs()["fail"].info.run_id
+    assert _tags("leaky-audited", audited)["mia.gate"] == "fail"
+    tags = _tags("leaky-before", before)  # a version already holding these weights gets the fail at once
+    assert (tags["mia.gate"], tags["mia.gate.run_id"], tags["mia.gate.inherited_from"]) == \
+        ("fail", failed, f"leaky-audited/{audited}")
+
+    after = fresh_weights("tgt/2", "leaky-after")  # registered again after the fail
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    assert _audit(tracking, "leaky-after", after, "--max-tpr-at-fpr", "0.1:1.0") == 0  # this audit's own verdict
+    tags = _tags("leaky-after", after)
+    assert (tags["mia.gate"], tags["mia.gate.run_id"], tags["mia.gate.inherited_from"]) == \
+        ("fail", failed, f"leaky-audited/{audited}")
+    assert tags[f"mia.gate.run.{failed}"].endswith(f"via leaky-audited/{audited}")
+    assert f"models:/leaky-after/{after} keeps mia.gate=fail (run {failed}, leaky-audited/{audited})" in caplog.text
+
+
+def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(tracking, fresh_weights, tmp_path, caplog):
+    from mlflow_mia.integrations.cli import main
+
+    version = fresh_weights("tgt/2", "gate-wash")
+    assert _audit(tracking, "gate-wash", version, "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "fail") == 3
+    failed = _runs()["fail"].info.run_id
+    small = tmp_path / "small.csv"
+    pool = tracking.pool
+    pd.concat([pool[pool.is_member == 1].head(10), pool[pool.is_member == 0].head(10)]).to_csv(small, index=False)
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    code = main(["audit", "--target", f"models:/gate-wash/{version}", "--reference", "models:/ref@champion",
+                 "--data", str(small), "--population", str(tracking.population_path), "--id-column", "sample_id",
+                 "--num-masks", "2", "--fprs", "0.1", "--bootstrap-rounds", "0", "--cache-dir",
+                 str(tracking.cache_dir), "--quiet",
+                 "--attacks", "loss", "--max-tpr-at-fpr", "0.1:1.0,0.2:1.0", "--clear-gate-fail"])
+    assert code == 0  # the weak audit itself passes ...
+    tags = _tags("gate-wash", version)
+    assert tags["mia.gate"] == "fail" and tags["mia.gate.run_id"] == failed  # ... and clears nothing
+    assert ("this one is weaker: attack(s) likelihood_ratio did not run (the failed audit ran loss,likelihood_ratio); "
+            "budget 0.1:1 is looser than the failed audit's 0.1:0.5; 10 members, fewer than the failed audit's 20; "
+            "10 non-members, fewer than the failed audit's 20; 0 member users, fewer than the failed audit's 10; "
+            "0 non-member users, fewer than the failed audit's 10") in caplog.text
+
+
+def test_item4_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
+        tracking, fresh_weights, monkeypatch, caplog):
+    import mlflow_mia.audit
+
+    version = fresh_weights("tgt/1", "gate-race")
+    other = MlflowClient().create_run(os.environ["MLFLOW_EXPERIMENT_ID"]).info.run_id
+    real = mlflow_mia.audit.run_audit
+
+    def audit_while_another_audit_fails(*args, **kwargs):
+        result = real(*args, **kwargs)
+        _tag_as(other, result)
+        return result
+
+    def _tag_as(run_id, result):  # what a concurrent, failing audit of the same version writes
+        from mlflow_mia.integrations.registry_tags import tag_model_version
+
+        tag_model_version(("gate-race", version), result, run_id=run_id, headline=False,
+                          gate=_gated(result, "0.1:0.2", loss_0_1=0.9))
+
+    monkeypatch.setattr(mlflow_mia.audit, "run_audit", audit_while_another_audit_fails)
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    assert _audit(tracking, "gate-race", version, "--max-tpr-at-fpr", "0.1:1.0", "--clear-gate-fail",
+                  "--run-name", "race") == 0
+    ours = _runs()["race"].info.run_id
+    tags = _tags("gate-race", version)
+    assert tags["mia.gate"] == "fail" and tags["mia.gate.run_id"] == other
+    assert tags[f"mia.gate.run.{ours}"].startswith("pass;")  # this audit's verdict is in the history only
+    assert f"mia.gate=fail was written by run {other} after this audit began; it is kept" in caplog.text
+
+
+def test_item4_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_recorded(
+        tracking, fresh_weights, monkeypatch, capsys):
+    import mlflow_mia.audit
+
+    real = mlflow_mia.audit.run_audit
+    deleted = []
+
+    def audit_then_delete(*args, **kwargs):
+        result = real(*args, **kwargs)
+        MlflowClient().delete_model_version("gate-gone", deleted[-1])
+        return result
+
+    monkeypatch.setattr(mlflow_mia.audit, "run_audit", audit_then_delete)
+    deleted.append(fresh_weights("tgt/2", "gate-gone"))
+    assert _audit(tracking, "gate-gone", deleted[-1], "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "gone") == 3
+    run = _runs()["gone"]
+    assert (f"error: registered model version models:/gate-gone/{deleted[-1]} was deleted during the audit (run "
+            f"{run.info.run_id}): its mia.gate=fail verdict could not be recorded on the version; the run keeps "
+            "the verdict (run tag mia.gate) and its report") in capsys.readouterr().err
+    assert run.data.tags["mia.gate"] == "fail"
+    deleted.append(fresh_weights("tgt/2", "gate-gone"))
+    assert _audit(tracking, "gate-gone", deleted[-1], "--max-tpr-at-fpr", "0.1:1.0") == 2  # a pass: an input error
+    assert "its audit tags could not be written" in capsys.readouterr().err
