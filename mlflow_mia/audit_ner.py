@@ -68,7 +68,7 @@ class NerAuditConfig:
 
     entity_types: tuple[str, ...] | None = option(None, "entity types to audit, comma-separated",
                                                   pattern=ENTITY_TYPE_PATTERN, metavar="A,B",
-                                                  pattern_doc="of letters, digits, _ - . and spaces",
+                                                  pattern_doc="made of letters, digits, _ - . and spaces",
                                                   default_doc="every type of the names table")
     dev_fraction: float = option(0.5, "share of the names per type and class used for dev when the names table "
                                  "has no split", gt=0, lt=1)
