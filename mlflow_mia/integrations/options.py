@@ -113,7 +113,8 @@ class CommandOptions:
                                 used_by=frozenset({"audit"}), metavar="URI",
                                 default_doc="the demo's models:/bbc-target@candidate")
     models: str | None = option(None, "registered model name(s) to compare, comma-separated; required with --data",
-                                used_by=frozenset({"compare"}), metavar="NAME[,NAME]", default_doc="the demo's bbc-target")
+                                used_by=frozenset({"compare"}), metavar="NAME[,NAME]",
+                                default_doc="the demo's bbc-target")
     aliases: str | None = option(None, "aliases to audit, e.g. champion,candidate", used_by=frozenset({"compare"}),
                                  metavar="A[,B]", default_doc="every version")
     data: str | None = option(None, "target pool (.csv, .jsonl, .json or .parquet): one text per row with a "
@@ -172,7 +173,16 @@ _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release 
 
 @dataclass(frozen=True)
 class Entry:
-    """One declared option with the commands and methods that take it and its config family (None: command-only)."""
+    """One declared option, the commands and methods that take it, and where it is parsed to.
+
+    Attributes
+    ----------
+    field : OptionField
+    used_by : frozenset of str
+    family : {"mia", "ner", "common"} or None
+        The audit whose configs hold it (``"common"``: both, :class:`CommonOptions`);
+        None for a command-only option (:class:`CommandOptions`), which has no evaluator key.
+    """
 
     field: OptionField
     used_by: frozenset
