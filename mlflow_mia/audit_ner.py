@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlflow_mia.metrics import prompts as pm
-from mlflow_mia.ner.names import assign_split, check_names_table, name_hash
+from mlflow_mia.ner.names import ENTITY_TYPE_PATTERN, assign_split, check_names_table, name_hash
 from mlflow_mia.ner.prompts import SLOT, load_prompts
+from mlflow_mia.option import check_options, option
 
 _METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
 
@@ -59,25 +60,40 @@ class NerAuditConfig:
         Padded tokens per forward pass (default by device).
     batch_size : int or None
         Sentences per forward pass instead of a token budget.
+
+    Each field is a user option (flat key of ``method="ner_prompts"``, ``ner-audit`` flag);
+    ``__post_init__`` checks the declared ranges. The default FPRs stop at 0.01: a
+    detection set holds tens to hundreds of names per class, too few for 0.001.
     """
 
-    entity_types: tuple | None = None
-    dev_fraction: float = 0.5
-    subword: str = "first"
-    seed: int = 0
-    bootstrap_rounds: int = 1000
-    fprs: tuple = (0.1, 0.01)
-    token_removal: bool = True
-    token_budget: int | None = None
-    batch_size: int | None = None
+    entity_types: tuple[str, ...] | None = option(None, "entity types to audit, comma-separated",
+                                                  pattern=ENTITY_TYPE_PATTERN, metavar="A,B",
+                                                  pattern_doc="made of letters, digits, _ - . and spaces",
+                                                  default_doc="every type of the names table")
+    dev_fraction: float = option(0.5, "share of the names per type and class used for dev when the names table "
+                                 "has no split", gt=0, lt=1)
+    subword: str = option("first", "tokens read per name: the first subword of each word, or every subword",
+                          choices=("first", "mean"))
+    seed: int = option(0, "seed of the dev/test split, Mix-PT and the bootstrap", ge=0)
+    bootstrap_rounds: int = option(1000, "bootstrap resamples of the M-MEM intervals over names (0 = none)", ge=0,
+                                   metavar="N")
+    fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs of the TPR metrics, thresholds from the dev "
+                                     "out-of-sample names", gt=0, lt=1, metavar="A,B")
+    token_removal: bool = option(True, "run the greedy token removal (about as many sentences as the prompt set "
+                                 "on dev)", flags=("--no-token-removal",), invert=True, mlproject=False,
+                                 flag_help="skip the greedy token removal")
+    token_budget: int | None = option(None, "padded tokens per forward pass", ge=1, metavar="N",
+                                      default_doc="4096 on CPU, 32768 on CUDA")
+    batch_size: int | None = option(None, "sentences per forward pass (instead of token_budget)", ge=1,
+                                    metavar="N")
 
     def __post_init__(self):
-        if self.subword not in ("first", "mean"):
-            raise ValueError(f"subword must be 'first' or 'mean', got {self.subword!r}")
-        if not 0.0 < float(self.dev_fraction) < 1.0:
-            raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
-        if any(not 0.0 < float(a) < 1.0 for a in self.fprs):
-            raise ValueError(f"fprs must lie in (0, 1), got {self.fprs}")
+        for name in ("entity_types", "fprs"):  # lists are kept as tuples (the config is frozen and hashable)
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in self.fprs):
+            object.__setattr__(self, "fprs", tuple(float(a) for a in self.fprs))
+        check_options(self)
 
     def to_params(self) -> dict[str, str]:
         return {"ner_subword": self.subword, "ner_dev_fraction": str(self.dev_fraction), "ner_seed": str(self.seed),
@@ -105,6 +121,9 @@ class NerAuditResult:
     raw_names : list of str
         Raw names in the order of ``names``; written only when ``log_texts`` is set.
     config : NerAuditConfig
+    hash_key : HashKey or None
+        The key of the ``name_hash`` column (never logged); the logger digests the
+        names with it.
     """
 
     model_id: str
@@ -114,6 +133,7 @@ class NerAuditResult:
     names: object
     raw_names: list = field(repr=False, default_factory=list)
     config: NerAuditConfig = field(default_factory=NerAuditConfig)
+    hash_key: object = field(repr=False, default=None)
 
     @property
     def entity_types(self) -> list[str]:
@@ -226,7 +246,7 @@ def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summar
 
 
 def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
-              device=None, progress: bool = True) -> NerAuditResult:
+              device=None, progress: bool = True, hash_key=None) -> NerAuditResult:
     """Audit one token-classification model for memorized entity names.
 
     Parameters
@@ -242,6 +262,10 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     cache : ConfidenceCache, optional
     device : str, optional
     progress : bool
+    hash_key : HashKey, optional
+        Key of the name hashes (``name_hash``); resolved by the caller once per audit
+        (``hash_key_file``). Default: :func:`~mlflow_mia.hashing.resolve_hash_key`
+        (``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept).
 
     Returns
     -------
@@ -265,7 +289,10 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
 
     from mlflow_mia.signals.entity_confidence import TokenClassifier
 
+    from mlflow_mia.hashing import resolve_hash_key
+
     cfg = config or NerAuditConfig()
+    key = hash_key if hash_key is not None else resolve_hash_key()
     clf = model if isinstance(model, TokenClassifier) else TokenClassifier(*model)
     table = assign_split(check_names_table(names, entity_types=cfg.entity_types), dev_fraction=cfg.dev_fraction,
                          seed=cfg.seed)
@@ -294,14 +321,14 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         tables.append(t)
         best, worst = t.index[t.prompt_id == summaries[kind]["best_prompt_id"]][0], \
             t.index[t.prompt_id == summaries[kind]["worst_prompt_id"]][0]
-        name_rows.append(pd.DataFrame({"name_hash": [name_hash(n) for n in type_names], "entity_type": kind,
+        name_rows.append(pd.DataFrame({"name_hash": [name_hash(n, key) for n in type_names], "entity_type": kind,
                                        "is_member": y, "split": split, "c_best": conf[best],
                                        "c_worst": conf[worst], "c_no_prompt": base["none"]}))
         raw.extend(type_names)
     summaries = {k: {**v, "rocs": rocs[k]} for k, v in summaries.items()}
     return NerAuditResult(model_id=clf.model_id, metrics=metrics, prompts_table=pd.concat(tables, ignore_index=True),
                           summaries=summaries, names=pd.concat(name_rows, ignore_index=True), raw_names=raw,
-                          config=cfg)
+                          config=cfg, hash_key=key)
 
 
 def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from mlflow_mia.option import check_options, option, same_option
 
 __all__ = [
     "SignalConfig",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 SIGNAL_KINDS = ("energy", "pll")
+ENERGY_REDUCTIONS = ("sum", "mean")
 DEFAULT_FPRS = (0.1, 0.01, 0.001)
 
 
@@ -84,28 +86,32 @@ class SignalConfig:
         the GPU busy (a starting point, not measured here).
     half_precision : bool
         Run the model in float16 on CUDA (ignored on CPU).
+    energy_reduction : {"sum", "mean"}
+        How one mask's energy combines the NLLs of its masked tokens: ``"sum"``
+        (Eq. 2, nats per mask) or ``"mean"`` (nats per masked token). Part of the
+        cache key only when not ``"sum"``, so earlier cache entries keep their keys.
+
+    Each field declared with :func:`~mlflow_mia.option.option` is a user option
+    (flat key, CLI flag, MLproject parameter); ``__post_init__`` checks the declared ranges.
     """
 
-    kind: str = "energy"
-    num_masks: int = 10
-    mask_rate: float = 0.15
-    seed: int = 0
-    max_length: int | None = None
-    token_budget: int | None = None
-    half_precision: bool = False
+    kind: str = option("energy", "energy: masked energy over num_masks random masks; pll: "
+                       "pseudo-log-likelihood, every token masked once", key="signal", choices=SIGNAL_KINDS)
+    num_masks: int = option(10, "K, random masks per text for the energy", ge=1, metavar="K")
+    mask_rate: float = option(0.15, "fraction of the maskable tokens masked in each mask", gt=0, le=1, metavar="R")
+    seed: int = option(0, "seed of the masks and of the bootstrap", ge=0)
+    max_length: int | None = option(None, "token limit per text including special tokens; longer texts are "
+                                    "truncated and counted", ge=3, unset=(0,), metavar="N",
+                                    default_doc="the model's limit (0 also means that)")
+    token_budget: int | None = option(None, "padded tokens per forward pass, batch size x padded length; lower it "
+                                      "if memory runs out", ge=16, metavar="N",
+                                      default_doc="1024 on CPU, 16384 on CUDA")
+    half_precision: bool = option(False, "run the models in float16 on CUDA (ignored on CPU)")
+    energy_reduction: str = option("sum", "how one mask's energy combines its masked tokens' NLLs: sum (Eq. 2) "
+                                   "or mean (per masked token)", choices=ENERGY_REDUCTIONS)
 
     def __post_init__(self):
-        if self.kind not in SIGNAL_KINDS:
-            raise ValueError(f"signal kind must be one of {SIGNAL_KINDS}, got {self.kind!r}")
-        if isinstance(self.num_masks, bool) or not isinstance(self.num_masks, int) or self.num_masks < 1:
-            raise ValueError(f"num_masks must be a positive int, got {self.num_masks!r}")
-        if not (isinstance(self.mask_rate, (int, float)) and 0.0 < self.mask_rate <= 1.0):
-            raise ValueError(f"mask_rate must be in (0, 1], got {self.mask_rate!r}")
-        if self.max_length is not None and (not isinstance(self.max_length, int) or self.max_length < 3):
-            raise ValueError(f"max_length must be an int >= 3 or None, got {self.max_length!r}")
-        if self.token_budget is not None and (isinstance(self.token_budget, bool) or
-                                              not isinstance(self.token_budget, int) or self.token_budget < 16):
-            raise ValueError(f"token_budget must be an int >= 16 or None (by device), got {self.token_budget!r}")
+        check_options(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SignalConfig":
@@ -118,6 +124,8 @@ class SignalConfig:
             spec.update(num_masks=self.num_masks, mask_rate=self.mask_rate, seed=self.seed)
         if self.half_precision:  # float16 on CUDA changes the values
             spec["half_precision"] = True
+        if self.energy_reduction != "sum":  # only then: the existing cache keys stay valid
+            spec["energy_reduction"] = self.energy_reduction
         return spec
 
 
@@ -142,15 +150,16 @@ class NeighbourhoodConfig:
         from the neighbour's own text, as for any other text. No effect on PLL.
     """
 
-    num_neighbours: int = 25
+    num_neighbours: int = option(25, "neighbours per text for the neighbourhood attack", ge=1, metavar="N")
     num_replacements: int = 1
     dropout: float = 0.7
-    generator_model: str | None = None
+    generator_model: str | None = option(None, "model proposing neighbour words: a model URI or folder",
+                                         key="neighbour_generator", default_doc="the reference model",
+                                         metavar="URI")
     shared_masks: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.num_neighbours, int) or self.num_neighbours < 1:
-            raise ValueError(f"num_neighbours must be a positive int, got {self.num_neighbours!r}")
+        check_options(self)
         if not isinstance(self.num_replacements, int) or self.num_replacements < 1:
             raise ValueError(f"num_replacements must be a positive int, got {self.num_replacements!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -189,34 +198,31 @@ class MetricConfig:
         Seed of the bootstrap.
     """
 
-    fprs: tuple[float, ...] = DEFAULT_FPRS
-    bootstrap_rounds: int = 1000
-    confidence: float = 0.95
+    fprs: tuple[float, ...] = option(DEFAULT_FPRS, "false-positive rates alpha at which TPR, precision and "
+                                     "recall are reported; the population needs at least 1/min(fprs) texts",
+                                     gt=0, lt=1, metavar="A,B")
+    bootstrap_rounds: int = option(1000, "bootstrap resamples for the confidence intervals (0 = none)", ge=0,
+                                   metavar="N")
+    confidence: float = option(0.95, "two-sided confidence level of the intervals, and the confidence of the "
+                               "epsilon lower bound", gt=0, lt=1)
     length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
-    min_k_fraction: float = 0.2
-    top_records: int = 20
-    seed: int = 0
-    delta: float = 1e-5
+    min_k_fraction: float = option(0.2, "k of the min_k attack: the fraction of lowest token log-probs averaged",
+                                   gt=0, le=1)
+    top_records: int = option(20, "riskiest member records listed per attack", ge=0, metavar="N")
+    seed: int = same_option("seed", 0)
+    delta: float = option(1e-5, "delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound",
+                          ge=0, lt=1, metavar="D")
 
     def __post_init__(self):
-        fprs = tuple(float(a) for a in self.fprs)
-        if not fprs or any(not (0.0 < a < 1.0) or math.isnan(a) for a in fprs):
-            raise ValueError(f"fprs must be a non-empty list of rates in (0, 1), got {self.fprs!r}")
-        object.__setattr__(self, "fprs", tuple(sorted(set(fprs), reverse=True)))
+        if isinstance(self.fprs, (list, tuple)) and all(isinstance(a, (int, float)) and not isinstance(a, bool)
+                                                        for a in self.fprs):
+            object.__setattr__(self, "fprs", tuple(float(a) for a in self.fprs))
+        check_options(self)
+        object.__setattr__(self, "fprs", tuple(sorted(set(self.fprs), reverse=True)))
         bins = tuple((int(lo), int(hi)) for lo, hi in self.length_bins)
         if any(lo < 0 or hi <= lo for lo, hi in bins):
             raise ValueError(f"length_bins must be (lo, hi) pairs with 0 <= lo < hi, got {self.length_bins!r}")
         object.__setattr__(self, "length_bins", bins)
-        if not isinstance(self.bootstrap_rounds, int) or self.bootstrap_rounds < 0:
-            raise ValueError(f"bootstrap_rounds must be an int >= 0, got {self.bootstrap_rounds!r}")
-        if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
-        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0.0 <= self.delta < 1.0:
-            raise ValueError(f"delta must be a number in [0, 1), e.g. 1e-5, got {self.delta!r}")
-        if not 0.0 < self.min_k_fraction <= 1.0:
-            raise ValueError(f"min_k_fraction must be in (0, 1], got {self.min_k_fraction!r}")
-        if not isinstance(self.top_records, int) or self.top_records < 0:
-            raise ValueError(f"top_records must be an int >= 0, got {self.top_records!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "MetricConfig":
@@ -244,11 +250,14 @@ class AuditConfig:
         tokenizers split the text). The audit warns when it runs this way.
     """
 
-    attacks: tuple[str, ...] = ("loss", "likelihood_ratio")
+    attacks: tuple[str, ...] = option(("loss", "likelihood_ratio"), "attacks to run, by registry name (see "
+                                      "mlflow_mia.attacks.ATTACKS)", metavar="A,B")
     signal: SignalConfig = field(default_factory=SignalConfig)
     metrics: MetricConfig = field(default_factory=MetricConfig)
     neighbourhood: NeighbourhoodConfig = field(default_factory=NeighbourhoodConfig)
-    allow_tokenizer_mismatch: bool = False
+    allow_tokenizer_mismatch: bool = option(False, "run attacks that need a reference whose tokenizer differs "
+                                            "from the target's (else an error); requires signal 'pll', whose "
+                                            "per-token energies are roughly comparable across tokenizers")
 
     def __post_init__(self):
         if isinstance(self.attacks, str):
@@ -264,8 +273,7 @@ class AuditConfig:
                 object.__setattr__(self, name, typ.from_dict(value))
             elif not isinstance(value, typ):
                 raise TypeError(f"{name} must be a {typ.__name__} or a dict, got {type(value).__name__}")
-        if not isinstance(self.allow_tokenizer_mismatch, bool):
-            raise ValueError(f"allow_tokenizer_mismatch must be True or False, got {self.allow_tokenizer_mismatch!r}")
+        check_options(self)
         if self.allow_tokenizer_mismatch and self.signal.kind != "pll":
             raise ValueError("allow_tokenizer_mismatch=True requires signal='pll': energies summed over masked "
                              "tokens of two different tokenisations are not comparable; per-token PLLs roughly are")

@@ -27,12 +27,11 @@ class AnalysisSize:
     ----------
     demo_size : str
         Key of :data:`mlflow_mia.demo.build.DEMO_SIZES` the suite audits and trains on.
-    num_masks : int
-        K of the masked energy (paper: 10).
-    bootstrap_rounds : int
-        Resamples for the AUC and TPR confidence intervals.
-    fprs : tuple of float
-        Population-threshold FPRs (0.01 must be one: the table reports TPR at 1 % FPR).
+    num_masks, bootstrap_rounds, fprs : int, int, tuple of float
+        This size's values of the audit options of those names (declared, with their
+        ranges, on :class:`~mlflow_mia.config.SignalConfig` and
+        :class:`~mlflow_mia.config.MetricConfig`); 0.01 must be one of the FPRs: the
+        findings table reports the TPR at 1 % FPR.
     short_fraction : float
         The short schedule's share of the demo target's fine-tuning steps. 0.4 is the
         paper's Base : Base++ ratio (400k : 1M iterations, Table 1).

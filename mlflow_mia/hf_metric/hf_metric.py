@@ -8,14 +8,17 @@ logs for one attack (without the ``{attack}/`` prefix), so a score computed here
 equals the audit's.
 """
 
+import numbers
+
 import datasets
 import evaluate
 
 import numpy as np
 
 from mlflow_mia.audit.scoring import attack_report
-from mlflow_mia.config import DEFAULT_FPRS, AuditConfig, MetricConfig
+from mlflow_mia.config import DEFAULT_FPRS, AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.metrics.thresholds import population_threshold
+from mlflow_mia.option import coerce, declared_options
 
 _DESCRIPTION = """\
 Scores a membership inference attack on a language model the way an mlflow-mia audit does. The
@@ -36,13 +39,17 @@ Args:
     references (`list` of `int`): membership labels of the pool, 1 = member, 0 = non-member.
     population_scores (`list` of `float`): attack scores of the population set (required); at
         least ceil(1 / min(fprs)) values.
-    fprs (`list` of `float`, default [0.1, 0.01, 0.001]): target false-positive rates alpha.
+    fprs (`list` of `float`, default [0.1, 0.01, 0.001]): target false-positive rates alpha (a
+        comma-separated string such as "0.1,0.01" is read as a list).
     delta (`float`, default 1e-5): delta of the (eps, delta)-DP guarantee tested against.
     confidence (`float`, default 0.95): confidence of the epsilon lower bound and of the
         bootstrap intervals.
     bootstrap_rounds (`int`, default 0): bootstrap resamples of the pool for intervals on the
         AUC and the TPRs (0 = none).
     seed (`int`, default 0): seed of the bootstrap.
+    Each setting is read and checked as the audit's option of the same name; a bad value, a label
+    other than 0/1 (0.5 is refused, not truncated) or a score that is not a number raises a
+    `ValueError` that names it, before anything is stored.
 Returns:
     `dict` of `float`, keyed as an audit's metrics of one attack: `auc`, `tpr_at_fpr_<alpha>`,
     `precision_at_pop_fpr_<alpha>`, `recall_at_pop_fpr_<alpha>`, `achieved_fpr_at_pop_fpr_<alpha>`,
@@ -101,6 +108,29 @@ _REFERENCE_URLS = [
 ]
 
 
+_SETTINGS = {**{k: declared_options(MetricConfig)[k] for k in ("fprs", "delta", "confidence", "bootstrap_rounds")},
+             "seed": declared_options(SignalConfig)["seed"]}
+
+
+def _settings(kwargs: dict) -> dict:
+    """``kwargs`` with each audit setting read by its declaration (``"0.1"`` -> ``(0.1,)``; ``seed='x'`` refused)."""
+    return {k: coerce(_SETTINGS[k], v) if k in _SETTINGS and v is not None else v for k, v in kwargs.items()}
+
+
+def _check_numbers(values, what: str) -> None:
+    for i, v in enumerate([] if values is None else values):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise ValueError(f"{what} must be numbers, got {v!r} at position {i}")
+
+
+def _check_inputs(predictions, references) -> None:
+    """Refuse what the int32 / float64 features would truncate or fail on: labels other than 0/1, non-numbers."""
+    _check_numbers(predictions, "predictions (attack scores)")
+    for i, r in enumerate([] if references is None else references):
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, numbers.Real) or r not in (0, 1):
+            raise ValueError(f"references must be membership labels 0 or 1 (1 = member), got {r!r} at position {i}")
+
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class MembershipInference(evaluate.Metric):
     """AUC, TPR at FPR, population-threshold precision/recall and epsilon lower bound of an attack."""
@@ -116,6 +146,22 @@ class MembershipInference(evaluate.Metric):
             reference_urls=_REFERENCE_URLS,
             license="Apache-2.0",
         )
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """Score the attack; settings and inputs are checked before ``evaluate`` stores anything (see ``_compute``)."""
+        kwargs = _settings(kwargs)
+        _check_numbers(kwargs.get("population_scores"), "population_scores")
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """Add a batch of scores and labels, checked first (labels 0/1, scores numbers)."""
+        _check_inputs(predictions, references)
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        """Add one score and label, checked first (label 0/1, score a number)."""
+        _check_inputs(None if prediction is None else [prediction], None if reference is None else [reference])
+        return super().add(prediction=prediction, reference=reference, **kwargs)
 
     def _compute(self, predictions, references, population_scores=None, fprs=DEFAULT_FPRS, delta=1e-5,
                  confidence=0.95, bootstrap_rounds=0, seed=0):

@@ -4,9 +4,10 @@ Thin shells around :func:`mlflow_mia.audit.run_audit`: parse the configuration,
 resolve the models, run the audit, log the result. Submodules import MLflow
 lazily, so ``import mlflow_mia`` stays light.
 
+- :mod:`.options`: the option schema (each option declared once) and what is derived from it: CLI flags,
+  evaluator keys, key tables, MLproject parameters;
 - :mod:`.config`: the flat ``evaluator_config["mia"]`` keys, parsed once;
 - :mod:`.gate`: the release gate (pass / fail / inconclusive on a confidence bound);
-- :mod:`.values`: reading numbers, booleans and lists from any front end;
 - :mod:`.models`: registry URIs, run URIs, folders and pyfunc models -> ``MaskedLM``;
 - :mod:`.logging`: :func:`~.logging.log_audit`, params / metrics / figures / tables / report / tags;
 - :mod:`.evaluator`: :class:`~.evaluator.MiaEvaluator` (entry point ``mlflow.model_evaluator: mia``);

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from mlflow_mia.integrations.values import blank, parse_list
+from mlflow_mia.integrations.values import blank
 
 __all__ = ["add_analyze_parser", "cmd_analyze"]
 
 
-def add_analyze_parser(sub, flag) -> argparse.ArgumentParser:
-    """Add the ``analyze`` subcommand to an ``argparse`` subparsers object (``flag``: the CLI's bool type)."""
+def add_analyze_parser(sub) -> argparse.ArgumentParser:
+    """Add the ``analyze`` subcommand to an ``argparse`` subparsers object (its options: the declarations)."""
     from mlflow_mia.analyze import FINDINGS
+    from mlflow_mia.integrations.options import add_arguments
 
     p = sub.add_parser(
         "analyze", help="reproduce the papers' findings on the BBC News demo (why it leaks, what lowers it)",
@@ -20,18 +21,7 @@ def add_analyze_parser(sub, flag) -> argparse.ArgumentParser:
                     "findings table (tables/findings.csv), plots and findings.md to the parent run. Resumes: "
                     "finished runs and registered variants are found and skipped. Findings: "
                     + ", ".join(f.name for f in FINDINGS) + ".")
-    p.add_argument("--quick", nargs="?", const=True, default=False, type=flag, metavar="BOOL",
-                   help="the quick size: the small demo, a few minutes (default: the full size, about an hour "
-                        "on 2 CPU cores)")
-    p.add_argument("--findings", metavar="A[,B]", help="run only these findings (default: all)")
-    p.add_argument("--hash-key-file", metavar="PATH",
-                   help="secret key for the logged sample hashes (default: $MLFLOW_MIA_HASH_KEY, else random)")
-    p.add_argument("--experiment", metavar="NAME", help="MLflow experiment (ignored under mlflow run)")
-    p.add_argument("--run-name", metavar="NAME", help="name of the parent run (default: analyze-<size>)")
-    p.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)")
-    p.add_argument("--cache-dir", metavar="DIR", help="signal cache directory (default: $MLFLOW_MIA_CACHE)")
-    p.add_argument("--device", help="torch device (default: CUDA when available)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    add_arguments(p, "analyze")
     return p
 
 
@@ -42,11 +32,12 @@ def cmd_analyze(args) -> int:
     from mlflow_mia.integrations.session import build_demo_for_audit
 
     size = ANALYSIS_SIZES["quick" if args.quick else "full"]
-    findings = parse_list(blank(args.findings), what="findings") if blank(args.findings) else None
+    findings = [f.strip() for f in args.findings.split(",") if f.strip()] if blank(args.findings) else None
+    hash_key = args.hash_key_file or resolve_hash_key()  # read (and checked) when the flag was parsed
     demo = build_demo_for_audit(size.demo_size, progress=not args.quiet, args=args)
-    result = run_analysis(quick=args.quick, findings=findings, demo=demo, cache=blank(args.cache_dir),
-                          progress=not args.quiet, hash_key=resolve_hash_key(blank(args.hash_key_file)),
-                          device=blank(args.device), run_name=blank(args.run_name))
+    result = run_analysis(quick=bool(args.quick), findings=findings, demo=demo, cache=args.cache_dir,
+                          progress=not args.quiet, hash_key=hash_key, device=args.device,
+                          run_name=blank(args.run_name))
     table = result.table
     verdicts = table.drop_duplicates("finding")[["finding", "reproduced", "why"]]
     for _, row in verdicts.iterrows():

@@ -4,127 +4,89 @@ The same flat keys drive the ``mia`` evaluator plugin, the ``mlflow-mia`` CLI
 and the MLproject entry points: each front end turns its input into this dict,
 and :func:`parse_options` turns the dict into an :class:`~mlflow_mia.config.AuditConfig`
 (what the audit computes) and :class:`MiaOptions` (where the data comes from and
-what gets logged). Unknown keys are an error that lists the valid ones.
+what gets logged). Every key is declared once, on the field that holds it
+(:mod:`mlflow_mia.integrations.options`); unknown keys are an error that lists the valid ones.
 
-The release gate (:class:`Gate`, :class:`GateResult`) is defined in
-:mod:`mlflow_mia.integrations.gate` and importable from here.
+The release gate (:class:`Gate`) lives here too: a budget on the TPR at a fixed
+FPR, checked against the metrics of a finished audit.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.integrations.gate import Gate, GateResult  # re-exported: the gate lives in .gate
-from mlflow_mia.integrations.values import mia_section, opt_str, parse_bool, parse_float, parse_int, parse_list
+from mlflow_mia.integrations.options import CommonOptions
+from mlflow_mia.integrations.values import mia_section
+from mlflow_mia.option import option
 
-__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "parse_list", "with_fprs"]
+__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
 
-#: Every key of ``evaluator_config["mia"]`` with its meaning (the public API).
-CONFIG_KEYS: dict[str, str] = {
-    # models
-    "reference_model": "URI or local folder of the reference model (models:/name/version, models:/name@alias, "
-                       "runs:/<run_id>/<path>, a saved MLflow model or Hugging Face folder). Required by "
-                       "likelihood_ratio; a model trained on similar data, disjoint from the target's.",
-    # data
-    "population_data": "Required. Population set used to set thresholds: a pandas DataFrame or a "
-                       ".csv/.jsonl/.json/.parquet path; same distribution as the members, disjoint from the pool.",
-    "text_column": "Text column of the pool (default 'text'); also of the population unless "
-                   "population_text_column is given.",
-    "label_column": "Membership column of the pool, 1 = member, 0 = non-member (default: the `targets` "
-                    "argument of mlflow.models.evaluate).",
-    "id_column": "Optional column of stable sample ids written to the per-sample table (default: row number).",
-    "group_column": "Optional user id column (one id per user, e.g. a patient or an article); enables user-level "
-                    "metrics (user/{attack}/...).",
-    "population_text_column": "Text column of the population set (default: text_column).",
-    "population_group_column": "User id column of the population set (default: group_column, when present); "
-                               "needed for user-level thresholds.",
-    # attacks and signals
-    "attacks": "Attack names, a list or a comma-separated string (default ['loss', 'likelihood_ratio']); "
-               "see mlflow_mia.attacks.ATTACKS for the registered ones.",
-    "signal": "'energy' (masked energy, K random masks; default) or 'pll' (pseudo-log-likelihood).",
-    "num_masks": "K, random mask subsets per sample for the energy (default 10).",
-    "mask_rate": "Fraction of tokens masked in each subset (default 0.15).",
-    "seed": "Seed of the masks and of the bootstrap (default 0).",
-    "max_length": "Token limit per text including special tokens (default: the model's limit); longer texts "
-                  "are truncated and counted.",
-    "token_budget": "Padded tokens per forward pass: batch size x padded length (default 1024 on CPU, "
-                    "16384 on CUDA).",
-    "half_precision": "Run the models in float16 on CUDA (default False; ignored on CPU).",
-    "num_neighbours": "Neighbours per sample of the neighbourhood attack (default 25).",
-    "neighbour_generator": "Model proposing neighbour words (default: the reference model).",
-    "allow_tokenizer_mismatch": "Run likelihood_ratio with a reference whose tokenizer differs from the target's "
-                                "(default False: an error). Requires signal='pll', whose per-token energies are "
-                                "roughly comparable across tokenizers; the report warns.",
-    # metrics
-    "fprs": "False-positive rates alpha at which TPR, precision and recall are reported "
-            "(default [0.1, 0.01, 0.001]); a list or a comma-separated string.",
-    "bootstrap_rounds": "Bootstrap resamples for the confidence intervals (default 1000; 0 disables them).",
-    "confidence": "Two-sided confidence level of the intervals, and the confidence of the epsilon lower bound "
-                  "(default 0.95).",
-    "delta": "Delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound "
-             "({attack}/epsilon_lower_bound; default 1e-5).",
-    "min_k_fraction": "k of the min_k attack (default 0.2).",
-    "top_records": "How many riskiest member records to list per attack (default 20).",
-    # logging and running
-    "log_texts": "Write raw texts into tables/samples.csv and tables/riskiest.csv (default False: only "
-                 "ids and keyed hashes are logged).",
-    "hash_key_file": "File holding the secret key (at least 16 bytes) of the HMAC-SHA256 text and group hashes "
-                     "in the logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that "
-                     "is not kept, so the hashes cannot be looked up). See mlflow_mia.lookup_hash.",
-    "metric_prefix": "Prefix for metric, parameter and artifact names (default '').",
-    "max_tpr_at_fpr": "Release gate: budget(s) 'ALPHA:MAX' (a string, a list of them, or a dict "
-                      "{alpha: max}). The run is tagged mia.gate=fail when any attack's TPR at FPR alpha, "
-                      "at sample or user level, exceeds MAX. Each alpha is added to fprs.",
-    "tag_model_version": "Tag the audited registered model version with headline numbers (default True). A "
-                         "failing gate verdict is written on the version regardless.",
-    "clear_gate_fail": "Let a passing gate replace an earlier mia.gate=fail on the registry version (default "
-                       "False: a fail stays until cleared explicitly).",
-    "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
-    "trust_remote_code": "Let a model whose classes are not part of transformers run the Python code shipped "
-                         "with it (default False: such a model is refused; see docs/security.md).",
-    "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available); checked before any model "
-              "loads.",
-    "progress": "Show progress bars while computing signals (default True).",
-    "engine": "'local' (default) or 'spark': compute the signals on Apache Spark, score on the driver "
-              "(mlflow_mia.integrations.spark_audit; needs pip install 'mlflow-mia[spark]').",
-    "spark_master": "Spark master URL of the 'spark' engine, e.g. 'local[2]' (default: the active session, "
-                    "else Spark's default).",
-    "spark_store": "Parquet signal store of the 'spark' engine (any path Spark writes); a re-run computes only "
-                   "the texts missing there (default: none).",
-}
+
+def __getattr__(name):
+    if name == "CONFIG_KEYS":  # derived from the declarations, on demand (they import this module)
+        from mlflow_mia.integrations.options import options_for
+
+        return {key: e.field.option.help for key, e in options_for("mia").items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+_MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> or a local folder"
 
 
 @dataclass(frozen=True)
-class MiaOptions:
+class MiaOptions(CommonOptions):
     """Everything in ``evaluator_config["mia"]`` that is not part of :class:`AuditConfig`.
 
-    See :data:`CONFIG_KEYS` for the meaning of each field.
+    Each field is an option (its help is its documentation; see :data:`CONFIG_KEYS`),
+    plus those of :class:`~mlflow_mia.integrations.options.CommonOptions`.
     """
 
-    population_data: Any = None
-    reference_model: Any = None
-    text_column: str = "text"
-    label_column: str | None = None
-    id_column: str | None = None
-    group_column: str | None = None
-    population_text_column: str | None = None
-    population_group_column: str | None = None
-    log_texts: bool = False
-    metric_prefix: str = ""
-    gate: Gate | None = None
-    tag_model_version: bool = True
-    cache_dir: str | None = None
-    device: str | None = None
-    progress: bool = True
-    trust_remote_code: bool = False
-    clear_gate_fail: bool = False
-    hash_key: Any = field(default=None, repr=False)  # HashKey: keys the logged hashes, never logged
-    engine: str = "local"
-    spark_master: str | None = None
-    spark_store: str | None = None
+    reference_model: Any = option(None, f"reference model: {_MODEL_FORMS}. Needed by likelihood_ratio: a model "
+                                  "trained on similar data, disjoint from the target's training data; compare "
+                                  "takes several, comma-separated, and audits every version against each",
+                                  flags=("--reference",), metavar="URI[,URI]",
+                                  default_doc="the demo's models:/bbc-reference@champion, else none")
+    population_data: Any = option(None, "population set: texts from the same distribution as the members, "
+                                  "disjoint from the pool, only used to set thresholds; a DataFrame or a "
+                                  ".csv/.jsonl/.json/.parquet path", flags=("--population",), metavar="PATH",
+                                  default_doc="required; the demo's without --data")
+    text_column: str = option("text", "text column of the pool", metavar="NAME")
+    id_column: str | None = option(None, "sample id column written to the per-sample table", metavar="NAME",
+                                   default_doc="row number")
+    group_column: str | None = option(None, "user id column (one id per user: a patient, an author, an article); "
+                                      "adds user-level metrics user/<attack>/...", metavar="NAME",
+                                      default_doc="the demo's article_id, else none")
+    population_text_column: str | None = option(None, "text column of the population set", metavar="NAME",
+                                                default_doc="text_column")
+    population_group_column: str | None = option(None, "user id column of the population set; needed for "
+                                                 "user-level thresholds", metavar="NAME", default_doc="group_column")
+    gate: Gate | None = option(None, "release gate, budget(s) ALPHA:MAX with MAX above ALPHA (a string, a list or "
+                               "a dict {alpha: max}; repeatable on the command line): pass when every attack's "
+                               "one-sided upper confidence bound of the TPR at FPR ALPHA, at sample and user level, "
+                               "is at most MAX; fail when a measured TPR exceeds MAX; otherwise inconclusive (the "
+                               "audit is too small to show the budget holds). Tags mia.gate=pass|fail|inconclusive; "
+                               "the command exits with 3 unless it passes. Each ALPHA is added to fprs",
+                               key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
+    tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (a failing "
+                                     "gate verdict is written regardless)", flags=("--no-tag-model-version",),
+                                     invert=True, mlproject=False,
+                                     flag_help="do not tag the audited registry version with mia.* headline numbers "
+                                               "(a failing gate verdict is still written)")
+    clear_gate_fail: bool = option(False, "let a passing gate replace an earlier mia.gate=fail on the registry "
+                                   "version (or on another version with the same weights) when this audit is at "
+                                   "least as strong: the same or more attacks, a budget at each failed FPR as tight, "
+                                   "the same confidence and a pool as large (else a fail stays)", mlproject=False)
+    trust_remote_code: bool = option(False, "let a model whose classes are not part of transformers run the Python "
+                                     "code shipped with it (else such a model is refused; see docs/security.md)",
+                                     mlproject=False)
+    engine: str = option("local", "where the signals are computed: local, or spark (on Apache Spark, scored on "
+                         "the driver; pip install 'mlflow-mia[spark]')", choices=("local", "spark"))
+    spark_master: str | None = option(None, "Spark master of the spark engine, e.g. local[2]", metavar="URL",
+                                      default_doc="the active session, else Spark's default")
+    spark_store: str | None = option(None, "Parquet signal store of the spark engine (any path Spark writes); a "
+                                     "re-run computes only the texts missing there", metavar="PATH")
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.
@@ -142,26 +104,13 @@ class MiaOptions:
                 ".csv/.jsonl/.parquet path>, ...}} or, on the command line, --population PATH")
 
 
-def _device(value) -> str | None:
-    """The device string, checked to exist on this machine (before any model loads)."""
-    device = opt_str(value)
-    if device is not None:
-        from mlflow_mia.signals.runtime import resolve_device
-
-        resolve_device(device)
-    return device
-
-
-def _prefix(value) -> str:
-    prefix = str(value or "")
-    if prefix and not re.fullmatch(r"[\w.\-/ ]+", prefix):
-        raise ValueError(f"metric_prefix {prefix!r} may only hold letters, digits and _ - . / or spaces")
-    return prefix
-
-
 def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = None
                   ) -> tuple[AuditConfig, MiaOptions]:
     """Parse a flat ``evaluator_config["mia"]`` dict into ``(AuditConfig, MiaOptions)``.
+
+    Every value is read and checked by its declaration (:mod:`mlflow_mia.integrations.options`)
+    before anything is computed; the hash key is resolved here, once per audit
+    (``hash_key_file``, else ``$MLFLOW_MIA_HASH_KEY``, else a random key).
 
     Parameters
     ----------
@@ -178,106 +127,33 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     Raises
     ------
     ValueError
-        Unknown keys (the message lists the valid ones) or invalid values.
+        Unknown keys (the message lists the valid ones) or invalid values (the message
+        names the key and the expected form).
+    FileNotFoundError
+        ``hash_key_file`` does not exist.
     """
-    config = mia_section(config)
-    unknown = sorted(set(config) - set(CONFIG_KEYS))
-    if unknown:
-        raise ValueError(f"unknown evaluator_config['mia'] key(s) {unknown}; valid keys are {sorted(CONFIG_KEYS)}")
-    get = config.get
-    gate = Gate.parse(get("max_tpr_at_fpr"))
-    from mlflow_mia.hashing import resolve_hash_key
-
-    engine = (opt_str(get("engine")) or "local").lower()
-    if engine not in ("local", "spark"):
-        raise ValueError(f"engine must be 'local' or 'spark', got {get('engine')!r}")
-    hash_key = resolve_hash_key(opt_str(get("hash_key_file")))
-    audit_config = AuditConfig(attacks=_attacks(get("attacks", AuditConfig.attacks)),
-                               signal=SignalConfig.from_dict(_signal_settings(config)),
-                               metrics=MetricConfig.from_dict(_metric_settings(config, gate)),
-                               neighbourhood=NeighbourhoodConfig.from_dict(_neighbourhood_settings(config)),
-                               allow_tokenizer_mismatch=parse_bool(get("allow_tokenizer_mismatch", False),
-                                                                   "allow_tokenizer_mismatch"))
-    text_column = opt_str(get("text_column")) or "text"
-    group_column = opt_str(get("group_column"))
-    reference = get("reference_model")
-    options = MiaOptions(
-        population_data=get("population_data"),
-        reference_model=opt_str(reference) if isinstance(reference, str) else reference,
-        text_column=text_column,
-        label_column=opt_str(get("label_column")) or targets,
-        id_column=opt_str(get("id_column")),
-        group_column=group_column,
-        population_text_column=opt_str(get("population_text_column")) or text_column,
-        population_group_column=opt_str(get("population_group_column")) or group_column,
-        log_texts=parse_bool(get("log_texts", False), "log_texts"),
-        metric_prefix=_prefix(get("metric_prefix")),
-        gate=gate,
-        tag_model_version=parse_bool(get("tag_model_version", True), "tag_model_version"),
-        cache_dir=opt_str(get("cache_dir")),
-        device=_device(get("device")),
-        progress=parse_bool(get("progress", True), "progress"),
-        trust_remote_code=parse_bool(get("trust_remote_code", False), "trust_remote_code"),
-        clear_gate_fail=parse_bool(get("clear_gate_fail", False), "clear_gate_fail"),
-        hash_key=hash_key,
-        engine=engine,
-        spark_master=opt_str(get("spark_master")),
-        spark_store=opt_str(get("spark_store")),
-    )
-    return audit_config, options
-
-
-def _given(config: Mapping, key: str, *unset) -> bool:
-    """The key holds a value (not None, not '' and not one of ``unset``)."""
-    value = config.get(key)
-    return value is not None and value != "" and value not in unset
-
-
-def _attacks(value) -> tuple[str, ...]:
     from mlflow_mia.attacks import check_attack_names
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.integrations.options import build, parse_values
 
-    return check_attack_names(parse_list(value, what="attacks"))
-
-
-def _signal_settings(config: Mapping) -> dict:
-    """``SignalConfig`` fields from the flat keys (``signal`` -> ``kind``; ``max_length`` 0 = the model's)."""
-    out = {"seed": parse_int(config.get("seed", 0), "seed")}
-    if "signal" in config:
-        out["kind"] = str(config["signal"]).strip().lower()
-    for key in ("num_masks", "token_budget"):
-        if _given(config, key):
-            out[key] = parse_int(config[key], key)
-    if _given(config, "max_length", 0, "0"):
-        out["max_length"] = parse_int(config["max_length"], "max_length")
-    if _given(config, "mask_rate"):
-        out["mask_rate"] = parse_float(config["mask_rate"], "mask_rate")
-    if "half_precision" in config:
-        out["half_precision"] = parse_bool(config["half_precision"], "half_precision")
-    return out
-
-
-def _metric_settings(config: Mapping, gate: "Gate | None") -> dict:
-    """``MetricConfig`` fields from the flat keys; every gate alpha is added to ``fprs``."""
-    fprs = parse_list(config.get("fprs", MetricConfig.fprs), what="fprs", cast=float)
-    if gate is not None:
-        fprs = tuple(sorted(set(fprs) | set(gate.alphas), reverse=True))
-    out = {"fprs": fprs, "seed": parse_int(config.get("seed", 0), "seed")}
-    for key in ("bootstrap_rounds", "top_records"):
-        if _given(config, key):
-            out[key] = parse_int(config[key], key)
-    for key in ("confidence", "min_k_fraction", "delta"):
-        if _given(config, key):
-            out[key] = parse_float(config[key], key)
-    return out
-
-
-def _neighbourhood_settings(config: Mapping) -> dict:
-    out = {}
-    if _given(config, "num_neighbours"):
-        out["num_neighbours"] = parse_int(config["num_neighbours"], "num_neighbours")
-    if opt_str(config.get("neighbour_generator")):
-        out["generator_model"] = opt_str(config.get("neighbour_generator"))
-    return out
+    values = parse_values("mia", mia_section(config))
+    if values.get("method", "mia") != "mia":
+        raise ValueError(f"method {values['method']!r} is not read by parse_options (it reads method 'mia'); "
+                         "use mlflow_mia.integrations.ner_evaluator.parse_ner_config")
+    if "attacks" in values:
+        values["attacks"] = check_attack_names(values["attacks"])
+    gate = values.get("max_tpr_at_fpr")
+    if gate is not None:  # every gate alpha is reported
+        values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
+    audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),
+                         metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values))
+    text_column = values.get("text_column", MiaOptions.text_column)
+    group_column = values.get("group_column")
+    options = build(MiaOptions, values, label_column=values.get("label_column") or targets,
+                    population_text_column=values.get("population_text_column") or text_column,
+                    population_group_column=values.get("population_group_column") or group_column,
+                    hash_key=values.get("hash_key_file") or resolve_hash_key())
+    return audit_config, options
 
 
 def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditConfig:

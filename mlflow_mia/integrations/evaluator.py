@@ -18,50 +18,11 @@ Registered in the entry-point group ``mlflow.model_evaluator`` under the name
 ``targets`` column (1 = member of the target's training data, 0 = non-member).
 The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
 
-Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
+Configuration keys (``evaluator_config["mia"]``; unknown keys are an error that
+lists them, a bad value an error naming the key and the expected form). The table
+is generated from the keys' declarations (:mod:`mlflow_mia.integrations.options`),
+the same that make the ``mlflow-mia audit`` flags and the MLproject parameters:
 
-=========================  ============================================================
-``reference_model``        reference model URI or folder (required by likelihood_ratio)
-``population_data``        **required**: DataFrame or .csv/.jsonl/.json/.parquet path
-``text_column``            text column of the pool (default ``"text"``)
-``label_column``           membership column (default: ``targets``)
-``id_column``              sample id column (default: row number)
-``group_column``           user id column (a patient, an author, an article); enables ``user/{attack}/...``
-``population_text_column`` text column of the population (default: ``text_column``)
-``population_group_column`` user id column of the population (default: ``group_column``)
-``attacks``                list or comma string (default ``["loss", "likelihood_ratio"]``)
-``signal``                 ``"energy"`` (default) or ``"pll"``
-``num_masks``              K random masks per text (default 10)
-``mask_rate``              fraction of tokens masked (default 0.15)
-``seed``                   seed of the masks and the bootstrap (default 0)
-``max_length``             token limit per text (default: the model's)
-``token_budget``           padded tokens per forward pass (default 1024 on CPU, 16384 on CUDA)
-``half_precision``         float16 on CUDA (default False)
-``num_neighbours``         neighbours per text, neighbourhood attack (default 25)
-``neighbour_generator``    model proposing neighbours (default: the reference)
-``allow_tokenizer_mismatch`` reference with another tokenizer (default False; needs ``signal="pll"``)
-``fprs``                   FPRs alpha of the TPR/precision/recall metrics (default 0.1, 0.01, 0.001)
-``bootstrap_rounds``       bootstrap resamples for the intervals (default 1000; 0 = none)
-``confidence``             interval level (default 0.95)
-``delta``                  delta of the epsilon lower bound (default 1e-5)
-``min_k_fraction``         k of the min_k attack (default 0.2)
-``top_records``            riskiest member records per attack (default 20)
-``log_texts``              include raw texts in the tables (default False)
-``hash_key_file``          secret key of the logged text/group hashes (default: ``$MLFLOW_MIA_HASH_KEY``, else random)
-``metric_prefix``          prefix of metric, param and artifact names (default "")
-``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail|inconclusive``
-``tag_model_version``      tag the registry version with headline numbers (default True)
-``clear_gate_fail``        let a passing, at least as strong gate replace ``mia.gate=fail`` (default False)
-``trust_remote_code``      let a model run Python code shipped with it (default False)
-``cache_dir``              signal cache directory (default ``~/.cache/mlflow_mia``)
-``device``                 torch device (default: CUDA when available)
-``progress``               progress bars (default True)
-``engine``                 ``"local"`` (default) or ``"spark"``: signals computed on Apache Spark
-``spark_master``           Spark master of the spark engine, e.g. ``"local[2]"`` (default: active session)
-``spark_store``            Parquet signal store of the spark engine (re-runs compute only what is missing)
-=========================  ============================================================
-
-The same descriptions are in :data:`mlflow_mia.integrations.config.CONFIG_KEYS`.
 """
 
 from __future__ import annotations
@@ -72,6 +33,10 @@ import time
 from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 
 from mlflow_mia.integrations.config import MiaOptions, parse_options
+from mlflow_mia.integrations.options import key_table
+
+if __doc__:  # the key table, from the declarations
+    __doc__ += key_table("mia") + "\n"
 
 __all__ = ["MiaEvaluator", "audit_and_log", "load_inputs", "model_records", "resolve_generator"]
 

@@ -19,64 +19,20 @@ __all__ = ["add_ner_parser", "cmd_ner_audit"]
 
 
 def add_ner_parser(sub) -> argparse.ArgumentParser:
-    """Add the ``ner-audit`` subcommand to an ``argparse`` subparsers object."""
+    """Add the ``ner-audit`` subcommand to an ``argparse`` subparsers object (its options: the declarations)."""
+    from mlflow_mia.integrations.options import add_arguments
+
     p = sub.add_parser(
         "ner-audit", help="NER prompt memorization audit of a token-classification model (Xia et al. 2025)",
         description="Fill prompts with in-sample and out-of-sample entity names, read the model's entity "
                     "confidence and report each prompt's M-MEM (AUC), best/worst prompts, baselines, ensembles and "
                     "token removal. Without --model, builds and audits the WNUT-16 demo (two taggers on swapped "
                     "halves, each the other's control).")
-    p.add_argument("--model", metavar="URI", help="models:/name@alias, models:/name/version, runs:/..., or a folder "
-                                                  "(default: the demo's wnut-ner-a and wnut-ner-b)")
-    p.add_argument("--names", metavar="PATH", help="names table (.csv/.jsonl/.parquet): name, entity_type, is_member "
-                                                   "(1 = in the training data), optional split (dev/test)")
-    p.add_argument("--label-column", help="membership column of --names (default: is_member)")
-    p.add_argument("--prompts", metavar="PATH", help="prompt table: prompt, entity_type, sentence_type "
-                                                     "(default: the shipped set)")
-    p.add_argument("--handwritten-prompts", metavar="PATH", help="the baselines' prompts (default: shipped)")
-    p.add_argument("--entity-types", help="comma-separated types (default: every type of the names table)")
-    p.add_argument("--dev-fraction", type=float, default=0.5,
-                   help="share of names per type and class used for dev when --names has no split (default 0.5)")
-    p.add_argument("--subword", choices=("first", "mean"), default="first",
-                   help="tokens read per name: the first subword of each word, or every subword (default first)")
-    p.add_argument("--seed", type=lambda t: int(float(t)), default=0,
-                   help="seed of the dev/test split, Mix-PT and the bootstrap (default 0)")
-    p.add_argument("--token-budget", type=_opt_int,
-                   help="padded tokens per forward pass (default 4096 on CPU, 32768 on CUDA)")
-    p.add_argument("--batch-size", type=_opt_int, help="sentences per forward pass (instead of --token-budget)")
-    p.add_argument("--bootstrap-rounds", type=lambda t: int(float(t)), default=1000,
-                   help="bootstrap resamples of the M-MEM intervals over names (default 1000; 0 = none)")
-    p.add_argument("--fprs", default="0.1,0.01",
-                   help="FPRs of the TPR metrics, threshold from the dev out-of-sample names (default 0.1,0.01)")
-    p.add_argument("--no-token-removal", action="store_true", help="skip the greedy token removal")
-    p.add_argument("--log-texts", default="false", help="true: write raw names into tables/ner_names.csv")
-    p.add_argument("--cache-dir", help="entity-confidence cache directory (default ~/.cache/mlflow_mia)")
-    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: CUDA when available)")
-    p.add_argument("--demo-size", choices=("default", "small"), default="default",
-                   help="demo taggers without --model: MiniLM-L6 (default) or a tiny scratch BERT (small)")
-    p.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)")
-    p.add_argument("--experiment", metavar="NAME", help="MLflow experiment of the audit run")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    add_arguments(p, "ner-audit")
     return p
 
 
-def _opt_int(text: str):
-    """An int, or None for an empty string (MLproject passes unset parameters as "")."""
-    return int(float(text)) if text.strip() else None
-
-
-def _config(args):
-    from mlflow_mia.audit_ner import NerAuditConfig
-
-    types = _blank(args.entity_types)
-    return NerAuditConfig(
-        entity_types=tuple(t.strip() for t in types.split(",") if t.strip()) if types else None,
-        dev_fraction=args.dev_fraction, subword=args.subword, seed=args.seed, bootstrap_rounds=args.bootstrap_rounds,
-        fprs=tuple(float(a) for a in args.fprs.split(",") if a.strip()), token_removal=not args.no_token_removal,
-        token_budget=args.token_budget, batch_size=args.batch_size)
-
-
-def _audit_one(model_uri, names, args, *, run_name: str, nested: bool, title: str):
+def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str):
     import mlflow
 
     from mlflow_mia.audit_ner import ner_audit
@@ -85,12 +41,12 @@ def _audit_one(model_uri, names, args, *, run_name: str, nested: bool, title: st
     from mlflow_mia.signals.entity_confidence import ConfidenceCache
 
     tagger = resolve_token_classifier(model_uri)
-    result = ner_audit(tagger.lm, names, prompts=_blank(args.prompts), handwritten=_blank(args.handwritten_prompts),
-                       config=_config(args), cache=ConfidenceCache(_blank(args.cache_dir)),
-                       device=_blank(args.device), progress=not args.quiet)
+    result = ner_audit(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
+                       config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
+                       progress=options.progress, hash_key=options.hash_key)
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
-        log_ner_audit(result, run_id=run.info.run_id, log_texts=str(args.log_texts).lower() == "true",
-                      params=tagger_params(tagger), title=title)
+        log_ner_audit(result, run_id=run.info.run_id, log_texts=options.log_texts, params=tagger_params(tagger),
+                      title=title)
     return result, run.info.run_id
 
 
@@ -103,7 +59,7 @@ def _print(result, label: str) -> None:
               f"AVG-C {g('avg_c_mmem'):.3f}  -PT {g('no_pt_mmem'):.3f}")
 
 
-def _demo(args):
+def _demo(args, cfg, options):
     """Build (or find) the WNUT demo and audit both taggers; log the comparison to a parent run."""
     import mlflow
 
@@ -115,7 +71,7 @@ def _demo(args):
 
     project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
-        demo = build_wnut_demo(size=args.demo_size, progress=not args.quiet)
+        demo = build_wnut_demo(size=args.demo_size, progress=options.progress)
     except ModuleNotFoundError as exc:
         raise ValueError(f"the NER demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
     finally:
@@ -126,7 +82,7 @@ def _demo(args):
     with mlflow.start_run(run_name=f"ner-audit wnut-{args.demo_size}") as parent:
         results = {}
         for label, uri, names in (("A", demo.model_a_uri, names_a), ("B", demo.model_b_uri, names_b)):
-            results[label], _ = _audit_one(uri, names, args, run_name=f"ner-audit {uri}", nested=True,
+            results[label], _ = _audit_one(uri, names, cfg, options, run_name=f"ner-audit {uri}", nested=True,
                                            title=f"Model {label}: {uri}")
             _print(results[label], f"model {label}")
         metrics, taus = compare_models(results, controls={"A": "B"})
@@ -157,27 +113,35 @@ def _demo(args):
 
 
 def cmd_ner_audit(args) -> int:
-    """Run ``mlflow-mia ner-audit``; returns the exit code (0 ok; errors raise ValueError)."""
+    """Run ``mlflow-mia ner-audit``; returns the exit code (0 ok; errors raise ValueError).
+
+    The options are parsed and checked (device, ranges, entity types, the names table)
+    before the demo is built or any model loads.
+    """
     import mlflow
 
-    from mlflow_mia.ner.names import read_private_table
+    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+    from mlflow_mia.integrations.options import flat_from_args
+    from mlflow_mia.ner.names import check_names_table, read_private_table
 
+    cfg, options = parse_ner_config(flat_from_args(args, "ner-audit"))
     if _blank(args.tracking_uri):
         mlflow.set_tracking_uri(args.tracking_uri)
     if _blank(args.experiment) and not os.environ.get("MLFLOW_RUN_ID"):
         mlflow.set_experiment(args.experiment)
     model, names = _blank(args.model), _blank(args.names)
     if model is None and names is None:
-        return _demo(args)
+        return _demo(args, cfg, options)
     if model is None or names is None:
         raise ValueError("give both --model and --names (or neither, to audit the WNUT-16 demo)")
     table = read_private_table(names)
-    label = _blank(args.label_column)
-    if label and label != "is_member":
+    label = options.label_column
+    if label != "is_member":
         if label not in table.columns:
             raise ValueError(f"--label-column {label!r} is not a column of {names}: {list(table.columns)}")
         table = table.rename(columns={label: "is_member"})
-    result, run_id = _audit_one(model, table, args, run_name=f"ner-audit {model}", nested=False, title=None)
+    check_names_table(table, entity_types=cfg.entity_types)  # before the model loads
+    result, run_id = _audit_one(model, table, cfg, options, run_name=f"ner-audit {model}", nested=False, title=None)
     _print(result, "model")
     print(f"run {run_id} at {mlflow.get_tracking_uri()}")
     return 0

@@ -10,42 +10,43 @@
 
 ``data`` holds one row per name: ``name``, ``entity_type``, the label column
 (``targets``; 1 = the name occurs in the model's training data) and optionally
-``split`` (dev/test). Configuration keys (unknown keys are an error):
+``split`` (dev/test). Configuration keys (unknown keys are an error; the table is
+generated from their declarations, :mod:`mlflow_mia.integrations.options`):
 
-=======================  ==============================================================
-``method``               ``"ner_prompts"`` (selects this audit)
-``prompts``              DataFrame or .csv/.jsonl path (``prompt, entity_type, sentence_type``;
-                         slot ``{name}``); default: the shipped set
-``handwritten_prompts``  the baselines' prompts, same form; default: the shipped five per type
-``entity_types``         list or comma string (default: every type of ``data``)
-``dev_fraction``         share of names for dev when ``data`` has no split (default 0.5)
-``subword``              ``"first"`` (default) or ``"mean"``
-``seed``                 split, Mix-PT and bootstrap seed (default 0)
-``token_budget``         padded tokens per forward pass (default 4096 CPU / 32768 CUDA)
-``batch_size``           sentences per forward pass (instead of ``token_budget``)
-``bootstrap_rounds``     resamples of the M-MEM intervals (default 1000; 0 = none)
-``fprs``                 FPRs of the TPR metrics (default 0.1, 0.01)
-``token_removal``        run the greedy token removal (default True)
-``label_column``         membership column (default: ``targets``)
-``device``               torch device (default: CUDA when available)
-``cache_dir``            confidence cache directory (default ``~/.cache/mlflow_mia``)
-``log_texts``            write raw names into ``tables/ner_names.csv`` (default False)
-``metric_prefix``        prefix of metric, param and artifact names (default "")
-``progress``             progress bars (default True)
-=======================  ==============================================================
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from mlflow_mia.integrations.values import mia_section, parse_bool, parse_float, parse_int, parse_list
+from mlflow_mia.integrations.options import CommonOptions, key_table
+from mlflow_mia.integrations.values import mia_section
+from mlflow_mia.option import option
 
-__all__ = ["NER_CONFIG_KEYS", "is_ner_config", "parse_ner_config", "evaluate_ner"]
+__all__ = ["NER_CONFIG_KEYS", "NerOptions", "is_ner_config", "parse_ner_config", "evaluate_ner"]
 
-NER_CONFIG_KEYS = ("method", "prompts", "handwritten_prompts", "entity_types", "dev_fraction", "subword", "seed",
-                   "token_budget", "batch_size", "bootstrap_rounds", "fprs", "token_removal", "label_column",
-                   "device", "cache_dir", "log_texts", "metric_prefix", "progress")
+
+@dataclass(frozen=True)
+class NerOptions(CommonOptions):
+    """The NER audit's prompt tables, plus :class:`~mlflow_mia.integrations.options.CommonOptions`."""
+
+    prompts: Any = option(None, "prompt table: prompt, entity_type, sentence_type, one {name} slot per prompt; a "
+                          "DataFrame or a .csv/.jsonl path", metavar="PATH", default_doc="the shipped set")
+    handwritten_prompts: Any = option(None, "the baselines' prompts, same form", metavar="PATH",
+                                      default_doc="the shipped five per type")
+
+
+if __doc__:  # the key table, from the declarations
+    __doc__ += key_table("ner_prompts") + "\n"
+
+
+def __getattr__(name):
+    if name == "NER_CONFIG_KEYS":  # derived from the declarations
+        from mlflow_mia.integrations.options import options_for
+
+        return tuple(options_for("ner_prompts"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_ner_config(config) -> bool:
@@ -53,51 +54,28 @@ def is_ner_config(config) -> bool:
     return mia_section(config).get("method") == "ner_prompts"
 
 
-def _list(value, what: str, cast=str):
-    if value is None:
-        return None
-    value = parse_list(value, what=what, cast=cast)
-    if not value:
-        raise ValueError(f"{what} is empty")
-    return value
-
-
 def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = None) -> tuple:
-    """``(NerAuditConfig, options dict)`` from a flat ``evaluator_config["mia"]``.
+    """``(NerAuditConfig, NerOptions)`` from a flat ``evaluator_config["mia"]`` (or the ``ner-audit`` flags).
+
+    Every value is read and checked by its declaration before any model loads; the
+    hash key is resolved here, once per audit (``hash_key_file``, else
+    ``$MLFLOW_MIA_HASH_KEY``, else a random key).
 
     Raises
     ------
     ValueError
-        Unknown keys (lists the valid ones) or invalid values.
+        Unknown keys (lists the valid ones) or invalid values (names the key and the expected form).
+    FileNotFoundError
+        ``hash_key_file`` does not exist.
     """
     from mlflow_mia.audit_ner import NerAuditConfig
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.integrations.options import build, parse_values
 
-    config = mia_section(config)
-    unknown = sorted(set(config) - set(NER_CONFIG_KEYS))
-    if unknown:
-        raise ValueError(f"unknown evaluator_config['mia'] key(s) {unknown} for method 'ner_prompts'; valid keys "
-                         f"are {sorted(NER_CONFIG_KEYS)}")
-    get = config.get
-    fprs = _list(get("fprs"), "fprs", cast=float) or (0.1, 0.01)
-    types = _list(get("entity_types"), "entity_types")
-
-    def _opt_int(key):
-        v = get(key)
-        if v is None:
-            return None
-        if parse_int(v, key) <= 0:
-            raise ValueError(f"{key} must be a positive integer, got {v!r}")
-        return parse_int(v, key)
-
-    cfg = NerAuditConfig(entity_types=tuple(types) if types else None, dev_fraction=parse_float(get("dev_fraction", 0.5), "dev_fraction"),
-                         subword=str(get("subword", "first")), seed=parse_int(get("seed", 0), "seed"),
-                         bootstrap_rounds=parse_int(get("bootstrap_rounds", 1000), "bootstrap_rounds"), fprs=fprs,
-                         token_removal=parse_bool(get("token_removal", True), "token_removal"), token_budget=_opt_int("token_budget"),
-                         batch_size=_opt_int("batch_size"))
-    options = {"prompts": get("prompts"), "handwritten_prompts": get("handwritten_prompts"),
-               "label_column": get("label_column") or targets or "is_member", "device": get("device"),
-               "cache_dir": get("cache_dir"), "log_texts": parse_bool(get("log_texts", False), "log_texts"),
-               "metric_prefix": str(get("metric_prefix") or ""), "progress": parse_bool(get("progress", True), "progress")}
+    values = parse_values("ner_prompts", mia_section(config))
+    cfg = build(NerAuditConfig, values)
+    options = build(NerOptions, values, label_column=values.get("label_column") or targets or "is_member",
+                    hash_key=values.get("hash_key_file") or resolve_hash_key())
     return cfg, options
 
 
@@ -119,24 +97,27 @@ def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     from mlflow_mia.integrations.ner_models import resolve_token_classifier, tagger_params
     from mlflow_mia.signals.entity_confidence import ConfidenceCache
 
+    from mlflow_mia.ner.names import check_names_table
+
+    cfg, options = parse_ner_config(evaluator_config, targets=getattr(dataset, "targets_name", None))
     if model is None:
         raise ValueError("the NER audit needs a model: pass model='models:/name@alias' (a token-classification "
                          "model logged with the transformers flavor)")
-    cfg, options = parse_ner_config(evaluator_config, targets=getattr(dataset, "targets_name", None))
     names = dataset.features_data
     if not isinstance(names, pd.DataFrame):
         raise ValueError("the NER audit needs `data` as a pandas DataFrame with columns name, entity_type and the "
                          "membership label")
     names = names.copy()
-    label = options["label_column"]
+    label = options.label_column
     if getattr(dataset, "has_targets", False) and dataset.targets_name and dataset.targets_name not in names:
         names[dataset.targets_name] = dataset.labels_data
     names = names.rename(columns={label: "is_member"}) if label != "is_member" else names
+    check_names_table(names, entity_types=cfg.entity_types)  # before the model loads
     tagger = resolve_token_classifier(model)
-    result = ner_audit(tagger.lm, names, prompts=options["prompts"], handwritten=options["handwritten_prompts"],
-                       config=cfg, cache=ConfidenceCache(options["cache_dir"]), device=options["device"],
-                       progress=options["progress"])
-    artifacts = log_ner_audit(result, run_id=run_id, log_texts=options["log_texts"], log_metrics=model_id is None,
-                              params=tagger_params(tagger), prefix=options["metric_prefix"])
-    metrics = {f"{options['metric_prefix']}{k}": v for k, v in result.metrics.items()}
+    result = ner_audit(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
+                       config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
+                       progress=options.progress, hash_key=options.hash_key)
+    artifacts = log_ner_audit(result, run_id=run_id, log_texts=options.log_texts, log_metrics=model_id is None,
+                              params=tagger_params(tagger), prefix=options.metric_prefix)
+    metrics = {f"{options.metric_prefix}{k}": v for k, v in result.metrics.items()}
     return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

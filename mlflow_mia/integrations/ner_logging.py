@@ -24,7 +24,6 @@ import time
 
 from mlflow_mia.integrations.logging import (_json, _write, active_run_id, check_metric_names, dataset_digest,
                                              log_figures, log_files)
-from mlflow_mia.ner.names import hash_key
 
 __all__ = ["log_ner_audit", "ner_params"]
 
@@ -33,7 +32,7 @@ def ner_params(result) -> dict[str, str]:
     """Run params of an NER audit: settings, name counts and the names digest."""
     names = result.names
     out = {**result.config.to_params(), "ner.model_id": str(result.model_id),
-           "ner.entity_types": ",".join(result.entity_types), "ner.names_digest": dataset_digest(names["name_hash"], key=hash_key()),
+           "ner.entity_types": ",".join(result.entity_types), "ner.names_digest": dataset_digest(names["name_hash"], key=result.hash_key),
            "ner.n_in_sample": str(int((names["is_member"] == 1).sum())),
            "ner.n_out_of_sample": str(int((names["is_member"] == 0).sum())),
            "ner.n_prompts": str(len(result.prompts_table))}

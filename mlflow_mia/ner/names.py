@@ -14,49 +14,42 @@ References
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from typing import Iterable, Sequence
 
 import numpy as np
 
 __all__ = ["read_conll", "extract_entities", "entity_names", "detection_set", "check_names_table", "assign_split",
-           "read_private_table",
-           "name_hash", "hash_key", "NAME_COLUMNS"]
+           "read_private_table", "name_hash", "NAME_COLUMNS", "ENTITY_TYPE_PATTERN"]
 
 NAME_COLUMNS = ("name", "entity_type", "is_member")
+#: What an entity type may hold: it names metrics (``ner/<type>/...``), so MLflow's name characters, one level.
+ENTITY_TYPE_PATTERN = r"[\w.\- ]+"
 
 
 def _normalise(name: str) -> str:
     return " ".join(name.split()).lower()
 
 
-_PROCESS_KEY = None
-
-
-def hash_key():
-    """The key of :func:`name_hash`: the audit's key (``$MLFLOW_MIA_HASH_KEY``), else random per process, not kept."""
-    global _PROCESS_KEY
-    from mlflow_mia.hashing import HASH_KEY_ENV, resolve_hash_key
-
-    if os.environ.get(HASH_KEY_ENV):
-        return resolve_hash_key()
-    if _PROCESS_KEY is None:
-        _PROCESS_KEY = resolve_hash_key(env={})
-    return _PROCESS_KEY
-
-
-def name_hash(name: str, key=None) -> str:
+def name_hash(name: str, key) -> str:
     """First 16 hex digits of the keyed hash of the normalised name: a name's identity in artifacts.
 
     The same scheme as the logged text hashes (:func:`mlflow_mia.lookup_hash` of the
     normalised name, truncated): keyed because names are guessable, so an unkeyed
     hash next to a membership label would let anyone who reads the run test a
-    candidate name. Normalised: whitespace collapsed, lower case. ``key`` defaults
-    to :func:`hash_key`.
+    candidate name. Normalised: whitespace collapsed, lower case.
+
+    Parameters
+    ----------
+    name : str
+    key : HashKey, bytes or str
+        The audit's key, resolved once at its boundary (``hash_key_file``,
+        ``$MLFLOW_MIA_HASH_KEY`` or a random key: :func:`mlflow_mia.hashing.resolve_hash_key`).
     """
     from mlflow_mia.hashing import lookup_hash
 
-    return lookup_hash(_normalise(name), key if key is not None else hash_key())[:16]
+    return lookup_hash(_normalise(name), key)[:16]
 
 
 def read_conll(path, *, separator: str | None = "\t") -> list[dict]:
@@ -285,6 +278,10 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
                          f"{sorted(map(str, pd.unique(df['is_member'])))[:5]}")
     df["is_member"] = labels.astype(int)
     present = list(dict.fromkeys(df["entity_type"].astype(str)))
+    bad_types = [t for t in present if not re.fullmatch(ENTITY_TYPE_PATTERN, t)]
+    if bad_types:
+        raise ValueError(f"entity type(s) {bad_types} may only hold letters, digits, _ - . and spaces (they name "
+                         "the metrics ner/<type>/...); rename them in the names table")
     if entity_types is not None:
         unknown = [t for t in entity_types if t not in present]
         if unknown:

@@ -11,10 +11,17 @@ the One-PT / Mix-PT baselines (``ner_handwritten_prompts.csv``).
 from __future__ import annotations
 
 import re
+import reprlib
 from importlib import resources
 
 __all__ = ["SLOT", "SENTENCE_TYPES", "load_prompts", "shipped_prompts", "check_prompts", "fill",
-           "split_prompt", "prompt_words", "slot_position", "join_words"]
+           "split_prompt", "prompt_words", "slot_position", "join_words", "short"]
+
+def short(text) -> str:
+    """``repr(text)`` cut to about 80 characters (with '...'): a prompt quoted in an error message, not dumped."""
+    cut = reprlib.Repr()
+    cut.maxstring = 80
+    return cut.repr(text)
 
 SLOT = "{name}"
 SENTENCE_TYPES = ("declarative", "exclamatory", "imperative", "interrogative")
@@ -31,7 +38,7 @@ def split_prompt(prompt: str) -> tuple[str, str]:
     """
     n = prompt.count(SLOT)
     if n != 1:
-        raise ValueError(f"a prompt needs exactly one {SLOT} slot, found {n} in {prompt!r}")
+        raise ValueError(f"a prompt needs exactly one {SLOT} slot, found {n} in {short(prompt)}")
     before, after = prompt.split(SLOT)
     return before, after
 
@@ -106,7 +113,7 @@ def check_prompts(prompts, *, entity_types=None, what: str = "prompts"):
     bad = [(i, p) for i, p in enumerate(df["prompt"]) if p.count(SLOT) != 1]
     if bad:
         raise ValueError(f"{what}: {len(bad)} prompt(s) do not hold exactly one {SLOT} slot, e.g. "
-                         f"{[f'row {i}: {p!r}' for i, p in bad[:5]]}; write the slot once as {SLOT}")
+                         f"{[f'row {i}: {short(p)}' for i, p in bad[:5]]}; write the slot once as {SLOT}")
     if "sentence_type" not in df.columns:
         df["sentence_type"] = "unknown"
     df["entity_type"] = df["entity_type"].astype(str)

@@ -205,7 +205,7 @@ def _name_positions(offsets, spans, subword: str) -> list[int]:
 
 def _encode(clf: TokenClassifier, prompts, names, subword: str):
     """Token ids and read positions of each ``prompt x name`` sentence."""
-    from mlflow_mia.ner.prompts import fill  # data layer (pure string handling)
+    from mlflow_mia.ner.prompts import fill, short  # data layer (pure string handling)
 
     filled = [fill(p, n) for p, n in zip(prompts, names)]
     enc = clf.tokenizer([s for s, _ in filled], return_offsets_mapping=True, truncation=True,
@@ -214,7 +214,7 @@ def _encode(clf: TokenClassifier, prompts, names, subword: str):
     for k, ((_, start), name) in enumerate(zip(filled, names)):
         pos = _name_positions(enc["offset_mapping"][k], _word_spans(name, start), subword)
         if not pos:
-            raise ValueError(f"sentence {k} (prompt {prompts[k]!r}) loses its name to truncation at "
+            raise ValueError(f"sentence {k} (prompt {short(prompts[k])}) loses its name to truncation at "
                              f"{clf.max_length} tokens, or the name has no tokens; shorten the prompt")
         ids.append(np.asarray(enc["input_ids"][k], dtype=np.int64))
         positions.append(pos)

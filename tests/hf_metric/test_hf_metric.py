@@ -139,3 +139,35 @@ def test_scores_reach_the_metrics_unrounded(metric):
                          population_scores=pop, fprs=[0.1])
     assert out["threshold_at_pop_fpr_0.1"] == 89.0
     assert out["recall_at_pop_fpr_0.1"] == 1.0  # float32 would round both members onto the threshold
+
+
+def test_item21_hf_metric_settings_are_read_as_the_audit_options(metric):
+    """fprs as a string is read as a list; seed='x' and other bad settings name the setting and its form."""
+    pop = list(np.arange(100.0))
+    args = dict(predictions=[300.0, 200.0, 1.0, 0.5], references=[1, 1, 0, 0], population_scores=pop)
+    assert metric.compute(**args, fprs="0.1") == metric.compute(**args, fprs=[0.1])
+    assert metric.compute(**args, fprs="0.1,0.05", seed="3", bootstrap_rounds="0") == \
+        metric.compute(**args, fprs=[0.1, 0.05], seed=3, bootstrap_rounds=0)
+    for bad, message in (({"seed": "x"}, "seed must be an int >= 0, got 'x'"),
+                         ({"fprs": "abc"}, "fprs must be a non-empty list (or comma-separated string) of numbers "
+                                           "in (0, 1), got 'abc'"),
+                         ({"bootstrap_rounds": -1}, "bootstrap_rounds must be an int >= 0, got -1"),
+                         ({"confidence": "high"}, "confidence must be a number in (0, 1), got 'high'")):
+        with pytest.raises(ValueError) as info:
+            metric.compute(**args, **bad)
+        assert str(info.value) == message
+
+
+@pytest.mark.parametrize("labels, shown", [([1, "yes", 0, 0], "'yes'"), ([1, 0.5, 0, 0], "0.5"),
+                                           ([1, 2, 0, 0], "2"), ([1, None, 0, 0], "None")])
+def test_item21_hf_metric_labels_other_than_0_1_are_refused(metric, labels, shown):
+    """A float label such as 0.5 is refused, not truncated to 0 by the int32 feature."""
+    with pytest.raises(ValueError) as info:
+        metric.compute(predictions=[3.0, 2.0, 1.0, 0.5], references=labels, population_scores=list(range(100)),
+                       fprs=[0.1])
+    assert str(info.value) == f"references must be membership labels 0 or 1 (1 = member), got {shown} at position 1"
+    with pytest.raises(ValueError, match="predictions \\(attack scores\\) must be numbers, got 'high' at position 0"):
+        metric.compute(predictions=["high", 2.0], references=[1, 0], population_scores=list(range(100)), fprs=[0.1])
+    exact = metric.compute(predictions=[3.0, 2.0, 1.0, 0.5], references=[1.0, 1.0, 0.0, 0.0],
+                           population_scores=list(range(100)), fprs=[0.1])
+    assert exact["auc"] == 1.0  # whole-number floats are labels

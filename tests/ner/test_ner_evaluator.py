@@ -139,13 +139,124 @@ def test_cli_ner_audit(registry, tmp_path, capsys):
 
 def test_config_strings_are_read_as_their_values():
     """MLproject and CLI front ends pass strings: "false" must mean False (raw names stay out)."""
+    from mlflow_mia.audit_ner import NerAuditConfig
     from mlflow_mia.integrations.ner_evaluator import parse_ner_config
 
     cfg, options = parse_ner_config({"mia": {"method": "ner_prompts", "log_texts": "false", "progress": "0",
                                              "token_removal": "no", "seed": "3", "fprs": "0.1,0.01"}})
-    assert options["log_texts"] is False and options["progress"] is False
+    assert options.log_texts is False and options.progress is False
     assert cfg.token_removal is False and cfg.seed == 3 and cfg.fprs == (0.1, 0.01)
-    with pytest.raises(ValueError, match="log_texts must be true or false"):
+    with pytest.raises(ValueError, match="log_texts must be true or false, got 'maybe'"):
         parse_ner_config({"method": "ner_prompts", "log_texts": "maybe"})
-    with pytest.raises(ValueError, match="fprs is empty"):
-        parse_ner_config({"method": "ner_prompts", "fprs": ""})
+    assert parse_ner_config({"method": "ner_prompts", "fprs": ""})[0].fprs == NerAuditConfig().fprs  # "" = unset
+    with pytest.raises(ValueError, match=r"fprs must be a non-empty list .* got \[\]"):
+        parse_ner_config({"method": "ner_prompts", "fprs": []})
+    with pytest.raises(ValueError, match=r"unknown evaluator_config\['mia'\] key\(s\) \['attacks'\] for method "
+                                         r"'ner_prompts'; valid keys are \[.*'batch_size'"):
+        parse_ner_config({"method": "ner_prompts", "attacks": "loss"})
+
+
+def _names_file(tmp_path, table=None, name="names.csv"):
+    path = tmp_path / name
+    (names_table() if table is None else table).to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Loading a tagger fails the test: the error must come first."""
+    from mlflow_mia.integrations import ner_models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input error")
+
+    monkeypatch.setattr(ner_models, "resolve_token_classifier", refuse)
+
+
+def test_item21_ner_device_banana_fails_before_any_model_loads(registry, tmp_path, no_model_load, capsys):
+    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+
+    names = _names_file(tmp_path)
+    assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names, "--device", "banana"]) == 2
+    assert "device 'banana' is not a torch device" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="device 'banana' is not a torch device"):
+        parse_ner_config({"method": "ner_prompts", "device": "banana"})
+
+
+def test_item21_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no_model_load, capsys):
+    from mlflow_mia.audit_ner import NerAuditConfig
+    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+
+    names = _names_file(tmp_path)
+    assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names,
+                 "--bootstrap-rounds", "-1"]) == 2
+    assert "bootstrap_rounds must be an int >= 0, got '-1'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="bootstrap_rounds must be an int >= 0, got -1"):
+        parse_ner_config({"method": "ner_prompts", "bootstrap_rounds": -1})
+    with pytest.raises(ValueError, match="bootstrap_rounds must be an int >= 0, got -1"):
+        NerAuditConfig(bootstrap_rounds=-1)
+
+
+def test_item21_entity_type_x_eq_y_fails_before_compute(registry, tmp_path, no_model_load, capsys):
+    from mlflow_mia.integrations.cli import main
+
+    names = _names_file(tmp_path)
+    assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names, "--entity-types",
+                 "PER,x=y"]) == 2
+    assert ("entity_types must be a non-empty list (or comma-separated string) of names made of letters, digits, "
+            "_ - . and spaces or None, got 'PER,x=y'") in capsys.readouterr().err
+    odd = _names_file(tmp_path, names_table().assign(entity_type="x=y"), name="odd.csv")
+    assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", odd]) == 2
+    assert "entity type(s) ['x=y'] may only hold letters, digits, _ - . and spaces" in capsys.readouterr().err
+    assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names, "--entity-types",
+                 "person"]) == 2
+    assert "not in the names table" in capsys.readouterr().err
+
+
+def test_item21_long_prompt_in_an_error_is_shortened():
+    from mlflow_mia.ner.prompts import check_prompts, split_prompt
+
+    prompt = "word " * 2000  # 10k characters, no slot
+    for call in (lambda: split_prompt(prompt),
+                 lambda: check_prompts(pd.DataFrame({"prompt": [prompt], "entity_type": ["PER"]}))):
+        with pytest.raises(ValueError, match="exactly one {name} slot") as info:
+            call()
+        assert len(str(info.value)) < 300 and "..." in str(info.value)
+
+
+def _logged_names(run_id):
+    import mlflow
+
+    return pd.read_csv(os.path.join(mlflow.artifacts.download_artifacts(run_id=run_id), "tables/ner_names.csv"))
+
+
+def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys):
+    """The CLI flag and the evaluator key: the logged name hashes are found with that key (lookup_hash)."""
+    import mlflow
+
+    from mlflow_mia import lookup_hash
+    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.integrations.logging import dataset_digest
+
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "an environment key that must not be used")
+    key = "my NER audit key, 16+ bytes"
+    key_file = tmp_path / "ner.key"
+    key_file.write_text(key + "\n")
+    names = names_table()
+    expected = sorted(lookup_hash(" ".join(n.split()).lower(), key)[:16] for n in names.name)
+    common = ["--model", "models:/tiny-ner@candidate", "--names", _names_file(tmp_path), "--prompts",
+              registry["prompts"], "--handwritten-prompts", registry["hand"], "--bootstrap-rounds", "0", "--fprs",
+              "0.2", "--no-token-removal", "--cache-dir", str(registry["root"] / "cache"), "-q", "--log-samples"]
+    assert main(["ner-audit", *common, "--hash-key-file", str(key_file)]) == 0
+    run_id = capsys.readouterr().out.split("run ")[-1].split()[0]
+    assert sorted(_logged_names(run_id)["name_hash"]) == expected
+    params = mlflow.get_run(run_id).data.params
+    assert params["ner.names_digest"] == dataset_digest(expected, key=key.encode())
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(model="models:/tiny-ner@candidate", data=names, targets="is_member", model_type="mia",
+                               evaluators=["mia"], evaluator_config=_config(
+                                   registry, hash_key_file=str(key_file), token_removal=False, bootstrap_rounds=0,
+                                   log_samples=True))
+    assert sorted(_logged_names(run.info.run_id)["name_hash"]) == expected

@@ -1,0 +1,300 @@
+"""The option schema: each option declared once; --help, evaluator keys, key tables and MLproject agree with it."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from mlflow_mia.integrations.cli import _flat_config, build_parser, main
+from mlflow_mia.integrations.config import CONFIG_KEYS, parse_options
+from mlflow_mia.integrations.options import (FAMILIES, dest, entries, flag_of, key_table, mlproject_parameters,
+                                             options_for)
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "mlflow_mia"
+CLI_COMMANDS = ("audit", "compare", "ner-audit", "analyze")
+
+
+def _family_of_class() -> dict[str, str]:
+    out = {"CommonOptions": "common", "CommandOptions": "command"}
+    for family, (classes, _) in FAMILIES.items():
+        out.update({cls.__name__: family for cls in classes()})
+    return out
+
+
+def _callee(node) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _declarations(package: Path = PACKAGE) -> dict:
+    """Every place in the package source that declares an option, by (family, key).
+
+    A declaration is an ``option(...)`` field, an ``add_argument`` call with a literal flag
+    of a declared option, or a module-level constant named ``*KEYS`` listing option keys.
+    ``mlflow_mia/demo/`` is left out: its builder scripts (``python -m mlflow_mia.demo.wnut``)
+    have a few flags of their own, not audit options.
+    """
+    family_of = _family_of_class()
+    flags = {}
+    for e in entries():
+        for flag in e.field.option.flags or ("--" + e.key.replace("_", "-"),):
+            flags[flag] = e.key
+    keys = {e.key for e in entries()}
+    found = defaultdict(list)
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent)
+        if rel.parts[1] == "demo":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.value, ast.Call)
+                            and _callee(stmt.value) == "option"):
+                        key = next((k.value.value for k in stmt.value.keywords if k.arg == "key"), stmt.target.id)
+                        found[(family_of.get(node.name, node.name), key)].append(f"{rel}:{node.name}.{stmt.target.id}")
+            elif isinstance(node, ast.Call) and _callee(node) == "add_argument":
+                hits = {flags[a.value] for a in node.args if isinstance(a, ast.Constant) and a.value in flags}
+                for key in hits:
+                    found[("add_argument", key)].append(f"{rel}:{node.lineno}")
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+                if any(n.endswith("KEYS") for n in names) and stmt.value is not None:
+                    for const in ast.walk(stmt.value):
+                        if isinstance(const, ast.Constant) and const.value in keys:
+                            found[("key list", const.value)].append(f"{rel}:{stmt.lineno}")
+    return found
+
+
+def test_each_option_is_declared_once():
+    found = _declarations()
+    by_option = {k: v for k, v in found.items() if k[0] in ("mia", "ner", "common", "command")}
+    # The scan sees exactly the declarations the schema is built from ...
+    assert set(by_option) == {(_family_of_class()[e.field.owner.__name__], e.key) for e in entries()}
+    # ... each in one place, and nowhere else: no hand-written flag, no hand-kept key list.
+    twice = {k: v for k, v in by_option.items() if len(v) != 1}
+    assert not twice, f"options declared more than once: {twice}"
+    elsewhere = {k: v for k, v in found.items() if k[0] in ("add_argument", "key list")}
+    assert not elsewhere, f"options declared outside their field: {elsewhere}"
+    # A key of the common options is not declared again by an audit's own config.
+    common = {key for fam, key in by_option if fam == "common"}
+    assert not common & {key for fam, key in by_option if fam in ("mia", "ner")}
+    # No surface sees one key twice (options_for raises if it does).
+    for surface in (*CLI_COMMANDS, "build-demo", "mia", "ner_prompts"):
+        options_for(surface)
+
+
+def test_a_second_declaration_is_found(tmp_path):
+    """The scan can fail: an option declared again, a hand-written flag and a hand-kept key list are all found."""
+    pkg = tmp_path / "mlflow_mia"
+    pkg.mkdir()
+    (pkg / "extra.py").write_text("class MetricConfig:\n    num_masks: int = option(3, 'again')\n"
+                                  "CONFIG_KEYS = {'num_masks': 'x'}\n"
+                                  "def f(p):\n    p.add_argument('--num-masks')\n", encoding="utf-8")
+    found = _declarations(pkg)
+    assert found[("mia", "num_masks")] == ["mlflow_mia/extra.py:MetricConfig.num_masks"]
+    assert found[("add_argument", "num_masks")] == ["mlflow_mia/extra.py:5"]
+    assert found[("key list", "num_masks")] == ["mlflow_mia/extra.py:3"]
+
+
+def _subparser(command):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices[command]
+
+
+@pytest.mark.parametrize("command", CLI_COMMANDS)
+def test_help_evaluator_keys_and_mlproject_agree(command):
+    from mlflow.projects._project_spec import load_project
+
+    declared = {e.key: e for e in options_for(command).values() if e.field.option.cli}
+    parser = _subparser(command)
+    dests = {a.dest for a in parser._actions if a.option_strings and a.dest != "help"}
+    assert dests == {dest(e) for e in declared.values()}
+    text = parser.format_help()
+    for e in declared.values():
+        assert flag_of(command, dest(e)) in text
+    entry = load_project(str(REPO)).get_entry_point(command)
+    expected = mlproject_parameters(command)
+    assert set(entry.parameters) == set(expected), "MLproject lacks or adds parameters"
+    command_line = " ".join(entry.command.split())
+    for name, (kind, default) in expected.items():
+        param = entry.parameters[name]
+        given = "" if param.default is None else str(param.default)
+        if given != "":  # "" means "not given": the library default applies
+            assert param.type == kind, name
+            same = float(given) == float(default) if kind == "float" else given == default
+            assert same, f"MLproject {command}.{name} default {given!r}, declared {default!r}"
+        else:
+            assert param.type == "string", name
+        assert f"{flag_of(command, name)} {{{name}}}" in command_line, name
+    # The entry point's own defaults parse, and give the library's defaults.
+    args = build_parser().parse_args(shlex.split(entry.compute_command({}, storage_dir=None))[1:])
+    assert args.command == command
+    if command in ("audit", "compare"):
+        from mlflow_mia.config import AuditConfig
+
+        assert parse_options(_flat_config(args))[0] == AuditConfig()
+    if command == "ner-audit":
+        from mlflow_mia.audit_ner import NerAuditConfig
+        from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+        from mlflow_mia.integrations.options import flat_from_args
+
+        assert parse_ner_config(flat_from_args(args, command))[0] == NerAuditConfig()
+
+
+def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
+    evaluator_only = {"method", "target_model", "metric_prefix"}
+    for method, command in (("mia", "audit"), ("ner_prompts", "ner-audit")):
+        keys = set(options_for(method))
+        on_cli = {k for k, e in options_for(command).items() if e.family is not None}
+        assert on_cli <= keys and keys - on_cli == evaluator_only
+        assert all(not options_for(method)[k].field.option.cli for k in evaluator_only)
+    assert set(CONFIG_KEYS) == set(options_for("mia"))
+    assert set(options_for("audit")) - set(options_for("mia")) == {"target", "data", "demo_size", "experiment",
+                                                                   "run_name", "tracking_uri"}
+
+
+@pytest.mark.parametrize("module, method", [("mlflow_mia.integrations.evaluator", "mia"),
+                                            ("mlflow_mia.integrations.ner_evaluator", "ner_prompts")])
+def test_evaluator_docstring_key_table_is_generated(module, method):
+    import importlib
+
+    doc = importlib.import_module(module).__doc__
+    table = key_table(method)
+    assert table in doc
+    for key in options_for(method):
+        assert doc.count(f"``{key}``") == 1, key
+    # A reStructuredText simple table: two rules, the key column as wide as its rule, text after two spaces.
+    lines = table.splitlines()
+    rule = lines[0]
+    width = rule.index("  ")
+    assert lines[-1] == rule and set(rule[:width]) == {"="} and set(rule[width + 2:]) == {"="}
+    for line in lines[1:-1]:
+        assert line[:width].rstrip().startswith("``") and line[width:width + 2] == "  " and line[width + 2] != " "
+
+
+def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
+    key = tmp_path / "k.key"
+    key.write_text("k" * 32)
+    argv = ["audit", "--attacks", "loss", "--signal", "energy", "--num-masks", "3", "--mask-rate", "0.2",
+            "--seed", "4", "--max-length", "64", "--token-budget", "32", "--half-precision", "--energy-reduction",
+            "mean", "--allow-tokenizer-mismatch", "false", "--num-neighbours", "5", "--neighbour-generator",
+            "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.9",
+            "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
+            "--log-texts", "--log-samples", "true", "--hash-key-file", str(key), "--cache-dir", "c",
+            "--device", "cpu", "-q", "--reference", "models:/r/1", "--population", "p.csv", "--text-column", "t",
+            "--id-column", "i", "--group-column", "g", "--population-text-column", "pt",
+            "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",
+            "--no-tag-model-version", "--clear-gate-fail", "--trust-remote-code", "--engine", "spark",
+            "--spark-master", "local[1]", "--spark-store", "s"]
+    args = build_parser().parse_args(argv)
+    flat = _flat_config(args)
+    assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
+    config, options = parse_options(flat)
+    s, m, n = config.signal, config.metrics, config.neighbourhood
+    assert config.attacks == ("loss",) and config.allow_tokenizer_mismatch is False
+    assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.half_precision,
+            s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, True, "mean")
+    assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
+    assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
+        (0.2, 0.1, 0.05, 0.01), 0, 0.9, 0.3, 5, 1e-4, 4)
+    assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
+    assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,
+            options.progress) == ("m", True, True, "c", "cpu", False)
+    assert options.hash_key.source == "file" and options.hash_key.key == b"k" * 32
+    assert (options.reference_model, options.population_data, options.text_column, options.id_column,
+            options.group_column, options.population_text_column, options.population_group_column) == (
+        "models:/r/1", "p.csv", "t", "i", "g", "pt", "pg")
+    assert (options.tag_model_version, options.clear_gate_fail, options.trust_remote_code) == (False, True, True)
+    assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[1]", "s")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["audit", "--fprs", "abc"], "fprs must be a non-empty list (or comma-separated string) of numbers in (0, 1), "
+                                 "got 'abc'"),
+    (["compare", "--fprs", "0.1,x"], "fprs must be a non-empty list"),
+    (["ner-audit", "--fprs", "abc"], "fprs must be a non-empty list"),
+    (["audit", "--num-masks", "many"], "num_masks must be an int >= 1, got 'many'"),
+    (["audit", "--signal", "bogus"], "signal must be one of 'energy', 'pll', got 'bogus'"),
+    (["audit", "--max-tpr-at-fpr", "0.01"], "ALPHA:MAX"),
+    (["audit", "--device", "banana"], "device 'banana' is not a torch device"),
+    (["analyze", "--device", "banana"], "device 'banana' is not a torch device"),
+    (["audit", "--hash-key-file", "/nonexistent/mia.key"], "hash key file '/nonexistent/mia.key' does not exist"),
+])
+def test_item21_fprs_abc_and_other_bad_values_name_the_option(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+@pytest.mark.parametrize("command", ["audit", "compare"])
+def test_item21_bootstrap_rounds_minus_one_is_refused(command, capsys):
+    assert main([command, "--bootstrap-rounds", "-1"]) == 2
+    assert "bootstrap_rounds must be an int >= 0, got '-1'" in capsys.readouterr().err
+
+
+def test_mlproject_blank_parameters_are_not_given():
+    args = build_parser().parse_args(["audit", "--fprs", "", "--max-length", "", "--log-texts", "", "--device", "",
+                                      "--max-tpr-at-fpr", "", "--num-masks", ""])
+    assert _flat_config(args) == {"label_column": "is_member"}
+
+
+def test_hash_key_is_resolved_once_at_the_boundary(tmp_path, monkeypatch):
+    from mlflow_mia.hashing import HashKey
+
+    monkeypatch.delenv("MLFLOW_MIA_HASH_KEY", raising=False)
+    first, second = parse_options({})[1].hash_key, parse_options({})[1].hash_key
+    assert isinstance(first, HashKey) and first.is_random and first.key != second.key
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "e" * 20)
+    assert parse_options({})[1].hash_key.key == b"e" * 20
+    key = tmp_path / "k"
+    key.write_text("f" * 20)
+    assert parse_options({"hash_key_file": str(key)})[1].hash_key.source == "file"
+    assert "f" * 20 not in repr(parse_options({"hash_key_file": str(key)})[1])
+
+
+@pytest.mark.parametrize("key, raw, value", [
+    ("num_masks", "10", 10), ("num_masks", "10.0", 10), ("num_masks", 4.0, 4), ("num_masks", " 7 ", 7),
+    ("mask_rate", "0.2", 0.2), ("mask_rate", 1, 1.0), ("delta", "1e-3", 1e-3),
+    ("log_texts", "yes", True), ("log_texts", "0", False), ("log_texts", 1, True),
+    ("fprs", "0.1, 0.01", (0.1, 0.01)), ("fprs", 0.1, (0.1,)), ("fprs", ["0.1", 0.01], (0.1, 0.01)),
+    ("attacks", "loss,likelihood_ratio", ("loss", "likelihood_ratio")), ("signal", "PLL", "pll"),
+    ("text_column", 3, "3"), ("population_data", " p.csv ", "p.csv"),
+])
+def test_values_from_any_front_end_are_read_by_their_declaration(key, raw, value):
+    from mlflow_mia.option import coerce
+
+    out = coerce(options_for("mia")[key].field, raw)
+    assert out == value and type(out) is type(value)
+
+
+@pytest.mark.parametrize("key, raw", [("num_masks", True), ("num_masks", "2.5"), ("num_masks", 0),
+                                      ("mask_rate", "nan"), ("mask_rate", 1.5), ("log_texts", "maybe"),
+                                      ("log_texts", 2), ("fprs", [0.1, True]), ("seed", -1), ("top_records", "x")])
+def test_a_value_that_does_not_fit_names_the_key_and_the_form(key, raw):
+    from mlflow_mia.option import coerce
+
+    of = options_for("mia")[key].field
+    with pytest.raises(ValueError) as info:
+        coerce(of, raw)
+    assert str(info.value) == f"{key} must be {of.expected()}, got {raw!r}"
+
+
+def test_energy_reduction_changes_the_cache_key_only_when_not_sum():
+    from mlflow_mia.config import SignalConfig
+
+    assert "energy_reduction" not in SignalConfig().cache_spec()
+    assert SignalConfig(energy_reduction="sum").cache_spec() == SignalConfig().cache_spec()
+    assert SignalConfig(energy_reduction="mean").cache_spec()["energy_reduction"] == "mean"
+    with pytest.raises(ValueError, match="energy_reduction must be one of 'sum', 'mean', got 'max'"):
+        SignalConfig(energy_reduction="max")
+    config, _ = parse_options(_flat_config(build_parser().parse_args(["audit", "--energy-reduction", "mean"])))
+    assert config.signal.energy_reduction == "mean"
