@@ -19,7 +19,6 @@ from .thresholds import (
     metrics_at_threshold,
     mean_member_loss_threshold,
     min_population_size,
-    mu_threshold,
     population_threshold,
     population_threshold_metrics,
 )
@@ -35,7 +34,6 @@ __all__ = [
     "metrics_at_threshold",
     "population_threshold_metrics",
     "mean_member_loss_threshold",
-    "mu_threshold",
     "bootstrap_ci",
     "auc_statistic",
     "tpr_at_fpr_statistic",
