@@ -21,7 +21,6 @@ __all__ = [
     "NeighbourhoodConfig",
     "MetricConfig",
     "AuditConfig",
-    "config_digest",
 ]
 
 SIGNAL_KINDS = ("energy", "pll")
@@ -45,11 +44,6 @@ def record_digest(record) -> str:
     """A short, stable sha256 digest (16 hex) of a JSON-able record (sorted keys; other values as ``str``)."""
     payload = json.dumps(record, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def config_digest(obj) -> str:
-    """A short, stable sha256 digest of a config dataclass (sorted-key JSON)."""
-    return record_digest(dataclasses.asdict(obj))
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ import re
 from importlib import resources
 
 __all__ = ["SLOT", "SENTENCE_TYPES", "load_prompts", "shipped_prompts", "check_prompts", "fill",
-           "split_prompt", "prompt_words", "slot_position", "join_words"]
+           "split_prompt", "prompt_words", "slot_position"]
 
 SLOT = "{name}"
 SENTENCE_TYPES = ("declarative", "exclamatory", "imperative", "interrogative")
-PROMPT_COLUMNS = ("prompt", "entity_type", "sentence_type")
 
 
 def split_prompt(prompt: str) -> tuple[str, str]:
@@ -45,11 +44,6 @@ def fill(prompt: str, name: str) -> tuple[str, int]:
 def prompt_words(prompt: str) -> list[str]:
     """Whitespace words of the prompt; the slot (with any attached punctuation) is one word."""
     return prompt.split()
-
-
-def join_words(words) -> str:
-    """Inverse of :func:`prompt_words` up to whitespace."""
-    return " ".join(words)
 
 
 def slot_position(prompt: str) -> str:
