@@ -21,9 +21,9 @@ from mlflow_mia.audit.result import AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
-from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
 from mlflow_mia.metrics.epsilon import epsilon_lower_bound
-from mlflow_mia.metrics.roc import roc, tpr_at_fpr_from_roc
+from mlflow_mia.metrics.roc import auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold, min_population_size,
                                            population_threshold_metrics)
 from mlflow_mia.naming import fmt_alpha, headline_attack
