@@ -66,8 +66,8 @@ def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, len
     mc = config.metrics
     curve = roc(y_true, y_score)
     tprs = {a: tpr_at_fpr_from_roc(curve, a) for a in mc.fprs}
-    population = population_threshold_metrics(y_true, y_score, pop_scores, alphas=mc.fprs) \
-        if pop_scores is not None and len(pop_scores) >= min_population_size(min(mc.fprs)) else ()
+    population = (population_threshold_metrics(y_true, y_score, pop_scores, alphas=mc.fprs)
+                  if pop_scores is not None and len(pop_scores) >= min_population_size(min(mc.fprs)) else ())
     ci = {}
     if mc.bootstrap_rounds:
         stats = {"auc": auc_statistic, **{f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a in mc.fprs}}

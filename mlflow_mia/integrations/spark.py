@@ -376,8 +376,8 @@ def _read_store(spark, store: str, spec: Mapping):
         return None
     rows = spark.read.option("basePath", store).parquet(part)
     # Two runs racing on the same texts may both append a row; the values are equal, keep one.
-    return rows.select(*_STORE_COLUMNS[:1], F.col("signal").alias(kind), *_STORE_COLUMNS[1:]) \
-        .dropDuplicates(["text_hash"])
+    return (rows.select(*_STORE_COLUMNS[:1], F.col("signal").alias(kind), *_STORE_COLUMNS[1:])
+            .dropDuplicates(["text_hash"]))
 
 
 def _exists(spark, path: str) -> bool:
