@@ -31,7 +31,8 @@ from sklearn.metrics import roc_auc_score
 from mlflow_mia.config import NeighbourhoodConfig, SignalConfig
 from mlflow_mia.demo.build import demo_spec
 from mlflow_mia.integrations.models import resolve_model
-from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci
+from mlflow_mia.metrics.bootstrap import bootstrap_ci
+from mlflow_mia.metrics.roc import auc_statistic
 from mlflow_mia.signals import SignalCache, compute_signals
 from mlflow_mia.signals.energy import tokenize
 from mlflow_mia.signals.generator_quality import generator_accuracy

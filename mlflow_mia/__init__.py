@@ -2,8 +2,8 @@
 
 The public entry points, imported on first use (``import mlflow_mia`` stays cheap)::
 
-    from mlflow_mia import run_audit, score_audit, compute_audit_signals, AuditConfig, SignalConfig, \\
-        AuditDataset, PopulationSet, AuditResult, run_analysis
+    from mlflow_mia import (run_audit, score_audit, compute_audit_signals, AuditConfig, SignalConfig,
+                            AuditDataset, PopulationSet, AuditResult, run_analysis)
 """
 
 from __future__ import annotations

@@ -191,8 +191,8 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
             out[f"{tag}_prompt_mmem{part}_ci_low"], out[f"{tag}_prompt_mmem{part}_ci_high"] = low, high
     for suffix, scores in (("", m_dev), ("_test", m_test), ("_all", m_all)):
         s = pm.prompt_spread(scores)
-        out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = \
-            s["gap"], s["std"], s["mean"]
+        out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = (
+            s["gap"], s["std"], s["mean"])
     out["kendall_tau_dev_test"], out["kendall_tau_dev_test_pvalue"] = pm.kendall_tau(m_dev, m_test)
     out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length
     for column in ("sentence_type", "slot_position"):  # Sect. 5.4: sentence type, position of the name
@@ -232,8 +232,8 @@ def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summar
     def dev_score(prompts):
         return pm.prompt_mmem(y[dev], scorer.matrix(prompts, dev_names, kind))
 
-    steps = pm.greedy_token_removal(table["prompt"].iloc[best], dev_score, maximize=True) + \
-        pm.greedy_token_removal(table["prompt"].iloc[worst], dev_score, maximize=False)
+    steps = (pm.greedy_token_removal(table["prompt"].iloc[best], dev_score, maximize=True)
+             + pm.greedy_token_removal(table["prompt"].iloc[worst], dev_score, maximize=False))
     if not steps:
         return {}
     bm = max(steps, key=lambda s: s.score)
@@ -319,8 +319,8 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
                                                          type_names, cfg)
         metrics.update({f"ner/{kind}/{k}": float(v) for k, v in out.items()})
         tables.append(t)
-        best, worst = t.index[t.prompt_id == summaries[kind]["best_prompt_id"]][0], \
-            t.index[t.prompt_id == summaries[kind]["worst_prompt_id"]][0]
+        best, worst = (t.index[t.prompt_id == summaries[kind]["best_prompt_id"]][0],
+                       t.index[t.prompt_id == summaries[kind]["worst_prompt_id"]][0])
         name_rows.append(pd.DataFrame({"name_hash": [name_hash(n, key) for n in type_names], "entity_type": kind,
                                        "is_member": y, "split": split, "c_best": conf[best],
                                        "c_worst": conf[worst], "c_no_prompt": base["none"]}))

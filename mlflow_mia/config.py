@@ -22,7 +22,7 @@ __all__ = [
     "NeighbourhoodConfig",
     "MetricConfig",
     "AuditConfig",
-    "config_digest",
+    "record_digest",
 ]
 
 SIGNAL_KINDS = ("energy", "pll")
@@ -43,15 +43,41 @@ def _from_dict(cls, data: Mapping[str, Any]):
     return cls(**dict(data))
 
 
-def record_digest(record) -> str:
-    """A short, stable sha256 digest (16 hex) of a JSON-able record (sorted keys; other values as ``str``)."""
+def record_digest(record, *, length: int = 16) -> str:
+    """The package's one digest of a settings record: sha256 of its sorted-key JSON.
+
+    Used for every key derived from settings: the signal cache and Spark store keys,
+    the analysis experiment and variant keys, the WNUT demo's registry tag.
+
+    Parameters
+    ----------
+    record : JSON-able object (dict, list, str, numbers, None)
+        What the digest identifies. Dict keys are sorted, so key order does not
+        matter; values JSON cannot encode are written as ``str(value)``.
+    length : int, default 16
+        Hex characters kept (4 bits each), from 1 to 64.
+
+    Returns
+    -------
+    str
+        The first ``length`` hex digits of ``sha256(json.dumps(record, sort_keys=True))``.
+
+    Raises
+    ------
+    ValueError
+        ``length`` outside 1..64.
+
+    Examples
+    --------
+    >>> record_digest({"a": 1, "b": [1, 2]})
+    'e6f20bdc3757e5e7'
+    >>> record_digest({"b": [1, 2], "a": 1}, length=8)
+    'e6f20bdc'
+    """
+    if not 1 <= length <= 64:
+        raise ValueError(f"length must be 1..64 hex characters, got {length}")
     payload = json.dumps(record, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def config_digest(obj) -> str:
-    """A short, stable sha256 digest of a config dataclass (sorted-key JSON)."""
-    return record_digest(dataclasses.asdict(obj))
+    return hashlib.sha256(payload.encode()).hexdigest()[:length]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import numbers
 import os
 import unicodedata
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -307,7 +307,3 @@ class PopulationSet:
         df = load_table(data, what="the population set")
         groups = df[group_column].tolist() if group_column and group_column in df.columns else None
         return cls(texts=tuple(_column(df, text_column, "the population set").tolist()), groups=groups)
-
-    @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> "PopulationSet":
-        return cls(texts=tuple(texts))

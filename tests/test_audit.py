@@ -85,7 +85,8 @@ def test_metric_names_and_population_thresholds(setup):
         assert m[f"{name}/recall_at_pop_fpr_0.1"] == pytest.approx(flagged[pool.labels == 1].mean())
         assert m[f"{name}/achieved_fpr_at_pop_fpr_0.1"] == pytest.approx(flagged[pool.labels == 0].mean())
         assert m[f"{name}/auc_ci_low"] <= m[f"{name}/auc"] <= m[f"{name}/auc_ci_high"]
-    assert "loss/precision_at_mu" in m and "likelihood_ratio/precision_at_mu" not in m
+    assert "loss/precision_at_mean_member_loss" in m and "likelihood_ratio/precision_at_mean_member_loss" not in m
+    assert not any(k.endswith(("_at_mu", "/mu")) for k in m)  # the former names are gone
     assert m["n_members"] == 30 and m["user/n_members"] == 10
     assert "text" not in res.samples.columns  # no raw text in the per-sample table
 
@@ -223,7 +224,7 @@ def test_unknown_attack_lists_registered(setup):
 def test_memorization_feature_analysis_of_headline_attack(setup):
     target, reference, pool, population = setup
     res = run_audit(target, pool, population, config=AuditConfig(attacks=("loss",), **FAST), progress=False)
-    table = res.exposure
+    table = res.memorization_features
     assert list(table["features"]) == ["A_digits", "B_length", "C_non_alnum", "D_rare_tokens", "all"]
     assert (table["attack"] == "loss").all() and (table["flagged_at_fpr"] == 0.1).all()
     flagged = res.samples.loc[res.samples["label"] == 1, "flagged_loss_fpr_0.1"]
@@ -237,9 +238,9 @@ def test_memorization_feature_analysis_skipped_with_reason(setup):
     res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
     flagged = res.samples.loc[res.samples["label"] == 1, "flagged_likelihood_ratio_fpr_0.1"]
     if (~flagged).sum() >= 2:
-        assert res.exposure is not None
+        assert res.memorization_features is not None
     else:  # the target memorized (almost) every member: nothing to contrast
-        assert res.exposure is None
+        assert res.memorization_features is None
         assert any("memorization-feature analysis skipped" in w for w in res.warnings)
 
 

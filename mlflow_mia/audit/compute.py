@@ -105,9 +105,9 @@ class AuditModels:
                 f"the reference model's tokenizer differs from the target's ({differ}): the likelihood ratio would "
                 "compare energies of different tokenisations. Use a reference trained with the target's tokenizer, "
                 "or opt in with allow_tokenizer_mismatch=True (--allow-tokenizer-mismatch) and signal='pll'")
-        return [f"the reference model's tokenizer differs from the target's ({differ}); opted in with "
-                "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the texts"] \
-            if differ else []
+        return ([f"the reference model's tokenizer differs from the target's ({differ}); opted in with "
+                 "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the texts"]
+                if differ else [])
 
     def identities(self) -> dict:
         """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).

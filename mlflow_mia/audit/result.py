@@ -35,7 +35,7 @@ class AttackReport:
         Bootstrap percentile intervals, keys ``"auc"`` and ``"tpr_at_fpr_<alpha>"``.
     mean_member_loss : ThresholdMetrics or None
         Loss attack only: the metrics at the mean-member-loss threshold (the mean
-        score of the members, Jagannatha et al. 2021). Also readable as ``mu``.
+        score of the members, Jagannatha et al. 2021).
     lengths : list of dict
         AUC per token-length bin (sample level only).
     epsilon : EpsilonLowerBound or None
@@ -52,18 +52,8 @@ class AttackReport:
     lengths: list = field(default_factory=list)
     epsilon: EpsilonLowerBound | None = None
 
-    @property
-    def mu(self) -> ThresholdMetrics | None:
-        """Former name of :attr:`mean_member_loss` (kept for one release)."""
-        return self.mean_member_loss
-
     def metrics(self, prefix: str) -> dict[str, float]:
-        """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ...
-
-        The loss attack's ``precision_at_mean_member_loss`` / ``recall_at_mean_member_loss``
-        are also written under their former names ``precision_at_mu`` / ``recall_at_mu``
-        for one release.
-        """
+        """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ..."""
         out = {f"{prefix}auc": self.roc.auc}
         if "auc" in self.ci:
             out[f"{prefix}auc_ci_low"], out[f"{prefix}auc_ci_high"] = self.ci["auc"]
@@ -82,8 +72,6 @@ class AttackReport:
             out[f"{prefix}epsilon_lower_bound"] = self.epsilon.epsilon
             out[f"{prefix}epsilon_lower_bound_point"] = self.epsilon.epsilon_point
         if self.mean_member_loss is not None:
-            out[f"{prefix}precision_at_mu"] = self.mean_member_loss.precision
-            out[f"{prefix}recall_at_mu"] = self.mean_member_loss.tpr
             out[f"{prefix}precision_at_mean_member_loss"] = self.mean_member_loss.precision
             out[f"{prefix}recall_at_mean_member_loss"] = self.mean_member_loss.tpr
         for row in self.lengths:
@@ -116,7 +104,7 @@ class AuditResult:
         Memorization-feature analysis of the headline attack (paper Sec. 4.6, Table 7):
         precision / recall of predicting which members are flagged at the largest FPR
         from features A-D; None when too few members are (un)flagged or no target
-        model was at hand. Also readable as ``exposure`` (its former name).
+        model was at hand.
     info : dict
         Sizes, model identities, timings.
     models : dict
@@ -144,11 +132,6 @@ class AuditResult:
     memorization_features: object = None
     neighbour_examples: object = None
     models: dict = field(default_factory=dict)
-
-    @property
-    def exposure(self):
-        """Former name of :attr:`memorization_features` (kept for one release)."""
-        return self.memorization_features
 
     @property
     def headline_attack(self) -> str:

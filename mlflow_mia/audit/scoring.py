@@ -21,9 +21,9 @@ from mlflow_mia.audit.result import AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
-from mlflow_mia.metrics.bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
 from mlflow_mia.metrics.epsilon import epsilon_lower_bound
-from mlflow_mia.metrics.roc import roc, tpr_at_fpr_from_roc
+from mlflow_mia.metrics.roc import auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold, min_population_size,
                                            population_threshold_metrics)
 from mlflow_mia.naming import fmt_alpha, headline_attack
@@ -66,8 +66,8 @@ def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, len
     mc = config.metrics
     curve = roc(y_true, y_score)
     tprs = {a: tpr_at_fpr_from_roc(curve, a) for a in mc.fprs}
-    population = population_threshold_metrics(y_true, y_score, pop_scores, alphas=mc.fprs) \
-        if pop_scores is not None and len(pop_scores) >= min_population_size(min(mc.fprs)) else ()
+    population = (population_threshold_metrics(y_true, y_score, pop_scores, alphas=mc.fprs)
+                  if pop_scores is not None and len(pop_scores) >= min_population_size(min(mc.fprs)) else ())
     ci = {}
     if mc.bootstrap_rounds:
         stats = {"auc": auc_statistic, **{f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a in mc.fprs}}

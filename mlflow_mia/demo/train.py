@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -343,10 +343,3 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     logger.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
                 seconds, result.tokens_per_second, epoch_losses[-1])
     return result
-
-
-def spec_params(spec: ModelSpec, config: TrainConfig, prefix: str) -> dict:
-    """Flat MLflow params of an architecture and a training config."""
-    out = {f"model.{k}": v for k, v in asdict(spec).items()}
-    out.update({f"{prefix}.{k}": v for k, v in asdict(config).items()})
-    return out

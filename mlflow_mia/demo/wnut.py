@@ -25,7 +25,6 @@ The names table holds raw names (it is the input of the audit); it is written to
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlflow_mia.config import record_digest
 from mlflow_mia.ner.names import detection_set, entity_names, read_conll
 
 __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "demo_types", "train_tagger",
@@ -304,7 +304,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     names.to_csv(names_path, index=False)
     prefix = "wnut-ner" if size == "default" else "wnut-ner-small"
     rows = sorted(f"{n.lower()}:{t}:{m}:{s}" for n, t, m, s in names.itertuples(index=False))
-    digest = hashlib.sha256("\n".join(rows + [repr(sorted(asdict(cfg).items()))]).encode()).hexdigest()
+    digest = record_digest({"names": rows, "settings": asdict(cfg)}, length=64)
     _ensure_tracking_uri()
     client = mlflow.MlflowClient()
     found = None if force else _existing(client, prefix, digest)

@@ -322,9 +322,6 @@ class Gate:
                 budgets.append((alpha, max_tpr))
         return cls(tuple(budgets)) if budgets else None
 
-    def to_spec(self) -> str:
-        return ",".join(f"{a:g}:{m:g}" for a, m in self.budgets)
-
     def check(self, metrics: Mapping[str, float], *, confidence: float = 0.95) -> GateResult:
         """Decide the budgets on an audit's flat metrics (``AuditResult.metrics``).
 

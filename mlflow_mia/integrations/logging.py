@@ -17,7 +17,7 @@ What one audit writes (``prefix`` is prepended to every name):
   keyed group ids, lengths, scores, flags; raw text only with ``log_texts=True``),
   ``tables/riskiest.csv``,
   ``tables/memorization_features.csv`` (which features predict the flagged members, when
-  computed; also written as ``tables/exposure_features.csv``, its former name, for one release),
+  computed),
   ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
   their neighbours with target energies; only with ``log_texts=True``);
 - ``audit_summary.json``, ``audit_config.json`` (the config and ``models``: every model
@@ -305,8 +305,6 @@ def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
     if table is not None:  # memorization-feature analysis (paper Sec. 4.6)
         files["tables/memorization_features.csv"] = ("csv", "memorization_features",
                                                      lambda p: table.to_csv(p, index=False))
-        # the former name, logged too for one release
-        files["tables/exposure_features.csv"] = ("csv", "exposure_features", lambda p: table.to_csv(p, index=False))
     return files
 
 

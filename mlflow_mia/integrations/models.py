@@ -159,8 +159,8 @@ def _pin_registry_uri(uri: str):
                 raise ValueError(f"registered model {name!r} has no version in stage {version!r}")
             mv = versions[0]
     except MlflowException as exc:
-        raise ValueError(f"cannot resolve {uri!r} in the model registry at {_tracking_uri()}: {exc.message}") \
-            from None
+        raise ValueError(
+            f"cannot resolve {uri!r} in the model registry at {_tracking_uri()}: {exc.message}") from None
     source = str(mv.source or "")
     model_id = getattr(mv, "model_id", None) or (source[len("models:/"):] if source.startswith("models:/") else None)
     return f"models:/{mv.name}/{mv.version}", mv.name, str(mv.version), model_id

@@ -29,7 +29,6 @@ Java runtime that runs it (Java 17 or 21).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from mlflow_mia.config import SignalConfig
+from mlflow_mia.config import SignalConfig, record_digest
 from mlflow_mia.signals.energy import value_settings
 from mlflow_mia.signals.types import SignalResult
 
@@ -125,14 +124,13 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     settings = value_settings(lm, config)
     max_length = settings["max_length"]
     # Keyed by the weights, as the local signal cache is: a URI names different weights on different servers.
-    identity = f"{lm.weights_id}|{lm.tokenizer_id}"
+    identity = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id}
     return {"role": role, "load_uri": load_uri, "model_id": lm.model_id, "weights_id": lm.weights_id,
             "tokenizer_id": lm.tokenizer_id,
             "max_length": max_length, "config": _config_dict(config),
             "tracking_uri": _absolute(mlflow.get_tracking_uri()),
             "registry_uri": _absolute(mlflow.get_registry_uri()),
-            "model_key": hashlib.sha256(identity.encode()).hexdigest()[:16],
-            "settings": hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]}
+            "model_key": record_digest(identity), "settings": record_digest(settings)}
 
 
 def _config_dict(config: SignalConfig) -> dict:
@@ -378,8 +376,8 @@ def _read_store(spark, store: str, spec: Mapping):
         return None
     rows = spark.read.option("basePath", store).parquet(part)
     # Two runs racing on the same texts may both append a row; the values are equal, keep one.
-    return rows.select(*_STORE_COLUMNS[:1], F.col("signal").alias(kind), *_STORE_COLUMNS[1:]) \
-        .dropDuplicates(["text_hash"])
+    return (rows.select(*_STORE_COLUMNS[:1], F.col("signal").alias(kind), *_STORE_COLUMNS[1:])
+            .dropDuplicates(["text_hash"]))
 
 
 def _exists(spark, path: str) -> bool:

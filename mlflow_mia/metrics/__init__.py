@@ -5,7 +5,7 @@ Every metric takes ``(y_true, y_score, *, ...)`` with keyword-only options.
 """
 
 from .aggregate import GroupScores, group_scores, length_breakdown, riskiest_records
-from .bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from .bootstrap import bootstrap_ci, tpr_at_fpr_statistic
 from .epsilon import (
     EpsilonLowerBound,
     clopper_pearson_upper,
@@ -13,13 +13,12 @@ from .epsilon import (
     epsilon_lower_bound,
     epsilon_lower_bound_from_counts,
 )
-from .roc import RocResult, roc, tpr_at_fpr, tpr_at_fpr_from_roc
+from .roc import RocResult, auc_statistic, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
     ThresholdMetrics,
     metrics_at_threshold,
     mean_member_loss_threshold,
     min_population_size,
-    mu_threshold,
     population_threshold,
     population_threshold_metrics,
 )
@@ -35,7 +34,6 @@ __all__ = [
     "metrics_at_threshold",
     "population_threshold_metrics",
     "mean_member_loss_threshold",
-    "mu_threshold",
     "bootstrap_ci",
     "auc_statistic",
     "tpr_at_fpr_statistic",

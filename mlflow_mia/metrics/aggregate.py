@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
-from sklearn.metrics import roc_auc_score
 
+from .roc import roc
 from .validation import as_1d, check_pair
 
 __all__ = ["GroupScores", "group_scores", "length_breakdown", "riskiest_records"]
@@ -207,7 +207,7 @@ def length_breakdown(y_true, y_score, lengths, *, bins: Sequence[tuple[float, fl
             )
             auc = float("nan")
         else:
-            auc = float(roc_auc_score(lab, scores[in_bin]))
+            auc = roc(lab, scores[in_bin]).auc
         rows.append(
             {
                 "bin": name,

@@ -21,63 +21,13 @@ import numbers
 from typing import Callable, Mapping
 
 import numpy as np
-from scipy.stats import rankdata
 
 from .roc import tpr_at_fpr
 from .validation import check_pair, check_rate, warn_one_class
 
-__all__ = ["bootstrap_ci", "auc_statistic", "tpr_at_fpr_statistic"]
+__all__ = ["bootstrap_ci", "tpr_at_fpr_statistic"]
 
 Statistic = Callable[[np.ndarray, np.ndarray], float]
-
-
-def auc_statistic(y_true, y_score) -> float:
-    """Exact ROC AUC from ranks (Mann-Whitney U), for use in the bootstrap.
-
-    Parameters
-    ----------
-    y_true : array-like of shape (n_samples,), 0/1 or bool
-        Membership labels, 1 = member.
-    y_score : array-like of shape (n_samples,), float
-        Attack scores, higher = more likely a member. Must be finite.
-
-    Returns
-    -------
-    float
-        ``(sum of member ranks - n1 (n1 + 1) / 2) / (n1 n0)`` with average
-        ranks for ties, i.e. P(member score > non-member score) + 1/2
-        P(equal); equal to ``sklearn.metrics.roc_auc_score``. nan with an
-        ``UndefinedMetricWarning`` when one class is missing.
-
-    Raises
-    ------
-    ValueError
-        As :func:`mlflow_mia.metrics.roc.roc`.
-
-    References
-    ----------
-    .. [1] H. B. Mann and D. R. Whitney, "On a Test of Whether one of Two
-       Random Variables is Stochastically Larger than the Other", Ann. Math.
-       Statist. 18(1), 1947.
-
-    Examples
-    --------
-    >>> auc_statistic([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
-    0.875
-    """
-    labels, scores = check_pair(y_true, y_score)
-    return _auc_checked(labels, scores)
-
-
-def _auc_checked(labels: np.ndarray, scores: np.ndarray) -> float:
-    n1 = int(labels.sum())
-    n0 = int(labels.size - n1)
-    if n1 == 0 or n0 == 0:
-        warn_one_class(n1, n0, "ROC AUC")
-        return float("nan")
-    ranks = rankdata(scores, method="average")
-    u = float(ranks[labels == 1].sum()) - n1 * (n1 + 1) / 2.0
-    return u / (n1 * n0)
 
 
 def tpr_at_fpr_statistic(alpha: float) -> Statistic:
@@ -139,7 +89,8 @@ def bootstrap_ci(
         Attack scores, higher = more likely a member. Must be finite.
     statistics : mapping of str to callable
         ``name -> f(y_true, y_score) -> float``, e.g.
-        ``{"auc": auc_statistic, "tpr_at_alpha_0.01": tpr_at_fpr_statistic(0.01)}``.
+        ``{"auc": auc_statistic, "tpr_at_alpha_0.01": tpr_at_fpr_statistic(0.01)}``
+        (:func:`mlflow_mia.metrics.roc.auc_statistic`).
         Each callable receives resampled ``(n_samples,)`` int8 labels and
         float64 scores and must not modify them.
     rounds : int, default 1000
@@ -182,6 +133,7 @@ def bootstrap_ci(
     Examples
     --------
     >>> import numpy as np
+    >>> from mlflow_mia.metrics.roc import auc_statistic
     >>> rng = np.random.default_rng(0)
     >>> y = np.repeat([1, 0], 100)
     >>> s = rng.normal(size=200) + y

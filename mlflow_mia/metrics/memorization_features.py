@@ -1,8 +1,7 @@
 """Which members does the attack flag, and why? Memorization-feature analysis.
 
-(Formerly ``mlflow_mia.metrics.exposure``; "exposure" is also the name of the
-canary metric of Carlini et al. 2019, a different thing. A member is called
-"exposed" below when the attack flags it.)
+("Exposure" is also the name of the canary metric of Carlini et al. 2019, a
+different thing. A member is called "exposed" below when the attack flags it.)
 
 Mireshghallah et al. (2022), Sec. 4.6 and Table 7: label each *member* sample
 "exposed" when the attack flags it at a chosen false-positive rate, describe each
@@ -152,7 +151,3 @@ def memorization_feature_analysis(features: Mapping[str, np.ndarray], exposed, *
         row.update(n_train=len(idx_train), n_test=len(idx_test), exposed_rate=float(y.mean()))
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-#: Former name of :func:`memorization_feature_analysis` (kept for one release).
-exposure_analysis = memorization_feature_analysis

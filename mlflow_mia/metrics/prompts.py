@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import kendalltau, rankdata
+from scipy.stats import kendalltau
 
-from .bootstrap import auc_statistic, bootstrap_ci
+from .bootstrap import bootstrap_ci
+from .roc import auc_statistic
 from .validation import check_labels
 from .thresholds import metrics_at_threshold, min_population_size, population_threshold
 
@@ -87,7 +88,7 @@ def prompt_mmem(y_true, conf) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n_prompts,), float64
-        Row ``k`` equals ``mmem(y_true, conf[k])`` (Mann-Whitney U with average ranks).
+        Row ``k`` equals ``mmem(y_true, conf[k])`` (:func:`~mlflow_mia.metrics.roc.auc_statistic` of each row).
 
     Raises
     ------
@@ -95,10 +96,7 @@ def prompt_mmem(y_true, conf) -> np.ndarray:
         Shape mismatch, non-finite confidences, or one class only.
     """
     labels, conf = _checked_matrix(y_true, conf)
-    n1 = int(labels.sum())
-    n0 = labels.size - n1
-    ranks = rankdata(conf, method="average", axis=1)
-    return (ranks[:, labels == 1].sum(axis=1) - n1 * (n1 + 1) / 2.0) / (n1 * n0)
+    return auc_statistic(labels, conf)
 
 
 def mmem_ci(y_true, confidence, *, rounds: int = 1000, confidence_level: float = 0.95,

@@ -4,6 +4,10 @@ Convention: ``y_true`` is 1 for a member and 0 for a non-member, and a higher
 ``y_score`` means "more likely a member". The curve is exact: one point per
 distinct score (ties form a single step), never a threshold grid.
 
+The package's AUCs all come from here: :func:`roc` (``sklearn.metrics.roc_auc_score``)
+for the reported AUC, and :func:`auc_statistic` (ranks, ``scipy.stats.rankdata``), the
+same number computed faster, for bootstrap rounds and many prompts at once.
+
 References
 ----------
 .. [1] F. Mireshghallah, K. Goyal, A. Uniyal, T. Berg-Kirkpatrick and R. Shokri,
@@ -20,11 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
+from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from .validation import check_pair, check_rate, warn_one_class
+from .validation import check_labels, check_pair, check_rate, check_scores, warn_one_class
 
-__all__ = ["RocResult", "roc", "tpr_at_fpr", "tpr_at_fpr_from_roc"]
+__all__ = ["RocResult", "roc", "auc_statistic", "tpr_at_fpr", "tpr_at_fpr_from_roc"]
 
 
 # ---------------------------------------------------------------------------
@@ -128,6 +133,67 @@ def roc(y_true, y_score) -> RocResult:
         thresholds=np.asarray(thresholds, dtype=np.float64),
         auc=auc,
     )
+
+
+def auc_statistic(y_true, y_score):
+    """Exact ROC AUC from ranks (Mann-Whitney U): fast, for bootstrap rounds and score matrices.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,), 0/1 or bool
+        Membership labels, 1 = member.
+    y_score : array-like of shape (n_samples,) or (n_rows, n_samples), float
+        Attack scores, higher = more likely a member; finite. A 2-D array holds one
+        score vector per row (e.g. one prompt per row), each scored against ``y_true``.
+
+    Returns
+    -------
+    float, or ndarray of shape (n_rows,), float64, for 2-D ``y_score``
+        ``(sum of member ranks - n1 (n1 + 1) / 2) / (n1 n0)`` with average ranks
+        for ties, i.e. P(member score > non-member score) + 1/2 P(equal): equal to
+        ``sklearn.metrics.roc_auc_score`` (up to rounding) and to :attr:`RocResult.auc`.
+        nan with an ``UndefinedMetricWarning`` when one class is missing.
+
+    Raises
+    ------
+    ValueError
+        As :func:`roc`; for 2-D ``y_score``, when its rows are not ``n_samples`` long
+        or it holds NaN or infinity.
+
+    Notes
+    -----
+    Ranks are multiples of 1/2, so their sums are exact in float64 and the result does
+    not depend on the order of the samples. Without sklearn's input-type checks it is
+    several times faster than ``roc_auc_score`` (about tenfold on a pool of a few hundred).
+
+    References
+    ----------
+    .. [1] H. B. Mann and D. R. Whitney, "On a Test of Whether one of Two
+       Random Variables is Stochastically Larger than the Other", Ann. Math.
+       Statist. 18(1), 1947.
+
+    Examples
+    --------
+    >>> auc_statistic([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
+    0.875
+    >>> auc_statistic([1, 1, 0, 0], [[0.9, 0.5, 0.5, 0.1], [0.1, 0.2, 0.3, 0.4]]).tolist()
+    [0.875, 0.0]
+    """
+    if np.ndim(y_score) == 2 and np.shape(y_score)[1] != 1:  # one score vector per row
+        labels = check_labels(y_true)
+        scores = check_scores(np.ravel(y_score)).reshape(np.shape(y_score))
+        if scores.shape[1] != labels.size:
+            raise ValueError(f"y_score must have shape (n_rows, {labels.size}) to match y_true, got {scores.shape}")
+    else:
+        labels, scores = check_pair(y_true, y_score)
+    n1 = int(labels.sum())
+    n0 = int(labels.size - n1)
+    if n1 == 0 or n0 == 0:
+        warn_one_class(n1, n0, "ROC AUC")
+        return float("nan") if scores.ndim == 1 else np.full(scores.shape[0], np.nan)
+    ranks = rankdata(scores, method="average", axis=-1)
+    u = ranks[..., labels == 1].sum(axis=-1) - n1 * (n1 + 1) / 2.0
+    return float(u) / (n1 * n0) if scores.ndim == 1 else u / (n1 * n0)
 
 
 def tpr_at_fpr_from_roc(roc_result: RocResult, alpha: float) -> float:

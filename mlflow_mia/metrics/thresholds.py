@@ -38,7 +38,6 @@ __all__ = [
     "metrics_at_threshold",
     "population_threshold_metrics",
     "mean_member_loss_threshold",
-    "mu_threshold",
 ]
 
 # Relative slack when flooring ``alpha * n``: decimal alphas such as 0.7 are not
@@ -383,7 +382,7 @@ def mean_member_loss_threshold(y_true, y_score) -> float:
 
     Examples
     --------
-    >>> mu_threshold([1, 1, 0], [-2.0, -4.0, -10.0])
+    >>> mean_member_loss_threshold([1, 1, 0], [-2.0, -4.0, -10.0])
     -3.0
     """
     labels, scores = check_pair(y_true, y_score)
@@ -392,7 +391,3 @@ def mean_member_loss_threshold(y_true, y_score) -> float:
         warn_one_class(n_members, int(labels.size), "The mean-member-loss threshold")
         return float("nan")
     return float(scores[labels == 1].mean())
-
-
-#: Former name of :func:`mean_member_loss_threshold` (kept for one release).
-mu_threshold = mean_member_loss_threshold

@@ -15,7 +15,8 @@ import reprlib
 from importlib import resources
 
 __all__ = ["SLOT", "SENTENCE_TYPES", "load_prompts", "shipped_prompts", "check_prompts", "fill",
-           "split_prompt", "prompt_words", "slot_position", "join_words", "short"]
+           "split_prompt", "prompt_words", "slot_position", "short"]
+
 
 def short(text) -> str:
     """``repr(text)`` cut to about 80 characters (with '...'): a prompt quoted in an error message, not dumped."""
@@ -23,9 +24,9 @@ def short(text) -> str:
     cut.maxstring = 80
     return cut.repr(text)
 
+
 SLOT = "{name}"
 SENTENCE_TYPES = ("declarative", "exclamatory", "imperative", "interrogative")
-PROMPT_COLUMNS = ("prompt", "entity_type", "sentence_type")
 
 
 def split_prompt(prompt: str) -> tuple[str, str]:
@@ -52,11 +53,6 @@ def fill(prompt: str, name: str) -> tuple[str, int]:
 def prompt_words(prompt: str) -> list[str]:
     """Whitespace words of the prompt; the slot (with any attached punctuation) is one word."""
     return prompt.split()
-
-
-def join_words(words) -> str:
-    """Inverse of :func:`prompt_words` up to whitespace."""
-    return " ".join(words)
 
 
 def slot_position(prompt: str) -> str:

@@ -28,7 +28,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "signal_key", "default_cache_dir"]
+from mlflow_mia.config import record_digest
+
+__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "default_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +38,6 @@ log = logging.getLogger(__name__)
 def default_cache_dir() -> str:
     """``$MLFLOW_MIA_CACHE`` or ``~/.cache/mlflow_mia``."""
     return os.environ.get("MLFLOW_MIA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mlflow_mia")
-
-
-def signal_key(spec: Mapping) -> str:
-    """Digest of a JSON-able signal spec (weights digest, tokenizer digest, settings)."""
-    return hashlib.sha256(json.dumps(dict(spec), sort_keys=True).encode()).hexdigest()[:32]
 
 
 class CacheCorruptError(RuntimeError):
@@ -65,8 +62,8 @@ class SqliteSpecStore:
 
     Subclasses name their rows table and its value columns (``table``,
     ``columns``: SQL declarations after ``key`` and ``text_hash``). Rows are keyed
-    by the digest of a spec (:func:`signal_key`); :meth:`register` checks that the
-    spec stored under a key is the one asked for. :meth:`get_rows` and
+    by the digest of a spec (:func:`~mlflow_mia.config.record_digest`, 32 hex);
+    :meth:`register` checks that the spec stored under a key is the one asked for. :meth:`get_rows` and
     :meth:`put_rows` read and write value tuples with a per-row checksum.
 
     Raises
@@ -114,7 +111,7 @@ class SqliteSpecStore:
         CacheCorruptError
             A different spec is stored under the same key, or the file is damaged.
         """
-        key = signal_key(spec)
+        key = record_digest(dict(spec), length=32)
         text = json.dumps(dict(spec), sort_keys=True)
         with self._lock, self._guard():
             self._conn.execute("INSERT OR IGNORE INTO specs VALUES (?, ?)", (key, text))

@@ -60,8 +60,7 @@ def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
     assert data.params["audit.log_texts"] == "False" and data.params["target_model"].startswith("sha256:")
     assert data.tags["mia.headline_attack"] == "likelihood_ratio" and "mia.gate" not in data.tags
     files = _artifacts(run_id)
-    exposure = ({"tables/exposure_features.csv", "tables/memorization_features.csv"}
-                if result.memorization_features is not None else set())
+    exposure = {"tables/memorization_features.csv"} if result.memorization_features is not None else set()
     assert {"plots/roc.png", "plots/roc_loglog.png", "plots/user_roc.png", "plots/hist_loss.png",
             "plots/hist_likelihood_ratio.png", "tables/samples.csv", "tables/riskiest.csv", "audit_summary.json",
             "audit_config.json", "report.md"} | exposure == files
@@ -69,7 +68,6 @@ def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
                               "riskiest", "audit_summary", "audit_config", "report"} | {
                                   os.path.splitext(os.path.basename(f))[0] for f in exposure}
     if exposure:
-        assert list(artifacts["exposure_features"].content["features"])[-1] == "all"
         assert list(artifacts["memorization_features"].content["features"])[-1] == "all"
     assert isinstance(artifacts["samples"].content, pd.DataFrame)
     assert "text" not in artifacts["samples"].content.columns

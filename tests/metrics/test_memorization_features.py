@@ -20,7 +20,7 @@ def test_sample_features_match_hand_counts():
     assert f["D_rare_tokens"].tolist() == [[1, 2, 3], [2, 2, 2]]
 
 
-def test_exposure_analysis_finds_the_informative_feature():
+def test_memorization_feature_analysis_finds_the_informative_feature():
     rng = np.random.default_rng(0)
     n = 400
     punct = rng.poisson(3, n).astype(float)
@@ -34,6 +34,6 @@ def test_exposure_analysis_finds_the_informative_feature():
     assert table.loc["C_non_alnum", "exposed_rate"] == pytest.approx(exposed.mean())
 
 
-def test_exposure_analysis_needs_both_classes():
+def test_memorization_feature_analysis_needs_both_classes():
     with pytest.raises(ValueError, match="1 of 10 members are exposed"):
         memorization_feature_analysis({"x": np.zeros((10, 1))}, [True] + [False] * 9)

@@ -5,9 +5,9 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import UndefinedMetricWarning
-from sklearn.metrics import roc_curve
+from sklearn.metrics import roc_auc_score, roc_curve
 
-from mlflow_mia.metrics import RocResult, roc, tpr_at_fpr, tpr_at_fpr_from_roc
+from mlflow_mia.metrics import RocResult, auc_statistic, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 
 
 def brute_force_auc(y, s):
@@ -212,3 +212,44 @@ def test_two_classes_emit_no_warning():
         warnings.simplefilter("error")
         roc([1, 0, 1], [0.5, 0.5, 0.1])
         tpr_at_fpr([1, 0, 1], [0.5, 0.5, 0.1], alpha=0.1)
+
+
+@pytest.mark.parametrize("ties", [True, False])
+def test_auc_statistic_equals_sklearn_roc_auc_score_and_roc(ties):
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        y, s = random_pool(rng, int(rng.integers(2, 201)), ties=ties)
+        want = roc_auc_score(y, s)
+        assert auc_statistic(y, s) == pytest.approx(want, abs=1e-12)
+        assert auc_statistic(y, s) == pytest.approx(roc(y, s).auc, abs=1e-12)
+        assert auc_statistic(y, s) == pytest.approx(brute_force_auc(y, s), abs=1e-12)
+
+
+def test_auc_statistic_of_a_matrix_is_the_auc_of_each_row():
+    rng = np.random.default_rng(3)
+    y, _ = random_pool(rng, 60, ties=True)
+    conf = rng.integers(0, 4, size=(5, 60)).astype(float)  # few values: many ties
+    got = auc_statistic(y, conf)
+    assert got.shape == (5,)
+    np.testing.assert_allclose(got, [roc_auc_score(y, row) for row in conf], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(got, [auc_statistic(y, row) for row in conf])
+    assert auc_statistic(y, conf[:1]).tolist() == [auc_statistic(y, conf[0])]  # one row stays a row
+
+
+def test_auc_statistic_is_the_rank_form_not_the_score_values():
+    y = [1, 0, 1, 0, 1]
+    assert auc_statistic(y, [10.0, 1.0, 3.0, 2.0, 3.0]) == auc_statistic(y, [1e9, -5.0, 0.5, 0.0, 0.5]) == 1.0
+    assert auc_statistic(y, [[3.0, 3.0, 3.0, 3.0, 3.0]]).tolist() == [0.5]
+
+
+def test_auc_statistic_errors_and_one_class():
+    with pytest.raises(ValueError, match=r"y_score must have shape \(n_rows, 3\) to match y_true, got \(2, 4\)"):
+        auc_statistic([1, 0, 1], np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="y_score contains NaN or infinity"):
+        auc_statistic([1, 0], [[0.1, np.nan], [0.2, 0.3]])
+    with pytest.raises(ValueError, match="y_true"):
+        auc_statistic([1, 2], [0.1, 0.2])
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(auc_statistic([1, 1], [0.1, 0.2]))
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(auc_statistic([0, 0], [[0.1, 0.2], [0.3, 0.4]])).all()

@@ -10,8 +10,8 @@ from sklearn.exceptions import UndefinedMetricWarning
 from mlflow_mia.metrics import (
     ThresholdMetrics,
     metrics_at_threshold,
+    mean_member_loss_threshold,
     min_population_size,
-    mu_threshold,
     population_threshold,
     population_threshold_metrics,
 )
@@ -184,20 +184,20 @@ def test_one_class_pool_warns_and_gives_nan_rate():
     assert math.isnan(m.tpr) and m.fpr == 0.5
 
 
-def test_mu_threshold_is_mean_member_score_and_loss_rule():
+def test_mean_member_loss_threshold_is_mean_member_score_and_loss_rule():
     rng = np.random.default_rng(2)
     loss = rng.gamma(2.0, size=200)
     y = rng.integers(0, 2, size=200)
     score = -loss  # the loss attack negates the loss
-    mu = mu_threshold(y, score)
+    mu = mean_member_loss_threshold(y, score)
     assert mu == pytest.approx(score[y == 1].mean())
     flagged = score > mu
     np.testing.assert_array_equal(flagged, loss < loss[y == 1].mean())
 
 
-def test_mu_threshold_without_members_warns_nan():
+def test_mean_member_loss_threshold_without_members_warns_nan():
     with pytest.warns(UndefinedMetricWarning):
-        assert math.isnan(mu_threshold([0, 0], [1.0, 2.0]))
+        assert math.isnan(mean_member_loss_threshold([0, 0], [1.0, 2.0]))
 
 
 def test_threshold_metrics_is_frozen():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing as mp
 import random
 import sqlite3
@@ -9,7 +11,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from mlflow_mia.config import SignalConfig
+from mlflow_mia.config import SignalConfig, record_digest
 from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
 from mlflow_mia.signals.cache import CacheCorruptError, SqliteSpecStore
 from mlflow_mia.signals.testing import tiny_bert
@@ -139,6 +141,15 @@ def test_another_spec_under_a_key_is_an_error(tmp_path):
     with pytest.raises(CacheCorruptError, match="another spec"):
         store.register({"a": 1})
     assert isinstance(store, SqliteSpecStore)
+
+
+def test_cache_key_is_the_record_digest_of_the_spec_and_keeps_its_format(tmp_path):
+    """The key is ``record_digest(spec, length=32)``, the same as caches written before it, so they stay valid."""
+    spec = {"weights": "sha256:ab", "tokenizer_id": "cd", "kind": "energy", "num_masks": 10, "max_length": None}
+    key = SignalCache(tmp_path).register(spec)
+    assert key == record_digest(spec, length=32)
+    assert key == hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+    assert SignalCache(tmp_path).register(dict(reversed(list(spec.items())))) == key
 
 
 def test_nan_energy_round_trips(tmp_path):
