@@ -4,8 +4,10 @@ Each subcommand turns its options into the flat ``evaluator_config["mia"]`` keys
 (:mod:`mlflow_mia.integrations.config`), so the CLI, the MLproject entry points
 and the evaluator plugin share one parser and one logging path.
 
-Exit codes: 0 success (gate passed or no gate), 1 the release gate failed,
-2 a usage or input error (bad option, missing column, missing population set).
+Exit codes: 0 success (gate passed or no gate), 1 the audit broke (a bug or an
+environment fault such as a tracking server that cannot be reached), 2 a usage or
+input error (bad option, missing column, missing population set), 3 the release
+gate failed.
 """
 
 from __future__ import annotations
@@ -364,6 +366,12 @@ def main(argv=None) -> int:
         print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except mlflow.exceptions.MlflowException as exc:
+        from mlflow_mia.integrations.model_files import tracking_unreachable
+
+        if tracking_unreachable(exc):  # the server is down: an environment fault, not the user's input
+            print(f"mlflow-mia {args.command}: error: the tracking server at {mlflow.get_tracking_uri()} cannot be "
+                  f"reached ({exc.message}); start it or check --tracking-uri", file=sys.stderr)
+            return EXIT_ERROR
         print(f"mlflow-mia {args.command}: error: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
 
