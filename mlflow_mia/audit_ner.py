@@ -105,6 +105,8 @@ class NerAuditResult:
     raw_names : list of str
         Raw names in the order of ``names``; written only when ``log_texts`` is set.
     config : NerAuditConfig
+    warnings : list of str
+        What may distort the result (e.g. names read at ``[UNK]`` tokens); shown in the report.
     """
 
     model_id: str
@@ -114,6 +116,7 @@ class NerAuditResult:
     names: object
     raw_names: list = field(repr=False, default_factory=list)
     config: NerAuditConfig = field(default_factory=NerAuditConfig)
+    warnings: list = field(default_factory=list)
 
     @property
     def entity_types(self) -> list[str]:

@@ -157,6 +157,11 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--log-texts", nargs="?", const=True, default=False, type=_flag, metavar="BOOL",
                      help="write raw texts into tables/samples.csv and tables/riskiest.csv; '--log-texts' alone "
                           "or '--log-texts true' (default: false, only ids and keyed hashes are logged)")
+    out.add_argument("--log-samples", nargs="?", const=True, default=False, type=_flag, metavar="BOOL",
+                     help="log per-sample scores, flags and token counts in tables/samples.csv and the riskiest "
+                          "records' scores; '--log-samples' alone or '--log-samples true' (default: false: anyone "
+                          "who can read the run and load the model could recompute a text's score and find its "
+                          "label there)")
     out.add_argument("--hash-key-file", metavar="PATH",
                      help="file with your secret key (16+ bytes) for the HMAC-SHA256 text and group hashes in the "
                           "logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that is "
@@ -270,7 +275,8 @@ def _flat_config(args, *, demo=None) -> dict:
         "token_budget": args.token_budget, "num_neighbours": args.num_neighbours,
         "neighbour_generator": _blank(args.neighbour_generator), "fprs": _blank(args.fprs),
         "bootstrap_rounds": args.bootstrap_rounds, "delta": args.delta, "max_tpr_at_fpr": _gate_spec(args.max_tpr_at_fpr),
-        "log_texts": bool(args.log_texts), "tag_model_version": not args.no_tag_model_version,
+        "log_texts": bool(args.log_texts), "log_samples": bool(args.log_samples),
+        "tag_model_version": not args.no_tag_model_version,
         "cache_dir": _blank(args.cache_dir), "device": _blank(args.device), "progress": not args.quiet,
         "trust_remote_code": True if args.trust_remote_code else None,
         "clear_gate_fail": True if args.clear_gate_fail else None,

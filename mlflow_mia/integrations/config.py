@@ -26,6 +26,10 @@ __all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "
 #: Every key of ``evaluator_config["mia"]`` with its meaning (the public API).
 CONFIG_KEYS: dict[str, str] = {
     # models
+    "target_model": "URI of the model to audit when mlflow.models.evaluate gets model=None (models:/name@alias, "
+                    "models:/name/version, runs:/<run_id>/<path> or a saved model folder): loaded by the audit's own "
+                    "loader, which never runs code shipped with the model. The recommended form: with "
+                    "model='models:/...' MLflow's pyfunc loader runs first.",
     "reference_model": "URI or local folder of the reference model (models:/name/version, models:/name@alias, "
                        "runs:/<run_id>/<path>, a saved MLflow model or Hugging Face folder). Required by "
                        "likelihood_ratio; a model trained on similar data, disjoint from the target's.",
@@ -72,6 +76,10 @@ CONFIG_KEYS: dict[str, str] = {
     # logging and running
     "log_texts": "Write raw texts into tables/samples.csv and tables/riskiest.csv (default False: only "
                  "ids and keyed hashes are logged).",
+    "log_samples": "Log per-sample scores, score flags, token counts and the score order of the riskiest records "
+                   "(default False). Anyone who can read the run and load the target model can recompute a "
+                   "candidate text's score and find its row and label, so by default tables/samples.csv holds only "
+                   "ids, keyed hashes and labels and tables/riskiest.csv only keyed hashes.",
     "hash_key_file": "File holding the secret key (at least 16 bytes) of the HMAC-SHA256 text and group hashes "
                      "in the logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that "
                      "is not kept, so the hashes cannot be looked up). See mlflow_mia.lookup_hash.",
@@ -84,8 +92,10 @@ CONFIG_KEYS: dict[str, str] = {
     "clear_gate_fail": "Let a passing gate replace an earlier mia.gate=fail on the registry version (default "
                        "False: a fail stays until cleared explicitly).",
     "cache_dir": "Directory of the signal cache (default $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia).",
-    "trust_remote_code": "Let a model whose classes are not part of transformers run the Python code shipped "
-                         "with it (default False: such a model is refused; see docs/security.md).",
+    "trust_remote_code": "Let a model the audit loads itself (target_model, reference_model, neighbour_generator) "
+                         "run the Python code shipped with it or load pickle weights (default False: such a model "
+                         "is refused; see docs/security.md). It cannot protect model=: MLflow has loaded that model "
+                         "before the evaluator runs; use model=None with target_model.",
     "device": "Torch device, e.g. 'cpu' or 'cuda:0' (default: CUDA when available); checked before any model "
               "loads.",
     "progress": "Show progress bars while computing signals (default True).",
@@ -233,6 +243,7 @@ class MiaOptions:
 
     population_data: Any = None
     reference_model: Any = None
+    target_model: str | None = None
     text_column: str = "text"
     label_column: str | None = None
     id_column: str | None = None
@@ -240,6 +251,7 @@ class MiaOptions:
     population_text_column: str | None = None
     population_group_column: str | None = None
     log_texts: bool = False
+    log_samples: bool = False
     metric_prefix: str = ""
     gate: Gate | None = None
     tag_model_version: bool = True
@@ -331,6 +343,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     options = MiaOptions(
         population_data=get("population_data"),
         reference_model=opt_str(reference) if isinstance(reference, str) else reference,
+        target_model=opt_str(get("target_model")),
         text_column=text_column,
         label_column=opt_str(get("label_column")) or targets,
         id_column=opt_str(get("id_column")),
@@ -338,6 +351,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         population_text_column=opt_str(get("population_text_column")) or text_column,
         population_group_column=opt_str(get("population_group_column")) or group_column,
         log_texts=parse_bool(get("log_texts", False), "log_texts"),
+        log_samples=parse_bool(get("log_samples", False), "log_samples"),
         metric_prefix=_prefix(get("metric_prefix")),
         gate=gate,
         tag_model_version=parse_bool(get("tag_model_version", True), "tag_model_version"),

@@ -4,9 +4,10 @@ Registered in the entry-point group ``mlflow.model_evaluator`` under the name
 ``mia``, so after ``pip install mlflow-mia``::
 
     mlflow.models.evaluate(
-        model="models:/bbc-target@candidate", data=pool_df, targets="is_member",
+        model=None, data=pool_df, targets="is_member",
         model_type="mia", evaluators=["mia"],
         evaluator_config={"mia": {
+            "target_model": "models:/bbc-target@candidate",
             "reference_model": "models:/bbc-reference@champion",
             "population_data": population_df,   # DataFrame or a csv/jsonl/parquet path
             "text_column": "text", "group_column": "article_id",
@@ -18,9 +19,18 @@ Registered in the entry-point group ``mlflow.model_evaluator`` under the name
 ``targets`` column (1 = member of the target's training data, 0 = non-member).
 The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
 
+``model=None`` with ``target_model`` is the recommended form: the audit loads the
+model with its own loader, which reads only the artifact's safetensors weights and
+never runs code shipped with the model (``docs/security.md``). With
+``model="models:/..."`` MLflow's pyfunc loader runs before this evaluator is called
+(and, for a model with custom classes, runs the model's code whatever
+``trust_remote_code`` says); the evaluator then audits the loaded model and warns,
+in the log and in the report.
+
 Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 
 =========================  ============================================================
+``target_model``           model under audit when ``model=None`` (recommended: loaded without running its code)
 ``reference_model``        reference model URI or folder (required by likelihood_ratio)
 ``population_data``        **required**: DataFrame or .csv/.jsonl/.json/.parquet path
 ``text_column``            text column of the pool (default ``"text"``)
@@ -47,12 +57,13 @@ Configuration keys (``evaluator_config["mia"]``; unknown keys are an error):
 ``min_k_fraction``         k of the min_k attack (default 0.2)
 ``top_records``            riskiest member records per attack (default 20)
 ``log_texts``              include raw texts in the tables (default False)
+``log_samples``            per-sample scores, flags and lengths in the tables (default False: they are an oracle)
 ``hash_key_file``          secret key of the logged text/group hashes (default: ``$MLFLOW_MIA_HASH_KEY``, else random)
 ``metric_prefix``          prefix of metric, param and artifact names (default "")
 ``max_tpr_at_fpr``         release gate, e.g. ``"0.01:0.05"``: tags ``mia.gate=pass|fail``
 ``tag_model_version``      tag the registry version with headline numbers (default True)
 ``clear_gate_fail``        let a passing gate replace ``mia.gate=fail`` on the version (default False)
-``trust_remote_code``      let a model run Python code shipped with it (default False)
+``trust_remote_code``      let a model the audit loads run code shipped with it (default False; not ``model=``)
 ``cache_dir``              signal cache directory (default ``~/.cache/mlflow_mia``)
 ``device``                 torch device (default: CUDA when available)
 ``progress``               progress bars (default True)
@@ -72,9 +83,57 @@ from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 
 from mlflow_mia.integrations.config import MiaOptions, parse_options
 
-__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs", "model_records", "resolve_generator"]
+__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs", "model_records", "resolve_generator", "evaluator_target",
+           "PYFUNC_WARNING"]
 
 log = logging.getLogger(__name__)
+
+#: What the evaluator says, in the log and the report, when mlflow.models.evaluate hands it a loaded model.
+PYFUNC_WARNING = (
+    "model= was loaded by MLflow's pyfunc loader before the mia evaluator ran: for a model with custom classes that "
+    "loader turns on trust_remote_code and runs the code shipped with the model, which the evaluator key "
+    "trust_remote_code=False cannot prevent. Audit a model you do not trust with model=None and "
+    "evaluator_config={{'mia': {{'target_model': 'models:/...'}}}} (or mlflow-mia {command}), which "
+    "loads it without running its code")
+
+
+def evaluator_target(model, target_model, *, resolve, command: str = "audit --target"):
+    """The model an evaluator audits: ``target_model`` (``model=None``), else the ``model`` MLflow loaded.
+
+    Parameters
+    ----------
+    model : PyFuncModel or None
+        What ``mlflow.models.evaluate`` handed over (a ``models:/`` string has already
+        been loaded by MLflow's pyfunc loader).
+    target_model : str or None
+        The ``target_model`` key of the evaluator config.
+    resolve : callable
+        ``resolve(model_or_uri) -> ResolvedModel`` (the audit's own safe loader).
+    command : str
+        The CLI command named in the warning (``audit --target`` or ``ner-audit --model``).
+
+    Returns
+    -------
+    (ResolvedModel, str or None)
+        The resolved model and the warning to show in the report (None for ``model=None``).
+
+    Raises
+    ------
+    ValueError
+        Neither or both of ``model`` and ``target_model`` are given.
+    """
+    if model is None and not target_model:
+        raise ValueError("the mia evaluator audits a model: pass model=None with evaluator_config={'mia': "
+                         "{'target_model': 'models:/name@alias', ...}} (recommended: loaded without running code "
+                         "shipped with it), or model='models:/name@alias'; static predictions cannot be audited")
+    if model is not None and target_model:
+        raise ValueError(f"the model is given twice (model= and target_model={target_model!r}): pass model=None "
+                         "with target_model (recommended), or model= alone")
+    if model is None:
+        return resolve(target_model), None
+    warning = PYFUNC_WARNING.format(command=command)
+    log.warning(warning)
+    return resolve(model), warning
 
 
 def load_inputs(pool_data, options: MiaOptions):
@@ -99,7 +158,7 @@ def load_inputs(pool_data, options: MiaOptions):
 
 
 def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, generator=None,
-                  run_id=None, log_metrics: bool = True, extra_params: dict | None = None):
+                  run_id=None, log_metrics: bool = True, extra_params: dict | None = None, notes=()):
     """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
 
     Parameters
@@ -119,6 +178,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     log_metrics : bool
         False when ``mlflow.models.evaluate`` logs the returned metrics itself.
     extra_params : dict, optional
+    notes : sequence of str
+        Warnings of the caller, added to the result's warnings (and so to the report).
 
     Returns
     -------
@@ -141,13 +202,14 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                            generator=generator.lm if generator else None, config=config, cache=cache,
                            device=options.device, progress=options.progress)
     result.models = model_records(result.models, target=target, reference=reference, generator=generator)
+    result.warnings.extend(notes)
     gate = options.gate.check(result.metrics) if options.gate is not None else None
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
                           model_version=target.registry_versions or None, tag_headline=options.tag_model_version,
                           clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                           population=population, gate=gate, group_column=options.group_column,
-                          hash_key=options.hash_key)
+                          hash_key=options.hash_key, log_samples=options.log_samples)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts
@@ -224,13 +286,18 @@ class MiaEvaluator(ModelEvaluator):
 
     def evaluate(self, *, model_type, dataset, run_id, evaluator_config, model=None, extra_metrics=None,
                  custom_artifacts=None, predictions=None, **kwargs) -> EvaluationResult:
-        """Audit ``model`` on ``dataset`` and log the results to ``run_id``.
+        """Audit the target on ``dataset`` and log the results to ``run_id``.
+
+        The target is ``evaluator_config["mia"]["target_model"]`` when ``model`` is
+        None (the recommended form: the audit's own loader, which never runs code
+        shipped with the model), else ``model`` as MLflow loaded it, with a warning
+        in the log and the report (:data:`PYFUNC_WARNING`).
 
         Raises
         ------
         ValueError
-            Invalid configuration, missing population set, no model, or unsupported
-            ``extra_metrics`` / ``custom_artifacts`` / ``predictions``.
+            Invalid configuration, missing population set, no model (or two), or
+            unsupported ``extra_metrics`` / ``custom_artifacts``.
         """
         from mlflow_mia.integrations.ner_evaluator import evaluate_ner, is_ner_config
 
@@ -244,19 +311,18 @@ class MiaEvaluator(ModelEvaluator):
 
         if extra_metrics or custom_artifacts:
             raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
-        if model is None:
-            raise ValueError("the mia evaluator audits a model: pass model='models:/name@alias' (or a version, "
-                             "a runs:/ URI or a loaded pyfunc model); static predictions cannot be audited")
         config, options = parse_options(evaluator_config, targets=getattr(dataset, "targets_name", None))
         pool, population = load_inputs(_pool_frame(dataset), options)
         trust = options.trust_remote_code
-        target = resolve_model(model, role="target", trust_remote_code=trust)
+        target, warning = evaluator_target(
+            model, options.target_model, resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
         reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
                      if options.reference_model else None)
         # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
         # logging them here too would duplicate every metric's history.
         model_id = kwargs.get("model_id")
         result, gate, artifacts = audit_and_log(target, pool, population, config, options, reference=reference,
-                                                run_id=run_id, log_metrics=model_id is None)
+                                                run_id=run_id, log_metrics=model_id is None,
+                                                notes=[warning] if warning else [])
         metrics = mlflow_metrics(result, prefix=options.metric_prefix)
         return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -50,6 +50,9 @@ def add_ner_parser(sub) -> argparse.ArgumentParser:
                    help="FPRs of the TPR metrics, threshold from the dev out-of-sample names (default 0.1,0.01)")
     p.add_argument("--no-token-removal", action="store_true", help="skip the greedy token removal")
     p.add_argument("--log-texts", default="false", help="true: write raw names into tables/ner_names.csv")
+    p.add_argument("--log-samples", default="false",
+                   help="true: write each name's confidences into tables/ner_names.csv (default false: anyone who "
+                        "can read the run and load the model could recompute them and find a name's label)")
     p.add_argument("--cache-dir", help="entity-confidence cache directory (default ~/.cache/mlflow_mia)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: CUDA when available)")
     p.add_argument("--demo-size", choices=("default", "small"), default="default",
@@ -90,7 +93,8 @@ def _audit_one(model_uri, names, args, *, run_name: str, nested: bool, title: st
                        device=_blank(args.device), progress=not args.quiet)
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
         log_ner_audit(result, run_id=run.info.run_id, log_texts=str(args.log_texts).lower() == "true",
-                      params=tagger_params(tagger), title=title)
+                      params=tagger_params(tagger), title=title,
+                      log_samples=str(args.log_samples).lower() == "true")
     return result, run.info.run_id
 
 

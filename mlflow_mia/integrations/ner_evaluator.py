@@ -3,10 +3,15 @@
 ::
 
     mlflow.models.evaluate(
-        model="models:/wnut-ner-a@candidate", data=names_df, targets="is_member",
+        model=None, data=names_df, targets="is_member",
         model_type="mia", evaluators=["mia"],
-        evaluator_config={"mia": {"method": "ner_prompts", "entity_types": ["person", "geo-loc"],
+        evaluator_config={"mia": {"method": "ner_prompts", "target_model": "models:/wnut-ner-a@candidate",
+                                  "entity_types": ["person", "geo-loc"],
                                   "dev_fraction": 0.5, "subword": "first", "seed": 0}})
+
+``model=None`` with ``target_model`` is the recommended form: the audit's own loader
+never runs code shipped with the model. With ``model="models:/..."`` MLflow's pyfunc
+loader has run before the evaluator is called; the audit warns (log and report).
 
 ``data`` holds one row per name: ``name``, ``entity_type``, the label column
 (``targets``; 1 = the name occurs in the model's training data) and optionally
@@ -14,6 +19,7 @@
 
 =======================  ==============================================================
 ``method``               ``"ner_prompts"`` (selects this audit)
+``target_model``         the token classifier to audit when ``model=None`` (recommended)
 ``prompts``              DataFrame or .csv/.jsonl path (``prompt, entity_type, sentence_type``;
                          slot ``{name}``); default: the shipped set
 ``handwritten_prompts``  the baselines' prompts, same form; default: the shipped five per type
@@ -30,6 +36,7 @@
 ``device``               torch device (default: CUDA when available)
 ``cache_dir``            confidence cache directory (default ``~/.cache/mlflow_mia``)
 ``log_texts``            write raw names into ``tables/ner_names.csv`` (default False)
+``log_samples``          write each name's confidences into ``tables/ner_names.csv`` (default False)
 ``metric_prefix``        prefix of metric, param and artifact names (default "")
 ``progress``             progress bars (default True)
 =======================  ==============================================================
@@ -45,7 +52,7 @@ __all__ = ["NER_CONFIG_KEYS", "is_ner_config", "parse_ner_config", "evaluate_ner
 
 NER_CONFIG_KEYS = ("method", "prompts", "handwritten_prompts", "entity_types", "dev_fraction", "subword", "seed",
                    "token_budget", "batch_size", "bootstrap_rounds", "fprs", "token_removal", "label_column",
-                   "device", "cache_dir", "log_texts", "metric_prefix", "progress")
+                   "device", "cache_dir", "log_texts", "metric_prefix", "progress", "target_model", "log_samples")
 
 
 def is_ner_config(config) -> bool:
@@ -97,12 +104,18 @@ def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = 
     options = {"prompts": get("prompts"), "handwritten_prompts": get("handwritten_prompts"),
                "label_column": get("label_column") or targets or "is_member", "device": get("device"),
                "cache_dir": get("cache_dir"), "log_texts": parse_bool(get("log_texts", False), "log_texts"),
-               "metric_prefix": str(get("metric_prefix") or ""), "progress": parse_bool(get("progress", True), "progress")}
+               "metric_prefix": str(get("metric_prefix") or ""), "progress": parse_bool(get("progress", True), "progress"),
+               "target_model": get("target_model") or None,
+               "log_samples": parse_bool(get("log_samples", False), "log_samples")}
     return cfg, options
 
 
 def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     """The evaluator's body for ``method="ner_prompts"``; returns an ``EvaluationResult``.
+
+    The audited model is ``target_model`` when ``model`` is None (recommended), else
+    ``model`` as MLflow loaded it, with a warning (see
+    :func:`~mlflow_mia.integrations.evaluator.evaluator_target`).
 
     Raises
     ------
@@ -115,13 +128,11 @@ def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     from mlflow.models.evaluation import EvaluationResult
 
     from mlflow_mia.audit_ner import ner_audit
+    from mlflow_mia.integrations.evaluator import evaluator_target
     from mlflow_mia.integrations.ner_logging import log_ner_audit
     from mlflow_mia.integrations.ner_models import resolve_token_classifier, tagger_params
     from mlflow_mia.signals.entity_confidence import ConfidenceCache
 
-    if model is None:
-        raise ValueError("the NER audit needs a model: pass model='models:/name@alias' (a token-classification "
-                         "model logged with the transformers flavor)")
     cfg, options = parse_ner_config(evaluator_config, targets=getattr(dataset, "targets_name", None))
     names = dataset.features_data
     if not isinstance(names, pd.DataFrame):
@@ -132,11 +143,15 @@ def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     if getattr(dataset, "has_targets", False) and dataset.targets_name and dataset.targets_name not in names:
         names[dataset.targets_name] = dataset.labels_data
     names = names.rename(columns={label: "is_member"}) if label != "is_member" else names
-    tagger = resolve_token_classifier(model)
+    tagger, warning = evaluator_target(model, options["target_model"], resolve=resolve_token_classifier,
+                                       command="ner-audit --model")
     result = ner_audit(tagger.lm, names, prompts=options["prompts"], handwritten=options["handwritten_prompts"],
                        config=cfg, cache=ConfidenceCache(options["cache_dir"]), device=options["device"],
                        progress=options["progress"])
+    if warning:
+        result.warnings.append(warning)
     artifacts = log_ner_audit(result, run_id=run_id, log_texts=options["log_texts"], log_metrics=model_id is None,
-                              params=tagger_params(tagger), prefix=options["metric_prefix"])
+                              params=tagger_params(tagger), prefix=options["metric_prefix"],
+                              log_samples=options["log_samples"])
     metrics = {f"{options['metric_prefix']}{k}": v for k, v in result.metrics.items()}
     return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -354,3 +354,91 @@ def test_a_tracking_server_that_is_down_exits_1(tracking, monkeypatch, capsys):
                  *tracking.cli_args("--attacks", "loss")])
     assert code == EXIT_ERROR == 1
     assert f"the tracking server at http://127.0.0.1:{port} cannot be reached" in capsys.readouterr().err
+
+
+# --- No membership oracle by default (issue 21, High 1 and item 1) -----------------------------------------------
+
+
+def _logged_run(tracking, tmp_path, *extra):
+    """Run a CLI audit of tgt v2 and return (run id, local artifact folder)."""
+    from mlflow_mia.integrations.cli import main
+
+    assert main(["audit", "--target", "models:/tgt@candidate", *tracking.cli_args("--no-tag-model-version",
+                                                                                   *extra)]) == 0
+    run = mlflow.search_runs(order_by=["attributes.start_time DESC"], max_results=1, output_format="list")[0]
+    dst = tmp_path / f"artifacts-{run.info.run_id}"
+    return run, Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(dst)))
+
+
+def _labels_found_by_recomputing(run, root: Path, texts) -> dict:
+    """What an attacker learns: each pool text's score recomputed from the logged settings and the model,
+    looked up in every logged table; a match beside a label (or in the members-only riskiest table) gives it."""
+    import numpy as np
+    import pandas as pd
+
+    from mlflow_mia.config import SignalConfig
+    from mlflow_mia.signals import compute_signals
+
+    settings = json.loads((root / "audit_config.json").read_text())["signal"]
+    lm = resolve_model(run.data.params["target_model"]).lm  # anyone who can read the registry loads it
+    scores = -compute_signals(lm, texts, SignalConfig.from_dict(settings), progress=False).energy  # the loss attack
+    found = {}
+    for path in root.rglob("*.csv"):
+        table = pd.read_csv(path)
+        label = table["label"] if "label" in table else (pd.Series(1, index=table.index)
+                                                         if path.name == "riskiest.csv" else None)
+        numbers = table.select_dtypes("number").drop(columns=["label"], errors="ignore")
+        for i, score in enumerate(scores):
+            rows = np.flatnonzero(np.isclose(numbers.to_numpy(dtype=float), score, rtol=0, atol=1e-5).any(axis=1))
+            if len(rows) and label is not None:
+                found[texts[i]] = int(label.iloc[rows[0]])
+    return found
+
+
+def test_high1_no_membership_oracle_in_the_logged_tables_by_default(tracking, tmp_path):
+    from mlflow_mia.integrations.logging import RISKY_COLUMNS, SAMPLE_COLUMNS
+
+    texts, labels = tracking.pool["text"].tolist(), tracking.pool["is_member"].tolist()
+    run, root = _logged_run(tracking, tmp_path)
+    assert _labels_found_by_recomputing(run, root, texts) == {}
+    import pandas as pd
+
+    assert tuple(pd.read_csv(root / "tables" / "samples.csv").columns) == SAMPLE_COLUMNS
+    riskiest = pd.read_csv(root / "tables" / "riskiest.csv")
+    assert tuple(riskiest.columns) == RISKY_COLUMNS and len(riskiest) > 0
+    for _, part in riskiest.groupby("attack"):  # identified by keyed hash, in hash order: no score rank
+        assert part["text_hmac"].tolist() == sorted(part["text_hmac"])
+    assert run.data.params["audit.log_samples"] == "False"
+    assert "`log_samples` (`--log-samples`) logs them" in (root / "report.md").read_text()
+    # With log_samples the oracle is there, as the report says: every pool text's row and label.
+    run, root = _logged_run(tracking, tmp_path, "--log-samples")
+    assert _labels_found_by_recomputing(run, root, texts) == dict(zip(texts, labels))
+    assert "**This run logged per-sample scores**" in (root / "report.md").read_text()
+
+
+# --- The evaluate path made safe (issue 21, High 6 and item 5) ---------------------------------------------------
+
+
+def test_high6_evaluate_with_model_none_never_runs_code_of_a_registered_model(tracking, tmp_path):
+    """mlflow.models.evaluate(model=None, target_model=...) loads the registry model with the audit's loader."""
+    marker = tmp_path / "pwned"
+    folder = _evil_folder("models:/tgt/1", tmp_path / "evil", marker)
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(folder), "model")
+    name = f"evil-{tmp_path.name[-12:]}"
+    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name).version
+    for config in (tracking.config(target_model=f"models:/{name}/{version}"),
+                   {"method": "ner_prompts", "target_model": f"models:/{name}/{version}", "progress": False}):
+        with mlflow.start_run(), pytest.raises(ValueError, match="trust_remote_code"):
+            mlflow.models.evaluate(model=None, data=tracking.pool, targets="is_member", model_type="mia",
+                                   evaluators=["mia"], evaluator_config={"mia": config})
+        assert not marker.exists()
+
+
+def test_high6_trust_remote_code_docs_no_longer_claim_to_protect_model():
+    from mlflow_mia.integrations.config import CONFIG_KEYS
+
+    text = CONFIG_KEYS["trust_remote_code"]
+    assert "It cannot protect model=" in text and "target_model" in text
+    security = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    assert "model=None" in security and "target_model" in security
