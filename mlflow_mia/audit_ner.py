@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlflow_mia.metrics import prompts as pm
-from mlflow_mia.ner.names import assign_split, check_names_table, name_hash
+from mlflow_mia.ner.names import assign_split, check_names_table, name_hash, unknown_token_warnings
 from mlflow_mia.ner.prompts import SLOT, load_prompts
 
 _METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
@@ -273,6 +273,9 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     table = assign_split(check_names_table(names, entity_types=cfg.entity_types), dev_fraction=cfg.dev_fraction,
                          seed=cfg.seed)
     types = list(cfg.entity_types or dict.fromkeys(table["entity_type"]))
+    warnings = unknown_token_warnings(table, clf.tokenizer)
+    for warning in warnings:
+        log.warning(warning)
     from mlflow_mia.signals.entity_confidence import entity_tag_ids
 
     for kind in types:  # fail before any forward pass
@@ -304,7 +307,7 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     summaries = {k: {**v, "rocs": rocs[k]} for k, v in summaries.items()}
     return NerAuditResult(model_id=clf.model_id, metrics=metrics, prompts_table=pd.concat(tables, ignore_index=True),
                           summaries=summaries, names=pd.concat(name_rows, ignore_index=True), raw_names=raw,
-                          config=cfg)
+                          config=cfg, warnings=warnings)
 
 
 def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:

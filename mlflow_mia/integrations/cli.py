@@ -163,7 +163,7 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
                           "who can read the run and load the model could recompute a text's score and find its "
                           "label there)")
     out.add_argument("--hash-key-file", metavar="PATH",
-                     help="file with your secret key (16+ bytes) for the HMAC-SHA256 text and group hashes in the "
+                     help="file with your secret key (32+ bytes) for the HMAC-SHA256 text and group hashes in the "
                           "logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that is "
                           "not kept, so nobody can look a sample up); see mlflow_mia.lookup_hash")
     out.add_argument("--no-tag-model-version", action="store_true",

@@ -80,7 +80,7 @@ CONFIG_KEYS: dict[str, str] = {
                    "(default False). Anyone who can read the run and load the target model can recompute a "
                    "candidate text's score and find its row and label, so by default tables/samples.csv holds only "
                    "ids, keyed hashes and labels and tables/riskiest.csv only keyed hashes.",
-    "hash_key_file": "File holding the secret key (at least 16 bytes) of the HMAC-SHA256 text and group hashes "
+    "hash_key_file": "File holding the secret key (at least 32 bytes) of the HMAC-SHA256 text and group hashes "
                      "in the logged tables; never logged (default: $MLFLOW_MIA_HASH_KEY, else a random key that "
                      "is not kept, so the hashes cannot be looked up). See mlflow_mia.lookup_hash.",
     "metric_prefix": "Prefix for metric, parameter and artifact names (default '').",
