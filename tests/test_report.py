@@ -101,7 +101,7 @@ def test_report_shows_the_exposure_table(result):
 
 
 def test_report_says_what_log_samples_exposes(result):
-    res = result
+    res, _ = result
     off, on = render_report(res, log_samples=False), render_report(res, log_samples=True)
     assert "## What the logged tables expose" in off and "no score, rank or token count" in off
     assert "**This run logged per-sample scores** (`log_samples`)" in on and "read whether it was a member" in on
