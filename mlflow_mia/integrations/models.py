@@ -15,6 +15,14 @@ The ``model_id`` of the returned model keys the signal cache, so it is always
 pinned: an alias is resolved to its version (``models:/bbc-target@candidate`` ->
 ``models:/bbc-target/3``), and a model without a registry identity is keyed by
 the sha256 of its weights.
+
+Model files are read only from inside the artifact or folder named (no absolute or
+``..`` ``model_binary``, no symbolic link leaving it, safetensors weights unless
+``trust_remote_code``; :mod:`mlflow_mia.integrations.model_files`), so the weights
+digest is that of the audited artifact's own files. A folder or run artifact that
+claims a registry version keeps that identity only when the registered artifact's
+weights, loaded and digested by the audit, are the same: the ``mia.weights_sha256``
+tag is a cache, never the proof.
 """
 
 from __future__ import annotations
