@@ -6,6 +6,11 @@
 ``data`` is the audited pool (texts with a 0/1 membership column given as ``targets``);
 everything else goes into ``evaluator_config["mia"]`` (see
 ``mlflow_mia.integrations.evaluator`` for every key).
+
+``model=None`` with ``target_model`` is the recommended form: the audit loads the model
+with its own loader, which never runs code shipped with it. ``model="models:/..."``
+would let MLflow's pyfunc loader load it first (and run the code of a model with custom
+classes, whatever ``trust_remote_code`` says); the evaluator then warns.
 """
 
 import argparse
@@ -27,10 +32,11 @@ population_df: pd.DataFrame = load_table(spec.population_path)
 mlflow.set_experiment("mlflow-mia examples")
 with mlflow.start_run(run_name="evaluate bbc-target@candidate"):
     result = mlflow.models.evaluate(
-        model=spec.target_uri,  # "models:/bbc-target@candidate"
+        model=None,  # the audit loads target_model itself: MLflow's pyfunc loader never runs
         data=pool_df, targets=spec.label_column,  # "is_member": 1 = in the training data
         model_type="mia", evaluators=["mia"],
         evaluator_config={"mia": {
+            "target_model": spec.target_uri,  # "models:/bbc-target@candidate"
             "reference_model": spec.reference_uri,  # "models:/bbc-reference@champion"
             "population_data": population_df,  # or a csv/jsonl/parquet path
             "text_column": spec.text_column, "group_column": spec.group_column, "id_column": spec.id_column,
@@ -39,6 +45,7 @@ with mlflow.start_run(run_name="evaluate bbc-target@candidate"):
             # The small demo's 300 population texts cannot resolve FPR 0.001 (that needs 1,000).
             "fprs": [0.1, 0.01, 0.001] if args.size == "default" else [0.1, 0.01],
             "log_texts": False,
+            "log_samples": False,  # True adds per-sample scores: a membership oracle for readers of the run
             "max_tpr_at_fpr": "0.01:0.05",  # optional release gate -> tag mia.gate=pass|fail|inconclusive
         }})
 

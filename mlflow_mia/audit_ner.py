@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlflow_mia.metrics import prompts as pm
-from mlflow_mia.ner.names import ENTITY_TYPE_PATTERN, assign_split, check_names_table, name_hash
+from mlflow_mia.ner.names import (ENTITY_TYPE_PATTERN, assign_split, check_names_table, name_hash,
+                                     unknown_token_warnings)
 from mlflow_mia.ner.prompts import SLOT, load_prompts
 from mlflow_mia.option import check_options, option
 
@@ -124,6 +125,8 @@ class NerAuditResult:
     hash_key : HashKey or None
         The key of the ``name_hash`` column (never logged); the logger digests the
         names with it.
+    warnings : list of str
+        What may distort the result (e.g. names read at ``[UNK]`` tokens); shown in the report.
     """
 
     model_id: str
@@ -134,6 +137,7 @@ class NerAuditResult:
     raw_names: list = field(repr=False, default_factory=list)
     config: NerAuditConfig = field(default_factory=NerAuditConfig)
     hash_key: object = field(repr=False, default=None)
+    warnings: list = field(default_factory=list)
 
     @property
     def entity_types(self) -> list[str]:
@@ -297,6 +301,9 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     table = assign_split(check_names_table(names, entity_types=cfg.entity_types), dev_fraction=cfg.dev_fraction,
                          seed=cfg.seed)
     types = list(cfg.entity_types or dict.fromkeys(table["entity_type"]))
+    warnings = unknown_token_warnings(table, clf.tokenizer)
+    for warning in warnings:
+        log.warning(warning)
     from mlflow_mia.signals.entity_confidence import entity_tag_ids
 
     for kind in types:  # fail before any forward pass
@@ -328,7 +335,7 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     summaries = {k: {**v, "rocs": rocs[k]} for k, v in summaries.items()}
     return NerAuditResult(model_id=clf.model_id, metrics=metrics, prompts_table=pd.concat(tables, ignore_index=True),
                           summaries=summaries, names=pd.concat(name_rows, ignore_index=True), raw_names=raw,
-                          config=cfg, hash_key=key)
+                          config=cfg, hash_key=key, warnings=warnings)
 
 
 def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:

@@ -17,7 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates"]
+__all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
+           "invisible_variants"]
 
 
 def text_hash(text: str) -> str:
@@ -25,14 +26,37 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def canonical_text(text: str) -> str:
+    """``text`` as a reader sees it: NFC form, invisible format characters dropped, whitespace runs as one space.
+
+    Format characters (Unicode category Cf: zero-width space U+200B, soft hyphen U+00AD,
+    word joiner U+2060, zero-width joiner U+200D, byte-order mark U+FEFF, ...) draw nothing,
+    and a no-break space (U+00A0) is a space; tokenizers drop or split on them, so the model
+    sees the same tokens for both forms (the issue found identical token ids).
+
+    >>> canonical_text("the\u200b cat\u00ad\u00a0sat\ufeff") == canonical_text("the cat sat")
+    True
+    """
+    text = "".join(c for c in unicodedata.normalize("NFC", text) if unicodedata.category(c) != "Cf")
+    return " ".join(text.split())
+
+
+def invisible_variants(pool_texts: Sequence[str], population_texts: Sequence[str]) -> int:
+    """How many population texts equal a pool text up to invisible characters and whitespace, but not exactly."""
+    exact = set(pool_texts)
+    pool = {canonical_text(t) for t in pool_texts}
+    return sum(1 for t in population_texts if t not in exact and canonical_text(t) in pool)
+
+
 def near_duplicates(pool_texts: Sequence[str], population_texts: Sequence[str]) -> int:
-    """How many population texts equal a pool text up to case and whitespace, but not exactly.
+    """How many population texts equal a pool text up to case, whitespace and invisible characters, but not exactly.
 
     ``"The Cat sat"`` and ``" the cat  sat"`` are the same record to a reader; an exact
-    match is checked (and refused) elsewhere.
+    match, and one up to invisible characters only (:func:`invisible_variants`), are
+    checked (and refused) elsewhere.
     """
     def norm(t: str) -> str:
-        return " ".join(t.casefold().split())
+        return canonical_text(t).casefold()
 
     exact = set(pool_texts)
     pool = {norm(t) for t in pool_texts}
@@ -43,11 +67,17 @@ def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
     texts = tuple(texts)
     if not texts:
         raise ValueError(f"{what} is empty: give at least one text")
+    missing = [i for i, t in enumerate(texts) if _is_missing(t)]
+    if missing:
+        raise ValueError(
+            f"{what} has {len(missing)} missing text(s) (an empty cell, None or NaN; first at row {missing[0]}); "
+            "drop those rows or fill in their texts"
+        )
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
         raise ValueError(
             f"{what} has {len(bad)} non-string text(s) (first at row {bad[0]}: {texts[bad[0]]!r}); "
-            "drop missing values or convert the column to str"
+            "convert the column to str"
         )
     blank = [i for i, t in enumerate(texts) if not _visible(t)]
     if blank:
@@ -56,6 +86,13 @@ def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
             f"characters only; first at row {blank[0]}); remove them before the audit: they have no tokens to score"
         )
     return texts
+
+
+def _is_missing(value) -> bool:
+    """None, NaN or pandas' NA/NaT: what a table reader makes of an empty cell."""
+    if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+        return True
+    return type(value).__name__ in ("NAType", "NaTType")
 
 
 # Unicode categories that carry no visible text: separators (Z*), controls such as NUL (Cc),
@@ -91,10 +128,10 @@ def _check_labels(labels, n: int) -> np.ndarray:
 
 
 def _conflicting_labels(texts: Sequence[str], labels: np.ndarray) -> list[list[int]]:
-    """Rows of each text that appears both as a member and as a non-member."""
+    """Rows of each text that appears both as a member and as a non-member (up to :func:`canonical_text`)."""
     rows: dict[str, list[int]] = {}
     for i, t in enumerate(texts):
-        rows.setdefault(t, []).append(i)
+        rows.setdefault(canonical_text(t), []).append(i)
     return [r for r in rows.values() if len(r) > 1 and len({int(labels[i]) for i in r}) > 1]
 
 
@@ -196,7 +233,8 @@ class AuditDataset:
     ValueError
         An empty pool; empty, blank or invisible texts (zero-width, control or NUL
         characters only); labels other than 0/1 (NaN, None, ``"yes"``, ``"1"``); the same
-        text labelled both member and non-member; length mismatches; duplicate sample
+        text (up to invisible characters and whitespace, :func:`canonical_text`) labelled
+        both member and non-member; length mismatches; duplicate sample
         ids; a group containing both members and non-members. Each names the first row.
     """
 
@@ -213,7 +251,9 @@ class AuditDataset:
         if conflicts:
             raise ValueError(
                 f"{len(conflicts)} text(s) are labelled both member and non-member (first: rows {conflicts[0][:5]}); "
-                "a text either was in the training data or was not: fix the labels or drop the duplicates")
+                "a text either was in the training data or was not: fix the labels or drop the duplicates (texts "
+                "that differ only in invisible characters or whitespace count as one: the model sees the same "
+                "tokens)")
         object.__setattr__(self, "labels", labels)
         ids = self.sample_ids
         if ids is None:

@@ -16,8 +16,12 @@ Examples
 >>> key = HashKey.from_bytes(b"0123456789abcdef0123456789abcdef", source="test")
 >>> lookup_hash("the cat sat", key) == lookup_hash("the cat sat", key.key)
 True
->>> lookup_hash("the cat sat", key) == lookup_hash("the cat sat", b"another key of sixteen+ bytes")
+>>> lookup_hash("the cat sat", key) == lookup_hash("the cat sat", b"another key of thirty-two bytes or more")
 False
+>>> HashKey.from_bytes("sixteen byte key", source="test")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: the hash key (test) has 16 bytes; use at least 32, e.g. ...
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ log = logging.getLogger(__name__)
 
 #: Environment variable holding the hash key (its UTF-8 bytes are the key).
 HASH_KEY_ENV = "MLFLOW_MIA_HASH_KEY"
-#: Shortest key accepted: a shorter one could be guessed by brute force.
-MIN_KEY_BYTES = 16
+#: Shortest key accepted, in bytes (256 bits, the output size of HMAC-SHA256). A key is tried offline
+#: against any logged hash of a guessable text, so a short one (a word, a 16-character phrase) can be found
+#: by brute force; ``secrets.token_hex(32)`` gives 64 bytes.
+MIN_KEY_BYTES = 32
 _CHECK_MESSAGE = b"mlflow-mia hash key check"
 
 

@@ -178,8 +178,29 @@ def _memorization_lines(table) -> list[str]:
     return lines + [""]
 
 
+def _tables_lines(log_samples: bool | None) -> list[str]:
+    """What the per-sample tables of the run expose (issue 21, High 1); nothing when not logged."""
+    if log_samples is None:
+        return []
+    if not log_samples:
+        text = ("`tables/samples.csv` lists each pool sample's id, keyed text hash, keyed group and label, and "
+                "`tables/riskiest.csv` the members flagged at the lowest FPR by keyed hash only: no score, rank or "
+                "token count, because anyone who can read this run and load the target model could recompute a "
+                "candidate text's score and find its label beside it. `log_samples` (`--log-samples`) logs them.")
+    else:
+        text = ("**This run logged per-sample scores** (`log_samples`): `tables/samples.csv` holds every pool "
+                "sample's scores, flags and token count beside its label, and `tables/riskiest.csv` the flagged "
+                "members in score order with their scores. Masks are drawn from the seed and the text, so anyone "
+                "who can read this run and load the target model can recompute a candidate text's score, find its "
+                "row and read whether it was a member: give this run no wider read access than the training data.")
+    return ["## What the logged tables expose", "", text, "",
+            "The ROC curves and score histograms are drawn from all pool scores: in a small pool, someone who "
+            "knows the pool's texts and can run the model could read labels off their steps.", ""]
+
+
 def render_report(result, *, gate=None, title: str | None = None, artifacts=None,
-                  group_column: str | None = None, hashing: str | None = None) -> str:
+                  group_column: str | None = None, hashing: str | None = None,
+                  log_samples: bool | None = None) -> str:
     """Render an audit as Markdown for reviewers.
 
     Parameters
@@ -196,6 +217,9 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
         Name of the user id column that defined the users of the user-level results.
     hashing : str, optional
         How the logged sample and group hashes are keyed (``HashKey.describe()``).
+    log_samples : bool, optional
+        Whether the run's tables hold per-sample scores; adds a section saying what
+        the tables expose (none when None: the report is not part of a run).
 
     Returns
     -------
@@ -240,6 +264,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
                   "Thresholds set on the population set's users:", "", *_population_table(result.user_attacks), ""]
     lines += _epsilon_lines(result)
     lines += _memorization_lines(getattr(result, "memorization_features", None))
+    lines += _tables_lines(log_samples)
     lines += ["## How to read these numbers", "", _GLOSSARY, ""]
     warnings = list(result.warnings)
     n_trunc = int(metrics.get("n_truncated", 0) or 0)

@@ -28,7 +28,23 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
                                                                            for r in rows]
 
 
-def render_ner_report(result, *, title: str | None = None, artifacts=None, level: int = 2) -> str:
+def _exposure(log_samples: bool | None) -> list[str]:
+    """What ``tables/ner_names.csv`` exposes (issue 21, High 1); nothing when not logged."""
+    if log_samples is None:
+        return []
+    if log_samples:
+        return ["**This run logged per-name confidences** (`log_samples`): `tables/ner_names.csv` holds each name's "
+                "confidence under the best, the worst and no prompt beside its label. With the logged prompts and "
+                "the model, anyone who can read this run can recompute a candidate name's confidence, find its row "
+                "and read whether it was in the training data: give this run no wider read access than the "
+                "training data.", ""]
+    return ["`tables/ner_names.csv` lists keyed name hashes, types, labels and splits only: a confidence beside a "
+            "label could be recomputed from the model and the logged prompts to find a candidate name's label. "
+            "`log_samples` (`--log-samples`) logs the confidences.", ""]
+
+
+def render_ner_report(result, *, title: str | None = None, artifacts=None, level: int = 2,
+                      log_samples: bool | None = None) -> str:
     """Markdown section for one :class:`~mlflow_mia.audit_ner.NerAuditResult`.
 
     Parameters
@@ -39,6 +55,9 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
         Logged artifact paths, listed at the end.
     level : int
         Markdown heading level of the section.
+    log_samples : bool, optional
+        Whether the run's names table holds per-name confidences; adds a paragraph
+        saying what it exposes (none when None).
 
     Returns
     -------
@@ -68,6 +87,10 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
             lines.append(f"  Best prompt on test, threshold from dev out-of-sample names: {'; '.join(tprs)} "
                          "(n/a: too few dev out-of-sample names to resolve the FPR).")
         lines.append("")
+    warnings = list(getattr(result, "warnings", []))
+    if warnings:
+        lines += ["Warnings:", "", *[f"- {w}" for w in warnings], ""]
+    lines += _exposure(log_samples)
     if artifacts:
         lines += ["Artifacts: " + ", ".join(f"`{a}`" for a in sorted(artifacts)), ""]
     return "\n".join(lines)

@@ -88,3 +88,62 @@ def test_item10_zero_width_or_nul_only_text_is_reported_at_its_row(invisible):
     with pytest.raises(ValueError, match=r"the population set has 1 .*row 1"):
         PopulationSet(texts=["a cat", invisible])
     assert len(PopulationSet(texts=["a\u200bcat", "x\x00y"])) == 2  # visible characters around: kept
+
+
+# Invisible-character variants of a member text (issue 21, medium): the model sees the same tokens.
+MEMBER = "the cat sat on the mat"
+INVISIBLE_VARIANTS = {
+    "zero-width space": MEMBER.replace(" cat", " c\u200bat"),
+    "soft hyphen": MEMBER.replace(" mat", " m\u00adat"),
+    "word joiner": MEMBER.replace(" sat", " s\u2060at"),
+    "zero-width joiner": MEMBER.replace(" on", " o\u200dn"),
+    "byte-order mark": "\ufeff" + MEMBER,
+    "no-break space": MEMBER.replace(" ", "\u00a0"),
+    "combination": "\ufeff" + MEMBER.replace(" cat", " c\u200bat\u00ad").replace(" ", "\u00a0", 2) + "\u2060",
+}
+
+
+@pytest.mark.parametrize("kind", list(INVISIBLE_VARIANTS))
+def test_invisible_character_variants_of_a_member_in_the_population_are_refused(kind):
+    from mlflow_mia.audit.checks import check_data
+    from mlflow_mia.config import AuditConfig, MetricConfig
+    from mlflow_mia.signals.testing import tiny_bert_tokenizer
+
+    variant = INVISIBLE_VARIANTS[kind]
+    assert variant != MEMBER
+    tok = tiny_bert_tokenizer()
+    assert tok(variant)["input_ids"] == tok(MEMBER)["input_ids"]  # why it matters: the same tokens
+    pool = AuditDataset(texts=[MEMBER, "a dog ran"], labels=[1, 0])
+    population = PopulationSet(texts=[variant] + [f"population text {i}" for i in range(20)])
+    config = AuditConfig(attacks=("loss",), metrics=MetricConfig(fprs=(0.1,)))
+    with pytest.raises(ValueError, match=r"1 population text\(s\) equal a pool text up to invisible characters"):
+        check_data(pool, population, config)
+
+
+@pytest.mark.parametrize("kind", list(INVISIBLE_VARIANTS))
+def test_invisible_character_variants_labelled_both_ways_are_a_conflicting_label(kind):
+    with pytest.raises(ValueError, match=r"1 text\(s\) are labelled both member and non-member.*rows \[0, 2\].*"
+                                         "differ only in invisible characters"):
+        AuditDataset(texts=[MEMBER, "a dog ran", INVISIBLE_VARIANTS[kind]], labels=[1, 0, 0])
+
+
+def test_case_variants_still_only_warn():
+    from mlflow_mia.audit.checks import check_data
+    from mlflow_mia.config import AuditConfig, MetricConfig
+
+    pool = AuditDataset(texts=[MEMBER, "a dog ran"], labels=[1, 0])
+    population = PopulationSet(texts=[MEMBER.upper()] + [f"population text {i}" for i in range(20)])
+    notes = check_data(pool, population, AuditConfig(attacks=("loss",), metrics=MetricConfig(fprs=(0.1,))))
+    assert notes and notes[0].startswith("1 population text(s) equal a pool text up to case or whitespace")
+
+
+@pytest.mark.parametrize("cell", ["None", ""])
+def test_a_missing_text_in_a_table_is_reported_as_missing_not_nan(cell, tmp_path):
+    path = tmp_path / "pool.csv"
+    path.write_text(f"text,is_member\na cat,1\n{cell},0\na dog,0\n")
+    with pytest.raises(ValueError, match=r"the target pool has 1 missing text\(s\) \(an empty cell, None or NaN; "
+                                         r"first at row 1\); drop those rows") as err:
+        AuditDataset.from_frame(path)
+    assert "nan" not in str(err.value)
+    with pytest.raises(ValueError, match=r"the population set has 1 missing text\(s\)"):
+        PopulationSet(texts=["a cat", None])

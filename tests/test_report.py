@@ -103,3 +103,11 @@ def test_report_shows_the_exposure_table(result):
     assert "## Which members are exposed" in md and "flagged by `likelihood_ratio` at FPR 0.1" in md
     assert "| C_non_alnum | 0.700 | 0.500 |" in md
     assert "## Which members are exposed" not in render_report(dataclasses.replace(res, memorization_features=None))
+
+
+def test_report_says_what_log_samples_exposes(result):
+    res, _ = result
+    off, on = render_report(res, log_samples=False), render_report(res, log_samples=True)
+    assert "## What the logged tables expose" in off and "no score, rank or token count" in off
+    assert "**This run logged per-sample scores** (`log_samples`)" in on and "read whether it was a member" in on
+    assert "## What the logged tables expose" not in render_report(res)  # not part of a run

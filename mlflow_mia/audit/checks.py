@@ -6,7 +6,7 @@ import numpy as np
 
 from mlflow_mia.attacks import required_inputs
 from mlflow_mia.config import AuditConfig
-from mlflow_mia.data import AuditDataset, PopulationSet, near_duplicates
+from mlflow_mia.data import AuditDataset, PopulationSet, invisible_variants, near_duplicates
 from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.naming import fmt_alpha
 
@@ -25,7 +25,8 @@ def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfi
     ------
     ValueError
         A pool with one class, a missing or too small population set (it needs
-        ``ceil(1 / min(fprs))`` samples), or a text in both.
+        ``ceil(1 / min(fprs))`` samples), or a text in both (also when the two differ
+        only in invisible characters or whitespace: the model sees the same tokens).
     """
     n_members = int(pool.labels.sum())
     if n_members == 0 or n_members == len(pool):
@@ -45,6 +46,12 @@ def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfi
     if overlap:
         raise ValueError(f"{len(overlap)} text(s) are both in the target pool and the population set; "
                          "the population must be disjoint from the pool")
+    hidden = invisible_variants(pool.texts, population.texts)
+    if hidden:
+        raise ValueError(f"{hidden} population text(s) equal a pool text up to invisible characters (zero-width "
+                         "space or joiner, soft hyphen, word joiner, byte-order mark, no-break space) or whitespace: "
+                         "the model sees the same tokens, so they are the same record; the population must be "
+                         "disjoint from the pool: drop them")
     variants = near_duplicates(pool.texts, population.texts)
     if variants:
         return [f"{variants} population text(s) equal a pool text up to case or whitespace; the population "

@@ -7,8 +7,8 @@ the MLproject entry points and the evaluator plugin share one schema, one parser
 one logging path.
 
 Exit codes: 0 success (gate passed or no gate), 1 the audit broke (a bug or an
-environment fault), 2 a usage or input error (bad option, missing column, missing
-population set), 3 the release gate did not pass: ``fail`` (the model leaks more
+environment fault such as a tracking server that cannot be reached), 2 a usage or
+input error (bad option, missing column, missing population set), 3 the release gate did not pass: ``fail`` (the model leaks more
 than its budget) or ``inconclusive`` (the audit is too small to show that the budget
 holds), each with its own message; also 3 when the audited registry version was
 deleted during the audit and a blocking verdict could not be recorded on it (2 when
@@ -205,6 +205,12 @@ def main(argv=None) -> int:
         print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except mlflow.exceptions.MlflowException as exc:
+        from mlflow_mia.integrations.model_files import tracking_unreachable
+
+        if tracking_unreachable(exc):  # the server is down: an environment fault, not the user's input
+            print(f"mlflow-mia {args.command}: error: the tracking server at {mlflow.get_tracking_uri()} cannot be "
+                  f"reached ({exc.message}); start it or check --tracking-uri", file=sys.stderr)
+            return EXIT_ERROR
         print(f"mlflow-mia {args.command}: error: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
 

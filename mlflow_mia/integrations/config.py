@@ -78,9 +78,11 @@ class MiaOptions(CommonOptions):
                                    "version (or on another version with the same weights) when this audit is at "
                                    "least as strong: the same or more attacks, a budget at each failed FPR as tight, "
                                    "the same confidence and a pool as large (else a fail stays)", mlproject=False)
-    trust_remote_code: bool = option(False, "let a model whose classes are not part of transformers run the Python "
-                                     "code shipped with it (else such a model is refused; see docs/security.md)",
-                                     mlproject=False)
+    trust_remote_code: bool = option(False, "let a model the audit loads itself (target_model, reference_model, "
+                                     "neighbour_generator) run the Python code shipped with it or load pickle "
+                                     "weights (else such a model is refused; see docs/security.md). It cannot "
+                                     "protect model=: MLflow has loaded that model before the evaluator runs; use "
+                                     "model=None with target_model", mlproject=False)
     engine: str = option("local", "where the signals are computed: local, or spark (on Apache Spark, scored on "
                          "the driver; pip install 'mlflow-mia[spark]')", choices=("local", "spark"))
     spark_master: str | None = option(None, "Spark master of the spark engine, e.g. local[2]", metavar="URL",

@@ -4,9 +4,10 @@ Registered in the entry-point group ``mlflow.model_evaluator`` under the name
 ``mia``, so after ``pip install mlflow-mia``::
 
     mlflow.models.evaluate(
-        model="models:/bbc-target@candidate", data=pool_df, targets="is_member",
+        model=None, data=pool_df, targets="is_member",
         model_type="mia", evaluators=["mia"],
         evaluator_config={"mia": {
+            "target_model": "models:/bbc-target@candidate",
             "reference_model": "models:/bbc-reference@champion",
             "population_data": population_df,   # DataFrame or a csv/jsonl/parquet path
             "text_column": "text", "group_column": "article_id",
@@ -17,6 +18,14 @@ Registered in the entry-point group ``mlflow.model_evaluator`` under the name
 ``data`` is the target pool: one row per text, with the membership label in the
 ``targets`` column (1 = member of the target's training data, 0 = non-member).
 The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
+
+``model=None`` with ``target_model`` is the recommended form: the audit loads the
+model with its own loader, which reads only the artifact's safetensors weights and
+never runs code shipped with the model (``docs/security.md``). With
+``model="models:/..."`` MLflow's pyfunc loader runs before this evaluator is called
+(and, for a model with custom classes, runs the model's code whatever
+``trust_remote_code`` says); the evaluator then audits the loaded model and warns,
+in the log and in the report.
 
 Configuration keys (``evaluator_config["mia"]``; unknown keys are an error that
 lists them, a bad value an error naming the key and the expected form). The table
@@ -38,9 +47,57 @@ from mlflow_mia.integrations.options import key_table
 if __doc__:  # the key table, from the declarations
     __doc__ += key_table("mia") + "\n"
 
-__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs", "model_records", "resolve_generator"]
+__all__ = ["MiaEvaluator", "audit_and_log", "load_inputs", "model_records", "resolve_generator", "evaluator_target",
+           "PYFUNC_WARNING"]
 
 log = logging.getLogger(__name__)
+
+#: What the evaluator says, in the log and the report, when mlflow.models.evaluate hands it a loaded model.
+PYFUNC_WARNING = (
+    "model= was loaded by MLflow's pyfunc loader before the mia evaluator ran: for a model with custom classes that "
+    "loader turns on trust_remote_code and runs the code shipped with the model, which the evaluator key "
+    "trust_remote_code=False cannot prevent. Audit a model you do not trust with model=None and "
+    "evaluator_config={{'mia': {{'target_model': 'models:/...'}}}} (or mlflow-mia {command}), which "
+    "loads it without running its code")
+
+
+def evaluator_target(model, target_model, *, resolve, command: str = "audit --target"):
+    """The model an evaluator audits: ``target_model`` (``model=None``), else the ``model`` MLflow loaded.
+
+    Parameters
+    ----------
+    model : PyFuncModel or None
+        What ``mlflow.models.evaluate`` handed over (a ``models:/`` string has already
+        been loaded by MLflow's pyfunc loader).
+    target_model : str or None
+        The ``target_model`` key of the evaluator config.
+    resolve : callable
+        ``resolve(model_or_uri) -> ResolvedModel`` (the audit's own safe loader).
+    command : str
+        The CLI command named in the warning (``audit --target`` or ``ner-audit --model``).
+
+    Returns
+    -------
+    (ResolvedModel, str or None)
+        The resolved model and the warning to show in the report (None for ``model=None``).
+
+    Raises
+    ------
+    ValueError
+        Neither or both of ``model`` and ``target_model`` are given.
+    """
+    if model is None and not target_model:
+        raise ValueError("the mia evaluator audits a model: pass model=None with evaluator_config={'mia': "
+                         "{'target_model': 'models:/name@alias', ...}} (recommended: loaded without running code "
+                         "shipped with it), or model='models:/name@alias'; static predictions cannot be audited")
+    if model is not None and target_model:
+        raise ValueError(f"the model is given twice (model= and target_model={target_model!r}): pass model=None "
+                         "with target_model (recommended), or model= alone")
+    if model is None:
+        return resolve(target_model), None
+    warning = PYFUNC_WARNING.format(command=command)
+    log.warning(warning)
+    return resolve(model), warning
 
 
 def load_inputs(pool_data, options: MiaOptions):
@@ -65,7 +122,7 @@ def load_inputs(pool_data, options: MiaOptions):
 
 
 def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, generator=None,
-                  run_id=None, log_metrics: bool = True, extra_params: dict | None = None):
+                  run_id=None, log_metrics: bool = True, extra_params: dict | None = None, notes=()):
     """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
 
     Parameters
@@ -85,6 +142,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     log_metrics : bool
         False when ``mlflow.models.evaluate`` logs the returned metrics itself.
     extra_params : dict, optional
+    notes : sequence of str
+        Warnings of the caller, added to the result's warnings (and so to the report).
 
     Returns
     -------
@@ -108,6 +167,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                            generator=generator.lm if generator else None, config=config, cache=cache,
                            device=options.device, progress=options.progress)
     result.models = model_records(result.models, target=target, reference=reference, generator=generator)
+    result.warnings.extend(notes)
     gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
             if options.gate is not None else None)
     artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
@@ -115,7 +175,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                           clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                           population=population, gate=gate, group_column=options.group_column,
-                          hash_key=options.hash_key, audit_started=started)
+                          hash_key=options.hash_key, log_samples=options.log_samples, audit_started=started)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts
@@ -192,13 +252,18 @@ class MiaEvaluator(ModelEvaluator):
 
     def evaluate(self, *, model_type, dataset, run_id, evaluator_config, model=None, extra_metrics=None,
                  custom_artifacts=None, predictions=None, **kwargs) -> EvaluationResult:
-        """Audit ``model`` on ``dataset`` and log the results to ``run_id``.
+        """Audit the target on ``dataset`` and log the results to ``run_id``.
+
+        The target is ``evaluator_config["mia"]["target_model"]`` when ``model`` is
+        None (the recommended form: the audit's own loader, which never runs code
+        shipped with the model), else ``model`` as MLflow loaded it, with a warning
+        in the log and the report (:data:`PYFUNC_WARNING`).
 
         Raises
         ------
         ValueError
-            Invalid configuration, missing population set, no model, or unsupported
-            ``extra_metrics`` / ``custom_artifacts`` / ``predictions``.
+            Invalid configuration, missing population set, no model (or two), or
+            unsupported ``extra_metrics`` / ``custom_artifacts``.
         """
         from mlflow_mia.integrations.ner_evaluator import evaluate_ner, is_ner_config
 
@@ -212,19 +277,18 @@ class MiaEvaluator(ModelEvaluator):
 
         if extra_metrics or custom_artifacts:
             raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
-        if model is None:
-            raise ValueError("the mia evaluator audits a model: pass model='models:/name@alias' (or a version, "
-                             "a runs:/ URI or a loaded pyfunc model); static predictions cannot be audited")
         config, options = parse_options(evaluator_config, targets=getattr(dataset, "targets_name", None))
         pool, population = load_inputs(_pool_frame(dataset), options)
         trust = options.trust_remote_code
-        target = resolve_model(model, role="target", trust_remote_code=trust)
+        target, warning = evaluator_target(
+            model, options.target_model, resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
         reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
                      if options.reference_model else None)
         # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
         # logging them here too would duplicate every metric's history.
         model_id = kwargs.get("model_id")
         result, gate, artifacts = audit_and_log(target, pool, population, config, options, reference=reference,
-                                                run_id=run_id, log_metrics=model_id is None)
+                                                run_id=run_id, log_metrics=model_id is None,
+                                                notes=[warning] if warning else [])
         metrics = mlflow_metrics(result, prefix=options.metric_prefix)
         return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

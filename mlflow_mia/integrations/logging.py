@@ -13,9 +13,10 @@ What one audit writes (``prefix`` is prepended to every name):
   metrics itself;
 - figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
   ``plots/hist_<attack>.png``;
-- tables: ``tables/samples.csv`` (ids, keyed text hashes ``text_hmac``, labels,
-  keyed group ids, lengths, scores, flags; raw text only with ``log_texts=True``),
-  ``tables/riskiest.csv``,
+- tables: ``tables/samples.csv`` (ids, keyed text hashes ``text_hmac``, keyed group
+  ids, labels; with ``log_samples=True`` also lengths, scores and flags; raw text only
+  with ``log_texts=True``), ``tables/riskiest.csv`` (the members flagged at the lowest
+  FPR, by keyed hash; with ``log_samples=True`` in score order with ids, lengths and scores),
   ``tables/memorization_features.csv`` (which features predict the flagged members, when
   computed),
   ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
@@ -27,6 +28,11 @@ What one audit writes (``prefix`` is prepended to every name):
   ``mia.<attack>.tpr_at_fpr_<alpha>``, ``mia.gate`` (and its history), ``mia.audit_run_id``
   (:mod:`~mlflow_mia.integrations.registry_tags`).
 
+No per-sample score reaches a table beside a label unless ``log_samples=True``:
+masks are drawn from the seed and the text, so anyone who can read the run and
+load the target recomputes a candidate text's exact score, finds its row and reads
+its label (issue 21, High 1). Token counts and the score order are recomputable
+too, and are left out with the scores.
 No raw text reaches params, metrics, tags or artifacts unless ``log_texts=True``.
 No unkeyed hash of a text or group id does either: an unsalted sha256 next to a
 label would let anyone who reads the run test a candidate text for membership.
@@ -279,19 +285,39 @@ def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
 LARGE_TABLE_ROWS = 200_000
 
 
-def _table_files(result, *, log_texts: bool, texts, hash_key) -> dict:
+#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length).
+SAMPLE_COLUMNS = ("sample_id", "text_hmac", "group", "label")
+#: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
+RISKY_COLUMNS = ("attack", "flagged_at_fpr", "text_hmac", "group")
+
+
+def _without_scores(samples, riskiest):
+    """The default tables: :data:`SAMPLE_COLUMNS` and :data:`RISKY_COLUMNS`, riskiest rows sorted by keyed hash."""
+    import pandas as pd
+
+    samples = samples[[c for c in SAMPLE_COLUMNS if c in samples]]
+    parts = [part.sort_values("text_hmac", kind="stable") for _, part in riskiest.groupby("attack", sort=False)]
+    riskiest = pd.concat(parts, ignore_index=True) if parts else riskiest
+    return samples, riskiest[[c for c in RISKY_COLUMNS if c in riskiest]]
+
+
+def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool = False) -> dict:
     """``{path: (artifact kind, artifact name, writer)}`` of the audit's tables (raw text only with ``log_texts``).
 
     Text hashes and group ids are keyed with ``hash_key`` (:func:`keyed_table`): no plain
-    sha256 of a text leaves the process. A pool of more than :data:`LARGE_TABLE_ROWS`
-    rows (an audit on Spark, say) gets ``tables/samples.parquet`` instead of the CSV.
+    sha256 of a text leaves the process. Without ``log_samples`` the tables hold no
+    score, flag, rank or token count (see the module docstring). A pool of more than
+    :data:`LARGE_TABLE_ROWS` rows (an audit on Spark, say) gets ``tables/samples.parquet``
+    instead of the CSV.
     """
     samples = keyed_table(result.samples, hash_key)
     riskiest = keyed_table(result.riskiest, hash_key)
+    by_hmac = dict(zip(samples["text_hmac"], texts)) if log_texts else {}
+    if not log_samples:
+        samples, riskiest = _without_scores(samples, riskiest)
     if log_texts:
         samples.insert(1, "text", list(texts))
-        by_id = dict(zip(samples["sample_id"], samples["text"]))
-        riskiest.insert(1, "text", [by_id.get(i) for i in riskiest["sample_id"]])
+        riskiest.insert(1, "text", [by_hmac.get(h) for h in riskiest["text_hmac"]])
     if len(samples) > LARGE_TABLE_ROWS:
         files = {"tables/samples.parquet": ("parquet", "samples", lambda p: samples.to_parquet(p, index=False))}
     else:
@@ -312,7 +338,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
               gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
               clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None,
-              audit_started: int | None = None) -> dict:
+              log_samples: bool = False, audit_started: int | None = None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -326,6 +352,11 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         Default False: only ids and keyed hashes are logged.
     texts : sequence of str, optional
         Pool texts in pool order (``AuditDataset.texts``); required when ``log_texts``.
+    log_samples : bool
+        Log per-sample scores, flags and token counts, and the riskiest records in
+        score order with their scores. Default False: anyone who can read the run
+        and load the target could recompute a candidate text's score and find its
+        label there; the tables then hold ids, keyed hashes and labels only.
     model_version : (name, version), iterable of them, or ModelVersion, optional
         Registry version(s) of the target, tagged as
         :func:`~mlflow_mia.integrations.registry_tags.tag_model_version` describes.
@@ -395,7 +426,7 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     metrics = mlflow_metrics(result, prefix=prefix)
     check_metric_names(metrics)
     all_params = {**audit_params(result, population=population, hash_key=hash_key), **(params or {}),
-                  "audit.log_texts": str(bool(log_texts))}
+                  "audit.log_texts": str(bool(log_texts)), "audit.log_samples": str(bool(log_samples))}
     if gate is not None:
         all_params["audit.gate"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
     now = int(time.time() * 1000)
@@ -415,15 +446,16 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     summary = result.summary()
     summary["gate"] = gate.to_dict() if gate is not None else None
     summary["log_texts"] = bool(log_texts)
+    summary["log_samples"] = bool(log_samples)
     summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
     files = {  # path -> (artifact kind, artifact name, writer)
-        **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key),
+        **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key, log_samples=log_samples),
         "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
         "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config_record()))),
     }
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
-                           hashing=hash_key.describe())
+                           hashing=hash_key.describe(), log_samples=log_samples)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
 

@@ -15,6 +15,14 @@ The ``model_id`` of the returned model keys the signal cache, so it is always
 pinned: an alias is resolved to its version (``models:/bbc-target@candidate`` ->
 ``models:/bbc-target/3``), and a model without a registry identity is keyed by
 the sha256 of its weights.
+
+Model files are read only from inside the artifact or folder named (no absolute or
+``..`` ``model_binary``, no symbolic link leaving it, safetensors weights unless
+``trust_remote_code``; :mod:`mlflow_mia.integrations.model_files`), so the weights
+digest is that of the audited artifact's own files. A folder or run artifact that
+claims a registry version keeps that identity only when the registered artifact's
+weights, loaded and digested by the audit, are the same: the ``mia.weights_sha256``
+tag is a cache, never the proof.
 """
 
 from __future__ import annotations
@@ -23,10 +31,13 @@ import logging
 import os
 from dataclasses import dataclass
 
+from mlflow_mia.integrations.model_files import (PICKLE_WEIGHTS, check_model_files, inside_folder,
+                                                 tracking_unreachable)
 from mlflow_mia.integrations.registry_tags import WEIGHTS_TAG
 from mlflow_mia.signals.model import MaskedLM, refuse_remote_code, weights_digest
 
-__all__ = ["ResolvedModel", "resolve_model", "registry_versions_of", "registered_weights_id", "WEIGHTS_TAG"]
+__all__ = ["ResolvedModel", "resolve_model", "registry_versions_of", "registered_weights_id", "check_model_files",
+           "tracking_unreachable", "PICKLE_WEIGHTS", "WEIGHTS_TAG"]
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +170,8 @@ def _pin_registry_uri(uri: str):
                 raise ValueError(f"registered model {name!r} has no version in stage {version!r}")
             mv = versions[0]
     except MlflowException as exc:
+        if tracking_unreachable(exc):
+            raise  # an environment fault (exit 1), not a wrong URI
         raise ValueError(
             f"cannot resolve {uri!r} in the model registry at {_tracking_uri()}: {exc.message}") from None
     source = str(mv.source or "")
@@ -203,19 +216,19 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
     the model's authors. With ``trust_remote_code=True`` the model is loaded by
     MLflow's own loader, as its authors intended.
 
+    Files are read only from inside the artifact: ``model_binary`` in ``MLmodel``
+    must be a relative path without ``..``, the model and tokenizer folders must not
+    be symbolic links, no link inside them may resolve outside the artifact
+    (:func:`check_model_files`), and weights must be safetensors unless
+    ``trust_remote_code`` is on. All of it is checked before any file is loaded.
+
     Raises
     ------
     ValueError
         Not a transformers-flavor model, custom code without ``trust_remote_code``,
-        or no tokenizer saved with the model.
+        no tokenizer saved with the model, a model file outside the artifact, or
+        pickle weights without ``trust_remote_code``.
     """
-    if trust_remote_code:
-        import mlflow
-
-        components = mlflow.transformers.load_model(uri, return_type="components")
-        if "tokenizer" not in components:
-            raise ValueError(_NO_TOKENIZER.format(uri=uri))
-        return components["model"], components["tokenizer"]
     from mlflow.models import Model
 
     folder = _local_copy(uri)
@@ -224,13 +237,23 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
         raise ValueError(f"{uri} is not a transformers-flavor MLflow model; log it with mlflow.transformers.log_model")
     if "tokenizer" not in flavor.get("components", ()):
         raise ValueError(_NO_TOKENIZER.format(uri=uri))
-    model_dir = os.path.join(folder, flavor.get("model_binary", "model"))
-    tokenizer_dir = os.path.join(folder, "components", "tokenizer")
+    model_dir = inside_folder(folder, str(flavor.get("model_binary", "model")), what="model_binary", source=uri)
+    tokenizer_dir = inside_folder(folder, os.path.join("components", "tokenizer"), what="tokenizer", source=uri)
+    for sub in (model_dir, tokenizer_dir):  # before anything is read from them
+        check_model_files(sub, root=folder, source=uri, trust_remote_code=trust_remote_code,
+                          weights=sub == model_dir)
+    if trust_remote_code:
+        import mlflow
+
+        components = mlflow.transformers.load_model(folder, return_type="components")
+        if "tokenizer" not in components:
+            raise ValueError(_NO_TOKENIZER.format(uri=uri))
+        return components["model"], components["tokenizer"]
     model_cls = _transformers_class(flavor.get("pipeline_model_type"), "model", uri)
     tokenizer_cls = _transformers_class(flavor.get("tokenizer_type"), "tokenizer", uri)
     for sub in (model_dir, tokenizer_dir):
         refuse_remote_code(sub, source=uri)
-    model = model_cls.from_pretrained(model_dir, trust_remote_code=False)
+    model = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True)
     return model, tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
 
 
@@ -251,27 +274,34 @@ def _logged_model_id(uri: str) -> tuple[str | None, str | None]:
 
 
 def registered_weights_id(name: str, version: str) -> str | None:
-    """``weights_id`` of registry version ``name/version``: its ``mia.weights_sha256`` tag, else computed.
+    """``weights_id`` of registry version ``name/version``, computed from its registered artifacts.
 
-    The digest is computed from the registered artifacts (loaded without running
-    shipped code) and stored on the version, so the next check is cheap. None when
-    the version cannot be loaded as a transformers model.
+    The registered model is loaded (without running shipped code, files only from
+    inside its artifact) and its weights digested every time: the
+    ``mia.weights_sha256`` tag on the version is only a cache of that digest for
+    readers of the registry (anyone allowed to tag versions can write it), never
+    the proof. A tag that disagrees is rewritten, with a warning. None when the
+    version cannot be loaded as a transformers model.
     """
     from mlflow.exceptions import MlflowException
 
     client = _client()
-    digest = (client.get_model_version(name, str(version)).tags or {}).get(WEIGHTS_TAG)
-    if digest:
-        return digest
+    tagged = (client.get_model_version(name, str(version)).tags or {}).get(WEIGHTS_TAG)
     try:
         model, _ = _load_components(f"models:/{name}/{version}")
     except (ValueError, OSError, MlflowException) as exc:
         log.warning("cannot load models:/%s/%s to check its weights: %s", name, version, exc)
         return None
     digest = "sha256:" + weights_digest(model)
+    if tagged == digest:
+        return digest
+    if tagged:
+        log.warning("models:/%s/%s carries %s=%s, but its registered weights digest to %s: the tag was not "
+                    "written by an audit of these weights; it is replaced", name, version, WEIGHTS_TAG, tagged,
+                    digest)
     try:
         client.set_model_version_tag(name, str(version), WEIGHTS_TAG, digest)
-    except MlflowException as exc:  # a read-only registry: the digest is recomputed next time
+    except MlflowException as exc:  # a read-only registry: the digest is recomputed next time anyway
         log.debug("cannot store %s on %s/%s: %s", WEIGHTS_TAG, name, version, exc)
     return digest
 
@@ -371,6 +401,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
             return _resolved(parts, requested=uri, pinned=None, role=role,
                              registry=registry_versions_of(model_id, run_id), claimed=True, wrapper=wrapper)
         if os.path.exists(os.path.join(uri, "config.json")):
+            check_model_files(uri, source=uri, trust_remote_code=trust_remote_code)
             lm = wrapper.from_pretrained(uri, trust_remote_code=trust_remote_code)
             lm.name = f"{role} {uri}"
             return ResolvedModel(lm=lm, requested=uri, resolved_uri=lm.model_id)

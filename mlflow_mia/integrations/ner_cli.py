@@ -46,7 +46,7 @@ def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, t
                        progress=options.progress, hash_key=options.hash_key)
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
         log_ner_audit(result, run_id=run.info.run_id, log_texts=options.log_texts, params=tagger_params(tagger),
-                      title=title)
+                      title=title, log_samples=options.log_samples)
     return result, run.info.run_id
 
 

@@ -3,10 +3,15 @@
 ::
 
     mlflow.models.evaluate(
-        model="models:/wnut-ner-a@candidate", data=names_df, targets="is_member",
+        model=None, data=names_df, targets="is_member",
         model_type="mia", evaluators=["mia"],
-        evaluator_config={"mia": {"method": "ner_prompts", "entity_types": ["person", "geo-loc"],
+        evaluator_config={"mia": {"method": "ner_prompts", "target_model": "models:/wnut-ner-a@candidate",
+                                  "entity_types": ["person", "geo-loc"],
                                   "dev_fraction": 0.5, "subword": "first", "seed": 0}})
+
+``model=None`` with ``target_model`` is the recommended form: the audit's own loader
+never runs code shipped with the model. With ``model="models:/..."`` MLflow's pyfunc
+loader has run before the evaluator is called; the audit warns (log and report).
 
 ``data`` holds one row per name: ``name``, ``entity_type``, the label column
 (``targets``; 1 = the name occurs in the model's training data) and optionally
@@ -82,6 +87,10 @@ def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = 
 def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     """The evaluator's body for ``method="ner_prompts"``; returns an ``EvaluationResult``.
 
+    The audited model is ``target_model`` when ``model`` is None (recommended), else
+    ``model`` as MLflow loaded it, with a warning (see
+    :func:`~mlflow_mia.integrations.evaluator.evaluator_target`).
+
     Raises
     ------
     ValueError
@@ -93,6 +102,7 @@ def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     from mlflow.models.evaluation import EvaluationResult
 
     from mlflow_mia.audit_ner import ner_audit
+    from mlflow_mia.integrations.evaluator import evaluator_target
     from mlflow_mia.integrations.ner_logging import log_ner_audit
     from mlflow_mia.integrations.ner_models import resolve_token_classifier, tagger_params
     from mlflow_mia.signals.entity_confidence import ConfidenceCache
@@ -100,9 +110,6 @@ def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
     from mlflow_mia.ner.names import check_names_table
 
     cfg, options = parse_ner_config(evaluator_config, targets=getattr(dataset, "targets_name", None))
-    if model is None:
-        raise ValueError("the NER audit needs a model: pass model='models:/name@alias' (a token-classification "
-                         "model logged with the transformers flavor)")
     names = dataset.features_data
     if not isinstance(names, pd.DataFrame):
         raise ValueError("the NER audit needs `data` as a pandas DataFrame with columns name, entity_type and the "
@@ -113,11 +120,15 @@ def evaluate_ner(*, model, dataset, run_id, evaluator_config, model_id=None):
         names[dataset.targets_name] = dataset.labels_data
     names = names.rename(columns={label: "is_member"}) if label != "is_member" else names
     check_names_table(names, entity_types=cfg.entity_types)  # before the model loads
-    tagger = resolve_token_classifier(model)
+    tagger, warning = evaluator_target(model, options.target_model, resolve=resolve_token_classifier,
+                                       command="ner-audit --model")
     result = ner_audit(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
                        config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
                        progress=options.progress, hash_key=options.hash_key)
+    if warning:
+        result.warnings.append(warning)
     artifacts = log_ner_audit(result, run_id=run_id, log_texts=options.log_texts, log_metrics=model_id is None,
-                              params=tagger_params(tagger), prefix=options.metric_prefix)
+                              params=tagger_params(tagger), prefix=options.metric_prefix,
+                              log_samples=options.log_samples)
     metrics = {f"{options.metric_prefix}{k}": v for k, v in result.metrics.items()}
     return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

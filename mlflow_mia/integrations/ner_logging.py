@@ -7,15 +7,19 @@ What one NER audit writes (``prefix`` is prepended to every name):
 - metrics: ``ner/{type}/...`` in one ``log_batch`` (unless ``log_metrics=False``
   because ``mlflow.models.evaluate`` logs the returned metrics itself);
 - ``tables/ner_prompts.csv`` (one row per prompt and type with its M-MEM on dev,
-  test and all names), ``tables/ner_names.csv`` (keyed name hashes, labels, split and the
-  best / worst / no-prompt confidences; the raw ``name`` column only with
-  ``log_texts=True``), ``ner_summary.json`` (best / worst / modified prompts, metrics);
+  test and all names), ``tables/ner_names.csv`` (keyed name hashes, types, labels and
+  split; the best / worst / no-prompt confidences only with ``log_samples=True``, the raw
+  ``name`` column only with ``log_texts=True``), ``ner_summary.json`` (best / worst /
+  modified prompts, metrics);
 - ``plots/ner_prompt_mmem.png``, ``plots/ner_mmem_by_sentence_type.png``,
   ``plots/ner_mmem_by_slot_position.png``, ``plots/ner_roc_best_worst.png``;
 - ``report.md`` (the NER section) and the run tag ``mia.method=ner_prompts``.
 
 Names are the sensitive data of this audit: no raw name reaches params, tags,
-metrics or artifacts unless ``log_texts=True``. Prompts are logged.
+metrics or artifacts unless ``log_texts=True``. Prompts are logged. No per-name
+confidence reaches ``ner_names.csv`` unless ``log_samples=True``: with the best
+prompt (logged) and the model, anyone who can read the run recomputes a candidate
+name's confidence, finds its row and reads ``is_member`` (issue 21, High 1).
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import time
 from mlflow_mia.integrations.logging import (_json, _write, active_run_id, check_metric_names, dataset_digest,
                                              log_figures, log_files)
 
-__all__ = ["log_ner_audit", "ner_params"]
+__all__ = ["log_ner_audit", "ner_params", "NAME_TABLE_COLUMNS"]
+
+#: Columns of ``tables/ner_names.csv`` by default: nothing recomputable from the model beside the label.
+NAME_TABLE_COLUMNS = ("name_hash", "entity_type", "is_member", "split")
 
 
 def ner_params(result) -> dict[str, str]:
@@ -50,7 +57,8 @@ def _figures(result) -> dict:
 
 
 def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False, log_metrics: bool = True,
-                  params: dict | None = None, prefix: str = "", title: str | None = None, client=None) -> dict:
+                  params: dict | None = None, prefix: str = "", title: str | None = None, client=None,
+                  log_samples: bool = False) -> dict:
     """Log an NER audit to an MLflow run.
 
     Parameters
@@ -60,6 +68,11 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
         Default: the active run.
     log_texts : bool
         Add the raw names to ``tables/ner_names.csv`` (default False: hashes only).
+    log_samples : bool
+        Add each name's confidences under the best, the worst and no prompt
+        (``c_best``, ``c_worst``, ``c_no_prompt``) to ``tables/ner_names.csv``.
+        Default False: recomputable from the model and the logged prompts, they
+        would let a reader of the run find a candidate name's label.
     log_metrics : bool
         Log ``result.metrics``; False when ``mlflow.models.evaluate`` logs them.
     params : dict, optional
@@ -85,7 +98,8 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     run_id = active_run_id(run_id, "log_ner_audit")
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
     check_metric_names(metrics)
-    all_params = {**ner_params(result), **(params or {}), "ner.log_texts": str(bool(log_texts))}
+    all_params = {**ner_params(result), **(params or {}), "ner.log_texts": str(bool(log_texts)),
+                  "ner.log_samples": str(bool(log_samples))}
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
                      params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
@@ -94,15 +108,18 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     logged = [prefix + path for path in figures]
     artifacts = log_figures(client, run_id, figures, prefix=prefix)
     names = result.names.copy()
+    if not log_samples:
+        names = names[[c for c in NAME_TABLE_COLUMNS if c in names]]
     if log_texts:
         names.insert(1, "name", list(result.raw_names))
     summary = {"model_id": result.model_id, "metrics": result.metrics, "log_texts": bool(log_texts),
+               "log_samples": bool(log_samples), "warnings": list(getattr(result, "warnings", [])),
                "types": {k: {kk: vv for kk, vv in v.items() if kk != "rocs"} for k, v in result.summaries.items()}}
     files = {"tables/ner_prompts.csv": ("csv", "ner_prompts", lambda p: result.prompts_table.to_csv(p, index=False)),
              "tables/ner_names.csv": ("csv", "ner_names", lambda p: names.to_csv(p, index=False)),
              "ner_summary.json": ("json", "ner_summary", lambda p: _write(p, _json(summary)))}
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
-    report = render_ner_report(result, title=title, artifacts=logged, level=1)
+    report = render_ner_report(result, title=title, artifacts=logged, level=1, log_samples=log_samples)
     files["report.md"] = ("text", "report", lambda p: _write(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
     return artifacts

@@ -86,9 +86,11 @@ class CommonOptions:
                                       default_doc="the targets argument of mlflow.models.evaluate, else is_member")
     log_texts: bool = option(False, "write raw texts (names, for NER) into the logged tables; else only ids and "
                              "keyed hashes", used_by=_AUDITS)
-    log_samples: bool = option(False, "log the per-sample/per-name score tables beside labels: anyone who can "
-                               "load the target can then recompute membership from them", used_by=_AUDITS)
-    hash_key: Any = option(None, "file holding your secret key (16+ bytes) of the HMAC-SHA256 text, group and "
+    log_samples: bool = option(False, "log per-sample scores, flags and token counts (per-name confidences, for "
+                               "NER) beside the labels; else the tables hold only ids, keyed hashes and labels: "
+                               "anyone who can read the run and load the target could recompute a text's score "
+                               "and find its label there", used_by=_AUDITS)
+    hash_key: Any = option(None, "file holding your secret key (32+ bytes) of the HMAC-SHA256 text, group and "
                            "name hashes in the logged tables; never logged (see mlflow_mia.lookup_hash)",
                            key="hash_key_file", parse=_hash_key, used_by=_WITH_ANALYZE, metavar="PATH", repr=False,
                            default_doc="$MLFLOW_MIA_HASH_KEY, else a random key that is not kept")

@@ -42,8 +42,17 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
     """Masked energy (or PLL), token count and truncation flag of each input text.
 
     ``model_config`` holds ``signal`` (a :class:`SignalConfig` as a dict),
-    ``model_uri`` (when the weights are not an artifact), ``model_id`` and
-    ``tokenizer_id`` (checked after loading), ``text_column`` and ``device``.
+    ``model_uri`` (when the weights are not an artifact), ``model_id`` (the
+    target's name when the scorer was logged), ``weights_id`` and ``tokenizer_id``
+    (digests of the weights and tokenizer the scorer was logged for, both checked
+    after loading: ``models:/tgt/2`` on another tracking server is another model),
+    ``text_column`` and ``device``.
+
+    Raises
+    ------
+    ValueError
+        From ``load_context``: the model loaded where the scorer runs has other
+        weights or another tokenizer than when the scorer was logged.
     """
 
     def load_context(self, context):
@@ -60,8 +69,13 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
             torch.set_num_threads(int(threads))
         source = context.artifacts.get("model") if context.artifacts else None
         self._lm = resolve_model(source or cfg["model_uri"], role="target").lm
+        where = source or cfg["model_uri"]
+        if cfg.get("weights_id") and self._lm.weights_id != cfg["weights_id"]:
+            raise ValueError(f"the scorer's model {where!r} loaded here has other weights ({self._lm.weights_id}) "
+                             f"than the model it was logged for ({cfg.get('model_id')}, {cfg['weights_id']}): the "
+                             "URI names another model on this server; log the scorer with embed_weights=True")
         if cfg.get("tokenizer_id") and self._lm.tokenizer_id != cfg["tokenizer_id"]:
-            raise ValueError(f"the scorer's model {source or cfg['model_uri']!r} loaded here has another tokenizer "
+            raise ValueError(f"the scorer's model {where!r} loaded here has another tokenizer "
                              "than when the scorer was logged; log the scorer with embed_weights=True")
 
     def predict(self, context, model_input, params=None):
@@ -147,7 +161,8 @@ def log_scorer(model, config: SignalConfig | None = None, *, name: str = "mia-sc
     resolved = resolve_model(model, role="target")
     spec = model_spec(resolved, config)
     model_config = {"signal": dataclasses.asdict(config), "model_id": spec["model_id"],
-                    "tokenizer_id": spec["tokenizer_id"], "text_column": text_column, "device": device}
+                    "weights_id": spec["weights_id"], "tokenizer_id": spec["tokenizer_id"],
+                    "text_column": text_column, "device": device}
     signature = ModelSignature(
         inputs=Schema([ColSpec("string", text_column)]),
         outputs=Schema([ColSpec("double", config.kind), ColSpec("long", "n_tokens"), ColSpec("boolean", "truncated")]))

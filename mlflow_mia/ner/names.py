@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["read_conll", "extract_entities", "entity_names", "detection_set", "check_names_table", "assign_split",
-           "read_private_table", "name_hash", "NAME_COLUMNS", "ENTITY_TYPE_PATTERN"]
+           "read_private_table", "unknown_token_warnings", "name_hash", "NAME_COLUMNS", "ENTITY_TYPE_PATTERN"]
 
 NAME_COLUMNS = ("name", "entity_type", "is_member")
 #: What an entity type may hold: it names metrics (``ner/<type>/...``), so MLflow's name characters, one level.
@@ -253,8 +253,9 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
     Raises
     ------
     ValueError
-        Missing columns, empty or missing names, labels other than 0/1, a type with
-        one class only, or unknown types.
+        Missing columns, empty or missing names, labels other than 0/1, a name labelled
+        both 1 and 0 within a type (compared as :func:`name_hash` compares names, and
+        up to invisible characters), a type with one class only, or unknown types.
     """
     import pandas as pd
 
@@ -277,6 +278,7 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
         raise ValueError(f"column {label_column!r} must hold 0/1 (1 = in-sample), got "
                          f"{sorted(map(str, pd.unique(df['is_member'])))[:5]}")
     df["is_member"] = labels.astype(int)
+    _refuse_conflicting_labels(df, label_column)
     present = list(dict.fromkeys(df["entity_type"].astype(str)))
     bad_types = [t for t in present if not re.fullmatch(ENTITY_TYPE_PATTERN, t)]
     if bad_types:
@@ -295,6 +297,59 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
         raise ValueError(f"column 'split' must hold 'dev' or 'test', got {sorted(set(map(str, df['split'])))}")
     cols = [c for c in (*NAME_COLUMNS, "split") if c in df.columns]
     return df[cols].reset_index(drop=True)
+
+
+def _refuse_conflicting_labels(df, label_column: str) -> None:
+    """A name labelled both in-sample (1) and out-of-sample (0) within one entity type is an error (rows named)."""
+    from mlflow_mia.data import canonical_text
+
+    keys = [(str(t), _normalise(canonical_text(n))) for t, n in zip(df["entity_type"], df["name"])]
+    rows: dict = {}
+    for i, (key, y) in enumerate(zip(keys, df["is_member"])):
+        rows.setdefault(key, {}).setdefault(int(y), []).append(i)
+    both = [sorted(r[0] + r[1]) for r in rows.values() if len(r) == 2]
+    if both:
+        raise ValueError(f"{len(both)} name(s) are labelled both in-sample and out-of-sample in {label_column!r} "
+                         f"within one entity type (first: rows {both[0][:5]}; names are compared ignoring case, "
+                         "spacing and invisible characters): a name either occurs in the training data or does not; "
+                         "fix the labels or drop the duplicates")
+
+
+def unknown_token_warnings(names, tokenizer) -> list[str]:
+    """Warnings for names the tokenizer reads (partly) as its unknown token, one per entity type.
+
+    A name made of ``[UNK]`` tokens gets the same confidence as any other such name in
+    a prompt: the audit cannot tell them apart, and their M-MEM says nothing about
+    memorization. Names are tokenized as text (special-token strings split, as the
+    audit does) and never written into the message.
+
+    Parameters
+    ----------
+    names : pandas.DataFrame
+        ``name`` and ``entity_type`` columns (:func:`check_names_table`'s output).
+    tokenizer : transformers tokenizer
+        The NER model's tokenizer.
+
+    Returns
+    -------
+    list of str
+        Empty when no name holds the unknown token (or the tokenizer has none).
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or names.empty:
+        return []
+    ids = tokenizer(list(names["name"]), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    out = []
+    for kind in dict.fromkeys(names["entity_type"]):
+        rows = [i for i, t in enumerate(names["entity_type"]) if t == kind]
+        some = [i for i in rows if unk in ids[i]]
+        if some:
+            only = sum(1 for i in some if set(ids[i]) == {unk})
+            out.append(f"{len(some)} of {len(rows)} {kind} name(s) contain characters the tokenizer maps to "
+                       f"{tokenizer.unk_token} ({only} consist of it alone): their confidences are read at the "
+                       "unknown token, so such names look alike to the model and their M-MEM says little about "
+                       "memorization; use a tokenizer that covers them or drop them")
+    return out
 
 
 def assign_split(names, *, dev_fraction: float = 0.5, seed: int = 0):

@@ -208,8 +208,9 @@ def _encode(clf: TokenClassifier, prompts, names, subword: str):
     from mlflow_mia.ner.prompts import fill, short  # data layer (pure string handling)
 
     filled = [fill(p, n) for p, n in zip(prompts, names)]
+    # split_special_tokens: a name such as "[SEP]" is text, not the tokenizer's separator (as in signals/energy.py)
     enc = clf.tokenizer([s for s, _ in filled], return_offsets_mapping=True, truncation=True,
-                        max_length=clf.max_length, add_special_tokens=True)
+                        max_length=clf.max_length, add_special_tokens=True, split_special_tokens=True)
     ids, positions = [], []
     for k, ((_, start), name) in enumerate(zip(filled, names)):
         pos = _name_positions(enc["offset_mapping"][k], _word_spans(name, start), subword)
@@ -296,6 +297,7 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
     budget = int(token_budget or TOKEN_BUDGETS.get(device.type, 4096))
     spec = {"signal": "ner_entity_confidence", "version": 1, "weights": clf.weights_id,
             "tokenizer": clf.tokenizer_id, "label2id": sorted(clf.label2id.items()), "subword": subword, "max_length": clf.max_length}
+    spec["tokenization"] = "split_special_tokens"  # special-token strings in names and prompts are text
     key = cache.register(spec) if cache is not None else None
     items = [_item_hash(t, p, n) for p, n, t in zip(prompts, names, entity_types)]
     values = np.full(len(items), np.nan)

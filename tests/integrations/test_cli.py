@@ -110,7 +110,7 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
             *tracking.cli_args("--reference", "models:/ref@champion,models:/tgt@champion",
                                "--attacks", "loss,likelihood_ratio,neighbourhood", "--num-neighbours", "3",
                                "--neighbour-generator", "models:/ref@champion", "--bootstrap-rounds", "0",
-                               "--no-tag-model-version", "--log-texts")]
+                               "--no-tag-model-version", "--log-texts", "--log-samples")]
     assert main(args) == 0
     capsys.readouterr()
     runs = _runs()

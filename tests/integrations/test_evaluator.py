@@ -124,9 +124,21 @@ def test_no_raw_text_by_default(tracking, tmp_path):
     import pandas as pd
 
     samples = pd.read_csv(pathlib.Path(root) / "tables" / "samples.csv")
+    assert list(samples.columns) == ["sample_id", "text_hmac", "group", "label"]  # no score beside a label
+
+
+def test_log_samples_adds_scores_flags_and_lengths(tracking, tmp_path):
+    import pandas as pd
+
+    run_id, _ = _evaluate(tracking, None, target_model="models:/tgt@candidate", bootstrap_rounds=0,
+                          log_samples=True, tag_model_version=False)
+    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="tables/samples.csv",
+                                               dst_path=str(tmp_path))
+    samples = pd.read_csv(path)
     assert "text" not in samples.columns
     assert {"sample_id", "text_hmac", "label", "group", "n_tokens", "score_loss", "score_likelihood_ratio",
             "flagged_likelihood_ratio_fpr_0.05"} <= set(samples.columns)
+    assert MlflowClient().get_run(run_id).data.params["audit.log_samples"] == "True"
 
 
 def test_log_texts_true_includes_texts(tracking, tmp_path):
@@ -156,3 +168,37 @@ def test_every_config_key_is_documented():
 
     for key in CONFIG_KEYS:
         assert f"``{key}``" in ev.__doc__, key
+
+
+def _report(run_id, tmp_path) -> str:
+    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="report.md", dst_path=str(tmp_path))
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def test_high6_model_none_with_target_model_audits_the_registry_model(tracking, tmp_path, caplog):
+    with caplog.at_level("WARNING"):
+        run_id, result = _evaluate(tracking, None, target_model="models:/tgt@candidate", bootstrap_rounds=0,
+                                   tag_model_version=False)
+    params = MlflowClient().get_run(run_id).data.params
+    assert params["target_model"] == "models:/tgt/2" and params["target_model_requested"] == "models:/tgt@candidate"
+    assert result.metrics["likelihood_ratio/auc"] > 0.8
+    _assert_single_history(run_id, result.metrics)
+    assert "pyfunc loader" not in caplog.text and "pyfunc loader" not in _report(run_id, tmp_path)
+
+
+def test_high6_a_model_loaded_by_mlflow_gets_a_loud_warning(tracking, tmp_path, caplog):
+    from mlflow_mia.integrations.evaluator import PYFUNC_WARNING
+
+    warning = PYFUNC_WARNING.format(command="audit --target")
+    with caplog.at_level("WARNING", logger="mlflow_mia.integrations.evaluator"):
+        run_id, _ = _evaluate(tracking, "models:/tgt@candidate", bootstrap_rounds=0, tag_model_version=False)
+    assert warning in caplog.text
+    assert f"- {warning}" in _report(run_id, tmp_path)
+
+
+def test_high6_the_model_must_be_given_exactly_once(tracking):
+    with pytest.raises(ValueError, match=r"pass model=None with evaluator_config=\{'mia': \{'target_model'"):
+        _evaluate(tracking, None)
+    with pytest.raises(ValueError, match=r"the model is given twice \(model= and target_model='models:/tgt/1'\)"):
+        _evaluate(tracking, "models:/tgt/1", target_model="models:/tgt/1")

@@ -184,8 +184,8 @@ def test_item5_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_pat
     assert samples["text_hmac"].tolist() == [lookup_hash(t, key) for t in pool.texts]
     assert samples["group"].tolist() == [lookup_hash(g, key) for g in pool.groups]
     riskiest = artifacts["riskiest"].content
-    by_id = dict(zip(pool.sample_ids, pool.texts))
-    assert riskiest["text_hmac"].tolist() == [lookup_hash(by_id[str(i)], key) for i in riskiest["sample_id"]]
+    members = {lookup_hash(t, key) for t, y in zip(pool.texts, pool.labels) if y == 1}
+    assert len(riskiest) and set(riskiest["text_hmac"]) <= members and "sample_id" not in riskiest
     params = MlflowClient().get_run(run.info.run_id).data.params
     assert params["audit.hash_key"] == "env" and len(params["audit.hash_key_check"]) == 16
     assert "your key (env" in artifacts["report"].content
@@ -216,13 +216,30 @@ def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
 
     path = tmp_path / "mia.key"
     path.write_text("file key of at least sixteen bytes\n")
-    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "the env key, also long enough")
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "the env key, also long enough: 32+")
     _, options = parse_options({"hash_key_file": str(path)})
     assert options.hash_key.source == "file" and "sixteen" not in repr(options)
     assert lookup_hash("x", options.hash_key) == lookup_hash("x", "file key of at least sixteen bytes")
     assert resolve_hash_key().source == "env"
-    with pytest.raises(ValueError, match="at least 16"):
+    with pytest.raises(ValueError, match="at least 32"):
         HashKey.from_bytes("short", source="env")
+
+
+def test_a_weak_hash_key_under_32_bytes_is_refused(tmp_path, monkeypatch):
+    from mlflow_mia.hashing import MIN_KEY_BYTES, resolve_hash_key
+    from mlflow_mia.integrations.config import parse_options
+
+    assert MIN_KEY_BYTES == 32
+    weak, strong = "a sixteen byte k" + "x" * 15, "a sixteen byte k" + "x" * 16
+    path = tmp_path / "weak.key"
+    path.write_text(weak + "\n")
+    with pytest.raises(ValueError, match=r"the hash key \(file\) has 31 bytes; use at least 32"):
+        parse_options({"hash_key_file": str(path)})
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "sixteen byte key")
+    with pytest.raises(ValueError, match=r"the hash key \(env\) has 16 bytes; use at least 32"):
+        resolve_hash_key()
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", strong)
+    assert resolve_hash_key().key == strong.encode()
     with pytest.raises(FileNotFoundError, match="hash key file"):
         parse_options({"hash_key_file": str(tmp_path / "missing.key")})
 

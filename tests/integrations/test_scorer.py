@@ -32,3 +32,22 @@ def test_registered_scorer_returns_compute_signals(tracking, embed):
     assert ("model_uri" in config) != embed
     with pytest.raises(ValueError, match="text at row 1 is missing"):
         scorer.predict(pd.DataFrame({"text": ["the cat", None]}))
+
+
+def test_the_scorer_checks_the_model_weights_not_only_the_tokenizer(tracking):
+    """The scorer's model_uri names other weights where it runs (another server's models:/tgt/2): refused."""
+    from mlflow.pyfunc import PythonModelContext
+
+    from mlflow_mia.integrations.scorer import MiaScorer
+
+    with mlflow.start_run():
+        info = log_scorer("models:/tgt@candidate", CONFIG)
+    config = dict(mlflow.pyfunc.load_model(info.model_uri).model_config)
+    assert config["weights_id"] == resolve_model("models:/tgt/2").lm.weights_id
+    elsewhere = {**config, "model_uri": "models:/tgt/1"}  # same tokenizer, other weights
+    with pytest.raises(ValueError, match=r"loaded here has other weights .* than the model it was logged for "
+                                         r"\(models:/tgt/2, "):
+        MiaScorer().load_context(PythonModelContext(artifacts={}, model_config=elsewhere))
+    scorer = MiaScorer()
+    scorer.load_context(PythonModelContext(artifacts={}, model_config=config))
+    assert scorer._lm.weights_id == config["weights_id"]

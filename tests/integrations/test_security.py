@@ -204,3 +204,242 @@ def test_canary_member_text_reaches_no_store_cache_or_log(tracking, tmp_path, mo
                 searched += 1
                 assert canary.encode() not in path.read_bytes(), path
     assert searched > 10
+
+
+# --- Weights are what they claim (issue 21, High 5 and item 3) --------------------------------------------------
+
+
+def _saved(uri: str, dst: Path) -> Path:
+    return Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(dst)))
+
+
+def _set_model_binary(folder: Path, value: str) -> None:
+    mlmodel = yaml.safe_load((folder / "MLmodel").read_text())
+    mlmodel["flavors"]["transformers"]["model_binary"] = value
+    (folder / "MLmodel").write_text(yaml.safe_dump(mlmodel))
+
+
+@pytest.fixture
+def no_weights_loaded(monkeypatch):
+    """Record every from_pretrained call of the model class: a refusal must come before any."""
+    import transformers
+
+    calls = []
+    original = transformers.BertForMaskedLM.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        calls.append(args[0] if args else kwargs)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.BertForMaskedLM, "from_pretrained", classmethod(spy))
+    return calls
+
+
+@pytest.mark.parametrize("form", ["absolute", "dotdot"])
+def test_high5_model_binary_outside_the_artifact_is_refused_before_loading(tracking, tmp_path, form,
+                                                                          no_weights_loaded):
+    folder = _saved("models:/tgt/2", tmp_path / "leaky")
+    elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
+    _set_model_binary(folder, str(elsewhere / "model") if form == "absolute" else "../benign/model")
+    with pytest.raises(ValueError, match="model_binary path .* points outside the model's folder"):
+        resolve_model(str(folder))
+    assert no_weights_loaded == []
+
+
+def test_high5_a_registered_version_with_model_binary_outside_is_refused_and_left_untagged(tracking, tmp_path,
+                                                                                           capsys):
+    """The attack of the issue: a version whose MLmodel loads another model's weights gets no verdict."""
+    folder = _saved("models:/tgt/2", tmp_path / "leaky")
+    elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
+    _set_model_binary(folder, str(elsewhere / "model"))
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(folder), "model")
+    name = f"leaky-binary-{tmp_path.name[-12:]}"
+    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name).version
+    code = _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:1.0")
+    assert code == 2
+    assert "model_binary path" in capsys.readouterr().err
+    assert not any(k.startswith("mia.") for k in _version_tags(name, version))
+
+
+def test_high5_a_symlinked_model_folder_is_refused_by_name(tracking, tmp_path, no_weights_loaded):
+    folder = _saved("models:/tgt/2", tmp_path / "linked")
+    elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
+    shutil.rmtree(folder / "model")
+    os.symlink(elsewhere / "model", folder / "model")
+    with pytest.raises(ValueError, match=r"the model_binary folder 'model' is a symbolic link"):
+        resolve_model(str(folder))
+    assert no_weights_loaded == []
+
+
+def test_high5_a_weights_file_linked_outside_the_artifact_is_refused(tracking, tmp_path, no_weights_loaded):
+    folder = _saved("models:/tgt/2", tmp_path / "linked")
+    elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
+    (folder / "model" / "model.safetensors").unlink()
+    os.symlink(elsewhere / "model" / "model.safetensors", folder / "model" / "model.safetensors")
+    with pytest.raises(ValueError, match=r"'model/model.safetensors' is a symbolic link to .*outside the model's"):
+        resolve_model(str(folder))
+    assert no_weights_loaded == []
+    # A Hugging Face folder is held to the same rule.
+    hf = tmp_path / "hf"
+    shutil.copytree(elsewhere / "model", hf)
+    for f in (elsewhere / "components" / "tokenizer").iterdir():
+        shutil.copy(f, hf / f.name)
+    (hf / "model.safetensors").unlink()
+    os.symlink(folder.parent / "benign" / "model" / "model.safetensors", hf / "model.safetensors")
+    with pytest.raises(ValueError, match="outside the model's folder"):
+        resolve_model(hf)
+
+
+def _hf_folder(path: Path, *, seed: int = 3) -> Path:
+    from mlflow_mia.signals.testing import tiny_bert
+
+    model, tok = tiny_bert(seed=seed)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_high5_pickle_weights_get_a_named_refusal_unless_trusted(tracking, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    hf = _hf_folder(tmp_path / "hf")
+    torch.save(load_file(hf / "model.safetensors"), hf / "pytorch_model.bin")
+    (hf / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"the weights are pickle files \(pytorch_model.bin\).*--trust-remote-code"):
+        resolve_model(hf)
+    assert resolve_model(hf, trust_remote_code=True).resolved_uri.startswith("sha256:")
+    saved = _saved("models:/tgt/1", tmp_path / "saved")
+    weights = saved / "model" / "model.safetensors"
+    torch.save(load_file(weights), saved / "model" / "pytorch_model.bin")
+    weights.unlink()
+    with pytest.raises(ValueError, match="the weights are pickle files"):
+        resolve_model(str(saved))
+
+
+def test_high5_a_forged_weights_tag_does_not_lend_a_registry_identity(tracking, tmp_path, caplog):
+    """A folder with other weights claims a version whose mia.weights_sha256 tag was forged to match it."""
+    from mlflow_mia.signals.model import weights_digest
+
+    name = f"forged-{tmp_path.name[-12:]}"
+    version = mlflow.register_model(f"runs:/{tracking.run_ids['tgt/2']}/model", name).version
+    fake = _saved("models:/tgt/2", tmp_path / "fake")
+    shutil.copy(_saved("models:/tgt/1", tmp_path / "v1") / "model" / "model.safetensors",
+                fake / "model" / "model.safetensors")
+    fake_digest = "sha256:" + weights_digest(resolve_model(str(fake)).lm.model)
+    client = mlflow.MlflowClient()
+    for n, v in ((name, version), ("tgt", "2")):
+        client.set_model_version_tag(n, str(v), "mia.weights_sha256", fake_digest)
+    with caplog.at_level("WARNING"):
+        resolved = resolve_model(str(fake))
+    assert resolved.registry is None and resolved.resolved_uri == fake_digest
+    assert "was not written by an audit of these weights" in caplog.text
+    real = "sha256:" + weights_digest(resolve_model(f"models:/{name}/{version}").lm.model)
+    assert real != fake_digest
+    assert _version_tags(name, version)["mia.weights_sha256"] == real  # the forged cache entry is replaced
+    assert _version_tags("tgt", "2")["mia.weights_sha256"] == real
+
+
+def test_a_tracking_server_that_is_down_exits_1(tracking, monkeypatch, capsys):
+    import socket
+
+    from mlflow_mia.integrations.cli import EXIT_ERROR, main
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    code = main(["audit", "--target", "models:/tgt/1", "--tracking-uri", f"http://127.0.0.1:{port}",
+                 *tracking.cli_args("--attacks", "loss")])
+    assert code == EXIT_ERROR == 1
+    assert f"the tracking server at http://127.0.0.1:{port} cannot be reached" in capsys.readouterr().err
+
+
+# --- No membership oracle by default (issue 21, High 1 and item 1) -----------------------------------------------
+
+
+def _logged_run(tracking, tmp_path, *extra):
+    """Run a CLI audit of tgt v2 and return (run id, local artifact folder)."""
+    from mlflow_mia.integrations.cli import main
+
+    assert main(["audit", "--target", "models:/tgt@candidate", *tracking.cli_args("--no-tag-model-version",
+                                                                                   *extra)]) == 0
+    run = mlflow.search_runs(order_by=["attributes.start_time DESC"], max_results=1, output_format="list")[0]
+    dst = tmp_path / f"artifacts-{run.info.run_id}"
+    return run, Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(dst)))
+
+
+def _labels_found_by_recomputing(run, root: Path, texts) -> dict:
+    """What an attacker learns: each pool text's score recomputed from the logged settings and the model,
+    looked up in every logged table; a match beside a label (or in the members-only riskiest table) gives it."""
+    import numpy as np
+    import pandas as pd
+
+    from mlflow_mia.config import SignalConfig
+    from mlflow_mia.signals import compute_signals
+
+    settings = json.loads((root / "audit_config.json").read_text())["signal"]
+    lm = resolve_model(run.data.params["target_model"]).lm  # anyone who can read the registry loads it
+    scores = -compute_signals(lm, texts, SignalConfig.from_dict(settings), progress=False).energy  # the loss attack
+    found = {}
+    for path in root.rglob("*.csv"):
+        table = pd.read_csv(path)
+        label = table["label"] if "label" in table else (pd.Series(1, index=table.index)
+                                                         if path.name == "riskiest.csv" else None)
+        numbers = table.select_dtypes("number").drop(columns=["label"], errors="ignore")
+        for i, score in enumerate(scores):
+            rows = np.flatnonzero(np.isclose(numbers.to_numpy(dtype=float), score, rtol=0, atol=1e-5).any(axis=1))
+            if len(rows) and label is not None:
+                found[texts[i]] = int(label.iloc[rows[0]])
+    return found
+
+
+def test_high1_no_membership_oracle_in_the_logged_tables_by_default(tracking, tmp_path):
+    from mlflow_mia.integrations.logging import RISKY_COLUMNS, SAMPLE_COLUMNS
+
+    texts, labels = tracking.pool["text"].tolist(), tracking.pool["is_member"].tolist()
+    run, root = _logged_run(tracking, tmp_path)
+    assert _labels_found_by_recomputing(run, root, texts) == {}
+    import pandas as pd
+
+    assert tuple(pd.read_csv(root / "tables" / "samples.csv").columns) == SAMPLE_COLUMNS
+    riskiest = pd.read_csv(root / "tables" / "riskiest.csv")
+    assert tuple(riskiest.columns) == RISKY_COLUMNS and len(riskiest) > 0
+    for _, part in riskiest.groupby("attack"):  # identified by keyed hash, in hash order: no score rank
+        assert part["text_hmac"].tolist() == sorted(part["text_hmac"])
+    assert run.data.params["audit.log_samples"] == "False"
+    assert "`log_samples` (`--log-samples`) logs them" in (root / "report.md").read_text()
+    # With log_samples the oracle is there, as the report says: every pool text's row and label.
+    run, root = _logged_run(tracking, tmp_path, "--log-samples")
+    assert _labels_found_by_recomputing(run, root, texts) == dict(zip(texts, labels))
+    assert "**This run logged per-sample scores**" in (root / "report.md").read_text()
+
+
+# --- The evaluate path made safe (issue 21, High 6 and item 5) ---------------------------------------------------
+
+
+def test_high6_evaluate_with_model_none_never_runs_code_of_a_registered_model(tracking, tmp_path):
+    """mlflow.models.evaluate(model=None, target_model=...) loads the registry model with the audit's loader."""
+    marker = tmp_path / "pwned"
+    folder = _evil_folder("models:/tgt/1", tmp_path / "evil", marker)
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(folder), "model")
+    name = f"evil-{tmp_path.name[-12:]}"
+    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name).version
+    for config in (tracking.config(target_model=f"models:/{name}/{version}"),
+                   {"method": "ner_prompts", "target_model": f"models:/{name}/{version}", "progress": False}):
+        with mlflow.start_run(), pytest.raises(ValueError, match="trust_remote_code"):
+            mlflow.models.evaluate(model=None, data=tracking.pool, targets="is_member", model_type="mia",
+                                   evaluators=["mia"], evaluator_config={"mia": config})
+        assert not marker.exists()
+
+
+def test_high6_trust_remote_code_docs_no_longer_claim_to_protect_model():
+    from mlflow_mia.integrations.config import CONFIG_KEYS
+
+    text = CONFIG_KEYS["trust_remote_code"]
+    assert "It cannot protect model=" in text and "target_model" in text
+    security = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    assert "model=None" in security and "target_model" in security

@@ -112,3 +112,16 @@ def test_cache_hit_runs_no_forward_pass(tiny_ner, tmp_path):
     # no raw name or prompt in the cache file
     raw = (tmp_path / "ner_confidence.sqlite").read_bytes()
     assert b"red dog" not in raw and b"the {name} ran" not in raw
+
+
+def test_special_token_names_are_read_as_text(tiny_ner):
+    """A name "[SEP]" is the five characters, as on the MLM path, not the tokenizer's separator."""
+    clf = TokenClassifier(*tiny_ner)
+    prompts = ["the cat sat on {name} ."] * 2
+    as_text, spaced = entity_confidence(clf, prompts, ["[SEP]", "[ SEP ]"], ["PER", "PER"], subword="mean",
+                                        progress=False)
+    # split as text, "[SEP]" is the tokens "[", "SEP", "]": the same ids and positions as the spaced form
+    # (read as the separator it would be one token of id sep_token_id, and its confidence another)
+    assert as_text == pytest.approx(spaced, abs=1e-12)
+    ids = clf.tokenizer("[SEP]", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert len(ids) == 3 and clf.tokenizer.sep_token_id not in ids

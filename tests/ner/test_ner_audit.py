@@ -99,3 +99,15 @@ def test_compare_models_control_mean_and_tau(audited, tmp_path):
 
     row = taus[(taus.scores == "mmem_all")].iloc[0]
     assert row.tau == pytest.approx(kendalltau(a.prompts_table.mmem_all, b.prompts_table.mmem_all).statistic)
+
+
+def test_unk_names_warning_reaches_the_result_and_the_report():
+    from mlflow_mia.report_ner import render_ner_report
+
+    clf = TokenClassifier(*tiny_token_classifier())
+    names = names_table(8)
+    names.loc[0, "name"] = "zyxw qqq"
+    result = ner_audit(clf, names, prompts=PROMPTS, handwritten=HAND, progress=False,
+                       config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False))
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("1 of 8 PER name(s) contain characters")
+    assert f"- {result.warnings[0]}" in render_ner_report(result)

@@ -241,7 +241,7 @@ def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys
     from mlflow_mia.integrations.logging import dataset_digest
 
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "an environment key that must not be used")
-    key = "my NER audit key, 16+ bytes"
+    key = "my NER audit key, a secret of 32+ bytes"
     key_file = tmp_path / "ner.key"
     key_file.write_text(key + "\n")
     names = names_table()
@@ -260,3 +260,72 @@ def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys
                                    registry, hash_key_file=str(key_file), token_removal=False, bootstrap_rounds=0,
                                    log_samples=True))
     assert sorted(_logged_names(run.info.run_id)["name_hash"]) == expected
+
+
+def _evaluate_none(registry, names, **kw):
+    """The recommended form: model=None, the tagger named in target_model."""
+    import mlflow
+
+    with mlflow.start_run() as run:
+        res = mlflow.models.evaluate(model=None, data=names, targets="is_member", model_type="mia",
+                                     evaluators=["mia"],
+                                     evaluator_config=_config(registry, target_model="models:/tiny-ner@candidate",
+                                                              token_removal=False, **kw))
+    return run.info.run_id, res
+
+
+def _labels_found_by_recomputing(run_id, names):
+    """An attacker's look-up: each name's confidence under the logged best prompt, found in ner_names.csv."""
+    import json
+
+    import mlflow
+    import numpy as np
+
+    from mlflow_mia.integrations.ner_models import resolve_token_classifier
+    from mlflow_mia.signals.entity_confidence import entity_confidence
+
+    root = mlflow.artifacts.download_artifacts(run_id=run_id)
+    best = json.load(open(os.path.join(root, "ner_summary.json")))["types"]["PER"]["best_prompt"]
+    tagger = resolve_token_classifier(mlflow.get_run(run_id).data.params["ner.model"]).lm
+    conf = entity_confidence(tagger, [best] * len(names), list(names.name), ["PER"] * len(names), progress=False)
+    table = pd.read_csv(os.path.join(root, "tables", "ner_names.csv"))
+    numbers = table.select_dtypes("number").drop(columns=["is_member"]).to_numpy(dtype=float)
+    found = {}
+    for name, c in zip(names.name, conf):
+        rows = np.flatnonzero(np.isclose(numbers, c, rtol=0, atol=1e-9).any(axis=1)) if numbers.size else []
+        if len(rows) == 1:
+            found[name] = int(table["is_member"].iloc[rows[0]])
+    return found, table, open(os.path.join(root, "report.md")).read()
+
+
+def test_high1_ner_names_table_is_no_membership_oracle_by_default(registry):
+    names = names_table()
+    run_id, _ = _evaluate_none(registry, names)
+    found, table, report = _labels_found_by_recomputing(run_id, names)
+    assert found == {}
+    assert list(table.columns) == ["name_hash", "entity_type", "is_member", "split"]
+    assert "`log_samples` (`--log-samples`) logs the confidences" in report
+    run_id, _ = _evaluate_none(registry, names, log_samples=True)
+    found, table, report = _labels_found_by_recomputing(run_id, names)
+    assert {"c_best", "c_worst", "c_no_prompt"} <= set(table.columns)
+    assert found == dict(zip(names.name, names.is_member))  # the oracle the default leaves out
+    assert "**This run logged per-name confidences**" in report
+
+
+def test_high6_ner_evaluate_with_model_none_and_a_pyfunc_warning(registry, caplog):
+    import mlflow
+
+    from mlflow_mia.integrations.evaluator import PYFUNC_WARNING
+
+    names = names_table()
+    with caplog.at_level("WARNING"):
+        run_id, res = _evaluate_none(registry, names)
+    assert mlflow.get_run(run_id).data.params["ner.model"] == "models:/tiny-ner/1"
+    assert 0.0 <= res.metrics["ner/PER/best_prompt_mmem"] <= 1.0 and "pyfunc loader" not in caplog.text
+    warning = PYFUNC_WARNING.format(command="ner-audit --model")
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(model="models:/tiny-ner@candidate", data=names, targets="is_member",
+                               model_type="mia", evaluators=["mia"],
+                               evaluator_config=_config(registry, token_removal=False))
+    assert warning in caplog.text
+    assert f"- {warning}" in _artifact_text(run.info.run_id)["report.md"]

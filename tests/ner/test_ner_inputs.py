@@ -92,7 +92,7 @@ def test_prompt_validation():
 def test_name_hash_normalises_and_is_keyed():
     import hashlib
 
-    key = "k1-sixteen-bytes-or-more"
+    key = "k1-a-key-of-thirty-two-bytes-or-more"
     assert name_hash("Ann  Lee", key) == name_hash("ann lee", key) != name_hash("ann le", key)
     assert name_hash("ann lee", b"k1") != name_hash("ann lee", b"k2")
     assert name_hash("ann lee", key) != hashlib.sha256(b"ann lee").hexdigest()[:16]  # not an unkeyed hash
@@ -109,3 +109,34 @@ def test_detection_set_exclusive_drops_shared_names():
     assert set(d[d.is_member == 1].name) == {"Bob", "Cy"}
     assert len(d[d.is_member == 0]) == 2 and "ann lee" not in set(d.name)
     assert "Ann Lee" in set(detection_set(train, other, seed=0).query("is_member == 1").name)
+
+
+def test_a_name_labelled_both_in_and_out_of_sample_is_an_error():
+    names = pd.DataFrame({"name": ["Ann Lee", "Bo Chen", "ann  lee", "Cy Dee"], "entity_type": "PER",
+                          "is_member": [1, 0, 0, 1]})
+    with pytest.raises(ValueError, match=r"1 name\(s\) are labelled both in-sample and out-of-sample in "
+                                         r"'is_member' within one entity type \(first: rows \[0, 2\]"):
+        check_names_table(names)
+    with pytest.raises(ValueError, match=r"rows \[0, 2\]"):  # an invisible character does not make it another name
+        check_names_table(names.assign(name=["Ann Lee", "Bo Chen", "Ann\u200b Lee", "Cy Dee"]))
+    # The same name in two types may differ (a person and a place), and a repeated label is no conflict.
+    ok = pd.concat([names.iloc[[0, 1, 3]], pd.DataFrame({"name": ["Ann Lee", "Ed Fox", "Ann Lee"],
+                                                         "entity_type": ["LOC", "LOC", "PER"],
+                                                         "is_member": [0, 1, 1]})], ignore_index=True)
+    assert len(check_names_table(ok)) == 6
+
+
+def test_names_that_tokenize_to_unk_get_a_warning(caplog):
+    from mlflow_mia.ner.names import unknown_token_warnings
+    from mlflow_mia.signals.testing import tiny_bert_tokenizer
+
+    tok = tiny_bert_tokenizer()  # word-level: a word outside its vocabulary is [UNK]
+    names = pd.DataFrame({"name": ["the cat", "zyxw qqq", "cat qqq", "red dog", "the mat"],
+                          "entity_type": ["PER", "PER", "PER", "LOC", "LOC"], "is_member": [1, 0, 1, 0, 1]})
+    warnings = unknown_token_warnings(names, tok)
+    assert warnings == [f"2 of 3 PER name(s) contain characters the tokenizer maps to [UNK] (1 consist of it "
+                        "alone): their confidences are read at the unknown token, so such names look alike to the "
+                        "model and their M-MEM says little about memorization; use a tokenizer that covers them or "
+                        "drop them"]
+    assert not any(n in warnings[0] for n in names.name)  # names never reach a message
+    assert unknown_token_warnings(names.iloc[[0, 3]], tok) == []
