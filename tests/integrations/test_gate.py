@@ -252,11 +252,11 @@ def _tag(name, version, result, gate, *, clear=False, weights="sha256:" + "0" * 
     return run.info.run_id
 
 
-def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(tracking, audit_result, caplog):
+def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, audit_result, caplog):
     import hashlib
 
     name = "gate-clear-direct"
-    version = str(mlflow.register_model(f"runs:/{tracking.run_ids['tgt/1']}/model", name).version)
+    version = fresh_weights("tgt/1", name)  # a logged model of its own: other tests resolve tgt/1's run
     weights = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
     clean = {"loss_0_1": 0.1, "likelihood_ratio_0_1": 0.0, "user__loss_0_1": 0.0, "user__likelihood_ratio_0_1": 0.0}
     failed = _tag(name, version, audit_result, _gated(audit_result, "0.1:0.3", loss_0_1=0.9), weights=weights)
