@@ -5,13 +5,22 @@ Every metric takes ``(y_true, y_score, *, ...)`` with keyword-only options.
 """
 
 from .aggregate import GroupScores, group_scores, length_breakdown, riskiest_records
-from .bootstrap import auc_statistic, bootstrap_ci, tpr_at_fpr_statistic
+from .bootstrap import (
+    BootstrapDistribution,
+    auc_statistic,
+    bootstrap_ci,
+    bootstrap_distribution,
+    precision_at_threshold_statistic,
+    recall_at_threshold_statistic,
+    tpr_at_fpr_statistic,
+)
 from .epsilon import (
     EpsilonLowerBound,
     clopper_pearson_upper,
     epsilon_from_rates,
     epsilon_lower_bound,
     epsilon_lower_bound_from_counts,
+    max_certifiable_epsilon,
 )
 from .roc import RocResult, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
@@ -22,6 +31,7 @@ from .thresholds import (
     mu_threshold,
     population_threshold,
     population_threshold_metrics,
+    unresolved_reason,
 )
 
 __all__ = [
@@ -34,9 +44,14 @@ __all__ = [
     "population_threshold",
     "metrics_at_threshold",
     "population_threshold_metrics",
+    "unresolved_reason",
     "mean_member_loss_threshold",
     "mu_threshold",
     "bootstrap_ci",
+    "bootstrap_distribution",
+    "BootstrapDistribution",
+    "precision_at_threshold_statistic",
+    "recall_at_threshold_statistic",
     "auc_statistic",
     "tpr_at_fpr_statistic",
     "GroupScores",
@@ -48,4 +63,5 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
+    "max_certifiable_epsilon",
 ]
