@@ -84,6 +84,13 @@ class SignalConfig:
         the GPU busy (a starting point, not measured here).
     half_precision : bool
         Run the model in float16 on CUDA (ignored on CPU).
+    energy_reduction : {"sum", "mean"}
+        How the masked tokens' NLLs of one mask combine (``kind="energy"`` only).
+        ``"sum"``: Eq. 2, the sum over the ``l`` masked positions (nats; grows with
+        the text's length), averaged over masks. ``"mean"``: that sum divided by
+        ``l``, averaged over masks (nats per masked token; the reading of the
+        paper's appendix A.3.2, "loss ... averaging over 10 times"). The PLL is a
+        per-token mean already and ignores this setting.
     """
 
     kind: str = "energy"
@@ -93,8 +100,12 @@ class SignalConfig:
     max_length: int | None = None
     token_budget: int | None = None
     half_precision: bool = False
+    energy_reduction: str = "sum"
 
     def __post_init__(self):
+        if self.energy_reduction not in ("sum", "mean"):
+            raise ValueError(f"energy_reduction must be 'sum' (Eq. 2) or 'mean' (per masked token), "
+                             f"got {self.energy_reduction!r}")
         if self.kind not in SIGNAL_KINDS:
             raise ValueError(f"signal kind must be one of {SIGNAL_KINDS}, got {self.kind!r}")
         if isinstance(self.num_masks, bool) or not isinstance(self.num_masks, int) or self.num_masks < 1:
@@ -118,6 +129,8 @@ class SignalConfig:
             spec.update(num_masks=self.num_masks, mask_rate=self.mask_rate, seed=self.seed)
         if self.half_precision:  # float16 on CUDA changes the values
             spec["half_precision"] = True
+        if self.kind == "energy" and self.energy_reduction != "sum":  # "sum" keeps the keys of earlier caches
+            spec["energy_reduction"] = self.energy_reduction
         return spec
 
 
