@@ -295,22 +295,22 @@ def _units(labels: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray]:
     return unit_of_row, (n_member_rows > 0).astype(np.int8)
 
 
-def _weights(rng, unit_of_row, member_units, non_member_units, n_units: int, rounds: int,
-             grouped: bool) -> np.ndarray:
-    """(rounds, n_samples) draw counts of each row: members' units and non-members' units drawn apart."""
-    n1, n0 = member_units.size, non_member_units.size
-    if grouped:
-        drawn = np.concatenate([member_units[rng.integers(0, n1, size=(rounds, n1))],
-                                non_member_units[rng.integers(0, n0, size=(rounds, n0))]], axis=1)
+def _unit_counts(rng, member_units, non_member_units, n_units: int, rounds: int, grouped: bool) -> np.ndarray:
+    """(rounds, n_units) draw counts of each unit: members' units and non-members' units drawn apart."""
+    offsets = (np.arange(rounds) * n_units)[:, None]  # one bincount for all rounds
+    if grouped:  # all rounds' member groups in one call, then all rounds' non-member groups
+        drawn = [units[rng.integers(0, units.size, size=(rounds, units.size))] + offsets
+                 for units in (member_units, non_member_units)]
     else:
         # Per round, the member rows then the non-member rows: the draws of earlier releases.
-        drawn = np.empty((rounds, n1 + n0), dtype=np.int64)
+        n1, n0 = member_units.size, non_member_units.size
+        both = np.empty((rounds, n1 + n0), dtype=np.int64)
         for r in range(rounds):
-            drawn[r, :n1] = member_units[rng.integers(0, n1, size=n1)]
-            drawn[r, n1:] = non_member_units[rng.integers(0, n0, size=n0)]
-    drawn += (np.arange(rounds) * n_units)[:, None]  # one bincount for all rounds
-    counts = np.bincount(drawn.ravel(), minlength=rounds * n_units).reshape(rounds, n_units)
-    return counts[:, unit_of_row].astype(np.float64)  # unit counts -> row counts
+            both[r, :n1] = member_units[rng.integers(0, n1, size=n1)]
+            both[r, n1:] = non_member_units[rng.integers(0, n0, size=n0)]
+        drawn = [both + offsets]
+    counts = sum(np.bincount(d.ravel(), minlength=rounds * n_units) for d in drawn)
+    return counts.reshape(rounds, n_units).astype(np.float64)
 
 
 def _unsort(weights: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -407,10 +407,10 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
     chunk = max(1, _CHUNK_CELLS // labels.size)
     for start in range(0, int(rounds), chunk):
         stop = min(int(rounds), start + chunk)
+        counts = _unit_counts(rng, member_units, non_member_units, unit_labels.size, stop - start,
+                              groups is not None)
         # Rows in score order: the statistics read cumulative counts down the sorted pool.
-        weights = _weights(rng, unit_of_row[order], member_units, non_member_units, unit_labels.size, stop - start,
-                           groups is not None)
-        resamples = WeightedResamples(sorted_scores, sorted_labels, weights)
+        resamples = WeightedResamples(sorted_scores, sorted_labels, unit_of_row[order], counts)
         in_pool_order = None
         for name, fn in statistics.items():
             batch = getattr(fn, "batch", None)
@@ -418,7 +418,7 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
                 values[name][start:stop] = batch(resamples)
                 continue
             if in_pool_order is None:
-                in_pool_order = _unsort(weights, order)
+                in_pool_order = _unsort(resamples.weights, order)
             values[name][start:stop] = _per_round(fn, labels, scores, member_rows, non_member_rows, in_pool_order)
     return BootstrapDistribution(values, unit, n1, n0)
 
