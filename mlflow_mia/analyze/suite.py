@@ -205,7 +205,8 @@ def _length_subsets(result, config) -> dict:
         keep = (n_tokens >= lo) & (n_tokens < hi)
         if len(set(y[keep])) < 2:
             continue
-        groups = samples["group"].to_numpy()[keep] if samples["group"].notna().all() else None  # resampled whole
+        # With groups, the intervals resample whole groups, as at the full pool's sample level.
+        groups = samples["group"].to_numpy()[keep] if samples["group"].notna().all() else None
         for attack in result.attacks:
             report = attack_report(attack, y[keep], samples[f"score_{attack}"].to_numpy()[keep],
                                    result.population_scores.get(attack), config, groups=groups)

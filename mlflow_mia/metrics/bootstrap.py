@@ -43,9 +43,9 @@ import numpy as np
 from scipy.stats import rankdata
 
 from .roc import tpr_at_fpr
-from .thresholds import metrics_at_threshold
 from .validation import as_1d, check_pair, check_rate, warn_one_class
-from .weighted_roc import WeightedResamples, batch_at_threshold, batch_auc, batch_tpr_at_fpr
+from .weighted_roc import (WeightedResamples, batch_auc, batch_tpr_at_fpr, named_statistic,
+                           precision_at_threshold_statistic, recall_at_threshold_statistic)
 
 __all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "auc_statistic",
            "tpr_at_fpr_statistic", "recall_at_threshold_statistic", "precision_at_threshold_statistic"]
@@ -104,12 +104,6 @@ def auc_statistic(y_true, y_score) -> float:
 auc_statistic.batch = batch_auc  # type: ignore[attr-defined]  # all rounds at once (bootstrap_distribution)
 
 
-def _named(fn, name: str, batch):
-    fn.__name__ = fn.__qualname__ = name
-    fn.batch = batch
-    return fn
-
-
 def tpr_at_fpr_statistic(alpha: float) -> Statistic:
     """A bootstrap statistic computing TPR at FPR ``alpha`` off the exact ROC.
 
@@ -146,82 +140,7 @@ def tpr_at_fpr_statistic(alpha: float) -> Statistic:
     def statistic(y_true, y_score) -> float:
         return tpr_at_fpr(y_true, y_score, alpha=alpha)
 
-    return _named(statistic, f"tpr_at_fpr_{alpha:g}", partial(batch_tpr_at_fpr, alpha=alpha))
-
-
-def _threshold_statistic(threshold: float, kind: str) -> Statistic:
-    t = float(threshold)
-    if math.isnan(t):
-        raise ValueError("threshold is NaN; give the population threshold of a resolvable alpha")
-
-    def statistic(y_true, y_score) -> float:
-        m = metrics_at_threshold(y_true, y_score, threshold=t)
-        return m.tpr if kind == "recall" else m.precision
-
-    return _named(statistic, f"{kind}_at_threshold_{t:g}", partial(batch_at_threshold, threshold=t, kind=kind))
-
-
-def recall_at_threshold_statistic(threshold: float) -> Statistic:
-    """A bootstrap statistic: recall (TPR) of the decisions ``score > threshold``.
-
-    Parameters
-    ----------
-    threshold : float
-        A fixed threshold, e.g. a population threshold (it is not re-estimated
-        per resample: the interval is conditional on the population set).
-
-    Returns
-    -------
-    callable
-        ``f(y_true, y_score) -> float`` equal to
-        ``metrics_at_threshold(y_true, y_score, threshold=threshold).tpr``.
-
-    Raises
-    ------
-    ValueError
-        If ``threshold`` is NaN.
-
-    References
-    ----------
-    .. [1] Mireshghallah et al., EMNLP 2022, Sec. 3.5 (recall at a population threshold).
-
-    Examples
-    --------
-    >>> recall_at_threshold_statistic(2.0)([1, 1, 0, 0], [3.0, 2.0, 2.5, 1.0])
-    0.5
-    """
-    return _threshold_statistic(threshold, "recall")
-
-
-def precision_at_threshold_statistic(threshold: float) -> Statistic:
-    """A bootstrap statistic: precision of the decisions ``score > threshold`` (nan when none is flagged).
-
-    Parameters
-    ----------
-    threshold : float
-        A fixed threshold, e.g. a population threshold.
-
-    Returns
-    -------
-    callable
-        ``f(y_true, y_score) -> float`` equal to
-        ``metrics_at_threshold(y_true, y_score, threshold=threshold).precision``.
-
-    Raises
-    ------
-    ValueError
-        If ``threshold`` is NaN.
-
-    References
-    ----------
-    .. [1] Mireshghallah et al., EMNLP 2022, Sec. 3.5 (precision at a population threshold).
-
-    Examples
-    --------
-    >>> precision_at_threshold_statistic(2.0)([1, 1, 0, 0], [3.0, 2.0, 2.5, 1.0])
-    0.5
-    """
-    return _threshold_statistic(threshold, "precision")
+    return named_statistic(statistic, f"tpr_at_fpr_{alpha:g}", partial(batch_tpr_at_fpr, alpha=alpha))
 
 
 @dataclass(frozen=True)

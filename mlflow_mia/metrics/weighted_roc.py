@@ -11,6 +11,9 @@ pair once, then one matrix product per chunk: ``U = c_M^T A c_N``. All counts
 are whole or half numbers, exact in float64, so each value equals the one
 computed on the resampled rows bit for bit.
 
+The bootstrap statistics of precision and recall at a fixed threshold live here
+too: their per-resample form is :func:`batch_at_threshold`.
+
 References
 ----------
 .. [1] H. B. Mann and D. R. Whitney, Ann. Math. Statist. 18(1), 1947.
@@ -20,11 +23,15 @@ References
 
 from __future__ import annotations
 
-from functools import cached_property
+import math
+from functools import cached_property, partial
 
 import numpy as np
 
-__all__ = ["WeightedResamples", "batch_auc", "batch_tpr_at_fpr", "batch_at_threshold"]
+from .thresholds import metrics_at_threshold
+
+__all__ = ["WeightedResamples", "batch_auc", "batch_tpr_at_fpr", "batch_at_threshold", "named_statistic",
+           "recall_at_threshold_statistic", "precision_at_threshold_statistic"]
 
 # The unit-pair AUC is used when its (member units x non-member units) matrix holds at most this
 # many cells per pool row (a matrix product per chunk against a dozen passes over the rows), and
@@ -146,3 +153,85 @@ def batch_at_threshold(res: WeightedResamples, *, threshold: float, kind: str) -
     flagged = tp + fp
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(flagged > 0, tp / flagged, np.nan)
+
+
+def named_statistic(fn, name: str, batch):
+    """``fn`` named ``name``, with ``batch`` (all resamples of a chunk at once) as its ``batch`` attribute."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.batch = batch
+    return fn
+
+
+def _threshold_statistic(threshold: float, kind: str):
+    t = float(threshold)
+    if math.isnan(t):
+        raise ValueError("threshold is NaN; give the population threshold of a resolvable alpha")
+
+    def statistic(y_true, y_score) -> float:
+        m = metrics_at_threshold(y_true, y_score, threshold=t)
+        return m.tpr if kind == "recall" else m.precision
+
+    return named_statistic(statistic, f"{kind}_at_threshold_{t:g}", partial(batch_at_threshold, threshold=t, kind=kind))
+
+
+def recall_at_threshold_statistic(threshold: float):
+    """A bootstrap statistic: recall (TPR) of the decisions ``score > threshold``.
+
+    Parameters
+    ----------
+    threshold : float
+        A fixed threshold, e.g. a population threshold (it is not re-estimated
+        per resample: the interval is conditional on the population set).
+
+    Returns
+    -------
+    callable
+        ``f(y_true, y_score) -> float`` equal to
+        ``metrics_at_threshold(y_true, y_score, threshold=threshold).tpr``.
+
+    Raises
+    ------
+    ValueError
+        If ``threshold`` is NaN.
+
+    References
+    ----------
+    .. [1] Mireshghallah et al., EMNLP 2022, Sec. 3.5 (recall at a population threshold).
+
+    Examples
+    --------
+    >>> recall_at_threshold_statistic(2.0)([1, 1, 0, 0], [3.0, 2.0, 2.5, 1.0])
+    0.5
+    """
+    return _threshold_statistic(threshold, "recall")
+
+
+def precision_at_threshold_statistic(threshold: float):
+    """A bootstrap statistic: precision of the decisions ``score > threshold`` (nan when none is flagged).
+
+    Parameters
+    ----------
+    threshold : float
+        A fixed threshold, e.g. a population threshold.
+
+    Returns
+    -------
+    callable
+        ``f(y_true, y_score) -> float`` equal to
+        ``metrics_at_threshold(y_true, y_score, threshold=threshold).precision``.
+
+    Raises
+    ------
+    ValueError
+        If ``threshold`` is NaN.
+
+    References
+    ----------
+    .. [1] Mireshghallah et al., EMNLP 2022, Sec. 3.5 (precision at a population threshold).
+
+    Examples
+    --------
+    >>> precision_at_threshold_statistic(2.0)([1, 1, 0, 0], [3.0, 2.0, 2.5, 1.0])
+    0.5
+    """
+    return _threshold_statistic(threshold, "precision")
