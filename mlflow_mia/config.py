@@ -113,9 +113,13 @@ class SignalConfig:
     half_precision : bool
         Run the model in float16 on CUDA (ignored on CPU).
     energy_reduction : {"sum", "mean"}
-        How one mask's energy combines the NLLs of its masked tokens: ``"sum"``
-        (Eq. 2, nats per mask) or ``"mean"`` (nats per masked token). Part of the
-        cache key only when not ``"sum"``, so earlier cache entries keep their keys.
+        How the masked tokens' NLLs of one mask combine (``kind="energy"`` only).
+        ``"sum"``: Eq. 2, the sum over the ``l`` masked positions (nats; grows with
+        the text's length), averaged over masks. ``"mean"``: that sum divided by
+        ``l``, averaged over masks (nats per masked token; the reading of the
+        paper's appendix A.3.2, "loss ... averaging over 10 times"). The PLL is a
+        per-token mean already and ignores this setting. Part of the cache key only
+        when not ``"sum"``, so earlier cache entries keep their keys.
 
     Each field declared with :func:`~mlflow_mia.option.option` is a user option
     (flat key, CLI flag, MLproject parameter); ``__post_init__`` checks the declared ranges.
@@ -150,7 +154,7 @@ class SignalConfig:
             spec.update(num_masks=self.num_masks, mask_rate=self.mask_rate, seed=self.seed)
         if self.half_precision:  # float16 on CUDA changes the values
             spec["half_precision"] = True
-        if self.energy_reduction != "sum":  # only then: the existing cache keys stay valid
+        if self.kind == "energy" and self.energy_reduction != "sum":  # "sum" keeps the keys of earlier caches
             spec["energy_reduction"] = self.energy_reduction
         return spec
 

@@ -42,7 +42,7 @@ def _pct(x) -> str:
 
 
 def _ci(ci) -> str:
-    if not ci:
+    if not ci or all(is_nan(x) for x in ci):  # no bootstrap, or some resample left the rate undefined
         return ""
     lo, hi = ci
     return f" [{_num(lo)}, {_num(hi)}]"
@@ -55,19 +55,53 @@ def _roc_table(reports: dict, fprs) -> list[str]:
         cells = [f"`{name}`", _num(rep.roc.auc) + _ci(rep.ci.get("auc"))]
         cells += [_num(rep.tpr_at_fpr.get(a)) + _ci(rep.ci.get(f"tpr_at_fpr_{_alpha(a)}")) for a in fprs]
         lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    return lines + _unresolved_lines(reports, "tpr_at_fpr_", "Not resolved, shown as n/a: TPR @ FPR {a} ({why}).")
+
+
+def _unresolved_lines(reports: dict, prefix: str, template: str) -> list[str]:
+    """One line per rate this level cannot resolve (the same reason for every attack, so shown once)."""
+    reasons = {}
+    for rep in reports.values():
+        for key, why in getattr(rep, "unresolved", {}).items():
+            if key.startswith(prefix):
+                reasons.setdefault(key[len(prefix):], why)
+    return ["", *[template.format(a=a, why=why) for a, why in reasons.items()]] if reasons else []
 
 
 def _population_table(reports: dict) -> list[str]:
     rows = [(name, t) for name, rep in reports.items() for t in rep.population]
+    missing = [r.unresolved.get("population_thresholds") for r in reports.values() if getattr(r, "unresolved", None)]
     if not rows:
-        return ["_No population thresholds at this level (the population set has no group column)._"]
-    lines = ["| Attack | Population FPR | Precision | Recall | Achieved FPR on pool | Flagged |",
+        why = next((m for m in missing if m), None)
+        if why is None:
+            why = "; ".join(dict.fromkeys(w for r in reports.values() for k, w in getattr(r, "unresolved", {}).items()
+                                          if k.startswith("pop_fpr_"))) or "none was computed"
+        return [f"_No population thresholds at this level: {why}._"]
+    lines = ["| Attack | Population FPR | Precision [CI] | Recall [CI] | Achieved FPR on pool | Flagged |",
              "|---|---|---|---|---|---|"]
     for name, t in rows:
-        lines.append(f"| `{name}` | {_alpha(t.alpha)} | {_num(t.precision)} | {_num(t.tpr)} | {_num(t.fpr)} "
-                     f"| {t.n_flagged} |")
-    return lines
+        ci, a = reports[name].ci, _alpha(t.alpha)
+        precision = _num(t.precision) + _ci(ci.get(f"precision_at_pop_fpr_{a}"))
+        recall = _num(t.tpr) + _ci(ci.get(f"recall_at_pop_fpr_{a}"))
+        lines.append(f"| `{name}` | {a} | {precision} | {recall} | {_num(t.fpr)} | {t.n_flagged} |")
+    return lines + _unresolved_lines(reports, "pop_fpr_", "No threshold at population FPR {a}: {why}.")
+
+
+def _resampling(result, group_column: str | None) -> str:
+    """The "Confidence intervals" cell: rounds, level and which unit the bootstrap resampled at each level."""
+    mc = result.config.metrics
+    if not mc.bootstrap_rounds:
+        return "none (bootstrap_rounds=0)"
+    parts = []
+    for level, reports in (("sample", result.attacks), ("user", result.user_attacks)):
+        rec = next((r.resampled for r in reports.values() if getattr(r, "resampled", None)), None)
+        if rec is None:
+            continue
+        unit = {"sample": "samples", "user": "users",
+                "group": f"groups{f' (`{group_column}`)' if group_column else ''}"}[rec["unit"]]
+        parts.append(f"{unit} at {level} level ({rec['n_members']} member, {rec['n_non_members']} non-member)")
+    how = f"; resampling {', '.join(parts)}, members and non-members apart" if parts else ""
+    return f"{mc.bootstrap_rounds} bootstrap rounds, {mc.confidence:.0%}{how}"
 
 
 def _strongest(reports: dict):
@@ -88,7 +122,8 @@ def _summary_sentences(result) -> list[str]:
     ci = rep.ci.get("auc")
     out.append(f"The strongest attack, `{name}`, tells members from non-members with AUC {_num(rep.roc.auc)}"
                + (f" (95% interval {_num(ci[0])} to {_num(ci[1])})" if ci else "") + "; 0.5 would mean no leakage.")
-    alpha = min(rep.tpr_at_fpr) if rep.tpr_at_fpr else None
+    resolved = [a for a, v in rep.tpr_at_fpr.items() if not is_nan(v)]
+    alpha = min(resolved) if resolved else None
     if alpha is not None:
         tpr = rep.tpr_at_fpr[alpha]
         found = "" if is_nan(tpr) else f", about {round(tpr * n_members)} of the {n_members} members"
@@ -118,9 +153,8 @@ def _summary_sentences(result) -> list[str]:
 
 
 def _epsilon_lines(result) -> list[str]:
-    """Empirical epsilon lower bounds (Jagielski et al. 2020) of every attack, at both levels."""
-    rows = [(name, level, rep.epsilon) for level, reports in (("sample", result.attacks),
-                                                              ("user", result.user_attacks))
+    """Empirical epsilon lower bounds (Jagielski et al. 2020) of every attack, at both levels, and their unit."""
+    rows = [(name, level, rep) for level, reports in (("sample", result.attacks), ("user", result.user_attacks))
             for name, rep in reports.items() if getattr(rep, "epsilon", None) is not None]
     if not rows:
         return []
@@ -130,12 +164,46 @@ def _epsilon_lines(result) -> list[str]:
              f"No training that is (eps, delta)-DP with eps below this value could have produced this attack "
              f"result, with {mc.confidence:.0%} confidence (delta = {mc.delta:g}). A small value is not a privacy "
              "guarantee; the point estimate uses the observed rates, without confidence (∞ when a threshold "
-             "makes no error of one kind).", "",
-             "| Attack | Level | Epsilon lower bound | Point estimate | At population FPR |", "|---|---|---|---|---|"]
-    for name, level, b in rows:
+             "makes no error of one kind). The largest value the trial counts could certify, whatever the "
+             "attack, is given beside it: a bound compared with an accountant's epsilon above that ceiling "
+             "cannot exceed it, so the comparison says nothing.", "",
+             "| Attack | Level | Epsilon lower bound | Point estimate | At population FPR | Trials (members, "
+             "non-members) | Max certifiable |", "|---|---|---|---|---|---|---|"]
+    for name, level, rep in rows:
+        b = rep.epsilon
         at = "-" if math.isnan(b.alpha) else _alpha(b.alpha)
-        lines.append(f"| `{name}` | {level} | {eps(b.epsilon)} | {eps(b.epsilon_point)} | {at} |")
+        lines.append(f"| `{name}` | {level} | {eps(b.epsilon)} | {eps(b.epsilon_point)} | {at} | "
+                     f"{b.n_members}, {b.n_non_members} | {eps(b.max_certifiable)} |")
+    lines += ["", *_epsilon_unit_sentences(result)]
     return lines + [""]
+
+
+def _epsilon_unit_sentences(result) -> list[str]:
+    """Which bound applies: the bound is on the epsilon of the unit whose inclusion was randomised."""
+    grouped = bool(result.user_attacks)
+    user_bound = any(getattr(r, "epsilon", None) is not None for r in result.user_attacks.values())
+    if not grouped:
+        return ["Each sample is one trial: the sample-level bound holds only if samples were included in training "
+                "independently (for example canaries, or a per-sample random split). When membership was decided "
+                "per user or document, give the group column: the bound then counts one trial per group."]
+    out = ["Membership was decided per group, so a group is the unit whose inclusion was randomised. The "
+           "sample-level bound treats the samples of a group as independent trials, which they are not: it bounds "
+           "group-level epsilon at best and is shown for reference only."]
+    out.append("The user-level bound counts one trial per group (its samples' mean score) and is the one that "
+               "applies: a bound on group-level epsilon, not on the epsilon of a single sample." if user_bound else
+               "There is no user-level bound: " + _user_bound_missing(result) + ".")
+    return out
+
+
+def _user_bound_missing(result) -> str:
+    for rep in result.user_attacks.values():
+        unresolved = getattr(rep, "unresolved", {})
+        if "population_thresholds" in unresolved:
+            return unresolved["population_thresholds"]
+        pops = [w for k, w in unresolved.items() if k.startswith("pop_fpr_")]
+        if pops:
+            return "; ".join(pops)
+    return "no user-level population threshold"
 
 
 def _gate_lines(gate) -> list[str]:
@@ -232,7 +300,8 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     lines = [f"# {title or 'Membership inference audit of ' + str(target)}", ""]
     lines += _gate_lines(gate)
     sig = cfg.signal
-    signal = (f"{sig.kind}, {sig.num_masks} random masks at {sig.mask_rate:g} of tokens, seed {sig.seed}"
+    per_token = ", per masked token" if getattr(sig, "energy_reduction", "sum") == "mean" else ""
+    signal = (f"{sig.kind}{per_token}, {sig.num_masks} random masks at {sig.mask_rate:g} of tokens, seed {sig.seed}"
               if sig.kind == "energy" else f"{sig.kind} (every token masked once)")
     pool = f"{int(metrics.get('n_members', 0))} members, {int(metrics.get('n_non_members', 0))} non-members"
     by = f" by `{group_column}`" if group_column else ""
@@ -246,9 +315,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
               f"| Population set | {int(metrics.get('n_population', 0))} texts, used only to set thresholds |",
               f"| Attacks | {', '.join(f'`{a}`' for a in cfg.attacks)} |",
               f"| Signal | {signal} |",
-              f"| Confidence intervals | {cfg.metrics.bootstrap_rounds} bootstrap rounds, "
-              f"{cfg.metrics.confidence:.0%} |" if cfg.metrics.bootstrap_rounds else
-              "| Confidence intervals | none (bootstrap_rounds=0) |"]
+              f"| Confidence intervals | {_resampling(result, group_column)} |"]
     if hashing:
         lines.append(f"| Sample and group hashes | HMAC-SHA256 with {hashing} |")
     lines.append("")

@@ -1,3 +1,4 @@
+import math
 import random
 
 import numpy as np
@@ -109,6 +110,55 @@ def test_epsilon_lower_bound_from_pool_counts_at_population_thresholds(setup):
         assert res.attacks[name].epsilon.delta == 1e-3
     # No group column in the population: no user-level thresholds, so no user-level bound.
     assert "user/loss/epsilon_lower_bound" not in res.metrics
+
+
+def test_intervals_resample_groups_and_unresolved_rates_are_nan_with_their_reason(setup):
+    from mlflow_mia.metrics import auc_statistic, bootstrap_distribution, tpr_at_fpr, tpr_at_fpr_statistic
+    from mlflow_mia.metrics.epsilon import epsilon_lower_bound_from_counts, max_certifiable_epsilon
+
+    target, reference, pool, population = setup
+    by_article = PopulationSet(texts=population.texts, groups=[f"p{i // 8}" for i in range(len(population))])
+    metrics = MetricConfig(fprs=(0.1, 0.05, 0.02), bootstrap_rounds=50)
+    res = run_audit(target, pool, by_article, reference=reference,
+                    config=AuditConfig(signal=SignalConfig(num_masks=3), metrics=metrics), progress=False)
+    m, stats, y = res.metrics, res.summary()["statistics"], pool.labels
+    for name in ("loss", "likelihood_ratio"):
+        # Sample level: the 10 member and 10 non-member users (3 samples each) are resampled, not the samples.
+        scores = res.samples[f"score_{name}"].to_numpy()
+        dist = bootstrap_distribution(y, scores, statistics={"auc": auc_statistic, "t": tpr_at_fpr_statistic(0.1)},
+                                      rounds=50, seed=0, groups=pool.groups)
+        assert (m[f"{name}/auc_ci_low"], m[f"{name}/auc_ci_high"]) == dist.interval("auc", confidence=0.95)
+        assert m[f"{name}/tpr_at_fpr_0.1_upper"] == dist.upper("t", confidence=0.95)
+        assert stats["sample"][name]["bootstrap"] == {"unit": "group", "n_members": 10, "n_non_members": 10,
+                                                      "rounds": 50, "stratified_by_label": True}
+        assert stats["user"][name]["bootstrap"]["unit"] == "user"
+        # 30 non-members resolve FPR 0.05 but not 0.02: nan, no interval, and the reason.
+        assert m[f"{name}/tpr_at_fpr_0.05"] == tpr_at_fpr(y, scores, alpha=0.05)
+        assert math.isnan(m[f"{name}/tpr_at_fpr_0.02"]) and math.isnan(m[f"{name}/tpr_at_fpr_0.02_upper"])
+        assert f"{name}/tpr_at_fpr_0.02_ci_low" not in m
+        assert stats["sample"][name]["unresolved"] == {"tpr_at_fpr_0.02": "30 non-members < 50 needed for FPR 0.02"}
+        # User level: 10 non-member users resolve only FPR 0.1; the population's 10 articles give a threshold
+        # at 0.1 and none at 0.05 or 0.02, each with its own reason.
+        assert not math.isnan(m[f"user/{name}/tpr_at_fpr_0.1"]) and math.isnan(m[f"user/{name}/tpr_at_fpr_0.05"])
+        assert f"user/{name}/precision_at_pop_fpr_0.1" in m and f"user/{name}/recall_at_pop_fpr_0.1_ci_low" in m
+        assert f"user/{name}/precision_at_pop_fpr_0.05" not in m
+        assert stats["user"][name]["unresolved"] == {
+            "tpr_at_fpr_0.05": "10 non-member users < 20 needed for FPR 0.05",
+            "tpr_at_fpr_0.02": "10 non-member users < 50 needed for FPR 0.02",
+            "pop_fpr_0.05": "10 population groups < 20 needed for FPR 0.05",
+            "pop_fpr_0.02": "10 population groups < 50 needed for FPR 0.02"}
+        # The user-level epsilon bound: one trial per user, at the one user-level threshold.
+        users = res.samples.groupby("group").agg(label=("label", "first"), score=(f"score_{name}", "mean"))
+        flagged = users["score"] > m[f"user/{name}/threshold_at_pop_fpr_0.1"]
+        expected = epsilon_lower_bound_from_counts([int((flagged & (users.label == 1)).sum())],
+                                                   [int((flagged & (users.label == 0)).sum())],
+                                                   n_members=10, n_non_members=10, delta=1e-5, confidence=0.95)
+        assert m[f"user/{name}/epsilon_lower_bound"] == expected.epsilon
+        assert m[f"user/{name}/epsilon_lower_bound_max_certifiable"] == max_certifiable_epsilon(10, 10)
+        assert m[f"{name}/epsilon_lower_bound_max_certifiable"] == max_certifiable_epsilon(30, 30, n_thresholds=3)
+        assert stats["user"][name]["epsilon"]["trials"] == ("one trial per group (its samples' mean score): "
+                                                            "a group-level bound")
+        assert "at best a bound on group-level epsilon" in stats["sample"][name]["epsilon"]["trials"]
 
 
 def test_user_level_score_is_mean_of_user_samples(setup):

@@ -24,7 +24,7 @@ def result():
     population = PopulationSet(texts=texts[40:140], groups=[f"p{i // 2}" for i in range(100)])
     model, tok = tiny_bert(seed=1)
     config = AuditConfig.from_dict({"signal": {"num_masks": 2},
-                                    "metrics": {"fprs": [0.1, 0.05], "bootstrap_rounds": 20}})
+                                    "metrics": {"fprs": [0.1, 0.05, 0.01], "bootstrap_rounds": 20}})
     res = run_audit(MaskedLM(model, tok, model_id="models:/tgt/7"), pool, population,
                     reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok, model_id="models:/ref/1"),
                     config=config, progress=False)
@@ -37,10 +37,10 @@ def test_report_has_headline_tables_and_explanations(result):
     assert md.startswith("# Membership inference audit of models:/tgt/7")
     assert "`models:/ref/1`" in md and "20 members, 20 non-members" in md
     assert "10 member and 10 non-member users" in md
-    assert "| Attack | AUC [CI] | TPR @ FPR 0.1 | TPR @ FPR 0.05 |" in md
+    assert "| Attack | AUC [CI] | TPR @ FPR 0.1 | TPR @ FPR 0.05 | TPR @ FPR 0.01 |" in md
     assert "## Sample level" in md and "## User level" in md
     assert md.count("| `likelihood_ratio` |") >= 4  # ROC and population rows at both levels
-    assert "Population FPR | Precision | Recall" in md
+    assert "Population FPR | Precision [CI] | Recall [CI]" in md  # with their bootstrap intervals
     assert "## In brief" in md and "0.5 would mean no leakage" in md
     assert "## How to read these numbers" in md
     assert "## Warnings" in md and "Truncated samples: 0." in md
@@ -58,6 +58,50 @@ def test_report_shows_the_epsilon_lower_bound(result):
         for name in ("loss", "likelihood_ratio"):
             eps = res.metrics[f"{prefix}{name}/epsilon_lower_bound"]
             assert f"| `{name}` | {level} | {eps:.2f} |" in md
+
+
+def test_report_says_what_was_resampled_and_why_rates_are_missing(result):
+    res, _ = result
+    md = render_report(res, group_column="article_id")
+    assert ("| Confidence intervals | 20 bootstrap rounds, 95%; resampling groups (`article_id`) at sample level "
+            "(10 member, 10 non-member), users at user level (10 member, 10 non-member), members and non-members "
+            "apart |") in md
+    # 20 non-members cannot resolve FPR 0.01, 10 non-member users not 0.05; 50 population articles give no
+    # user-level threshold at 0.01 but do at 0.1 and 0.05.
+    assert "Not resolved, shown as n/a: TPR @ FPR 0.01 (20 non-members < 100 needed for FPR 0.01)." in md
+    assert "Not resolved, shown as n/a: TPR @ FPR 0.05 (10 non-member users < 20 needed for FPR 0.05)." in md
+    assert "No threshold at population FPR 0.01: 50 population groups < 100 needed for FPR 0.01." in md
+    assert "| `loss` | 0.05 |" in md.split("## User level")[1].split("## Empirical")[0]
+    assert "has no group column" not in md
+
+
+def test_report_gives_the_reason_when_a_level_has_no_population_threshold(result):
+    import dataclasses
+
+    res, _ = result
+    why = "the population set has no group column"
+    users = {n: dataclasses.replace(r, population=(), epsilon=None, unresolved={"population_thresholds": why})
+             for n, r in res.user_attacks.items()}
+    md = render_report(dataclasses.replace(res, user_attacks=users))
+    assert "_No population thresholds at this level: the population set has no group column._" in md
+    assert "There is no user-level bound: the population set has no group column." in md
+
+
+def test_report_states_which_epsilon_bound_applies_and_its_ceiling(result):
+    import dataclasses
+
+    res, _ = result
+    md = render_report(res)
+    assert "| Trials (members, non-members) | Max certifiable |" in md
+    for level, prefix, trials in (("sample", "", "20, 20"), ("user", "user/", "10, 10")):
+        for name in ("loss", "likelihood_ratio"):
+            ceiling = res.metrics[f"{prefix}{name}/epsilon_lower_bound_max_certifiable"]
+            assert f" | {trials} | {ceiling:.2f} |" in md.split(f"| `{name}` | {level} |")[1].splitlines()[0]
+    assert "it bounds group-level epsilon at best and is shown for reference only" in md
+    assert "The user-level bound counts one trial per group (its samples' mean score) and is the one that applies" in md
+    ungrouped = render_report(dataclasses.replace(res, user_attacks={}))
+    assert "the sample-level bound holds only if samples were included in training independently" in ungrouped
+    assert "group-level" not in ungrouped
 
 
 def test_report_shows_gate_and_artifacts(result):

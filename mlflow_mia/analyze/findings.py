@@ -134,6 +134,12 @@ def _check_signal(v):
     return ok, f"likelihood-ratio AUC {_a(v, 'energy'):.3f} with the masked energy, {_a(v, 'pll'):.3f} with the PLL"
 
 
+def _vacuous(v, label) -> bool:
+    """True when no outcome of these trial counts could have put the bound above the accountant's epsilon."""
+    ceiling = max(v[(label, at)]["epsilon_lower_bound_max_certifiable"] for at in (LOSS, LR))
+    return ceiling < v[(label, LR)]["dp_epsilon"]  # False when either is unknown (NaN)
+
+
 def _check_dp(v):
     labels = sorted({label for label, _ in v if label != "non-private"})
     tpr = "tpr_at_fpr_0.01"
@@ -141,9 +147,14 @@ def _check_dp(v):
                 and v[(lab, LR)][tpr] <= v[("non-private", LR)][tpr] for lab in labels)
     bound_ok = all(v[(lab, at)]["epsilon_lower_bound"] <= v[(lab, at)]["dp_epsilon"]
                    for lab in labels for at in (LOSS, LR))
-    parts = [f"{lab}: AUC {v[(lab, LR)]['auc']:.3f}, TPR@1% {v[(lab, LR)][tpr]:.3f}, epsilon lower bound "
-             f"{max(v[(lab, at)]['epsilon_lower_bound'] for at in (LOSS, LR)):.2f} <= accountant's "
-             f"{v[(lab, LR)]['dp_epsilon']:.2f}" for lab in labels]
+    parts = []
+    for lab in labels:
+        ceiling = max(v[(lab, at)]["epsilon_lower_bound_max_certifiable"] for at in (LOSS, LR))
+        vacuous = (f" (VACUOUS: these trial counts certify at most {ceiling:.2f}, so the bound cannot exceed the "
+                   "accountant's epsilon)" if _vacuous(v, lab) else "")
+        parts.append(f"{lab}: AUC {v[(lab, LR)]['auc']:.3f}, TPR@1% {v[(lab, LR)][tpr]:.3f}, epsilon lower bound "
+                     f"{max(v[(lab, at)]['epsilon_lower_bound'] for at in (LOSS, LR)):.2f} <= accountant's "
+                     f"{v[(lab, LR)]['dp_epsilon']:.2f}{vacuous}")
     head = f"non-private AUC {v[('non-private', LR)]['auc']:.3f}, TPR@1% {v[('non-private', LR)][tpr]:.3f}; "
     if not bound_ok:
         head = "INCONSISTENT: an empirical epsilon lower bound exceeds the accountant's epsilon; " + head
@@ -214,10 +225,12 @@ def setting_values(metrics: dict, prefix: str, attack: str) -> dict:
     -------
     dict
         ``auc``, ``auc_ci_low``, ``auc_ci_high``, ``tpr_at_fpr_0.01``, ``epsilon_lower_bound``,
-        ``dp_epsilon`` (the run's ``dp/epsilon``; NaN for non-private runs).
+        ``epsilon_lower_bound_max_certifiable`` (the largest bound the run's trial counts could
+        give), ``dp_epsilon`` (the run's ``dp/epsilon``; NaN for non-private runs).
     """
     base = f"{prefix}{attack}/"
-    keys = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.01", "epsilon_lower_bound")
+    keys = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.01", "epsilon_lower_bound",
+            "epsilon_lower_bound_max_certifiable")
     out = {k: float(metrics.get(base + k, NAN)) for k in keys}
     out["dp_epsilon"] = float(metrics.get("dp/epsilon", NAN))
     return out
@@ -228,6 +241,14 @@ def _verdict(finding: Finding, values: dict) -> tuple[str, str]:
         return "not run", "a setting of this finding has no finished run"
     ok, why = finding.check(values)
     return ("yes" if ok else "no"), why
+
+
+def _epsilon_check(values: dict) -> str:
+    """How a bound compares with its run's accountant epsilon: vacuous, informative, or "" (nothing to compare)."""
+    ceiling, dp = values["epsilon_lower_bound_max_certifiable"], values["dp_epsilon"]
+    if math.isnan(dp) or math.isnan(ceiling):
+        return ""
+    return "vacuous" if ceiling < dp else "informative"
 
 
 def findings_table(runs: dict, size, findings=FINDINGS):
@@ -245,7 +266,11 @@ def findings_table(runs: dict, size, findings=FINDINGS):
     -------
     pandas.DataFrame
         Columns ``finding``, ``setting``, ``attack``, ``auc``, ``auc_ci_low``,
-        ``auc_ci_high``, ``tpr_at_fpr_0.01``, ``epsilon_lower_bound``, ``dp_epsilon``,
+        ``auc_ci_high``, ``tpr_at_fpr_0.01``, ``epsilon_lower_bound``,
+        ``epsilon_lower_bound_max_certifiable``, ``dp_epsilon``, ``epsilon_check``
+        (``"vacuous"`` where the bound is compared with an accountant's epsilon above
+        the largest value its trial counts could certify, ``"informative"`` where it
+        could have exceeded it, ``""`` where no accountant's epsilon exists),
         ``paper`` (the paper's figure), ``source``, ``reproduced`` (yes / no / not run),
         ``why`` (the numbers the verdict rests on), ``experiment``, ``run_id``.
     """
@@ -264,7 +289,8 @@ def findings_table(runs: dict, size, findings=FINDINGS):
         for s in settings:
             for attack in finding.attacks:
                 rows.append({"finding": finding.name, "setting": s.label, "attack": attack,
-                             **values[(s.label, attack)], "paper": s.paper_figure(attack), "source": finding.source,
+                             **values[(s.label, attack)], "epsilon_check": _epsilon_check(values[(s.label, attack)]),
+                             "paper": s.paper_figure(attack), "source": finding.source,
                              "reproduced": verdict, "why": why, "experiment": s.experiment,
                              "run_id": found[s.label] or ""})
     return pd.DataFrame(rows)

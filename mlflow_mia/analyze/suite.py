@@ -205,9 +205,11 @@ def _length_subsets(result, config) -> dict:
         keep = (n_tokens >= lo) & (n_tokens < hi)
         if len(set(y[keep])) < 2:
             continue
+        # With groups, the intervals resample whole groups, as at the full pool's sample level.
+        groups = samples["group"].to_numpy()[keep] if samples["group"].notna().all() else None
         for attack in result.attacks:
             report = attack_report(attack, y[keep], samples[f"score_{attack}"].to_numpy()[keep],
-                                   result.population_scores.get(attack), config)
+                                   result.population_scores.get(attack), config, groups=groups)
             out.update(report.metrics(f"len_{label}/{attack}/"))
         out[f"len_{label}/n_samples"] = float(keep.sum())
     return out

@@ -41,6 +41,22 @@ class AttackReport:
     epsilon : EpsilonLowerBound or None
         Empirical epsilon lower bound at the population thresholds (Jagielski et al.
         2020); None without population thresholds.
+    level : {"sample", "user"}
+        The rows of this report: samples, or users (group scores).
+    upper : dict of float to float
+        One-sided upper confidence bound (level ``confidence``, from the same
+        bootstrap) of the TPR at each alpha; nan where the TPR is unresolved.
+        Empty without bootstrap.
+    resampled : dict or None
+        What the bootstrap resampled: ``unit`` (``"sample"``, ``"group"`` or
+        ``"user"``), ``n_members`` and ``n_non_members`` (units drawn per class),
+        ``rounds``, ``stratified_by_label``. None without bootstrap.
+    unresolved : dict of str to str
+        Rates this level cannot resolve, with the reason: ``tpr_at_fpr_<alpha>``
+        (too few non-members), ``pop_fpr_<alpha>`` (too few population samples or
+        groups for that threshold), ``population_thresholds`` (none at this level).
+    epsilon_trials : str
+        What one trial of the epsilon bound is, and so which privacy unit it bounds.
     """
 
     name: str
@@ -51,32 +67,64 @@ class AttackReport:
     mean_member_loss: ThresholdMetrics | None = None
     lengths: list = field(default_factory=list)
     epsilon: EpsilonLowerBound | None = None
+    level: str = "sample"
+    upper: dict = field(default_factory=dict)
+    resampled: dict | None = None
+    unresolved: dict = field(default_factory=dict)
+    epsilon_trials: str = ""
 
     def metrics(self, prefix: str) -> dict[str, float]:
-        """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ..."""
+        """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ...
+
+        Intervals end in ``_ci_low`` / ``_ci_high`` (AUC, TPR at FPR, precision and
+        recall at population thresholds), the one-sided upper bound of a TPR in
+        ``_upper``; an unresolved TPR is nan (no interval), and the epsilon bound
+        comes with ``epsilon_lower_bound_max_certifiable``.
+        """
         out = {f"{prefix}auc": self.roc.auc}
         if "auc" in self.ci:
             out[f"{prefix}auc_ci_low"], out[f"{prefix}auc_ci_high"] = self.ci["auc"]
         for alpha, tpr in self.tpr_at_fpr.items():
             a = fmt_alpha(alpha)
-            out[f"{prefix}tpr_at_fpr_{a}"] = tpr
-            if f"tpr_at_fpr_{a}" in self.ci:
-                out[f"{prefix}tpr_at_fpr_{a}_ci_low"], out[f"{prefix}tpr_at_fpr_{a}_ci_high"] = self.ci[f"tpr_at_fpr_{a}"]
+            out[f"{prefix}tpr_at_fpr_{a}"] = tpr  # nan when unresolved (see self.unresolved)
+            self._interval(out, prefix, f"tpr_at_fpr_{a}")
+            if alpha in self.upper:
+                out[f"{prefix}tpr_at_fpr_{a}_upper"] = self.upper[alpha]
         for t in self.population:
             a = fmt_alpha(t.alpha)
             out[f"{prefix}precision_at_pop_fpr_{a}"] = t.precision
             out[f"{prefix}recall_at_pop_fpr_{a}"] = t.tpr
+            self._interval(out, prefix, f"precision_at_pop_fpr_{a}")
+            self._interval(out, prefix, f"recall_at_pop_fpr_{a}")
             out[f"{prefix}achieved_fpr_at_pop_fpr_{a}"] = t.fpr
             out[f"{prefix}threshold_at_pop_fpr_{a}"] = t.threshold
         if self.epsilon is not None:
             out[f"{prefix}epsilon_lower_bound"] = self.epsilon.epsilon
             out[f"{prefix}epsilon_lower_bound_point"] = self.epsilon.epsilon_point
+            out[f"{prefix}epsilon_lower_bound_max_certifiable"] = self.epsilon.max_certifiable
         if self.mean_member_loss is not None:
             out[f"{prefix}precision_at_mean_member_loss"] = self.mean_member_loss.precision
             out[f"{prefix}recall_at_mean_member_loss"] = self.mean_member_loss.tpr
         for row in self.lengths:
             out[f"{prefix}auc_len_{row['bin']}"] = row["auc"]
         return out
+
+    def _interval(self, out: dict, prefix: str, key: str) -> None:
+        if key in self.ci:
+            out[f"{prefix}{key}_ci_low"], out[f"{prefix}{key}_ci_high"] = self.ci[key]
+
+    def statistics_record(self) -> dict:
+        """How this report's intervals and bound were made, for ``audit_summary.json``.
+
+        ``bootstrap`` (:attr:`resampled`), ``unresolved`` (metric -> reason), and
+        ``epsilon``: ``trials`` (:attr:`epsilon_trials`), ``n_members`` /
+        ``n_non_members`` (trials per class) and ``max_certifiable``.
+        """
+        eps = None
+        if self.epsilon is not None:
+            eps = {"trials": self.epsilon_trials, "n_members": self.epsilon.n_members,
+                   "n_non_members": self.epsilon.n_non_members, "max_certifiable": self.epsilon.max_certifiable}
+        return {"bootstrap": self.resampled, "unresolved": dict(self.unresolved), "epsilon": eps}
 
 
 @dataclass
@@ -148,6 +196,10 @@ class AuditResult:
             "config": self.config.to_dict(),
             "info": self.info,
             "metrics": nan_to_none(self.metrics),
+            # per level and attack: the bootstrap unit, unresolved rates and the epsilon bound's trials
+            "statistics": nan_to_none({level: {n: r.statistics_record() for n, r in reports.items()}
+                                       for level, reports in (("sample", self.attacks), ("user", self.user_attacks))
+                                       if reports}),
             "warnings": list(self.warnings),
         }
 

@@ -10,6 +10,7 @@ level), Table 3 (length breakdown); TPR at low FPR as in Carlini et al. (2022),
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -21,11 +22,12 @@ from mlflow_mia.audit.result import AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
-from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.bootstrap import (bootstrap_distribution, precision_at_threshold_statistic,
+                                          recall_at_threshold_statistic, tpr_at_fpr_statistic)
 from mlflow_mia.metrics.epsilon import epsilon_lower_bound
 from mlflow_mia.metrics.roc import auc_statistic, roc, tpr_at_fpr_from_roc
-from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold, min_population_size,
-                                           population_threshold_metrics)
+from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold,
+                                           population_threshold_metrics, unresolved_reason)
 from mlflow_mia.naming import fmt_alpha, headline_attack
 
 __all__ = ["score_audit", "attack_settings", "attack_report"]
@@ -40,7 +42,17 @@ def attack_settings(name: str, config: AuditConfig) -> dict:
     return {"fraction": config.metrics.min_k_fraction} if name == "min_k" else {}
 
 
-def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None) -> AttackReport:
+#: How the trials of each level's epsilon lower bound relate to the privacy unit (report and summary).
+EPSILON_UNITS = {
+    "sample": "one trial per sample: a sample-level bound only if samples were included in training independently",
+    "sample_grouped": ("one trial per sample, but membership was decided per group: at best a bound on group-level "
+                       "epsilon; the user-level bound is the one that applies"),
+    "user": "one trial per group (its samples' mean score): a group-level bound",
+}
+
+
+def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None, groups=None,
+                  level: str = "sample", population_note: str | None = None) -> AttackReport:
     """Metrics of one attack at one level: exact ROC, TPR at each FPR, population thresholds, CIs, epsilon.
 
     Parameters
@@ -52,33 +64,87 @@ def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, len
     y_score : ndarray of shape (n,), float
         Attack scores, higher = member.
     pop_scores : ndarray of shape (m,), float, or None
-        Population scores for the thresholds (skipped when fewer than
-        ``ceil(1 / min(fprs))``).
+        Population scores for the thresholds; each FPR alpha gets a threshold
+        only when ``m >= ceil(1 / alpha)``.
     config : AuditConfig
         Only ``config.metrics`` is read.
     lengths : ndarray of shape (n,), int, optional
         Token counts for the length breakdown.
+    groups : array-like of shape (n,), optional
+        Group id of each sample when membership was decided per group: every
+        interval then resamples groups (members' and non-members' apart).
+    level : {"sample", "user"}
+        ``"user"`` when the rows are users already (group scores); names the
+        units in the reasons and the epsilon bound.
+    population_note : str, optional
+        Why ``pop_scores`` is None (shown in place of the thresholds).
 
     Returns
     -------
     AttackReport
+        A TPR at FPR alpha needs ``ceil(1 / alpha)`` non-members at this
+        level: below that it is nan, without interval, and
+        ``AttackReport.unresolved`` says why (as for a dropped population threshold).
     """
+    if level not in ("sample", "user"):
+        raise ValueError(f"level must be 'sample' or 'user', got {level!r}")
     mc = config.metrics
     curve = roc(y_true, y_score)
-    tprs = {a: tpr_at_fpr_from_roc(curve, a) for a in mc.fprs}
-    population = (population_threshold_metrics(y_true, y_score, pop_scores, alphas=mc.fprs)
-                  if pop_scores is not None and len(pop_scores) >= min_population_size(min(mc.fprs)) else ())
-    ci = {}
+    n_non_members = int(np.count_nonzero(np.asarray(y_true) == 0))
+    unresolved: dict[str, str] = {}
+    tprs = {}
+    for a in mc.fprs:
+        why = unresolved_reason(n_non_members, a, unit="non-members" if level == "sample" else "non-member users")
+        tprs[a] = math.nan if why else tpr_at_fpr_from_roc(curve, a)
+        if why:
+            unresolved[f"tpr_at_fpr_{fmt_alpha(a)}"] = why
+    population = _population(y_true, y_score, pop_scores, mc.fprs, level, population_note, unresolved)
+    ci, upper, resampled = {}, {}, None
     if mc.bootstrap_rounds:
-        stats = {"auc": auc_statistic, **{f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a in mc.fprs}}
-        ci = bootstrap_ci(y_true, y_score, statistics=stats, rounds=mc.bootstrap_rounds,
-                          confidence=mc.confidence, seed=mc.seed)
+        ci, upper, resampled = _intervals(y_true, y_score, tprs, population, mc, groups, level)
     mean_loss = (metrics_at_threshold(y_true, y_score, threshold=mean_member_loss_threshold(y_true, y_score))
                  if name == "loss" else None)
     bins = length_breakdown(y_true, y_score, lengths, bins=mc.length_bins) if lengths is not None else []
     eps = epsilon_lower_bound(population, delta=mc.delta, confidence=mc.confidence) if population else None
+    trials = "user" if level == "user" else ("sample_grouped" if groups is not None else "sample")
     return AttackReport(name=name, roc=curve, tpr_at_fpr=tprs, population=tuple(population), ci=ci,
-                        mean_member_loss=mean_loss, lengths=bins, epsilon=eps)
+                        mean_member_loss=mean_loss, lengths=bins, epsilon=eps, level=level, upper=upper,
+                        resampled=resampled, unresolved=unresolved, epsilon_trials=EPSILON_UNITS[trials])
+
+
+def _population(y_true, y_score, pop_scores, fprs, level, note, unresolved) -> tuple:
+    """Metrics at the population threshold of every alpha the population resolves; reasons for the others."""
+    if pop_scores is None:
+        unresolved["population_thresholds"] = note or "no population scores at this level"
+        return ()
+    unit = "population samples" if level == "sample" else "population groups"
+    kept = []
+    for a in fprs:
+        why = unresolved_reason(len(pop_scores), a, unit=unit)
+        if why:
+            unresolved[f"pop_fpr_{fmt_alpha(a)}"] = why
+        else:
+            kept.append(a)
+    return population_threshold_metrics(y_true, y_score, pop_scores, alphas=kept) if kept else ()
+
+
+def _intervals(y_true, y_score, tprs, population, mc, groups, level):
+    """Bootstrap intervals (two-sided), one-sided upper bounds of the TPRs, and what was resampled."""
+    stats = {"auc": auc_statistic}
+    stats.update({f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a, v in tprs.items()
+                  if not math.isnan(v)})
+    for t in population:
+        a = fmt_alpha(t.alpha)
+        stats[f"precision_at_pop_fpr_{a}"] = precision_at_threshold_statistic(t.threshold)
+        stats[f"recall_at_pop_fpr_{a}"] = recall_at_threshold_statistic(t.threshold)
+    dist = bootstrap_distribution(y_true, y_score, statistics=stats, rounds=mc.bootstrap_rounds, seed=mc.seed,
+                                  groups=groups)
+    ci = {k: dist.interval(k, confidence=mc.confidence) for k in stats}
+    upper = {a: (math.nan if math.isnan(v) else dist.upper(f"tpr_at_fpr_{fmt_alpha(a)}", confidence=mc.confidence))
+             for a, v in tprs.items()}
+    unit = "user" if level == "user" else dist.unit
+    return ci, upper, {"unit": unit, "n_members": dist.n_member_units, "n_non_members": dist.n_non_member_units,
+                       "rounds": mc.bootstrap_rounds, "stratified_by_label": True}
 
 
 def _attack_scores(name, signals, pool, population, config, warnings, unscored):
@@ -106,7 +172,8 @@ def _score_attack(name, signals, pool, population, config, samples, n_tokens, ou
     y = samples["label"].to_numpy()
     keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
     y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
-    report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep])
+    groups = np.asarray(pool.groups)[keep] if pool.groups is not None else None
+    report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep], groups=groups)
     out["attacks"][name], out["population_scores"][name] = report, pscores
     samples[f"score_{name}"] = scores
     for t in report.population:
@@ -117,12 +184,14 @@ def _score_attack(name, signals, pool, population, config, samples, n_tokens, ou
         out["risky"].append(samples.iloc[idx][_RISKY_COLUMNS].assign(attack=name, score=scores[idx],
                                                                       flagged_at_fpr=lowest.alpha))
     if pool.groups is not None:
-        users = group_scores(y_k, scores_k, np.asarray(pool.groups)[keep])
-        user_pop = None
+        users = group_scores(y_k, scores_k, groups)
+        user_pop, note = None, "the population set has no group column"
         if population.groups is not None:
+            # Every alpha the population's groups resolve gets its user-level threshold (each on its own).
             user_pop = group_scores(np.zeros(len(pscores_k), dtype=np.int64), pscores_k,
                                     np.asarray(population.groups)[pop_keep]).y_score
-        out["user_attacks"][name] = attack_report(name, users.y_true, users.y_score, user_pop, config)
+        out["user_attacks"][name] = attack_report(name, users.y_true, users.y_score, user_pop, config,
+                                                  level="user", population_note=note)
 
 
 def _metrics(out, pool: AuditDataset, population: PopulationSet, y, n_truncated: int) -> dict[str, float]:

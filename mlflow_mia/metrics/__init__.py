@@ -5,13 +5,21 @@ Every metric takes ``(y_true, y_score, *, ...)`` with keyword-only options.
 """
 
 from .aggregate import GroupScores, group_scores, length_breakdown, riskiest_records
-from .bootstrap import bootstrap_ci, tpr_at_fpr_statistic
+from .bootstrap import (
+    BootstrapDistribution,
+    bootstrap_ci,
+    bootstrap_distribution,
+    precision_at_threshold_statistic,
+    recall_at_threshold_statistic,
+    tpr_at_fpr_statistic,
+)
 from .epsilon import (
     EpsilonLowerBound,
     clopper_pearson_upper,
     epsilon_from_rates,
     epsilon_lower_bound,
     epsilon_lower_bound_from_counts,
+    max_certifiable_epsilon,
 )
 from .roc import RocResult, auc_statistic, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
@@ -21,6 +29,7 @@ from .thresholds import (
     min_population_size,
     population_threshold,
     population_threshold_metrics,
+    unresolved_reason,
 )
 
 __all__ = [
@@ -33,8 +42,13 @@ __all__ = [
     "population_threshold",
     "metrics_at_threshold",
     "population_threshold_metrics",
+    "unresolved_reason",
     "mean_member_loss_threshold",
     "bootstrap_ci",
+    "bootstrap_distribution",
+    "BootstrapDistribution",
+    "precision_at_threshold_statistic",
+    "recall_at_threshold_statistic",
     "auc_statistic",
     "tpr_at_fpr_statistic",
     "GroupScores",
@@ -46,4 +60,5 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
+    "max_certifiable_epsilon",
 ]

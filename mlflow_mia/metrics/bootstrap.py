@@ -1,16 +1,33 @@
-"""Stratified bootstrap confidence intervals over the target pool.
+"""Stratified (optionally cluster) bootstrap confidence intervals over the target pool.
 
-Pool rows are resampled by index, members and non-members separately, so the
-class counts stay fixed, no resample holds a single class, and paired columns
-(for example target and reference scores of one sample) stay paired.
+The unit resampled is the unit whose membership was decided: a sample when
+samples were assigned to members and non-members one by one, a group (article,
+user, patient) when every sample of a group shares its label. Units are drawn
+with replacement, members' units and non-members' units separately (stratified
+by label), so no resample holds a single class and paired columns (target and
+reference scores of one sample) stay paired. Resampling samples when membership
+was decided per group ignores that samples of one group share their group's
+effect on the score, and gives intervals that are too narrow (Field and Welsh
+2007; Davison and Hinkley 1997, Sec. 3.8).
+
+A resample is a vector of weights, the number of times each pool row was drawn
+(a row counts as often as its unit was drawn). The built-in statistics (AUC, TPR
+at a fixed FPR, precision and recall at a fixed threshold) read every round of a
+chunk at once from weighted cumulative counts over the pool sorted once; any
+other statistic is called once per round on the resampled rows.
 
 References
 ----------
 .. [1] B. Efron and R. J. Tibshirani, "An Introduction to the Bootstrap",
    Chapman & Hall, 1993 (percentile intervals, Ch. 13).
-.. [2] F. Mireshghallah et al., "Quantifying Privacy Risks of Masked Language
+.. [2] A. C. Davison and D. V. Hinkley, "Bootstrap Methods and their
+   Application", Cambridge University Press, 1997, Sec. 3.8 (hierarchical data:
+   resample the top-level units).
+.. [3] C. A. Field and A. H. Welsh, "Bootstrapping clustered data", J. R. Stat.
+   Soc. B 69(3), 2007.
+.. [4] F. Mireshghallah et al., "Quantifying Privacy Risks of Masked Language
    Models Using Membership Inference Attacks", EMNLP 2022.
-.. [3] N. Carlini et al., "Membership Inference Attacks From First
+.. [5] N. Carlini et al., "Membership Inference Attacks From First
    Principles", IEEE S&P 2022.
 """
 
@@ -18,16 +35,27 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Mapping
 
 import numpy as np
 
-from .roc import tpr_at_fpr
-from .validation import check_pair, check_rate, warn_one_class
+from .roc import auc_statistic, tpr_at_fpr
+from .validation import as_1d, check_pair, check_rate, warn_one_class
+from .weighted_roc import (WeightedResamples, batch_auc, batch_tpr_at_fpr, named_statistic,
+                           precision_at_threshold_statistic, recall_at_threshold_statistic)
 
-__all__ = ["bootstrap_ci", "tpr_at_fpr_statistic"]
+#: Batch forms (all resamples at once) of statistics defined elsewhere.
+_BATCH_FORMS = {auc_statistic: batch_auc}
+
+__all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
+           "recall_at_threshold_statistic", "precision_at_threshold_statistic"]
 
 Statistic = Callable[[np.ndarray, np.ndarray], float]
+
+# Weights held at once (rounds x pool rows) when the statistics are read chunk by chunk.
+_CHUNK_CELLS = 2_000_000
 
 
 def tpr_at_fpr_statistic(alpha: float) -> Statistic:
@@ -42,7 +70,8 @@ def tpr_at_fpr_statistic(alpha: float) -> Statistic:
     -------
     callable
         ``f(y_true, y_score) -> float`` equal to
-        ``tpr_at_fpr(y_true, y_score, alpha=alpha)``.
+        ``tpr_at_fpr(y_true, y_score, alpha=alpha)``; its ``batch`` attribute
+        gives the same for every resample of a chunk at once.
 
     Raises
     ------
@@ -65,21 +94,120 @@ def tpr_at_fpr_statistic(alpha: float) -> Statistic:
     def statistic(y_true, y_score) -> float:
         return tpr_at_fpr(y_true, y_score, alpha=alpha)
 
-    statistic.__name__ = f"tpr_at_fpr_{alpha:g}"
-    statistic.__qualname__ = statistic.__name__
-    return statistic
+    return named_statistic(statistic, f"tpr_at_fpr_{alpha:g}", partial(batch_tpr_at_fpr, alpha=alpha))
 
 
-def bootstrap_ci(
-    y_true,
-    y_score,
-    *,
-    statistics: Mapping[str, Statistic],
-    rounds: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> dict[str, tuple[float, float]]:
-    """Percentile bootstrap confidence intervals, resampling the pool by class.
+@dataclass(frozen=True)
+class BootstrapDistribution:
+    """Values of each statistic over the bootstrap resamples of one pool.
+
+    Attributes
+    ----------
+    values : dict of str to ndarray of shape (rounds,), float64
+        One value per resample and statistic (nan where a resample leaves it undefined).
+    unit : {"sample", "group"}
+        What was resampled: pool rows, or whole groups (all their rows at once).
+    n_member_units, n_non_member_units : int
+        Units drawn per resample from the members and from the non-members.
+    """
+
+    values: dict
+    unit: str
+    n_member_units: int
+    n_non_member_units: int
+
+    def interval(self, name: str, *, confidence: float) -> tuple[float, float]:
+        """Two-sided percentile interval: the ``(1 -+ confidence) / 2`` quantiles (linear interpolation).
+
+        ``(nan, nan)`` when some resample gave nan.
+        """
+        confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+        vals = self.values[name]
+        if vals.size == 0 or np.isnan(vals).any():
+            return (math.nan, math.nan)
+        low, high = np.quantile(vals, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
+        return (float(low), float(high))
+
+    def upper(self, name: str, *, confidence: float) -> float:
+        """One-sided percentile upper bound: the ``confidence`` quantile; nan when some resample gave nan."""
+        confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+        vals = self.values[name]
+        if vals.size == 0 or np.isnan(vals).any():
+            return math.nan
+        return float(np.quantile(vals, confidence))
+
+
+def _check_statistics(statistics) -> None:
+    if not isinstance(statistics, Mapping) or not statistics:
+        raise ValueError("statistics must be a non-empty mapping of name -> f(y_true, y_score)")
+    for name, fn in statistics.items():
+        if not callable(fn):
+            raise ValueError(f"statistics[{name!r}] is not callable")
+
+
+def _units(labels: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray]:
+    """Unit of each row (row index without groups) and the label of each unit."""
+    if groups is None:
+        return np.arange(labels.size), labels
+    ids = as_1d(groups, "groups")
+    if ids.shape[0] != labels.shape[0]:
+        raise ValueError(f"groups has {ids.shape[0]} entries for {labels.shape[0]} samples; give one group id "
+                         "per sample")
+    try:
+        _, unit_of_row = np.unique(ids, return_inverse=True)
+    except TypeError as exc:
+        raise ValueError(f"group ids must be mutually comparable (all str or all int): {exc}") from None
+    unit_of_row = unit_of_row.ravel()
+    sizes = np.bincount(unit_of_row)
+    n_member_rows = np.bincount(unit_of_row, weights=labels)
+    mixed = np.flatnonzero((n_member_rows > 0) & (n_member_rows < sizes))
+    if mixed.size:
+        first = ids[np.flatnonzero(unit_of_row == mixed[0])[0]]
+        raise ValueError(f"{mixed.size} group(s) mix members and non-members (first: {first!r}); the cluster "
+                         "bootstrap resamples groups by label, so a group's samples must share one label")
+    return unit_of_row, (n_member_rows > 0).astype(np.int8)
+
+
+def _unit_counts(rng, member_units, non_member_units, n_units: int, rounds: int, grouped: bool) -> np.ndarray:
+    """(rounds, n_units) draw counts of each unit: members' units and non-members' units drawn apart."""
+    offsets = (np.arange(rounds) * n_units)[:, None]  # one bincount for all rounds
+    if grouped:  # all rounds' member groups in one call, then all rounds' non-member groups
+        drawn = [units[rng.integers(0, units.size, size=(rounds, units.size))] + offsets
+                 for units in (member_units, non_member_units)]
+    else:
+        # Per round, the member rows then the non-member rows: the draws of earlier releases.
+        n1, n0 = member_units.size, non_member_units.size
+        both = np.empty((rounds, n1 + n0), dtype=np.int64)
+        for r in range(rounds):
+            both[r, :n1] = member_units[rng.integers(0, n1, size=n1)]
+            both[r, n1:] = non_member_units[rng.integers(0, n0, size=n0)]
+        drawn = [both + offsets]
+    counts = sum(np.bincount(d.ravel(), minlength=rounds * n_units) for d in drawn)
+    return counts.reshape(rounds, n_units).astype(np.float64)
+
+
+def _unsort(weights: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Weights of rows in score order -> weights of rows in pool order."""
+    out = np.empty_like(weights)
+    out[:, order] = weights
+    return out
+
+
+def _per_round(fn, labels, scores, member_rows, non_member_rows, weights) -> np.ndarray:
+    """A statistic without a batch form, called on each resample's rows (members first)."""
+    out = np.empty(weights.shape[0])
+    for r, w in enumerate(weights.astype(np.int64)):
+        idx = np.concatenate([np.repeat(member_rows, w[member_rows]), np.repeat(non_member_rows, w[non_member_rows])])
+        boot_labels, boot_scores = labels[idx], scores[idx]
+        boot_labels.setflags(write=False)
+        boot_scores.setflags(write=False)
+        out[r] = float(fn(boot_labels, boot_scores))
+    return out
+
+
+def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,
+                           seed: int = 0, groups=None) -> BootstrapDistribution:
+    """Bootstrap values of each statistic, resampling samples or groups by class.
 
     Parameters
     ----------
@@ -89,16 +217,96 @@ def bootstrap_ci(
         Attack scores, higher = more likely a member. Must be finite.
     statistics : mapping of str to callable
         ``name -> f(y_true, y_score) -> float``, e.g.
-        ``{"auc": auc_statistic, "tpr_at_alpha_0.01": tpr_at_fpr_statistic(0.01)}``
+        ``{"auc": auc_statistic, "tpr_at_fpr_0.01": tpr_at_fpr_statistic(0.01)}``
         (:func:`mlflow_mia.metrics.roc.auc_statistic`).
-        Each callable receives resampled ``(n_samples,)`` int8 labels and
-        float64 scores and must not modify them.
+        A callable with a ``batch`` attribute (the statistics of this module)
+        is evaluated on all resamples at once; any other is called once per
+        resample with read-only int8 labels and float64 scores (members first).
     rounds : int, default 1000
         Number of bootstrap resamples (>= 1).
+    seed : int, default 0
+        Seed of ``np.random.default_rng``; equal seeds give equal values.
+    groups : array-like of shape (n_samples,), optional
+        Group id of each sample (article, user), when membership was decided
+        per group. Then whole groups are resampled (a cluster bootstrap); each
+        group's samples must share one label.
+
+    Returns
+    -------
+    BootstrapDistribution
+        Empty value arrays, with an ``UndefinedMetricWarning``, when the pool
+        lacks members or non-members.
+
+    Raises
+    ------
+    ValueError
+        As :func:`mlflow_mia.metrics.roc.roc` for the inputs; if
+        ``statistics`` is empty or holds a non-callable; if ``rounds`` is not
+        a positive int; if ``groups`` has another length or a group mixes
+        members and non-members.
+
+    Notes
+    -----
+    Each round draws, with replacement, as many member units as the pool has
+    and as many non-member units (a stratified bootstrap; a unit is a sample,
+    or a group with all its samples). Every statistic is evaluated on the same
+    draw. Without groups the draws are those of earlier releases (per round,
+    the member rows, then the non-member rows), so the same seed gives the same
+    intervals. With groups, the member groups of all rounds of a chunk are
+    drawn in one call, then the non-member groups; the number of rows per
+    resample varies with the sizes of the groups drawn.
+
+    References
+    ----------
+    .. [1] Efron and Tibshirani, 1993, Ch. 13; Davison and Hinkley, 1997, Sec. 3.8.
+    .. [2] Field and Welsh, "Bootstrapping clustered data", JRSS B, 2007.
+    """
+    labels, scores = check_pair(y_true, y_score)
+    _check_statistics(statistics)
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    unit_of_row, unit_labels = _units(labels, groups)
+    member_units, non_member_units = np.flatnonzero(unit_labels == 1), np.flatnonzero(unit_labels == 0)
+    unit = "sample" if groups is None else "group"
+    n1, n0 = member_units.size, non_member_units.size
+    if n1 == 0 or n0 == 0:
+        warn_one_class(int(labels.sum()), int(labels.size - labels.sum()), "A bootstrap interval")
+        return BootstrapDistribution({name: np.empty(0) for name in statistics}, unit, n1, n0)
+
+    rng = np.random.default_rng(seed)
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores, sorted_labels = scores[order], labels[order].astype(np.float64)
+    member_rows, non_member_rows = np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)
+    values = {name: np.empty(int(rounds)) for name in statistics}
+    chunk = max(1, _CHUNK_CELLS // labels.size)
+    for start in range(0, int(rounds), chunk):
+        stop = min(int(rounds), start + chunk)
+        counts = _unit_counts(rng, member_units, non_member_units, unit_labels.size, stop - start,
+                              groups is not None)
+        # Rows in score order: the statistics read cumulative counts down the sorted pool.
+        resamples = WeightedResamples(sorted_scores, sorted_labels, unit_of_row[order], counts)
+        in_pool_order = None
+        for name, fn in statistics.items():
+            batch = getattr(fn, "batch", None) or _BATCH_FORMS.get(fn)
+            if batch is not None:
+                values[name][start:stop] = batch(resamples)
+                continue
+            if in_pool_order is None:
+                in_pool_order = _unsort(resamples.weights, order)
+            values[name][start:stop] = _per_round(fn, labels, scores, member_rows, non_member_rows, in_pool_order)
+    return BootstrapDistribution(values, unit, n1, n0)
+
+
+def bootstrap_ci(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,
+                 confidence: float = 0.95, seed: int = 0, groups=None) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap confidence intervals, resampling the pool (or its groups) by class.
+
+    Parameters
+    ----------
+    y_true, y_score, statistics, rounds, seed, groups
+        As :func:`bootstrap_distribution`.
     confidence : float in (0, 1), default 0.95
         Two-sided level of the percentile interval.
-    seed : int, default 0
-        Seed of ``np.random.default_rng``; equal seeds give equal intervals.
 
     Returns
     -------
@@ -113,16 +321,7 @@ def bootstrap_ci(
     Raises
     ------
     ValueError
-        As :func:`mlflow_mia.metrics.roc.roc` for the inputs; if
-        ``statistics`` is empty or holds a non-callable; if ``rounds`` is not
-        a positive int or ``confidence`` is not in (0, 1).
-
-    Notes
-    -----
-    Each round draws ``n_members`` member rows and ``n_non_members``
-    non-member rows with replacement (a stratified bootstrap), and every
-    statistic is evaluated on the same draw. Resamples keep the pool's class
-    balance, which the audit fixes by design.
+        As :func:`bootstrap_distribution`, and if ``confidence`` is not in (0, 1).
 
     References
     ----------
@@ -141,44 +340,12 @@ def bootstrap_ci(
     >>> low, high = ci["auc"]
     >>> bool(low < auc_statistic(y, s) < high)
     True
+    >>> by_article = np.repeat(np.arange(40), 5)  # 20 member and 20 non-member articles
+    >>> low_g, high_g = bootstrap_ci(y, s, statistics={"auc": auc_statistic}, rounds=200, seed=1,
+    ...                              groups=by_article)["auc"]
+    >>> bool(low_g < auc_statistic(y, s) < high_g)
+    True
     """
-    labels, scores = check_pair(y_true, y_score)
-    if not isinstance(statistics, Mapping) or not statistics:
-        raise ValueError("statistics must be a non-empty mapping of name -> f(y_true, y_score)")
-    for name, fn in statistics.items():
-        if not callable(fn):
-            raise ValueError(f"statistics[{name!r}] is not callable")
-    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
     confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
-
-    member_idx = np.flatnonzero(labels == 1)
-    non_member_idx = np.flatnonzero(labels == 0)
-    n1, n0 = member_idx.size, non_member_idx.size
-    if n1 == 0 or n0 == 0:
-        warn_one_class(n1, n0, "A bootstrap interval")
-        return {name: (math.nan, math.nan) for name in statistics}
-
-    rng = np.random.default_rng(seed)
-    # Labels of every resample are the same: members first, then non-members.
-    boot_labels = np.concatenate([np.ones(n1, dtype=np.int8), np.zeros(n0, dtype=np.int8)])
-    boot_labels.setflags(write=False)
-    values = {name: np.empty(int(rounds), dtype=np.float64) for name in statistics}
-    for r in range(int(rounds)):
-        idx = np.concatenate(
-            [member_idx[rng.integers(0, n1, size=n1)], non_member_idx[rng.integers(0, n0, size=n0)]]
-        )
-        boot_scores = scores[idx]
-        boot_scores.setflags(write=False)
-        for name, fn in statistics.items():
-            values[name][r] = float(fn(boot_labels, boot_scores))
-
-    q = [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0]
-    out: dict[str, tuple[float, float]] = {}
-    for name, vals in values.items():
-        if np.isnan(vals).any():
-            out[name] = (math.nan, math.nan)
-        else:
-            low, high = np.quantile(vals, q)
-            out[name] = (float(low), float(high))
-    return out
+    dist = bootstrap_distribution(y_true, y_score, statistics=statistics, rounds=rounds, seed=seed, groups=groups)
+    return {name: dist.interval(name, confidence=confidence) for name in statistics}

@@ -18,6 +18,16 @@ conservative bound, valid at a stated confidence) and once with the observed
 rates (the point bound, no confidence attached). A small value is not a
 privacy guarantee: it only says what this attack could prove.
 
+The bound is about the unit whose inclusion in training was randomised: each
+member and non-member is one trial. When membership was decided per article or
+user, the trials are the groups (scores aggregated per group), and the bound is
+on group-level epsilon; sample-level trials then bound group-level epsilon at
+best, and only independently included records (e.g. canaries) give a
+record-level bound. With ``n`` trials per class no outcome can certify more than
+about ``log(n / log(1 / beta'))`` (:func:`max_certifiable_epsilon`), so a check
+"bound <= accountant's epsilon" cannot fail when that ceiling is below the
+accountant's epsilon.
+
 References
 ----------
 .. [1] M. Jagielski, J. Ullman and A. Oprea, "Auditing Differentially Private
@@ -51,6 +61,7 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
+    "max_certifiable_epsilon",
 ]
 
 #: Default delta of the (eps, delta) guarantee tested against.
@@ -206,6 +217,13 @@ class EpsilonLowerBound:
     alphas, fpr, fnr, fpr_upper, fnr_upper, epsilons, epsilons_point : tuple of float
         Per threshold, in the order given: population FPR, observed FPR and
         FNR on the pool, their upper bounds, and the two bounds.
+    max_certifiable : float
+        The largest ``epsilon`` these trial counts could give at this
+        confidence and number of thresholds, whatever the attack
+        (:func:`max_certifiable_epsilon`).
+    n_members, n_non_members : int
+        Trials per class: members and non-members of the pool at the level used
+        (samples, or groups at user level).
     """
 
     epsilon: float
@@ -221,6 +239,9 @@ class EpsilonLowerBound:
     fnr_upper: tuple
     epsilons: tuple
     epsilons_point: tuple
+    max_certifiable: float = math.nan
+    n_members: int = 0
+    n_non_members: int = 0
 
 
 def epsilon_lower_bound_from_counts(tp, fp, *, n_members: int, n_non_members: int, delta: float = DEFAULT_DELTA,
@@ -267,10 +288,13 @@ def epsilon_lower_bound_from_counts(tp, fp, *, n_members: int, n_non_members: in
     bounded at ``1 - (1 - confidence) / 2``). Thresholds must be fixed without
     looking at the pool (population thresholds are).
 
-    As in ``docs/method.md``, the pool's samples are treated as independent
-    trials of one trained model; Jagielski et al. count trials over separately
-    trained models. Steinke, Nasr and Jagielski (NeurIPS 2023) show when a
-    single run suffices (members included at random).
+    Each member and non-member is one trial of one trained model (Jagielski
+    et al. count trials over separately trained models; Steinke, Nasr and
+    Jagielski, NeurIPS 2023, show when a single run suffices: units included
+    at random, independently). The bound is therefore on the epsilon of the
+    unit whose inclusion was randomised: pass group counts (one trial per
+    article or user) when membership was decided per group; sample counts
+    then bound group-level epsilon at best (``docs/method.md``).
 
     References
     ----------
@@ -308,12 +332,74 @@ def epsilon_lower_bound_from_counts(tp, fp, *, n_members: int, n_non_members: in
     eps_point = np.atleast_1d(epsilon_from_rates(fpr, fnr, delta=delta))
     best = int(np.argmax(eps))
     as_tuple = lambda a: tuple(float(x) for x in a)  # noqa: E731
+    ceiling = max_certifiable_epsilon(int(n_members), int(n_non_members), delta=delta, confidence=confidence,
+                                      n_thresholds=tp_arr.size)
     return EpsilonLowerBound(
         epsilon=float(eps[best]), epsilon_point=float(eps_point.max()),
         alpha=float(alphas[best]) if eps[best] > 0 else math.nan, delta=delta, confidence=confidence,
         bound_confidence=float(level), alphas=as_tuple(alphas), fpr=as_tuple(fpr), fnr=as_tuple(fnr),
         fpr_upper=as_tuple(fpr_ub), fnr_upper=as_tuple(fnr_ub), epsilons=as_tuple(eps),
-        epsilons_point=as_tuple(eps_point))
+        epsilons_point=as_tuple(eps_point), max_certifiable=ceiling, n_members=int(n_members),
+        n_non_members=int(n_non_members))
+
+
+def max_certifiable_epsilon(n_members: int, n_non_members: int, *, delta: float = DEFAULT_DELTA,
+                            confidence: float = 0.95, n_thresholds: int = 1) -> float:
+    """The largest conservative epsilon lower bound that these trial counts could certify.
+
+    Parameters
+    ----------
+    n_members, n_non_members : int
+        Trials per class (>= 1): members and non-members at the level used.
+    delta : float in [0, 1), default 1e-5
+    confidence : float in (0, 1), default 0.95
+        Family-wise confidence of the bound.
+    n_thresholds : int, default 1
+        Thresholds the bound is maximised over (Bonferroni, as in
+        :func:`epsilon_lower_bound_from_counts`).
+
+    Returns
+    -------
+    float
+        :func:`epsilon_from_rates` at the Clopper-Pearson upper bounds of a
+        perfect attack (no false positive, no false negative), each at level
+        ``1 - (1 - confidence) / (2 * n_thresholds)``. The bound falls with
+        either count of errors, so no outcome certifies more. About
+        ``log(n / log(1 / beta'))`` for ``n`` trials per class and
+        ``beta' = (1 - confidence) / (2 * n_thresholds)``.
+
+    Raises
+    ------
+    ValueError
+        A count below 1, ``n_thresholds`` below 1, or ``delta`` /
+        ``confidence`` out of range.
+
+    Notes
+    -----
+    A comparison "empirical bound <= accountant's epsilon" cannot fail when
+    this ceiling is below the accountant's epsilon: the check is vacuous.
+
+    References
+    ----------
+    .. [1] Jagielski, Ullman and Oprea, NeurIPS 2020, Sec. 3.
+    .. [2] Clopper and Pearson, Biometrika 26(4), 1934.
+
+    Examples
+    --------
+    >>> round(max_certifiable_epsilon(985, 985, n_thresholds=3), 2)  # the demo's sentences
+    5.32
+    >>> round(max_certifiable_epsilon(100, 100, n_thresholds=2), 2)  # its articles
+    3.11
+    """
+    delta = check_rate(delta, "delta", low_closed=True, high_closed=False)
+    confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+    for name, n in (("n_members", n_members), ("n_non_members", n_non_members), ("n_thresholds", n_thresholds)):
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    level = 1.0 - (1.0 - confidence) / (2 * int(n_thresholds))
+    fpr_ub = clopper_pearson_upper(0, int(n_non_members), confidence=level)
+    fnr_ub = clopper_pearson_upper(0, int(n_members), confidence=level)
+    return epsilon_from_rates(fpr_ub, fnr_ub, delta=delta)
 
 
 def epsilon_lower_bound(thresholds: Sequence[ThresholdMetrics], *, delta: float = DEFAULT_DELTA,

@@ -34,6 +34,7 @@ from .validation import check_pair, check_rate, check_scores, warn_one_class
 __all__ = [
     "ThresholdMetrics",
     "min_population_size",
+    "unresolved_reason",
     "population_threshold",
     "metrics_at_threshold",
     "population_threshold_metrics",
@@ -73,6 +74,47 @@ def min_population_size(alpha: float) -> int:
     alpha = check_rate(alpha, "alpha", low_closed=False, high_closed=False)
     # Round first so that 1 / 0.001 (= 1000.0000000000001 in some cases) gives 1000.
     return int(math.ceil(round(1.0 / alpha, 9)))
+
+
+def unresolved_reason(n: int, alpha: float, *, unit: str) -> str | None:
+    """Why a rate at FPR ``alpha`` cannot be read from ``n`` units, or None when it can.
+
+    A false-positive rate ``alpha`` is resolved by ``n`` negatives (pool
+    non-members for a TPR read off the ROC, population samples or groups for
+    a population threshold) only when ``n >= ceil(1 / alpha)``: with fewer,
+    the rate can only be 0 or at least ``1 / n > alpha``, and a "TPR at FPR
+    alpha" is in fact the TPR at zero false positives.
+
+    Parameters
+    ----------
+    n : int
+        Negatives at the level in question (samples, or users / groups).
+    alpha : float in (0, 1)
+        Target false-positive rate.
+    unit : str
+        What ``n`` counts, as it should read in the reason (``"non-members"``,
+        ``"population groups"``).
+
+    Returns
+    -------
+    str or None
+        ``"<n> <unit> < <needed> needed for FPR <alpha>"``, or None when
+        ``n >= min_population_size(alpha)``.
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is not in (0, 1).
+
+    Examples
+    --------
+    >>> unresolved_reason(985, 0.001, unit="non-members")
+    '985 non-members < 1000 needed for FPR 0.001'
+    >>> unresolved_reason(59, 0.1, unit="population groups") is None
+    True
+    """
+    needed = min_population_size(alpha)
+    return None if n >= needed else f"{int(n)} {unit} < {needed} needed for FPR {alpha:g}"
 
 
 def _n_allowed_above(alpha: float, n: int) -> int:

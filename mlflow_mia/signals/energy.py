@@ -7,7 +7,9 @@ Models Using Membership Inference Attacks", Sec. 2.3, Eq. 2::
 
 with K random subsets ``I`` of ``l = ceil(0.15 T)`` maskable positions, and the
 pseudo-log-likelihood ("normalized energy", appendix A.3.2): every maskable
-token masked once, the mean NLL per token.
+token masked once, the mean NLL per token. ``SignalConfig.energy_reduction =
+"mean"`` divides each mask's sum by ``l`` (nats per masked token, A.3.2's
+"loss ... averaging over 10 times"), so the energy no longer grows with length.
 
 How it is computed (one code path for both signals):
 
@@ -136,6 +138,19 @@ def _masks(n_tokens: int, config: SignalConfig, key: str) -> np.ndarray:
     return sample_masks(n_tokens, rate=config.mask_rate, num_masks=config.num_masks, seed=config.seed, key=key)
 
 
+def _energy(per_mask: Sequence[np.ndarray], flat: np.ndarray, config: SignalConfig) -> float:
+    """Energy of one sample (nats) from the log-probs of its K masks.
+
+    ``"sum"`` (Eq. 2): sum over masked positions, mean over masks (PLL: one token per mask,
+    so the mean NLL per token). ``"mean"``: each mask's sum divided by its ``l`` masked
+    tokens, then the mean over masks (appendix A.3.2's per-token reading).
+    """
+    k = len(per_mask)
+    if config.kind == "energy" and config.energy_reduction == "mean":
+        return -float(np.mean([np.sum(m, dtype=np.float64) / len(m) for m in per_mask]))
+    return -float(np.sum(flat, dtype=np.float64)) / k
+
+
 def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Sequence[tuple[int, np.ndarray]], *,
                           token_budget: int | None = None, device=None, half_precision: bool = False,
                           progress=None) -> list[np.ndarray]:
@@ -222,7 +237,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     texts : sequence of str, length n_samples
     config : SignalConfig, optional
         ``kind``, ``num_masks`` (K), ``mask_rate``, ``seed``, ``max_length``,
-        ``token_budget``, ``half_precision``. Defaults: energy, K=10, 0.15, seed 0.
+        ``token_budget``, ``half_precision``, ``energy_reduction`` (``"sum"``: Eq. 2;
+        ``"mean"``: per masked token). Defaults: energy, K=10, 0.15, seed 0, sum.
     cache : SignalCache, optional
         Rows found there are not recomputed; new rows are written chunk by chunk.
     device : str or torch.device, optional
@@ -323,8 +339,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                     per_mask = logprobs[offset:offset + k]
                     offset += k
                     flat = np.concatenate(per_mask)
-                    # Eq. 2: sum over masked positions, mean over masks (PLL: one token per mask).
-                    energy = -float(np.sum(flat, dtype=np.float64)) / k
+                    energy = _energy(per_mask, flat, config)
                     new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), flat)
                 if cache is not None:
                     cache.put_many(key, new)

@@ -16,12 +16,14 @@ from mlflow_mia.plots import plot_finding
 SIZE = ANALYSIS_SIZES["quick"]
 
 
-def _metrics(loss_auc, lr_auc, *, prefix="", eps_lb=0.5, dp=None, tpr=0.1, width=0.03):
+def _metrics(loss_auc, lr_auc, *, prefix="", eps_lb=0.5, dp=None, tpr=0.1, width=0.03, ceiling=5.32):
     out = {}
     for attack, auc in (("loss", loss_auc), ("likelihood_ratio", lr_auc)):
         base = f"{prefix}{attack}/"
         out.update({base + "auc": auc, base + "auc_ci_low": auc - width, base + "auc_ci_high": auc + width,
                     base + "tpr_at_fpr_0.01": tpr, base + "epsilon_lower_bound": eps_lb})
+        if ceiling is not None:
+            out[base + "epsilon_lower_bound_max_certifiable"] = ceiling
     if dp is not None:
         out["dp/epsilon"] = dp
     return out
@@ -76,6 +78,26 @@ def test_a_lower_bound_above_the_accountants_epsilon_is_flagged_inconsistent():
     row = table[table["finding"] == "dp_sgd"].iloc[0]
     assert row["reproduced"] == "no"
     assert row["why"].startswith("INCONSISTENT")
+
+
+def test_a_bound_check_that_cannot_fail_is_flagged_vacuous():
+    # 985 trials per class certify at most 5.32: a bound can never exceed the accountant's 7.9 at eps 8.
+    table = findings_table(_runs(), SIZE)
+    dp = table[table["finding"] == "dp_sgd"].set_index(["setting", "attack"])
+    assert dp.loc[("eps 8", "likelihood_ratio"), "epsilon_check"] == "vacuous"
+    assert dp.loc[("eps 1", "likelihood_ratio"), "epsilon_check"] == "informative"
+    assert dp.loc[("non-private", "likelihood_ratio"), "epsilon_check"] == ""  # no accountant's epsilon
+    why = dp.iloc[0]["why"]
+    assert ("eps 8: AUC 0.520, TPR@1% 0.010, epsilon lower bound 0.30 <= accountant's 7.90 (VACUOUS: these trial "
+            "counts certify at most 5.32, so the bound cannot exceed the accountant's epsilon)") in why
+    assert "eps 1: AUC 0.500, TPR@1% 0.010, epsilon lower bound 0.00 <= accountant's 0.99;" in why + ";"
+    assert _verdicts(table)["dp_sgd"] == "yes"  # the claim still holds; the flag says what the check shows
+    # Runs logged before the ceiling existed: nothing to compare, no flag.
+    old = {name: _metrics(0.5, a, eps_lb=e, dp=d, tpr=0.01, ceiling=None)
+           for name, a, e, d in (("dp-sgd-eps8", 0.52, 0.3, 7.9), ("dp-sgd-eps1", 0.50, 0.0, 0.99))}
+    table = findings_table(_runs(**old), SIZE)
+    assert set(table[table["finding"] == "dp_sgd"]["epsilon_check"]) == {""}
+    assert "VACUOUS" not in table[table["finding"] == "dp_sgd"].iloc[0]["why"]
 
 
 def test_rows_carry_the_logged_values_paper_figures_and_run_ids():

@@ -174,3 +174,43 @@ def test_bad_inputs_raise_clear_errors():
     b = population_threshold_metrics(y + [0], s + [0.5], np.arange(10.0), alphas=[0.1])
     with pytest.raises(ValueError, match="different pools"):
         epsilon_lower_bound(a + b)
+
+
+@pytest.mark.parametrize("n_members, n_non_members", [(6, 6), (4, 9), (12, 5)])
+def test_max_certifiable_is_the_largest_bound_any_outcome_gives(n_members, n_non_members):
+    from mlflow_mia.metrics import max_certifiable_epsilon
+
+    one = max(epsilon_lower_bound_from_counts([tp], [fp], n_members=n_members, n_non_members=n_non_members).epsilon
+              for tp in range(n_members + 1) for fp in range(n_non_members + 1))
+    assert max_certifiable_epsilon(n_members, n_non_members) == pytest.approx(one, rel=1e-12)
+    ceiling = max_certifiable_epsilon(n_members, n_non_members, n_thresholds=2)
+    assert ceiling < one  # Bonferroni over two thresholds costs
+    rng = np.random.default_rng(n_members)
+    tp, fp = rng.integers(0, n_members + 1, size=(40, 2)), rng.integers(0, n_non_members + 1, size=(40, 2))
+    tp[0], fp[0] = (n_members, 3), (0, 1)  # one perfect threshold reaches the ceiling
+    bounds = [epsilon_lower_bound_from_counts(t, f, n_members=n_members, n_non_members=n_non_members).epsilon
+              for t, f in zip(tp, fp)]
+    assert bounds[0] == pytest.approx(ceiling, rel=1e-12) and max(bounds) <= ceiling
+
+
+def test_every_bound_carries_its_ceiling_and_trial_counts():
+    from mlflow_mia.metrics import max_certifiable_epsilon
+
+    b = epsilon_lower_bound_from_counts([700, 300, 90], [100, 10, 1], n_members=985, n_non_members=985, delta=1e-5,
+                                        confidence=0.95)
+    assert (b.n_members, b.n_non_members) == (985, 985)
+    assert b.max_certifiable == max_certifiable_epsilon(985, 985, delta=1e-5, confidence=0.95, n_thresholds=3)
+    assert b.epsilon <= b.max_certifiable
+    beta = 0.05 / 6  # the demo's 985 sentences per class certify about 5.3, whatever the attack (docs/method.md)
+    assert b.max_certifiable == pytest.approx(math.log(985 / math.log(1 / beta)), abs=0.02)
+    perfect = epsilon_lower_bound_from_counts([985] * 3, [0] * 3, n_members=985, n_non_members=985)
+    assert perfect.epsilon == pytest.approx(perfect.max_certifiable, rel=1e-12)
+
+
+def test_max_certifiable_rejects_bad_counts():
+    from mlflow_mia.metrics import max_certifiable_epsilon
+
+    with pytest.raises(ValueError, match=r"n_members must be an int >= 1, got 0"):
+        max_certifiable_epsilon(0, 10)
+    with pytest.raises(ValueError, match=r"n_thresholds must be an int >= 1, got 0"):
+        max_certifiable_epsilon(10, 10, n_thresholds=0)

@@ -204,3 +204,20 @@ def test_threshold_metrics_is_frozen():
     m = metrics_at_threshold([1, 0], [1.0, 0.0], threshold=0.5)
     with pytest.raises(AttributeError):
         m.tpr = 0.0
+
+
+def test_unresolved_reason_names_the_count_and_what_it_needs():
+    from mlflow_mia.metrics import unresolved_reason
+
+    assert unresolved_reason(985, 0.001, unit="non-members") == "985 non-members < 1000 needed for FPR 0.001"
+    assert unresolved_reason(59, 0.01, unit="population groups") == "59 population groups < 100 needed for FPR 0.01"
+    for alpha in (0.3, 0.1, 0.05, 0.01, 0.001):
+        needed = min_population_size(alpha)
+        assert unresolved_reason(needed, alpha, unit="x") is None
+        assert unresolved_reason(needed - 1, alpha, unit="x") is not None
+        # Exactly where a population threshold stops being computable.
+        population_threshold(np.arange(needed, dtype=float), alpha=alpha)
+        with pytest.raises(ValueError, match="needs at least"):
+            population_threshold(np.arange(needed - 1, dtype=float), alpha=alpha)
+    with pytest.raises(ValueError, match="alpha"):
+        unresolved_reason(10, 0.0, unit="x")

@@ -124,6 +124,56 @@ def test_energy_is_sum_over_masked_tokens_mean_over_masks(lm):
         assert (lp <= 0).all()
 
 
+def test_energy_reduction_sum_is_eq2_bit_for_bit_and_keeps_the_cache_key(lm):
+    default = compute_signals(lm, TEXTS, SignalConfig(num_masks=7), progress=False)
+    summed = compute_signals(lm, TEXTS, SignalConfig(num_masks=7, energy_reduction="sum"), progress=False)
+    np.testing.assert_array_equal(summed.energy, default.energy)
+    for e, lp, T in zip(summed.energy, summed.token_logprobs, summed.n_tokens):
+        n_masks = min(7, math.comb(int(T), math.ceil(round(0.15 * T, 9))))
+        assert e == -float(np.sum(lp, dtype=np.float64)) / n_masks  # the formula of earlier releases, exactly
+    # "sum" adds nothing to the cache key: energies cached before the setting existed are still found.
+    assert SignalConfig(energy_reduction="sum").cache_spec() == {"kind": "energy", "max_length": None, "num_masks": 10,
+                                                                 "mask_rate": 0.15, "seed": 0}
+
+
+def test_energy_reduction_mean_is_the_sum_per_masked_token(lm):
+    total = compute_signals(lm, TEXTS, SignalConfig(num_masks=7), progress=False)
+    mean = compute_signals(lm, TEXTS, SignalConfig(num_masks=7, energy_reduction="mean"), progress=False)
+    for e, e_sum, lp, lp_sum, T in zip(mean.energy, total.energy, mean.token_logprobs, total.token_logprobs,
+                                       total.n_tokens):
+        np.testing.assert_array_equal(lp, lp_sum)  # same masks, same log-probs: only the reduction differs
+        length = math.ceil(round(0.15 * T, 9))
+        per_mask = lp.astype(np.float64).reshape(-1, length)  # K masks of l positions each
+        assert e == pytest.approx(-np.mean(per_mask.sum(axis=1) / length), rel=1e-12)
+        assert e == pytest.approx(e_sum / length, rel=1e-12)
+    # A longer text sums more tokens: the summed energy grows with length, the mean does not.
+    longest, shortest = int(np.argmax(total.n_tokens)), int(np.argmin(total.n_tokens))
+    assert total.energy[longest] / total.energy[shortest] > 2 * mean.energy[longest] / mean.energy[shortest]
+
+
+def test_energy_reduction_is_in_the_cache_key_and_ignored_by_the_pll(tmp_path):
+    model, tok = tiny_bert()
+    lm = MaskedLM(model, tok)
+    cache = SignalCache(tmp_path)
+    summed = compute_signals(lm, TEXTS, SignalConfig(num_masks=3), cache=cache, progress=False)
+    mean = compute_signals(lm, TEXTS, SignalConfig(num_masks=3, energy_reduction="mean"), cache=cache, progress=False)
+    fresh = compute_signals(lm, TEXTS, SignalConfig(num_masks=3, energy_reduction="mean"), progress=False)
+    np.testing.assert_array_equal(mean.energy, fresh.energy)  # not the cached sums
+    lengths = np.ceil(np.round(0.15 * summed.n_tokens, 9))
+    assert lengths.max() > 1
+    np.testing.assert_allclose(mean.energy, summed.energy / lengths, rtol=1e-12)
+    assert SignalConfig(energy_reduction="mean").cache_spec()["energy_reduction"] == "mean"
+    pll = SignalConfig(kind="pll", energy_reduction="mean")
+    assert pll.cache_spec() == SignalConfig(kind="pll").cache_spec()
+    np.testing.assert_array_equal(compute_signals(lm, TEXTS[:2], pll, progress=False).energy,
+                                  compute_signals(lm, TEXTS[:2], SignalConfig(kind="pll"), progress=False).energy)
+
+
+def test_energy_reduction_must_be_sum_or_mean():
+    with pytest.raises(ValueError, match=r"energy_reduction must be one of 'sum', 'mean', got 'avg'"):
+        SignalConfig(energy_reduction="avg")
+
+
 def test_head_only_at_masked_positions_equals_full_head(lm, monkeypatch):
     fast = compute_signals(lm, TEXTS, progress=False)
     monkeypatch.setattr(MaskedLM, "split_head", lambda self: None)
