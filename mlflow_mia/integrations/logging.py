@@ -46,6 +46,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -115,13 +116,15 @@ _NOT_LOGGED = ("/threshold_at_pop_fpr_",)
 def mlflow_metrics(result, *, prefix: str = "") -> dict[str, float]:
     """The metrics logged to MLflow: ``result.metrics`` without the raw score thresholds, prefixed.
 
-    The headline attack's AUC comes first: the MLflow UI's run comparison plots the first
-    metric of a run by default.
+    Only finite values are logged: an undefined value (nan, e.g. a TPR at an FPR the pool
+    cannot resolve) or an infinite one is not a number a reader should compare; it stays in
+    ``audit_summary.json`` with its reason. The headline attack's AUC comes first: the MLflow
+    UI's run comparison plots the first metric of a run by default.
     """
     first = f"{result.headline_attack}/auc"
     keys = sorted(result.metrics, key=lambda k: k != first)  # stable: the rest keep their order
     return {f"{prefix}{k}": float(result.metrics[k]) for k in keys
-            if not any(part in f"/{k}" for part in _NOT_LOGGED)}
+            if math.isfinite(float(result.metrics[k])) and not any(part in f"/{k}" for part in _NOT_LOGGED)}
 
 
 def check_metric_names(names) -> None:
