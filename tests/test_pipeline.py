@@ -102,10 +102,11 @@ def test_misaligned_or_misshaped_signals_are_rejected(setup):
         SignalResult.from_arrays(np.zeros(5), n_tokens=np.zeros(4))
 
 
-def test_signal_result_energy_is_an_alias_of_values():
+def test_signal_result_energy_was_removed_in_favour_of_values():
     sig = SignalResult.from_arrays([1.0, 2.0], n_tokens=[3, 4], kind="pll")
-    assert sig.energy is sig.values and sig.kind == "pll" and sig.take([1]).kind == "pll"
-    assert sig.take([1]).values.tolist() == [2.0]
+    assert sig.kind == "pll" and sig.take([1]).kind == "pll" and sig.take([1]).values.tolist() == [2.0]
+    with pytest.raises(AttributeError, match=r"SignalResult.energy was removed: read SignalResult.values"):
+        sig.energy
 
 
 def test_top_level_exports():

@@ -46,4 +46,4 @@ class NeighbourhoodAttack(Attack):
 
     def score(self, inputs):
         # Eq. 3 compares L(x) - mean L(x_j) to a threshold (low = member); negated so that higher = member.
-        return np.asarray(inputs.neighbour_energy, dtype=np.float64) - inputs.target.energy
+        return np.asarray(inputs.neighbour_energy, dtype=np.float64) - inputs.target.values

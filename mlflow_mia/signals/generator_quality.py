@@ -251,7 +251,7 @@ def check_generator(target, generator, pool_texts: Sequence[str], pool_labels: n
     flat = [x for nb in nbs for x in nb]
     keys = [text_hash(t) for t, nb in zip(texts, nbs) for _ in nb] if config.neighbourhood.shared_masks else None
     energies = compute_signals(target, flat, sc, cache=cache, device=device, progress=False,
-                               mask_keys=keys).energy if flat else np.array([])
+                               mask_keys=keys).values if flat else np.array([])
     split = np.cumsum([len(nb) for nb in nbs])[:-1]
     frac, median, n_pairs = neighbour_shift_over_gap(np.asarray(pool_energy)[idx], np.split(energies, split), gap)
     problems = []

@@ -91,10 +91,10 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
     nbs = nb_module.generate_neighbours(reference, [pool.texts[0]], config=_config().neighbourhood, progress=False)
     from mlflow_mia.signals import compute_signals
 
-    own = compute_signals(target, [pool.texts[0]], progress=False).energy[0]
+    own = compute_signals(target, [pool.texts[0]], progress=False).values[0]
     # shared masks (default): each neighbour is masked from its sample's key
     theirs = compute_signals(target, nbs[0], progress=False, mask_keys=[text_hash(pool.texts[0])] * len(nbs[0]))
-    assert scores[0] == pytest.approx(theirs.energy.mean() - own, rel=1e-9)
+    assert scores[0] == pytest.approx(theirs.values.mean() - own, rel=1e-9)
     # examples for the report: the top-scored members, each followed by neighbours, energies under the target
     ex = result.neighbour_examples
     heads = ex[ex["kind"] == "sample"]
@@ -104,14 +104,14 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
     first = ex[ex["sample_id"] == heads["sample_id"].iat[0]]
     text = pool.texts[list(result.samples["sample_id"]).index(heads["sample_id"].iat[0])]
     assert first["text"].iat[0] == text and len(first) == 6 and (first["kind"].iloc[1:] == "neighbour").all()
-    e_ex = np.r_[compute_signals(target, [text], progress=False).energy,
+    e_ex = np.r_[compute_signals(target, [text], progress=False).values,
                  compute_signals(target, list(first["text"].iloc[1:]), progress=False,
-                                 mask_keys=[text_hash(text)] * 5).energy]
+                                 mask_keys=[text_hash(text)] * 5).values]
     np.testing.assert_allclose(first["energy"].to_numpy(), e_ex, rtol=1e-12)
     all_nbs = nb_module.generate_neighbours(reference, [text], config=_config().neighbourhood, progress=False)[0]
     assert list(first["text"].iloc[1:]) == all_nbs[:5]
     assert first["score_neighbourhood"].iat[0] == pytest.approx(
-        np.mean(compute_signals(target, all_nbs, progress=False, mask_keys=[text_hash(text)] * 6).energy)
+        np.mean(compute_signals(target, all_nbs, progress=False, mask_keys=[text_hash(text)] * 6).values)
         - e_ex[0], rel=1e-9)
     # a re-run reuses the cached neighbours and energies
     def boom(*args, **kwargs):

@@ -86,7 +86,7 @@ def _frame(spark, texts, ids=None):
 
 def _assert_equal(res, local, rows=None):
     rows = np.arange(len(local)) if rows is None else np.asarray(rows)
-    assert np.max(np.abs(res.energy - local.energy[rows])) <= 1e-5
+    assert np.max(np.abs(res.values - local.values[rows])) <= 1e-5
     np.testing.assert_array_equal(res.n_tokens, local.n_tokens[rows])
     np.testing.assert_array_equal(res.truncated, local.truncated[rows])
     for a, i in zip(res.token_logprobs, rows):
@@ -209,5 +209,5 @@ def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
                                     env_manager="local")
     out = _frame(spark, texts).withColumn("s", score("text")).select("id", "s.*").toPandas().sort_values("id")
     expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
-    assert np.max(np.abs(out["energy"].to_numpy() - expected.energy)) <= 1e-5
+    assert np.max(np.abs(out["energy"].to_numpy() - expected.values)) <= 1e-5
     np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)

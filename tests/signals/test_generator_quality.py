@@ -99,7 +99,7 @@ def test_random_generator_fails_the_check(random_setup, caplog):
     target, generator, pool, population = random_setup
     from mlflow_mia.signals import compute_signals
 
-    energy = compute_signals(target, list(pool.texts), CONFIG.signal, progress=False).energy
+    energy = compute_signals(target, list(pool.texts), CONFIG.signal, progress=False).values
     with caplog.at_level(logging.WARNING):
         q = check_generator(target, generator, list(pool.texts), pool.labels, energy, list(population.texts),
                             config=CONFIG, n_texts=20)

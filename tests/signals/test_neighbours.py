@@ -218,11 +218,11 @@ def test_no_replaceable_word_gives_nan_and_a_count(caplog):
     assert "2 of 3 text(s) have no replaceable word" in caplog.text
     assert np.isfinite(e[0]) and np.isnan(e[1:]).all()
     expected = compute_signals(target, nbs[0], SignalConfig(), progress=False,
-                               mask_keys=[text_hash(texts[0])] * 4).energy.mean()
+                               mask_keys=[text_hash(texts[0])] * 4).values.mean()
     assert e[0] == pytest.approx(expected, rel=1e-12)
     independent = neighbour_energies(target, texts[:1], generator=(model, tok), progress=False,
                                      neighbourhood=NeighbourhoodConfig(num_neighbours=4, shared_masks=False))
-    assert independent[0] == pytest.approx(compute_signals(target, nbs[0], progress=False).energy.mean(), rel=1e-12)
+    assert independent[0] == pytest.approx(compute_signals(target, nbs[0], progress=False).values.mean(), rel=1e-12)
 
 
 def test_shared_masks_put_a_neighbour_masks_where_its_sample_has_them(monkeypatch):
@@ -248,12 +248,12 @@ def test_keyed_rows_are_cached_apart_from_plain_rows(tmp_path):
     target = MaskedLM(*tiny_bert(seed=1))
     cache = SignalCache(str(tmp_path))
     text = "the cat sat on the mat today"
-    plain = compute_signals(target, [text], cache=cache, progress=False).energy
-    keyed = compute_signals(target, [text], cache=cache, progress=False, mask_keys=[text_hash("another sample")]).energy
+    plain = compute_signals(target, [text], cache=cache, progress=False).values
+    keyed = compute_signals(target, [text], cache=cache, progress=False, mask_keys=[text_hash("another sample")]).values
     assert keyed[0] != plain[0]
     again = compute_signals(target, [text, text], cache=cache, progress=False,
                             mask_keys=[text_hash("another sample"), text_hash(text)])
-    assert again.energy[0] == keyed[0] and again.energy[1] == pytest.approx(plain[0], rel=1e-12)
+    assert again.values[0] == keyed[0] and again.values[1] == pytest.approx(plain[0], rel=1e-12)
     with pytest.raises(ValueError, match="mask_keys has 1 entries for 2 texts"):
         compute_signals(target, [text, "a dog"], progress=False, mask_keys=[text_hash(text)])
     with pytest.raises(ValueError, match="mask_keys must be hex text hashes"):
