@@ -201,3 +201,11 @@ def test_top_level_exports():
 
     assert run_audit is mlflow_mia.audit.run_audit and score_audit is mlflow_mia.audit.score_audit
     assert AuditConfig is mlflow_mia.config.AuditConfig
+
+
+def test_docstring_examples_of_the_engines():
+    import doctest
+
+    from mlflow_mia.audit import engines
+
+    assert doctest.testmod(engines).failed == 0
