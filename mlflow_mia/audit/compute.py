@@ -12,7 +12,6 @@ computed anywhere (a cache, another process, a Spark cluster) can be scored.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
@@ -28,8 +27,6 @@ from mlflow_mia.signals.neighbours import choose_generator
 from mlflow_mia.signals.runtime import token_limit
 
 __all__ = ["AuditModels", "AuditSignals", "AuditExtras", "compute_audit_signals", "stage_one"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
