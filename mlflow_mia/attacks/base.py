@@ -76,8 +76,11 @@ class Attack:
 
     @classmethod
     def from_config(cls, config) -> "Attack":
-        """The attack with its settings read from an :class:`~mlflow_mia.config.AuditConfig`."""
-        return cls(cls.Settings(**{f: _read(config, path) for f, path in cls.settings_from_config.items()}))
+        """The attack with its settings read from an :class:`~mlflow_mia.config.AuditConfig`.
+
+        The fields go in as keywords (``cls(**fields)``), so an attack without settings is ``cls()``.
+        """
+        return cls(**{f: _read(config, path) for f, path in cls.settings_from_config.items()})
 
     def score(self, inputs: AttackInputs) -> np.ndarray:
         """Return scores of shape (n_samples,), dtype float64, higher = member."""
