@@ -182,7 +182,7 @@ def main(argv=None):
             res_local, t = local_run(sample, model_dir, config, threads=2)
             timings["local"].append(t)
             timings["local_1_thread"].append(local_run(sample, model_dir, config, threads=1)[1])
-    diff = float(np.max(np.abs(res_spark.energy - res_local.energy)))
+    diff = float(np.max(np.abs(res_spark.values - res_local.values)))
     print(f"max |energy(Spark) - energy(compute_signals)| = {diff:.2e} nats over {len(sample)} texts "
           f"({'OK' if diff <= 1e-5 else 'ABOVE 1e-5'})")
     best = {k: min(v) for k, v in timings.items()}

@@ -146,7 +146,7 @@ def _auc(args) -> None:
         lm = MaskedLM(components["model"], components["tokenizer"], name=role)
         t = time.perf_counter()
         texts = pool["text"].tolist() + (population["text"].tolist() if args.population else [])
-        energies[role] = compute_signals(lm, texts, config, progress=False).energy[:len(pool)]
+        energies[role] = compute_signals(lm, texts, config, progress=False).values[:len(pool)]
         audit_s[role] = round(time.perf_counter() - t, 1)
     result = {"size": args.size, "build_s": round(build_s, 1), "run_id": spec.run_id, "pool": len(pool),
               "population": len(population), "num_masks": args.num_masks,

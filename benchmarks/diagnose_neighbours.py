@@ -70,9 +70,9 @@ def pair_terms(target, texts, neighbours, sig: SignalConfig, cache):
             ctx_a = np.concatenate([a[:p], a[len(a) - s:]])
             ctx_b = np.concatenate([b[:p], b[len(b) - s:]])
             ctxs.append(np.nansum(ctx_b - ctx_a))
-            plls.append(res.energy[j])
+            plls.append(res.values[j])
             j += 1
-        rows.append((res.energy[i], np.array(plls), np.array(swaps), np.array(ctxs)))
+        rows.append((res.values[i], np.array(plls), np.array(swaps), np.array(ctxs)))
     return rows
 
 
@@ -129,7 +129,7 @@ def main(argv=None):
     sig = SignalConfig(kind="pll")
     print(f"pool {int(y.sum())} members + {int((y == 0).sum())} non-members "
           f"(half A {int(half_a.sum())}, half B {int((~half_a).sum())}), population {len(population)}, PLL")
-    loss = -compute_signals(target, texts, sig, cache=cache, progress=False).energy
+    loss = -compute_signals(target, texts, sig, cache=cache, progress=False).values
     all_aucs = [auc_line("loss", y, loss, half_a)]
     settings = {"reference": ("reference", NeighbourhoodConfig(num_neighbours=args.n)),
                 "ood": ("ood", NeighbourhoodConfig(num_neighbours=args.n)),

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from mlflow_mia.audit import AuditModels, AuditSignals, compute_audit_signals, run_audit, score_audit
+from mlflow_mia.audit import AuditExtras, AuditModels, AuditSignals, compute_audit_signals, run_audit, score_audit
 from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalResult
@@ -45,8 +45,8 @@ def _hashes(pool, population):
 def test_score_audit_on_precomputed_arrays_equals_run_audit(setup):
     target, reference, pool, population = setup
     expected = run_audit(target, pool, population, reference=reference, config=CONFIG, progress=False)
-    computed = compute_audit_signals(AuditModels(target=target, reference=reference),
-                                     list(pool.texts) + list(population.texts), CONFIG, progress=False)
+    computed = compute_audit_signals(AuditModels(target=target, reference=reference), pool, population, CONFIG,
+                                     progress=False)
     assert sorted(computed.signals) == ["reference", "target"]  # exactly what the attacks declare
     arrays = AuditSignals({role: _plain_arrays(computed[role]) for role in ("target", "reference")},
                           text_hashes=_hashes(pool, population))
@@ -63,12 +63,92 @@ def test_score_audit_on_precomputed_arrays_equals_run_audit(setup):
 
 def test_compute_stage_computes_only_what_the_attacks_need(setup):
     target, reference, pool, population = setup
-    only_loss = AuditConfig(attacks=("loss",), signal=SignalConfig(num_masks=2))
-    signals = compute_audit_signals(target, pool.texts[:5], only_loss, progress=False)
-    assert list(signals.signals) == ["target"] and len(signals) == 5
+    only_loss = AuditConfig(attacks=("loss",), signal=SignalConfig(num_masks=2), metrics=CONFIG.metrics)
+    signals = compute_audit_signals(target, pool, population, only_loss, progress=False)
+    assert list(signals.signals) == ["target"] and len(signals) == len(pool) + len(population)
     assert list(signals.info["models"]) == ["target"] and signals.target.kind == "energy"
+    assert list(signals.info["timings"]) == ["signals_target_s", "extras_s"]
+    extras = signals.extras  # token ids for the memorization features; no generator, no neighbours
+    assert len(extras.token_ids) == len(pool) and extras.vocab_size == len(target.tokenizer)
+    assert extras.neighbour_examples is None and extras.generator is None
+    first = target.tokenizer(pool.texts[0], add_special_tokens=False)["input_ids"]
+    assert extras.token_ids[0].tolist() == first
     with pytest.raises(ValueError, match=r"attack\(s\) \['likelihood_ratio'\] need a reference model"):
-        compute_audit_signals(target, pool.texts[:5], CONFIG, progress=False)
+        compute_audit_signals(target, pool, population, CONFIG, progress=False)
+    with pytest.raises(ValueError, match=r"the target pool has no non-members"):
+        compute_audit_signals(target, AuditDataset(texts=pool.texts[:3], labels=[1, 1, 1]), population, only_loss,
+                              progress=False)
+
+
+EVERY_ATTACK = AuditConfig(attacks=("loss", "likelihood_ratio", "min_k", "zlib", "neighbourhood", "neighbourhood_local"),
+                           signal=SignalConfig(num_masks=2), neighbourhood={"num_neighbours": 3},
+                           metrics=MetricConfig(fprs=(0.1, 0.05), bootstrap_rounds=20,
+                                                length_bins=((0, 8), (8, 64))))
+
+
+def _assert_same_result(got, expected):
+    assert list(got.metrics) == list(expected.metrics)
+    np.testing.assert_equal(got.metrics, expected.metrics)  # NaN == NaN here; every other value exactly equal
+    assert got.samples.equals(expected.samples) and got.riskiest.equals(expected.riskiest)
+    assert got.warnings == expected.warnings and got.models == expected.models
+    assert got.neighbour_examples.equals(expected.neighbour_examples)
+    assert got.memorization_features.equals(expected.memorization_features)
+
+
+def test_score_audit_runs_no_model_and_equals_run_audit(setup, monkeypatch):
+    """Stage 2 with every model deleted and every forward pass, tokenizer call and model load failing."""
+    import gc
+    import weakref
+
+    import torch
+    import transformers
+
+    _, _, pool, population = setup
+    models = [MaskedLM(*tiny_bert(seed=s), name=n) for s, n in ((1, "target"), (2, "reference"), (3, "generator"))]
+    expected = run_audit(models[0], pool, population, reference=models[1], generator=models[2], config=EVERY_ATTACK,
+                         progress=False)
+    signals = compute_audit_signals(AuditModels.build(models[0], reference=models[1], generator=models[2],
+                                                      config=EVERY_ATTACK), pool, population, EVERY_ATTACK,
+                                    progress=False)
+    assert list(signals.signals) == ["target", "reference", "neighbour_values", "neighbour_local"]
+    alive = [weakref.ref(lm.model) for lm in models]
+    del models
+    gc.collect()
+    assert [ref() for ref in alive] == [None, None, None]  # no model object is left anywhere
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("stage 2 ran a model")
+
+    monkeypatch.setattr(torch.nn.Module, "__call__", refuse)
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "__call__", refuse)
+    monkeypatch.setattr(transformers.AutoModelForMaskedLM, "from_pretrained", refuse)
+    monkeypatch.setattr(MaskedLM, "from_pretrained", refuse)
+    result = score_audit(signals, pool, population, EVERY_ATTACK)
+    assert result.neighbour_examples is not None and result.memorization_features is not None
+    assert "neighbourhood/generator_accuracy" in result.metrics
+    _assert_same_result(result, expected)
+
+
+def test_checks_run_once_per_audit(setup, monkeypatch):
+    from mlflow_mia.audit import checks, scoring
+
+    target, reference, pool, population = setup
+    calls = []
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("check_models", "check_data", "check_signals"):
+        wrapper = counted(name, getattr(checks, name))
+        monkeypatch.setattr(checks, name, wrapper)
+        if hasattr(scoring, name):
+            monkeypatch.setattr(scoring, name, wrapper)
+    run_audit(target, pool, population, reference=reference, config=CONFIG, progress=False)
+    assert sorted(calls) == ["check_data", "check_models", "check_signals"]
 
 
 def test_misaligned_or_misshaped_signals_are_rejected(setup):
@@ -92,8 +172,13 @@ def test_misaligned_or_misshaped_signals_are_rejected(setup):
         score_audit(AuditSignals({"target": sig(rows)}, text_hashes=swapped), pool, population, loss)
     with pytest.raises(ValueError, match=r"signals have different numbers of rows \{'target': 5, 'reference': 4\}"):
         AuditSignals({"target": sig(5), "reference": sig(4)})
-    with pytest.raises(ValueError, match=r"'neighbour_energy' must be 1-D .* got shape \(5, 2\)"):
-        AuditSignals({"target": sig(5), "neighbour_energy": np.zeros((5, 2))})
+    with pytest.raises(ValueError, match=r"'neighbour_values' must be 1-D .* got shape \(5, 2\)"):
+        AuditSignals({"target": sig(5), "neighbour_values": np.zeros((5, 2))})
+    with pytest.raises(ValueError, match=r"the input 'neighbour_energy' is now named 'neighbour_values'"):
+        AuditSignals({"target": sig(5), "neighbour_energy": np.zeros(5)})
+    with pytest.raises(ValueError, match=r"extras 'token_ids' have 3 rows; expected one per pool text \(40\)"):
+        score_audit(AuditSignals({"target": sig(rows)}, extras=AuditExtras(token_ids=(np.zeros(1),) * 3)), pool,
+                    population, loss)
     with pytest.raises(TypeError, match="signals 'target' must be a SignalResult"):
         AuditSignals({"target": np.zeros(5)})
     with pytest.raises(ValueError, match=r"unknown signal name\(s\) \['energy'\]"):
@@ -102,10 +187,11 @@ def test_misaligned_or_misshaped_signals_are_rejected(setup):
         SignalResult.from_arrays(np.zeros(5), n_tokens=np.zeros(4))
 
 
-def test_signal_result_energy_is_an_alias_of_values():
+def test_signal_result_energy_was_removed_in_favour_of_values():
     sig = SignalResult.from_arrays([1.0, 2.0], n_tokens=[3, 4], kind="pll")
-    assert sig.energy is sig.values and sig.kind == "pll" and sig.take([1]).kind == "pll"
-    assert sig.take([1]).values.tolist() == [2.0]
+    assert sig.kind == "pll" and sig.take([1]).kind == "pll" and sig.take([1]).values.tolist() == [2.0]
+    with pytest.raises(AttributeError, match=r"SignalResult.energy was removed: read SignalResult.values"):
+        sig.energy
 
 
 def test_top_level_exports():
@@ -115,3 +201,11 @@ def test_top_level_exports():
 
     assert run_audit is mlflow_mia.audit.run_audit and score_audit is mlflow_mia.audit.score_audit
     assert AuditConfig is mlflow_mia.config.AuditConfig
+
+
+def test_docstring_examples_of_the_engines():
+    import doctest
+
+    from mlflow_mia.audit import engines
+
+    assert doctest.testmod(engines).failed == 0

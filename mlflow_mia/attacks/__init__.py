@@ -1,9 +1,15 @@
-"""Membership inference attacks: signals in, one score per sample out (higher = member)."""
+"""Membership inference attacks: signals in, one score per sample out (higher = member).
+
+The inputs attacks read are declared once in :mod:`mlflow_mia.attacks.inputs`; the
+attacks in :mod:`mlflow_mia.attacks.base`'s ``ATTACKS`` registry.
+"""
 
 from mlflow_mia.attacks import (likelihood_ratio, loss, min_k, neighbourhood,  # noqa: F401  (register)
                                 neighbourhood_local, zlib)
-from mlflow_mia.attacks.base import (ATTACKS, INPUTS, NEIGHBOUR_INPUTS, Attack, AttackInputs, check_attack_names, get_attack,
-                                    register_attack, required_inputs)
+from mlflow_mia.attacks.base import (ATTACKS, Attack, NoSettings, check_attack_names, get_attack, register_attack,
+                                     required_inputs, required_roles)
+from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInput, AttackInputs, declare_input, input_spec
 
-__all__ = ["ATTACKS", "INPUTS", "Attack", "AttackInputs", "check_attack_names", "get_attack", "register_attack",
-           "required_inputs"]
+__all__ = ["ATTACKS", "INPUTS", "MODEL_ROLES", "Attack", "AttackInput", "AttackInputs", "NoSettings",
+           "check_attack_names", "declare_input", "get_attack", "input_spec", "register_attack", "required_inputs",
+           "required_roles"]

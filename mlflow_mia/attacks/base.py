@@ -7,63 +7,30 @@ Energies and losses are "lower = member", so attacks built on them negate them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, fields
+from typing import ClassVar, Mapping
 
 import numpy as np
 
-from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, RENAMED_INPUTS, AttackInputs
+from mlflow_mia.config import AuditConfig
 
-__all__ = ["Attack", "AttackInputs", "ATTACKS", "INPUTS", "NEIGHBOUR_INPUTS", "register_attack", "get_attack",
-           "check_attack_names", "required_inputs"]
-
-#: Every input an attack may declare in ``requires``: the fields of :class:`AttackInputs`.
-INPUTS = ("target", "reference", "neighbour_energy", "neighbour_local")
-#: Inputs that are one number per row (ndarray of shape (n_rows,)) and need a neighbour generator.
-NEIGHBOUR_INPUTS = ("neighbour_energy", "neighbour_local")
+__all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
+           "check_attack_names", "required_inputs", "required_roles"]
 
 
 @dataclass(frozen=True)
-class AttackInputs:
-    """Signals of one sample set (the target pool or the population set).
-
-    Attributes
-    ----------
-    texts : tuple of str, length n_samples
-    target : SignalResult
-        Signals of the target model.
-    reference : SignalResult or None
-        Signals of the reference model, row-aligned with ``target``.
-    neighbour_energy : ndarray of shape (n_samples,) or None
-        Mean target-model energy of each sample's neighbours (NaN where a sample has none).
-    neighbour_local : ndarray of shape (n_samples,) or None
-        Mean per-position neighbour difference (nats) at the swapped tokens
-        (:mod:`mlflow_mia.signals.neighbour_local`); NaN where a sample has no neighbours.
-    """
-
-    texts: tuple[str, ...]
-    target: SignalResult
-    reference: SignalResult | None = None
-    neighbour_energy: np.ndarray | None = None
-    neighbour_local: np.ndarray | None = None
-
-    def __post_init__(self):
-        n = len(self.texts)
-        for name in ("target", "reference"):
-            sig = getattr(self, name)
-            if sig is not None and len(sig) != n:
-                raise ValueError(f"{name} signals have {len(sig)} rows, expected {n}: rows must pair up")
-        if self.neighbour_energy is not None and np.shape(self.neighbour_energy) != (n,):
-            raise ValueError(f"neighbour_energy has shape {np.shape(self.neighbour_energy)}, expected ({n},)")
-        if self.neighbour_local is not None and np.shape(self.neighbour_local) != (n,):
-            raise ValueError(f"neighbour_local has shape {np.shape(self.neighbour_local)}, expected ({n},)")
+class NoSettings:
+    """The settings of an attack that has none."""
 
 
 class Attack:
     """Base class of attacks. Subclasses set the class attributes and ``score``.
 
-    An attack receives only its own settings, as keyword arguments of its
-    constructor (e.g. ``MinKAttack(fraction=0.2)``), never the whole audit config.
+    An attack receives only its own settings: an instance of its ``Settings``
+    dataclass (``MinKAttack(MinKSettings(fraction=0.2))``, or the fields as keywords,
+    ``MinKAttack(fraction=0.2)``), never the whole audit config. In an audit,
+    :meth:`from_config` builds them through the declared ``settings_from_config``.
 
     Attributes
     ----------
@@ -72,13 +39,20 @@ class Attack:
     citation : str
         The paper the attack comes from.
     requires : tuple of str
-        Which :class:`AttackInputs` fields must be present (``"target"``,
-        ``"reference"``, ``"neighbour_energy"``).
+        Which declared inputs (:data:`mlflow_mia.attacks.INPUTS`) must be present:
+        ``"target"``, ``"reference"``, ``"neighbour_values"``, ``"neighbour_local"``.
     higher_is_member : bool
         Always True: scores are oriented so that higher means member.
     allows_nan : bool
         True when a NaN score marks a sample the attack cannot score (left out of
         its metrics and counted); False makes a NaN score an error.
+    Settings : type
+        A frozen dataclass of the attack's settings (default :class:`NoSettings`).
+    settings_from_config : mapping of str to str
+        ``{settings field: attribute path in AuditConfig}``, e.g.
+        ``{"fraction": "metrics.min_k_fraction"}``: where :meth:`from_config` reads each field.
+    settings : Settings
+        This instance's settings.
     """
 
     name: ClassVar[str]
@@ -86,6 +60,27 @@ class Attack:
     requires: ClassVar[tuple[str, ...]] = ("target",)
     higher_is_member: ClassVar[bool] = True
     allows_nan: ClassVar[bool] = False
+    Settings: ClassVar[type] = NoSettings
+    settings_from_config: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, settings=None, **fields_):
+        if settings is not None and fields_:
+            raise TypeError(f"attack {self.name!r}: pass a {self.Settings.__name__} or its fields as keywords, "
+                            "not both")
+        if settings is None:
+            settings = self.Settings(**fields_)
+        if not isinstance(settings, self.Settings):
+            raise TypeError(f"attack {self.name!r} takes {self.Settings.__name__} settings, got "
+                            f"{type(settings).__name__}")
+        self.settings = settings
+
+    @classmethod
+    def from_config(cls, config) -> "Attack":
+        """The attack with its settings read from an :class:`~mlflow_mia.config.AuditConfig`.
+
+        The fields go in as keywords (``cls(**fields)``), so an attack without settings is ``cls()``.
+        """
+        return cls(**{f: _read(config, path) for f, path in cls.settings_from_config.items()})
 
     def score(self, inputs: AttackInputs) -> np.ndarray:
         """Return scores of shape (n_samples,), dtype float64, higher = member."""
@@ -94,19 +89,41 @@ class Attack:
     def __call__(self, inputs: AttackInputs) -> np.ndarray:
         missing = [r for r in self.requires if getattr(inputs, r) is None]
         if missing:
-            raise ValueError(f"attack {self.name!r} needs {missing}; " + _HOW_TO_PROVIDE.get(missing[0], ""))
+            raise ValueError(f"attack {self.name!r} needs {missing}; " + INPUTS[missing[0]].how_to_provide)
         scores = np.asarray(self.score(inputs), dtype=np.float64)
         if scores.shape != (len(inputs.texts),):
             raise RuntimeError(f"attack {self.name!r} returned shape {scores.shape}, expected ({len(inputs.texts)},)")
         return scores
 
 
-_HOW_TO_PROVIDE = {
-    "reference": "give a reference model (reference_model=...) trained on similar but disjoint data",
-    "neighbour_energy": "neighbour energies are computed by the audit when 'neighbourhood' is requested",
-    "neighbour_local": "per-position neighbour differences are computed by the audit when 'neighbourhood_local' "
-                       "is requested",
-}
+def _read(config, path: str):
+    """``config.<path>`` for a dotted attribute path such as ``"metrics.min_k_fraction"``."""
+    value = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _check_declaration(c: type[Attack]) -> None:
+    """Raise when an attack requires an undeclared input or maps settings that do not exist."""
+    for need in c.requires:
+        if need in RENAMED_INPUTS:
+            raise ValueError(f"attack {c.name!r} requires {need!r}, now named {RENAMED_INPUTS[need]!r}")
+        if need not in INPUTS:
+            raise ValueError(f"attack {c.name!r} requires {need!r}, which is not a declared input; declared inputs: "
+                             f"{list(INPUTS)} (declare new ones with mlflow_mia.attacks.declare_input)")
+    names = {f.name for f in fields(c.Settings)}
+    unknown = sorted(set(c.settings_from_config) - names)
+    if unknown:
+        raise ValueError(f"attack {c.name!r} maps {unknown} from the audit config, but {c.Settings.__name__} has "
+                         f"fields {sorted(names)}")
+    for path in c.settings_from_config.values():
+        try:
+            _read(AuditConfig(), path)
+        except AttributeError:
+            raise ValueError(f"attack {c.name!r} reads settings from {path!r}, which is not an AuditConfig "
+                             "attribute") from None
+
 
 ATTACKS: dict[str, type[Attack]] = {}
 
@@ -117,10 +134,13 @@ def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
     Raises
     ------
     ValueError
-        The name is already registered and ``force`` is False.
+        The name is already registered and ``force`` is False; ``requires`` names an
+        undeclared input; ``settings_from_config`` maps a field ``Settings`` lacks or
+        an ``AuditConfig`` attribute that does not exist.
     """
 
     def deco(c: type[Attack]) -> type[Attack]:
+        _check_declaration(c)
         if not force and c.name in ATTACKS and ATTACKS[c.name] is not c:
             raise ValueError(f"an attack named {c.name!r} is already registered; pass force=True to replace it")
         ATTACKS[c.name] = c
@@ -160,13 +180,47 @@ def required_inputs(names) -> dict[str, tuple[str, ...]]:
             if any(need in ATTACKS[a].requires for a in names)}
 
 
-def get_attack(name: str, **settings) -> Attack:
-    """Instantiate the registered attack ``name`` with its own ``settings``.
+def required_roles(names) -> dict[str, tuple[str, ...]]:
+    """Which attacks need each model role: ``{role: (attack, ...)}``, from the roles of their inputs.
+
+    ``target`` is always a key (every audit computes the target's signals).
+
+    Raises
+    ------
+    ValueError
+        Unknown attack name(s).
+    """
+    needs = required_inputs(names)
+    out = {}
+    for role in MODEL_ROLES:
+        attacks = tuple(dict.fromkeys(a for name, by in needs.items() if role in INPUTS[name].roles for a in by))
+        if attacks or role == "target":
+            out[role] = attacks
+    return out
+
+
+def get_attack(name: str, config=None, **settings) -> Attack:
+    """Instantiate the registered attack ``name``: with its settings from ``config``, or from ``settings``.
+
+    Parameters
+    ----------
+    name : str
+    config : AuditConfig, optional
+        Read through the attack's ``settings_from_config``.
+    **settings
+        The fields of the attack's ``Settings`` (without ``config``).
 
     Raises
     ------
     ValueError
         Unknown name; the message lists the registered names.
+    TypeError
+        Both ``config`` and ``settings``, or an unknown setting.
     """
     check_attack_names([name])
-    return ATTACKS[name](**settings)
+    cls = ATTACKS[name]
+    if config is not None:
+        if settings:
+            raise TypeError("get_attack takes config or settings, not both")
+        return cls.from_config(config)
+    return cls(**settings)

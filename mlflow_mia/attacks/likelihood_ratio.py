@@ -32,4 +32,4 @@ class LikelihoodRatioAttack(Attack):
     requires = ("target", "reference")
 
     def score(self, inputs):
-        return inputs.reference.energy - inputs.target.energy  # = -L(s)
+        return inputs.reference.values - inputs.target.values  # = -L(s)

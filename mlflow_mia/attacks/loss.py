@@ -29,4 +29,4 @@ class LossAttack(Attack):
     requires = ("target",)
 
     def score(self, inputs):
-        return -inputs.target.energy  # energy is lower for members; negate so higher = member
+        return -inputs.target.values  # energy is lower for members; negate so higher = member

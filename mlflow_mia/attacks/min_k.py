@@ -5,6 +5,8 @@ the mean of the lowest k% token log-probs. Here the tokens are the masked
 positions of the energy masks (or every token for the PLL signal).
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
@@ -23,14 +25,14 @@ def min_k_mean(logprobs: np.ndarray, fraction: float) -> float:
     return float(np.partition(logprobs, k - 1)[:k].mean())
 
 
-@register_attack
-class MinKAttack(Attack):
-    """Score = mean of the lowest ``fraction`` of masked-token log-probs (higher = member).
+@dataclass(frozen=True)
+class MinKSettings:
+    """Settings of :class:`MinKAttack`.
 
-    Parameters
+    Attributes
     ----------
     fraction : float
-        k of the min-k% attack, in (0, 1] (default 0.2; the audit passes
+        k of the min-k% attack, in (0, 1] (default 0.2; an audit reads
         ``MetricConfig.min_k_fraction``).
 
     Raises
@@ -39,14 +41,35 @@ class MinKAttack(Attack):
         ``fraction`` outside (0, 1].
     """
 
+    fraction: float = 0.2
+
+    def __post_init__(self):
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"min_k fraction must be in (0, 1], got {self.fraction!r}")
+        object.__setattr__(self, "fraction", float(self.fraction))
+
+
+@register_attack
+class MinKAttack(Attack):
+    """Score = mean of the lowest ``fraction`` of masked-token log-probs (higher = member).
+
+    Settings: :class:`MinKSettings` (``MinKAttack(fraction=0.2)``), read in an audit
+    from ``AuditConfig.metrics.min_k_fraction``.
+
+    Examples
+    --------
+    >>> from mlflow_mia.attacks.base import AttackInputs
+    >>> from mlflow_mia.signals.types import SignalResult
+    >>> sig = SignalResult.from_arrays([0.0, 0.0], n_tokens=[4, 2], token_logprobs=[[-1.0, -5.0, -2.0, -4.0], [-3.0, -1.0]])
+    >>> MinKAttack(fraction=0.5)(AttackInputs(("a", "b"), target=sig)).tolist()
+    [-4.5, -3.0]
+    """
+
     name = "min_k"
     citation = "Shi et al. 2024"
     requires = ("target",)
-
-    def __init__(self, fraction: float = 0.2):
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"min_k fraction must be in (0, 1], got {fraction!r}")
-        self.fraction = float(fraction)
+    Settings = MinKSettings
+    settings_from_config = {"fraction": "metrics.min_k_fraction"}
 
     def score(self, inputs):
-        return np.array([min_k_mean(lp, self.fraction) for lp in inputs.target.token_logprobs])
+        return np.array([min_k_mean(lp, self.settings.fraction) for lp in inputs.target.token_logprobs])

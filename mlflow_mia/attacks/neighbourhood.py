@@ -25,25 +25,26 @@ from mlflow_mia.attacks.base import Attack, register_attack
 class NeighbourhoodAttack(Attack):
     """Score = ``mean_j E(x_j; theta) - E(s; theta)``, higher = member.
 
-    Both energies are the target model's, in nats. A sample without neighbours
-    (no replaceable word) has ``neighbour_energy`` NaN and so a NaN score; the
-    audit leaves such rows out of this attack's metrics and reports their count.
+    Both values are the target model's signal (``SignalResult.values``: the energy
+    in nats, or the PLL in nats/token). A sample without neighbours (no replaceable
+    word) has ``neighbour_values`` NaN and so a NaN score; the audit leaves such
+    rows out of this attack's metrics and reports their count.
 
     Examples
     --------
     >>> from mlflow_mia.attacks.base import AttackInputs
     >>> from mlflow_mia.signals.types import SignalResult
     >>> sig = SignalResult(np.array([1.0, 3.0, 2.0]), (), np.array([5, 5, 1]), np.zeros(3, bool))
-    >>> inputs = AttackInputs(("a", "b", "c"), target=sig, neighbour_energy=np.array([4.0, 3.5, np.nan]))
+    >>> inputs = AttackInputs(("a", "b", "c"), target=sig, neighbour_values=np.array([4.0, 3.5, np.nan]))
     >>> NeighbourhoodAttack()(inputs).tolist()
     [3.0, 0.5, nan]
     """
 
     name = "neighbourhood"
     citation = "Mattern et al. 2023, Eq. 3"
-    requires = ("target", "neighbour_energy")
+    requires = ("target", "neighbour_values")
     allows_nan = True  # NaN scores mark samples without neighbours; they are excluded, not an error
 
     def score(self, inputs):
         # Eq. 3 compares L(x) - mean L(x_j) to a threshold (low = member); negated so that higher = member.
-        return np.asarray(inputs.neighbour_energy, dtype=np.float64) - inputs.target.energy
+        return np.asarray(inputs.neighbour_values, dtype=np.float64) - inputs.target.values

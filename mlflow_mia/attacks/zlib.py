@@ -27,4 +27,4 @@ class ZlibAttack(Attack):
 
     def score(self, inputs):
         lengths = np.array([zlib_length(t) for t in inputs.texts], dtype=np.float64)
-        return -inputs.target.energy / lengths  # lower energy per compressed byte = member
+        return -inputs.target.values / lengths  # lower energy per compressed byte = member

@@ -1,16 +1,80 @@
-"""Checks of an audit's inputs, run before any model or attack does."""
+"""Checks of an audit's inputs, in one place, run before any model or attack does.
+
+:func:`check_audit` (the models, then the data) runs once per audit, in
+:func:`~mlflow_mia.audit.run_audit` whatever the engine, before any model runs;
+:func:`check_signals` checks signals against the data in stage 2.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from mlflow_mia.attacks import required_inputs
+from mlflow_mia.attacks import MODEL_ROLES, required_inputs, required_roles
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet, invisible_variants, near_duplicates
 from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.naming import fmt_alpha
+from mlflow_mia.signals.model import tokenizer_difference
 
-__all__ = ["check_data", "check_signals"]
+__all__ = ["check_audit", "check_models", "check_data", "check_signals"]
+
+
+def check_audit(models, pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> list[str]:
+    """Every check of an audit's inputs, before any model runs: :func:`check_models`, then :func:`check_data`.
+
+    Returns
+    -------
+    list of str
+        Warnings of both, in that order.
+
+    Raises
+    ------
+    ValueError
+        What either raises.
+    """
+    return check_models(models, config) + check_data(pool, population, config)
+
+
+def check_models(models, config: AuditConfig) -> list[str]:
+    """Every model role the attacks need is there (:func:`~mlflow_mia.attacks.required_roles`), and the ratio means something.
+
+    Parameters
+    ----------
+    models : AuditModels
+    config : AuditConfig
+
+    Returns
+    -------
+    list of str
+        Warnings (a reference with another tokenizer, accepted by
+        ``config.allow_tokenizer_mismatch``).
+
+    Raises
+    ------
+    ValueError
+        No target; an attack needs a model role that is missing (the message says
+        which attacks, and how to give it, from :data:`~mlflow_mia.attacks.MODEL_ROLES`);
+        the reference's tokenizer differs from the target's (the likelihood ratio
+        would compare energies of different tokenisations) and
+        ``config.allow_tokenizer_mismatch`` is off.
+    """
+    roles = required_roles(config.attacks)
+    if models.target is None:
+        raise ValueError("computing signals needs the target model: pass target=...")
+    for role, attacks in roles.items():
+        if role != "target" and getattr(models, role) is None:
+            raise ValueError(f"attack(s) {list(attacks)} need {MODEL_ROLES[role]}")
+    differ = (tokenizer_difference(models.target.tokenizer, models.reference.tokenizer)
+              if "reference" in roles else None)
+    if differ and not config.allow_tokenizer_mismatch:
+        raise ValueError(
+            f"the reference model's tokenizer differs from the target's ({differ}): the likelihood ratio would "
+            "compare energies of different tokenisations. Use a reference trained with the target's tokenizer, "
+            "or opt in with allow_tokenizer_mismatch=True (--allow-tokenizer-mismatch) and signal='pll'")
+    if not differ:
+        return []
+    return [f"the reference model's tokenizer differs from the target's ({differ}); opted in with "
+            "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the texts"]
 
 
 def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> list[str]:
@@ -72,9 +136,9 @@ def check_signals(signals, pool: AuditDataset, population: PopulationSet, config
     ------
     ValueError
         A signal an attack needs is missing; the row count is not
-        ``n_pool + n_population``; or ``signals.text_hashes`` (when given) do not
-        match the pool's then the population's text hashes (the first differing
-        row is named).
+        ``n_pool + n_population``; the extras do not have one row per pool text; or
+        ``signals.text_hashes`` (when given) do not match the pool's then the
+        population's text hashes (the first differing row is named).
     """
     n_pool, n_rows = len(pool), len(pool) + len(population)
     needs = required_inputs(config.attacks)
@@ -87,6 +151,7 @@ def check_signals(signals, pool: AuditDataset, population: PopulationSet, config
     if len(signals) != n_rows:
         raise ValueError(f"signals have {len(signals)} rows; expected {n_rows} = {n_pool} pool rows followed by "
                          f"{len(population)} population rows, in that order")
+    signals.extras.check(n_pool)
     if signals.text_hashes is None:
         return
     expected = np.asarray(list(pool.text_hashes) + list(population.text_hashes), dtype=object)

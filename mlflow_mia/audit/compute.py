@@ -1,31 +1,32 @@
-"""Stage 1 of an audit: the signals the chosen attacks need, from the models that give them.
+"""Stage 1 of an audit: everything that needs a model, from the models that give it.
 
-:func:`compute_audit_signals` runs every model the attacks declare in their
-``requires`` (target energies, reference energies, neighbour energies) over
-the pool texts followed by the population texts, and returns them as
-:class:`AuditSignals`. Stage 2 (:func:`mlflow_mia.audit.score_audit`) turns
-signals into scores and metrics and runs no model, so signals computed
-anywhere (a cache, another process, a Spark cluster) can be scored.
+:func:`compute_audit_signals` runs, over the pool texts followed by the
+population texts, the stage-1 function of every input the attacks declare in
+their ``requires`` (:data:`mlflow_mia.attacks.INPUTS`: target and reference
+signals, neighbour values, ...), then what the report tables read beyond them
+(token ids, neighbour examples, the generator-quality evidence), and returns it
+all as :class:`AuditSignals`. Stage 2 (:func:`mlflow_mia.audit.score_audit`)
+turns signals into scores, metrics and tables and runs no model, so signals
+computed anywhere (a cache, another process, a Spark cluster) can be scored.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass
 
-import numpy as np
-
-from mlflow_mia.attacks import INPUTS, NEIGHBOUR_INPUTS, AttackInputs, required_inputs
+from mlflow_mia.attacks import INPUTS, required_inputs, required_roles
+from mlflow_mia.attacks.inputs import StageOne
+from mlflow_mia.audit.audit_signals import EXAMPLE_NEIGHBOURS, AuditExtras, AuditSignals
+from mlflow_mia.audit.checks import check_audit
 from mlflow_mia.config import AuditConfig
-from mlflow_mia.signals import MaskedLM, SignalCache, SignalResult, compute_signals
-from mlflow_mia.signals.model import as_masked_lm, tokenizer_difference
-from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR, choose_generator
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.signals import MaskedLM, SignalCache, tokenize
+from mlflow_mia.signals.model import as_masked_lm
+from mlflow_mia.signals.neighbours import choose_generator
+from mlflow_mia.signals.runtime import token_limit
 
-__all__ = ["AuditModels", "AuditSignals", "compute_audit_signals"]
-
-log = logging.getLogger(__name__)
+__all__ = ["AuditModels", "AuditSignals", "AuditExtras", "compute_audit_signals", "stage_one"]
 
 
 @dataclass(frozen=True)
@@ -48,66 +49,35 @@ class AuditModels:
     generator: object = None
 
     @classmethod
-    def build(cls, target, *, reference=None, generator=None, config: AuditConfig | None = None) -> "AuditModels":
-        """Load each role as a :class:`MaskedLM` and pick the neighbour generator.
+    def build(cls, target, *, reference=None, generator=None, config: AuditConfig | None = None,
+              load=None) -> "AuditModels":
+        """Load each role the audit has and pick the neighbour generator.
 
         Parameters
         ----------
         target, reference, generator : MaskedLM, (model, tokenizer) or str (a local folder), optional
+            What the engine's ``load`` accepts (the Spark engine: model URIs and folders).
         config : AuditConfig, optional
-            When one of its attacks needs neighbours, the generator follows
+            When one of its attacks needs the generator role
+            (:func:`~mlflow_mia.attacks.required_roles`), the generator follows
             :func:`~mlflow_mia.signals.neighbours.choose_generator`: ``generator``, then
-            ``config.neighbourhood.generator_model``, then ``reference``. Otherwise no generator.
+            ``config.neighbourhood.generator_model`` (a folder, loaded when first used),
+            then ``reference``. Otherwise no generator.
+        load : callable, optional
+            ``load(model, role=...) -> MaskedLM``: the engine's loader (default
+            :func:`~mlflow_mia.signals.model.as_masked_lm`).
         """
         config = config or AuditConfig()
-        target = None if target is None else as_masked_lm(target, role="target")
-        reference = None if reference is None else as_masked_lm(reference, role="reference")
-        generator = None if generator is None else as_masked_lm(generator, role="neighbour generator")
-        if set(NEIGHBOUR_INPUTS) & set(required_inputs(config.attacks)):
+        load = load or as_masked_lm
+        target = None if target is None else load(target, role="target")
+        reference = None if reference is None else load(reference, role="reference")
+        if "generator" in required_roles(config.attacks):
+            generator = None if generator is None else load(generator, role="neighbour generator")
             generator = choose_generator(generator, configured=config.neighbourhood.generator_model,
                                          reference=reference)
         else:
             generator = None
         return cls(target=target, reference=reference, generator=generator)
-
-    def check(self, config: AuditConfig) -> list[str]:
-        """Raise before any model runs when an attack lacks the model it needs, or the ratio would be meaningless.
-
-        Returns
-        -------
-        list of str
-            Warnings (a reference with another tokenizer, accepted by
-            ``config.allow_tokenizer_mismatch``).
-
-        Raises
-        ------
-        ValueError
-            No target; an attack needs a reference or a neighbour generator that is
-            missing; the reference's tokenizer differs from the target's (the
-            likelihood ratio would compare energies of different tokenisations) and
-            ``config.allow_tokenizer_mismatch`` is off.
-        """
-        needs = required_inputs(config.attacks)
-        if self.target is None:
-            raise ValueError("computing signals needs the target model: pass target=...")
-        if "reference" in needs and self.reference is None:
-            raise ValueError(
-                f"attack(s) {list(needs['reference'])} need a reference model trained on similar but disjoint "
-                "data; pass reference=... (or drop them, e.g. attacks=['loss'])")
-        wanting = [a for name in NEIGHBOUR_INPUTS for a in needs.get(name, ())]
-        if wanting and self.generator is None:
-            raise ValueError(f"attack(s) {wanting} need a generator masked LM to propose neighbours; "
-                             f"{HOW_TO_GIVE_A_GENERATOR}")
-        differ = (tokenizer_difference(self.target.tokenizer, self.reference.tokenizer)
-                  if "reference" in needs else None)
-        if differ and not config.allow_tokenizer_mismatch:
-            raise ValueError(
-                f"the reference model's tokenizer differs from the target's ({differ}): the likelihood ratio would "
-                "compare energies of different tokenisations. Use a reference trained with the target's tokenizer, "
-                "or opt in with allow_tokenizer_mismatch=True (--allow-tokenizer-mismatch) and signal='pll'")
-        return ([f"the reference model's tokenizer differs from the target's ({differ}); opted in with "
-                 "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the texts"]
-                if differ else [])
 
     def identities(self) -> dict:
         """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).
@@ -125,96 +95,19 @@ class AuditModels:
         return out
 
 
-@dataclass(frozen=True)
-class AuditSignals:
-    """Signals of an audit's texts: the pool rows first, then the population rows.
-
-    Build it from signals computed anywhere::
-
-        AuditSignals({"target": SignalResult.from_arrays(energies, n_tokens=lengths),
-                      "reference": SignalResult.from_arrays(ref_energies, n_tokens=lengths)},
-                     text_hashes=list(pool.text_hashes) + list(population.text_hashes))
-
-    Attributes
-    ----------
-    signals : dict of str to SignalResult or ndarray
-        One entry per input the attacks declare in ``requires`` (see
-        :data:`mlflow_mia.attacks.INPUTS`): ``"target"`` and ``"reference"`` are
-        :class:`~mlflow_mia.signals.SignalResult`; ``"neighbour_energy"`` is an
-        ndarray of shape (n_rows,), float64, NaN for a text without neighbours.
-        Every entry has ``n_pool + n_population`` rows.
-    text_hashes : tuple of str or None
-        sha256 of each row's text (:func:`mlflow_mia.data.text_hash`); when given,
-        :func:`~mlflow_mia.audit.score_audit` checks them against the pool and population.
-    info : dict
-        ``models`` (:meth:`AuditModels.identities` of the models that computed the
-        signals) and ``timings``; optional.
-
-    Raises
-    ------
-    ValueError
-        An unknown input name, an entry of the wrong type or shape, or entries of different lengths.
-    """
-
-    signals: Mapping[str, object]
-    text_hashes: tuple | None = None
-    info: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        signals = dict(self.signals)
-        unknown = sorted(set(signals) - set(INPUTS))
-        if unknown:
-            raise ValueError(f"unknown signal name(s) {unknown}; signals are named after attack inputs {list(INPUTS)}")
-        for name, value in signals.items():
-            if name in NEIGHBOUR_INPUTS:
-                value = np.asarray(value, dtype=np.float64)
-                if value.ndim != 1:
-                    raise ValueError(f"signals {name!r} must be 1-D of shape (n_rows,), got shape {value.shape}")
-                signals[name] = value
-            elif not isinstance(value, SignalResult):
-                raise TypeError(f"signals {name!r} must be a SignalResult (SignalResult.from_arrays(values, "
-                                f"n_tokens=...)), got {type(value).__name__}")
-        lengths = {name: len(value) for name, value in signals.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"signals have different numbers of rows {lengths}: every entry must have one row "
-                             "per pool text, then one per population text")
-        object.__setattr__(self, "signals", signals)
-        if self.text_hashes is not None:
-            object.__setattr__(self, "text_hashes", tuple(self.text_hashes))
-
-    def __contains__(self, name) -> bool:
-        return name in self.signals
-
-    def __getitem__(self, name):
-        return self.signals[name]
-
-    def __len__(self) -> int:
-        return len(next(iter(self.signals.values()))) if self.signals else 0
-
-    @property
-    def target(self) -> SignalResult:
-        """The target model's signals (KeyError when absent)."""
-        return self.signals["target"]
-
-    def inputs(self, index, texts: Sequence[str]) -> AttackInputs:
-        """:class:`~mlflow_mia.attacks.AttackInputs` of rows ``index`` (int array); ``texts`` are those rows' texts."""
-        index = np.asarray(index, dtype=np.int64)
-        taken = {name: (value[index] if name in NEIGHBOUR_INPUTS else value.take(index))
-                 for name, value in self.signals.items()}
-        return AttackInputs(texts=tuple(texts), **taken)
-
-
-def compute_audit_signals(models, texts: Sequence[str], config: AuditConfig | None = None, *,
-                          cache: SignalCache | str | None = None, device=None, progress: bool = True,
-                          text_hashes: Sequence[str] | None = None) -> AuditSignals:
-    """Compute exactly the signals the attacks of ``config`` declare in ``requires``.
+def compute_audit_signals(models, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None,
+                          *, cache: SignalCache | str | None = None, device=None,
+                          progress: bool = True) -> AuditSignals:
+    """Stage 1 alone: check the inputs (:func:`~mlflow_mia.audit.checks.check_audit`), then :func:`stage_one`.
 
     Parameters
     ----------
     models : AuditModels, MaskedLM, (model, tokenizer) or str
         The models by role; anything else is taken as the target alone.
-    texts : sequence of str, length n_rows
-        The pool texts followed by the population texts.
+    pool : AuditDataset
+        Members (label 1) and non-members (label 0).
+    population : PopulationSet
+        Disjoint from the pool.
     config : AuditConfig, optional
         Attacks (what to compute), signal and neighbourhood settings.
     cache : SignalCache or str, optional
@@ -223,49 +116,96 @@ def compute_audit_signals(models, texts: Sequence[str], config: AuditConfig | No
         Default: CUDA when available, else CPU.
     progress : bool
         Show progress bars.
-    text_hashes : sequence of str, optional
-        Carried into the result for :func:`~mlflow_mia.audit.score_audit` to check.
 
     Returns
     -------
     AuditSignals
-        ``target`` always (the sample table reads its token counts); ``reference``
-        when an attack needs it; ``neighbour_energy`` (mean target energy of each
-        text's neighbours, Mattern et al. 2023, Eq. 3) when an attack needs it.
+        See :func:`stage_one`.
 
     Raises
     ------
     ValueError
-        Before any model runs: unknown attacks, a missing reference or generator.
+        Before any model runs: unknown attacks, a missing reference or generator, and
+        every data error of :func:`~mlflow_mia.audit.checks.check_data`.
     """
     config = config or AuditConfig()
+    required_inputs(config.attacks)  # unknown attacks fail first
     if not isinstance(models, AuditModels):
         models = AuditModels.build(models, config=config)
-    needs = required_inputs(config.attacks)
-    models.check(config)
+    check_audit(models, pool, population, config)
     if isinstance(cache, str):
         cache = SignalCache(cache)
-    texts = list(texts)
+    return stage_one(models, pool, population, config, cache=cache, device=device, progress=progress)
+
+
+def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
+              cache: SignalCache | None = None, device=None, progress: bool = True,
+              given: dict | None = None) -> AuditSignals:
+    """Compute what the attacks of ``config`` need, and what the report tables read, on checked inputs.
+
+    Parameters
+    ----------
+    models : AuditModels
+        Checked (:func:`~mlflow_mia.audit.checks.check_models`).
+    pool, population : AuditDataset, PopulationSet
+        Checked (:func:`~mlflow_mia.audit.checks.check_data`); their texts are the rows.
+    config : AuditConfig
+    cache, device, progress
+        As for :func:`compute_audit_signals`.
+    given : dict of str to SignalResult or ndarray, optional
+        Inputs an engine computed already (e.g. on Spark), by name: not recomputed.
+
+    Returns
+    -------
+    AuditSignals
+        ``target`` always (the sample table reads its token counts) and every input
+        the attacks need, computed by its declaration's ``compute``; the extras: the
+        target's token ids of the pool texts, and with the generator role the
+        generator evidence and (with ``neighbour_values``) the neighbour examples.
+        ``info``: the models' identities and the time of each input
+        (``timings["signals_<input>_s"]``).
+    """
+    texts = list(pool.texts) + list(population.texts)
+    needs = required_inputs(config.attacks)
+    given = dict(given or {})
+    recipe = None
+    if "generator" in required_roles(config.attacks):
+        from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
+
+        recipe = NeighbourRecipe.for_audit(models.generator, config, target=models.target, cache=cache,
+                                           device=device, progress=progress)
+    stage = StageOne(models=models, texts=texts, config=config, cache=cache, device=device, progress=progress,
+                     neighbours=recipe)
     timings, signals = {}, {}
-    for role in ("target", "reference"):
-        if role == "target" or role in needs:
+    for name in INPUTS:
+        if name in given:
+            signals[name] = given[name]
+        elif name == "target" or name in needs:
             start = time.perf_counter()
-            signals[role] = compute_signals(getattr(models, role), texts, config.signal, cache=cache, device=device,
-                                            progress=progress, desc=f"{config.signal.kind} of {role}")
-            timings[f"signals_{role}_s"] = round(time.perf_counter() - start, 3)
-    if "neighbour_energy" in needs:
-        from mlflow_mia.signals import neighbours
+            signals[name] = INPUTS[name].compute(stage)
+            timings[f"signals_{name}_s"] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+    extras = _extras(stage, pool, population, needs)
+    timings["extras_s"] = round(time.perf_counter() - start, 3)
+    return AuditSignals(signals, text_hashes=list(pool.text_hashes) + list(population.text_hashes),
+                        info={"models": models.identities(), "timings": timings}, extras=extras)
 
-        start = time.perf_counter()
-        signals["neighbour_energy"] = neighbours.neighbour_energies(
-            models.target, texts, generator=models.generator, neighbourhood=config.neighbourhood,
-            signal=config.signal, cache=cache, device=device, progress=progress)
-        timings["neighbours_s"] = round(time.perf_counter() - start, 3)
-    if "neighbour_local" in needs:
-        from mlflow_mia.signals.neighbour_local import audit_local_scores
 
-        start = time.perf_counter()
-        signals["neighbour_local"] = audit_local_scores(models.target, texts, models.generator, config, cache=cache,
-                                                        device=device)
-        timings["neighbour_local_s"] = round(time.perf_counter() - start, 3)
-    return AuditSignals(signals, text_hashes=text_hashes, info={"models": models.identities(), "timings": timings})
+def _extras(stage: StageOne, pool: AuditDataset, population: PopulationSet, needs) -> AuditExtras:
+    """Token ids of the pool under the target's tokenizer; with a generator, its evidence and the examples."""
+    target, config = stage.models.target, stage.config
+    ids, maskable, _ = tokenize(target, list(pool.texts),
+                                max_length=token_limit(config.signal.max_length, target.max_length))
+    token_ids = tuple(x[m] for x, m in zip(ids, maskable))
+    examples = evidence = None
+    recipe = stage.neighbours
+    if recipe is not None:
+        from mlflow_mia.signals.generator_quality import measure_generator
+
+        pool_texts = list(pool.texts)
+        if "neighbour_values" in needs:  # the attack computed every neighbour's value: nothing runs again
+            examples = tuple(tuple(zip(nb[:EXAMPLE_NEIGHBOURS], v[:EXAMPLE_NEIGHBOURS].tolist()))
+                             for nb, v in zip(recipe.neighbours(pool_texts), recipe.values(pool_texts)))
+        evidence = measure_generator(recipe, pool_texts, list(population.texts))
+    return AuditExtras(token_ids=token_ids, vocab_size=len(target.tokenizer), neighbour_examples=examples,
+                       generator=evidence)

@@ -1,4 +1,4 @@
-"""``run_audit``: the two stages in a row (compute the signals, then score them)."""
+"""``run_audit``: the two stages in a row (compute the signals on an engine, then score them)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import logging
 import time
 
 from mlflow_mia.attacks import required_inputs
-from mlflow_mia.audit.checks import check_data
-from mlflow_mia.audit.compute import AuditModels, compute_audit_signals
+from mlflow_mia.audit.checks import check_audit
+from mlflow_mia.audit.compute import AuditModels
+from mlflow_mia.audit.engines import get_engine
 from mlflow_mia.audit.result import AuditResult
-from mlflow_mia.audit.scoring import score_audit
+from mlflow_mia.audit.scoring import score_checked
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import SignalCache
-from mlflow_mia.signals.runtime import resolve_device
 
 __all__ = ["run_audit"]
 
@@ -21,17 +21,22 @@ log = logging.getLogger(__name__)
 
 
 def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
-              config: AuditConfig | None = None, cache: SignalCache | str | None = None, device=None,
-              progress: bool = True) -> AuditResult:
+              config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
+              device=None, progress: bool = True, spark=None, spark_master: str | None = None,
+              store: str | None = None) -> AuditResult:
     """Audit a target masked LM for membership leakage.
 
-    :func:`~mlflow_mia.audit.compute_audit_signals` on the pool texts then the
-    population texts, followed by :func:`~mlflow_mia.audit.score_audit`.
+    One setup path whatever the engine: the engine checks the device and the inputs
+    it can compute, the models are loaded on this machine, every check of
+    :func:`~mlflow_mia.audit.checks.check_audit` runs once, then the engine computes
+    stage 1 (:class:`~mlflow_mia.audit.AuditSignals`) and stage 2 scores it here
+    (:func:`~mlflow_mia.audit.scoring.score_checked`, no model runs).
 
     Parameters
     ----------
     target : MaskedLM, (model, tokenizer) or str
-        The model under audit (a local folder for a str).
+        The model under audit (a local folder for a str; with ``engine="spark"`` a
+        model URI or a folder every executor can read).
     pool : AuditDataset
         Members (label 1) and non-members (label 0) of the target's training data.
     population : PopulationSet
@@ -47,40 +52,52 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     config : AuditConfig, optional
         Attacks, signal and metric settings (defaults: loss and likelihood ratio,
         energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
+    engine : {"local", "spark"} or engine object
+        Where stage 1 runs (:mod:`mlflow_mia.audit.engines`): this process, or Apache
+        Spark executors (the per-text signals of each model; needs
+        ``pip install 'mlflow-mia[spark]'``; attacks reading neighbours are local only).
     cache : SignalCache or str, optional
-        Signal cache (or its directory): re-runs and shared references cost nothing.
+        Signal cache (or its directory) of the local engine: re-runs and shared
+        references cost nothing.
     device : str, optional
-        Default: CUDA when available, else CPU.
+        Default: CUDA when available, else CPU (on Spark: the executors' device,
+        default the task's GPU).
     progress : bool
         Show progress bars.
+    spark : SparkSession, optional
+        ``engine="spark"``: the session (default: the active one, or a new one on ``spark_master``).
+    spark_master : str, optional
+        ``engine="spark"``: the master of a new session, e.g. ``"local[2]"``.
+    store : str, optional
+        ``engine="spark"``: a Parquet signal store shared across runs (a re-run computes only
+        the texts missing there).
 
     Returns
     -------
     AuditResult
+        ``info["engine"]`` names the engine.
 
     Raises
     ------
     ValueError
-        Before any model loads: a device that does not exist. Before any model runs:
-        unknown attacks, a missing reference or generator, a reference whose
-        tokenizer differs from the target's (unless ``config.allow_tokenizer_mismatch``),
-        a pool with one class, a missing or too small population set, pool and
-        population overlap.
+        Before any model loads: an unknown engine or an option it does not take, a
+        device that does not exist, unknown attacks, attacks whose inputs the engine
+        cannot compute. Before any model runs: a missing reference or generator, a
+        reference whose tokenizer differs from the target's (unless
+        ``config.allow_tokenizer_mismatch``), a pool with one class, a missing or too
+        small population set, pool and population overlap.
     """
     config = config or AuditConfig()
     t0 = time.perf_counter()
-    resolve_device(device)  # a bad device fails here, before any model loads or cache lookup
-    required_inputs(config.attacks)  # unknown attacks fail first
-    models = AuditModels.build(target, reference=reference, generator=generator, config=config)
-    notes = models.check(config)
-    check_data(pool, population, config)
+    runner = get_engine(engine, spark=spark, spark_master=spark_master, store=store)
+    runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
+    runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
+    models = AuditModels.build(target, reference=reference, generator=generator, config=config, load=runner.load)
+    notes = check_audit(models, pool, population, config)
     if isinstance(cache, str):
         cache = SignalCache(cache)
-    signals = compute_audit_signals(models, list(pool.texts) + list(population.texts), config, cache=cache,
-                                    device=device, progress=progress,
-                                    text_hashes=list(pool.text_hashes) + list(population.text_hashes))
-    result = score_audit(signals, pool, population, config, models=models, cache=cache, device=device,
-                         notes=notes)
+    signals = runner.signals(models, pool, population, config, cache=cache, device=device, progress=progress)
+    result = score_checked(signals, pool, population, config, notes=notes)
     result.info["timings"]["total_s"] = round(time.perf_counter() - t0, 3)
-    log.info("audit done in %.1f s", result.info["timings"]["total_s"])
+    log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
     return result

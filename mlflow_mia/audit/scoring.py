@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from mlflow_mia.attacks import NEIGHBOUR_INPUTS, get_attack, required_inputs
+from mlflow_mia.attacks import get_attack, required_inputs, required_roles
 from mlflow_mia.audit.checks import check_data, check_signals
 from mlflow_mia.audit.extras import generator_check, memorization_features, neighbour_examples
 from mlflow_mia.audit.result import AttackReport, AuditResult
@@ -30,16 +30,11 @@ from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_a
                                            population_threshold_metrics, unresolved_reason)
 from mlflow_mia.naming import fmt_alpha, headline_attack
 
-__all__ = ["score_audit", "attack_settings", "attack_report"]
+__all__ = ["score_audit", "score_checked", "attack_report"]
 
 log = logging.getLogger(__name__)
 
 _RISKY_COLUMNS = ["sample_id", "text_hash", "group", "n_tokens"]
-
-
-def attack_settings(name: str, config: AuditConfig) -> dict:
-    """The settings an attack receives from the audit config (its own, never the whole config)."""
-    return {"fraction": config.metrics.min_k_fraction} if name == "min_k" else {}
 
 
 #: How the trials of each level's epsilon lower bound relate to the privacy unit (report and summary).
@@ -149,7 +144,7 @@ def _intervals(y_true, y_score, tprs, population, mc, groups, level):
 
 def _attack_scores(name, signals, pool, population, config, warnings, unscored):
     """Pool and population scores of one attack; NaN rows allowed only where the attack says so."""
-    attack = get_attack(name, **attack_settings(name, config))
+    attack = get_attack(name, config)  # its own settings, read through its declared settings_from_config
     n_pool = len(pool)
     scores = attack(signals.inputs(np.arange(n_pool), pool.texts))
     pscores = attack(signals.inputs(np.arange(n_pool, n_pool + len(population)), population.texts))
@@ -211,31 +206,25 @@ def _metrics(out, pool: AuditDataset, population: PopulationSet, y, n_truncated:
 
 
 def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None, *,
-                models=None, cache=None, device=None, notes=()) -> AuditResult:
-    """Score precomputed signals: attacks -> metrics -> tables.
+                notes=()) -> AuditResult:
+    """Score precomputed signals: attacks -> metrics -> tables. Runs no model.
 
     Parameters
     ----------
     signals : AuditSignals
         From :func:`~mlflow_mia.audit.compute_audit_signals`, or built from arrays
-        computed anywhere: one row per pool text, then one per population text.
+        computed anywhere: one row per pool text, then one per population text. The
+        tables that read beyond the scores (memorization features, neighbour
+        examples, the generator check) read ``signals.extras``; without them each is
+        skipped with a warning, and the metrics do not depend on them.
     pool : AuditDataset
         Members (label 1) and non-members (label 0).
     population : PopulationSet
         Disjoint from the pool; only used for thresholds.
     config : AuditConfig, optional
         Attacks and metric settings; must be the config the signals were computed with.
-    models : AuditModels, optional
-        Only for two extras that read beyond the numbers: the memorization-feature
-        analysis (token ids from the target's tokenizer) and the neighbour examples
-        (the target and the generator). Without them both are skipped with a warning;
-        the metrics do not depend on them.
-    cache : SignalCache, optional
-        Lets the neighbour examples reuse the neighbours the attack computed.
-    device : str, optional
     notes : sequence of str
-        Warnings from earlier checks (e.g. :meth:`AuditModels.check`), put first in
-        ``AuditResult.warnings``.
+        Warnings from earlier checks, put first in ``AuditResult.warnings``.
 
     Returns
     -------
@@ -248,12 +237,23 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
         population set; signals missing an input an attack needs, with a row count
         other than ``n_pool + n_population``, or whose text hashes do not match the data.
     """
+    config = config or AuditConfig()
+    required_inputs(config.attacks)  # unknown attacks fail first
+    notes = list(notes) + check_data(pool, population, config)
+    return score_checked(signals, pool, population, config, notes=notes)
+
+
+def score_checked(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
+                  notes=()) -> AuditResult:
+    """:func:`score_audit` on data :func:`~mlflow_mia.audit.checks.check_data` has passed (``run_audit``'s stage 2).
+
+    Only the signals are checked against the data here (:func:`~mlflow_mia.audit.checks.check_signals`).
+    """
     import pandas as pd
 
-    config = config or AuditConfig()
     t0 = time.perf_counter()
-    notes = list(notes) + check_data(pool, population, config)
     check_signals(signals, pool, population, config)
+    notes = list(notes)
     for note in notes:
         log.warning(note)
     n_pool = len(pool)
@@ -273,18 +273,19 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
     if pool.groups is not None and population.groups is None:
         out["warnings"].append("user-level thresholds skipped: the population set has no group column")
     metrics = _metrics(out, pool, population, y, n_truncated)
-    attacks, warnings = out["attacks"], out["warnings"]
+    attacks, warnings, extras = out["attacks"], out["warnings"], signals.extras
+    needs, values = required_inputs(config.attacks), target.values[:n_pool]
     examples = None
-    if "neighbourhood" in attacks:
-        examples = neighbour_examples(models, pool, samples, target.values[:n_pool], config, warnings=warnings,
-                                      cache=cache, device=device)
-    if set(NEIGHBOUR_INPUTS) & set(required_inputs(config.attacks)):
-        metrics.update(generator_check(models, pool, population, target.values[:n_pool], config, warnings=warnings,
-                                       cache=cache, device=device))
+    if "neighbour_values" in needs:
+        examples = neighbour_examples(extras, pool, samples, values, needs["neighbour_values"][0],
+                                      warnings=warnings)
+    if "generator" in required_roles(config.attacks):
+        metrics.update(generator_check(extras, pool, values, warnings=warnings))
     headline = headline_attack(attacks)
-    features = memorization_features(models, pool, samples, attacks[headline], headline, config, warnings)
-    record = models.identities() if models is not None else dict(signals.info.get("models", {}))
-    info = {**_identity_info(record), "n_pool": n_pool, "n_population": len(population),
+    features = memorization_features(extras, pool, samples, attacks[headline], headline, config, warnings)
+    record = dict(signals.info.get("models", {}))
+    engine = {"engine": signals.info["engine"]} if signals.info.get("engine") else {}
+    info = {**_identity_info(record), **engine, "n_pool": n_pool, "n_population": len(population),
             "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
     riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
         columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])

@@ -156,16 +156,9 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
     generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
-    if options.engine == "spark":  # signals on Spark, scoring here (mlflow_mia.integrations.spark_audit)
-        from mlflow_mia.integrations.spark_audit import run_spark_audit, spark_session
-
-        result = run_spark_audit(spark_session(options.spark_master), target, pool, population, reference=reference,
-                                 config=config, store=options.spark_store, device=options.device,
-                                 progress=options.progress)
-    else:
-        result = run_audit(target.lm, pool, population, reference=reference.lm if reference else None,
-                           generator=generator.lm if generator else None, config=config, cache=cache,
-                           device=options.device, progress=options.progress)
+    result = run_audit(target, pool, population, reference=reference, generator=generator, config=config,
+                       engine=options.engine, cache=cache, device=options.device, progress=options.progress,
+                       spark_master=options.spark_master, store=options.spark_store)
     result.models = model_records(result.models, target=target, reference=reference, generator=generator)
     result.warnings.extend(notes)
     gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
@@ -208,15 +201,17 @@ def model_records(models: dict, **resolved) -> dict:
 def resolve_generator(config, *, trust_remote_code: bool = False):
     """The neighbour generator named in ``config.neighbourhood.generator_model``, resolved.
 
-    Returns None when no attack needs neighbours or none is named (the reference
-    model is then the generator). A registry URI (``models:/name@alias``), a run
-    URI or a local folder are all accepted, as for the target and reference.
+    Returns None when no attack needs the generator role (the declared inputs of
+    every neighbour attack, :func:`~mlflow_mia.attacks.required_roles`) or none is
+    named (the reference model is then the generator). A registry URI
+    (``models:/name@alias``), a run URI or a local folder are all accepted, as for
+    the target and reference.
     """
-    from mlflow_mia.attacks import required_inputs
+    from mlflow_mia.attacks import required_roles
     from mlflow_mia.integrations.models import resolve_model
 
     uri = config.neighbourhood.generator_model
-    if not uri or "neighbour_energy" not in required_inputs(config.attacks):
+    if not uri or "generator" not in required_roles(config.attacks):
         return None
     return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)
 

@@ -119,7 +119,7 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
             what = "empty" if isinstance(t, str) else "missing" if pd.isna(t) else f"not a string ({t!r})"
             raise ValueError(f"text at row {i} is {what}; give a non-empty string per row")
         res = compute_signals(self._lm, texts, self._config, device=self._device, progress=False)
-        return pd.DataFrame({self._config.kind: res.energy, "n_tokens": res.n_tokens, "truncated": res.truncated})
+        return pd.DataFrame({self._config.kind: res.values, "n_tokens": res.n_tokens, "truncated": res.truncated})
 
 
 def log_scorer(model, config: SignalConfig | None = None, *, name: str = "mia-scorer",

@@ -243,7 +243,7 @@ def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column
             where = f" (id {_id(pdf[id_column].iloc[int(row.group(1))])!r})" if row else ""
             _fail(f"signals of the {spec['role']} model failed{where}: {exc}")
         yield pd.DataFrame({"id": pdf[id_column].to_numpy(), "text_hash": pdf["text_hash"].to_numpy(),
-                            kind: res.energy, "n_tokens": res.n_tokens, "truncated": res.truncated,
+                            kind: res.values, "n_tokens": res.n_tokens, "truncated": res.truncated,
                             "token_logprobs": list(res.token_logprobs)})
 
 

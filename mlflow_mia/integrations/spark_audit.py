@@ -1,17 +1,19 @@
-"""An audit whose signals are computed on Apache Spark, scored on the driver.
+"""The Spark engine of :func:`mlflow_mia.audit.run_audit` (``engine="spark"``).
 
-Stage 1 (:func:`spark_audit_signals`): the per-text signals of the target and the
-reference model over the pool texts then the population texts, computed on the
-executors (:mod:`mlflow_mia.integrations.spark`); only the signals (a few numbers
-and the masked-token log-probs per text) come back to the driver, one
-:class:`~mlflow_mia.signals.SignalResult` per role, row-aligned with the texts.
+Stage 1 (:class:`SparkEngine`, :func:`spark_audit_signals`): the per-text signals of
+each model role the attacks need (target, reference) over the pool texts then the
+population texts, computed on the executors (:mod:`mlflow_mia.integrations.spark`);
+only the signals (a few numbers and the masked-token log-probs per text) come back
+to the driver, one :class:`~mlflow_mia.signals.SignalResult` per role, row-aligned
+with the texts. The rest of stage 1 (the target's token ids for the report tables)
+runs on the driver, which holds the tokenizers.
 
-Stage 2 (:func:`score_signals`): attacks, thresholds, metrics and plots on the
-driver by :func:`mlflow_mia.audit.score_audit`, exactly as in a local audit; no
-model runs there.
+Stage 2: attacks, thresholds, metrics and plots on the driver, exactly as in a
+local audit (``run_audit`` has one setup path for every engine); no model runs there.
 
-The neighbourhood attack is not supported on Spark (its neighbour generation and
-neighbour energies run on the driver only): it raises a clear error.
+Inputs that are not one model's signals (``neighbour_values``, ``neighbour_local``:
+the neighbourhood attacks, whose neighbours are generated on the driver) do not run
+on Spark yet: asking for them is a clear error before any model loads.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from mlflow_mia.config import AuditConfig, SignalConfig
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["spark_session", "spark_audit_signals", "score_signals", "run_spark_audit"]
+__all__ = ["SparkEngine", "spark_session", "spark_audit_signals", "run_spark_audit"]
 
 log = logging.getLogger(__name__)
 
@@ -107,45 +109,90 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
     return out
 
 
-def score_signals(signals: Mapping[str, SignalResult], pool, population, config: AuditConfig, *,
-                  models=None, notes=()):
-    """Score the Spark signals on the driver: :func:`~mlflow_mia.audit.score_audit`, no model runs.
+class SparkEngine:
+    """Stage 1 on Apache Spark: each model's signals on the executors, the rest on the driver.
 
     Parameters
     ----------
-    signals : mapping of role to SignalResult
-        ``"target"`` (and ``"reference"`` when an attack needs it), each of length
-        ``len(pool) + len(population)``: pool rows, then population rows.
-    pool : AuditDataset
-    population : PopulationSet
-    config : AuditConfig
-    models : AuditModels, optional
-        The models the signals come from (their identities, and the target's
-        tokenizer for the memorization-feature table); no forward pass runs.
-    notes : sequence of str
-        Warnings of earlier checks (:meth:`~mlflow_mia.audit.AuditModels.check`).
-
-    Returns
-    -------
-    AuditResult
-
-    Raises
-    ------
-    ValueError
-        A signal an attack needs is missing, or a signal does not have one row per
-        pool and population text (see :func:`~mlflow_mia.audit.score_audit`).
+    spark : SparkSession, optional
+        Default: the active session, or a new one on ``spark_master`` (:func:`spark_session`).
+    spark_master : str, optional
+        E.g. ``"local[2]"``, ``"spark://host:7077"``.
+    store : str, optional
+        Parquet signal store shared across runs (resumable, idempotent).
+    partitions : int, optional
+        Spark partitions of the texts (default: Spark's default parallelism).
     """
-    from mlflow_mia.audit import AuditSignals, score_audit
 
-    hashes = list(pool.text_hashes) + list(population.text_hashes)
-    return score_audit(AuditSignals(dict(signals), text_hashes=tuple(hashes)), pool, population, config,
-                       models=models, notes=notes)
+    name = "spark"
+    options: ClassVar[tuple[str, ...]] = ("spark", "spark_master", "store", "partitions")
+
+    def __init__(self, spark=None, spark_master: str | None = None, store: str | None = None,
+                 partitions: int | None = None):
+        self.spark, self.spark_master, self.store, self.partitions = spark, spark_master, store, partitions
+        self._resolved: dict = {}
+
+    def check_device(self, device) -> None:
+        """Nothing to check on the driver: ``device`` is the executors' torch device."""
+
+    def check_inputs(self, needs) -> None:
+        """Refuse inputs that are not one model's signals (:data:`mlflow_mia.attacks.INPUTS` ``rows="values"``).
+
+        Raises
+        ------
+        ValueError
+            Such an input is needed; the message names its attacks and the way out.
+        """
+        from mlflow_mia.attacks import INPUTS
+
+        local = {name: attacks for name, attacks in needs.items() if INPUTS[name].rows != "signal"}
+        if local:
+            attacks = list(dict.fromkeys(a for by in local.values() for a in by))
+            raise ValueError(f"attack(s) {attacks} do not run on the Spark engine yet: their input(s) {list(local)} "
+                             "come from neighbours generated on the driver; drop them from attacks or use "
+                             "engine='local'")
+
+    def load(self, model, *, role: str):
+        """Resolve ``model`` (a URI, a folder on shared storage, or a resolved model) on the driver; keep it for the executors."""
+        from mlflow_mia.integrations.models import resolve_model
+
+        resolved = resolve_model(model, role=role)
+        self._resolved[role] = resolved
+        return resolved.lm
+
+    def signals(self, models, pool, population, config: AuditConfig, *, cache=None, device=None,
+                progress: bool = False):
+        """The signals of every model role the attacks need, on Spark; the rest of stage 1 on the driver.
+
+        ``cache`` (the local signal cache) is not used: the executors keep their
+        signals in ``store``.
+
+        Raises
+        ------
+        ValueError
+            A model the executors cannot load (an in-memory model), before any Spark job.
+        """
+        from mlflow_mia.attacks import INPUTS, required_inputs
+        from mlflow_mia.audit.compute import stage_one
+
+        roles = {name: INPUTS[name].roles[0] for name in ["target", *required_inputs(config.attacks)]}
+        session = self.spark or spark_session(self.spark_master)
+        start = time.perf_counter()
+        computed = spark_audit_signals(session, list(pool.texts) + list(population.texts),
+                                       {role: self._resolved[role] for role in dict.fromkeys(roles.values())},
+                                       config.signal, store=self.store, partitions=self.partitions, device=device)
+        spark_s = round(time.perf_counter() - start, 3)
+        signals = stage_one(models, pool, population, config, device=device, progress=progress,
+                            given={name: computed[role] for name, role in roles.items()})
+        signals.info["engine"] = self.name
+        signals.info["timings"]["signals_spark_s"] = spark_s
+        return signals
 
 
 def run_spark_audit(spark, target, pool, population, *, reference=None, config: AuditConfig | None = None,
                     store: str | None = None, partitions: int | None = None, device: str | None = None,
                     progress: bool = False):
-    """:func:`~mlflow_mia.audit.run_audit` with the signals computed on Spark.
+    """:func:`~mlflow_mia.audit.run_audit` with ``engine=SparkEngine(spark, store=..., partitions=...)``.
 
     Parameters
     ----------
@@ -153,7 +200,7 @@ def run_spark_audit(spark, target, pool, population, *, reference=None, config: 
         E.g. :func:`spark_session` ``("local[2]")`` or a cluster's session.
     target, reference : str or ResolvedModel
         Model URIs or folders every executor can read; resolved (and pinned) once on
-        the driver, which also keeps the tokenizer for the length breakdown.
+        the driver, which also keeps the tokenizers.
     pool : AuditDataset
     population : PopulationSet
     config : AuditConfig, optional
@@ -173,31 +220,9 @@ def run_spark_audit(spark, target, pool, population, *, reference=None, config: 
     Raises
     ------
     ValueError
-        The neighbourhood attack (not supported on Spark), an in-memory model, and
-        every input error of ``run_audit``, before any Spark job runs.
+        What ``run_audit`` raises, in the same order, before any Spark job runs.
     """
-    from mlflow_mia.attacks import required_inputs
-    from mlflow_mia.audit import AuditModels
-    from mlflow_mia.audit.checks import check_data
-    from mlflow_mia.integrations.models import resolve_model
+    from mlflow_mia.audit import run_audit
 
-    config = config or AuditConfig()
-    if "neighbourhood" in config.attacks:
-        raise ValueError("the neighbourhood attack does not run on the Spark engine yet (its neighbours are "
-                         "generated on the driver); drop it from attacks or use the local engine")
-    target = resolve_model(target, role="target")
-    reference = None if reference is None else resolve_model(reference, role="reference")
-    audit_models = AuditModels.build(target.lm, reference=None if reference is None else reference.lm, config=config)
-    notes = audit_models.check(config)
-    check_data(pool, population, config)
-    models = {"target": target}
-    if reference is not None and "reference" in required_inputs(config.attacks):
-        models["reference"] = reference
-    start = time.perf_counter()
-    signals = spark_audit_signals(spark, list(pool.texts) + list(population.texts), models, config.signal,
-                                  store=store, partitions=partitions, device=device)
-    spark_s = round(time.perf_counter() - start, 3)
-    result = score_signals(signals, pool, population, config, models=audit_models, notes=notes)
-    result.info["engine"] = "spark"
-    result.info["timings"]["signals_spark_s"] = spark_s
-    return result
+    return run_audit(target, pool, population, reference=reference, config=config,
+                     engine=SparkEngine(spark, store=store, partitions=partitions), device=device, progress=progress)

@@ -279,7 +279,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     >>> model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1,
     ...                                    num_attention_heads=2, intermediate_size=32))
     >>> res = compute_signals(MaskedLM(model, tok), ["the cat sat on the mat"], progress=False)
-    >>> res.energy.shape, res.n_tokens.tolist(), bool(res.energy[0] > 0)
+    >>> res.values.shape, res.n_tokens.tolist(), bool(res.values[0] > 0)
     ((1,), [6], True)
     """
     from tqdm.auto import tqdm

@@ -33,6 +33,12 @@ Checks
     texts (members and non-members alike). The labels are the auditor's own: the
     pool's membership is known to whoever runs the audit.
 
+In an audit the check runs in two halves: :func:`measure_generator` in stage 1
+(the models run: accuracy, and the target's values of the neighbours, read from
+the audit's :class:`~mlflow_mia.signals.neighbour_recipe.NeighbourRecipe`) and
+:func:`judge_generator` in stage 2 (numbers only: the gap, the fraction, the
+verdict); :func:`check_generator` runs both.
+
 Levels (documented in ``docs/neighbourhood.md``): the check fails when
 ``generator_accuracy < MIN_GENERATOR_ACCURACY`` or
 ``neighbour_shift_over_gap > MAX_SHIFT_OVER_GAP``; the audit then warns in the
@@ -49,15 +55,14 @@ import numpy as np
 import torch
 
 from mlflow_mia.config import AuditConfig
-from mlflow_mia.data import text_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
-from mlflow_mia.signals.energy import compute_signals
 from mlflow_mia.signals.runtime import resolve_device
-from mlflow_mia.signals.neighbours import generate_neighbours, load_generator, replaceable_words
+from mlflow_mia.signals.neighbours import load_generator, replaceable_words
 
-__all__ = ["GeneratorQuality", "generator_accuracy", "neighbour_shift_over_gap", "check_generator",
-           "MIN_GENERATOR_ACCURACY", "MAX_SHIFT_OVER_GAP", "WARNING_TEXT"]
+__all__ = ["GeneratorQuality", "GeneratorEvidence", "generator_accuracy", "neighbour_shift_over_gap", "loss_gap",
+           "measure_generator", "judge_generator", "check_generator", "MIN_GENERATOR_ACCURACY", "MAX_SHIFT_OVER_GAP",
+           "WARNING_TEXT"]
 
 log = logging.getLogger(__name__)
 
@@ -211,12 +216,96 @@ def loss_gap(energy: np.ndarray, labels: np.ndarray) -> float:
     return float(abs(energy[labels == 1].mean() - energy[labels == 0].mean()))
 
 
+@dataclass(frozen=True)
+class GeneratorEvidence:
+    """What :func:`measure_generator` measures with the models; :func:`judge_generator` reads it without them.
+
+    Attributes
+    ----------
+    accuracy : float
+        Top-1 masked-token accuracy of the generator on population texts, in [0, 1] (NaN: nothing to mask).
+    n_words : int
+        Masked words behind ``accuracy``.
+    rows : ndarray of shape (n_checked,), int64
+        The pool rows whose neighbours were checked (a seeded sample).
+    neighbour_values : tuple (n_checked) of ndarray of shape (n_neighbours_i,), float64
+        The target's value (energy or PLL, nats) of each neighbour of each checked row.
+    """
+
+    accuracy: float
+    n_words: int
+    rows: np.ndarray
+    neighbour_values: tuple
+
+
+def measure_generator(recipe, pool_texts: Sequence[str], population_texts: Sequence[str], *,
+                      n_texts: int = 100) -> GeneratorEvidence:
+    """Run the models the check needs: the generator's accuracy and the target's values of neighbours.
+
+    Parameters
+    ----------
+    recipe : NeighbourRecipe
+        The audit's neighbour recipe (:mod:`mlflow_mia.signals.neighbour_recipe`), with its
+        target: neighbours and their values are the ones the attack reads.
+    pool_texts : sequence of str, length n_pool
+    population_texts : sequence of str
+        Texts of the accuracy check.
+    n_texts : int
+        Texts sampled for each check (seed ``recipe.signal.seed``).
+
+    Returns
+    -------
+    GeneratorEvidence
+    """
+    sc = recipe.signal
+    acc, n_words = generator_accuracy(recipe.lm, population_texts, n_texts=n_texts, seed=sc.seed,
+                                      max_length=sc.max_length, device=recipe.device)
+    rows = _sample(len(pool_texts), n_texts, sc.seed)
+    values = recipe.values([pool_texts[i] for i in rows])
+    return GeneratorEvidence(accuracy=acc, n_words=n_words, rows=rows, neighbour_values=tuple(values))
+
+
+def judge_generator(evidence: GeneratorEvidence, pool_values: np.ndarray, pool_labels: np.ndarray, *,
+                    min_accuracy: float = MIN_GENERATOR_ACCURACY,
+                    max_shift_over_gap: float = MAX_SHIFT_OVER_GAP) -> GeneratorQuality:
+    """The verdict of the check from its evidence and the pool's target values: no model runs.
+
+    Parameters
+    ----------
+    evidence : GeneratorEvidence
+    pool_values : ndarray of shape (n_pool,), float
+        The target's value of each pool text (nats), the unit of ``evidence.neighbour_values``.
+    pool_labels : ndarray of shape (n_pool,), int
+        1 = member, 0 = non-member: the loss gap is the auditor's own.
+
+    Returns
+    -------
+    GeneratorQuality
+        Failing checks are also logged as a warning.
+    """
+    acc = evidence.accuracy
+    pool_values = np.asarray(pool_values, dtype=np.float64)
+    gap = loss_gap(pool_values, pool_labels)
+    frac, median, n_pairs = neighbour_shift_over_gap(pool_values[evidence.rows], evidence.neighbour_values, gap)
+    problems = []
+    if not np.isnan(acc) and acc < min_accuracy:
+        problems.append(f"generator top-1 accuracy {acc:.3f} < {min_accuracy:g}")
+    if not np.isnan(frac) and frac > max_shift_over_gap:
+        problems.append(f"{frac:.0%} of neighbours moved the target's score by more than the member/non-member "
+                        f"loss gap ({gap:.3g} nats) > {max_shift_over_gap:.0%}")
+    quality = GeneratorQuality(accuracy=acc, shift_over_gap=frac, gap=gap, median_shift=median,
+                               n_words=evidence.n_words, n_neighbours=n_pairs, problems=problems)
+    if problems:
+        log.warning("%s", quality.warning())
+    return quality
+
+
 def check_generator(target, generator, pool_texts: Sequence[str], pool_labels: np.ndarray, pool_energy: np.ndarray,
                     population_texts: Sequence[str], *, config: AuditConfig | None = None,
                     cache: SignalCache | None = None, n_texts: int = 100, device=None,
                     min_accuracy: float = MIN_GENERATOR_ACCURACY,
                     max_shift_over_gap: float = MAX_SHIFT_OVER_GAP) -> GeneratorQuality:
-    """Both checks of the module docstring, with their verdict.
+    """Both checks of the module docstring, with their verdict: :func:`measure_generator` then :func:`judge_generator`.
 
     Parameters
     ----------
@@ -225,12 +314,12 @@ def check_generator(target, generator, pool_texts: Sequence[str], pool_labels: n
     generator : MaskedLM, (model, tokenizer) or str
         The neighbour generator the attack uses.
     pool_texts, pool_labels, pool_energy : length n_pool
-        Pool texts, labels (1 = member) and the target's energy of each (nats).
+        Pool texts, labels (1 = member) and the target's value of each (nats).
     population_texts : sequence of str
         Texts for the accuracy check.
     config : AuditConfig, optional
         ``neighbourhood`` and ``signal`` settings, as for the attack (so neighbours
-        and their energies come from the same cache).
+        and their values come from the same recipe and cache).
     n_texts : int
         Texts sampled for each check (seed ``config.signal.seed``).
 
@@ -238,30 +327,10 @@ def check_generator(target, generator, pool_texts: Sequence[str], pool_labels: n
     -------
     GeneratorQuality
     """
-    config = config or AuditConfig()
-    sc, seed = config.signal, config.signal.seed
-    generator = load_generator(generator)  # a folder is loaded once for both checks
-    acc, n_words = generator_accuracy(generator, population_texts, n_texts=n_texts, seed=seed,
-                                      max_length=sc.max_length, device=device)
-    gap = loss_gap(pool_energy, pool_labels)
-    idx = _sample(len(pool_texts), n_texts, seed)
-    texts = [pool_texts[i] for i in idx]
-    nbs = generate_neighbours(generator, texts, config=config.neighbourhood, seed=seed, device=device,
-                              progress=False, cache=cache, max_length=sc.max_length, token_budget=sc.token_budget)
-    flat = [x for nb in nbs for x in nb]
-    keys = [text_hash(t) for t, nb in zip(texts, nbs) for _ in nb] if config.neighbourhood.shared_masks else None
-    energies = compute_signals(target, flat, sc, cache=cache, device=device, progress=False,
-                               mask_keys=keys).energy if flat else np.array([])
-    split = np.cumsum([len(nb) for nb in nbs])[:-1]
-    frac, median, n_pairs = neighbour_shift_over_gap(np.asarray(pool_energy)[idx], np.split(energies, split), gap)
-    problems = []
-    if not np.isnan(acc) and acc < min_accuracy:
-        problems.append(f"generator top-1 accuracy {acc:.3f} < {min_accuracy:g}")
-    if not np.isnan(frac) and frac > max_shift_over_gap:
-        problems.append(f"{frac:.0%} of neighbours moved the target's score by more than the member/non-member "
-                        f"loss gap ({gap:.3g} nats) > {max_shift_over_gap:.0%}")
-    quality = GeneratorQuality(accuracy=acc, shift_over_gap=frac, gap=gap, median_shift=median, n_words=n_words,
-                               n_neighbours=n_pairs, problems=problems)
-    if problems:
-        log.warning("%s", quality.warning())
-    return quality
+    from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
+
+    recipe = NeighbourRecipe.for_audit(generator, config or AuditConfig(), target=target, cache=cache, device=device,
+                                       progress=False)
+    evidence = measure_generator(recipe, pool_texts, population_texts, n_texts=n_texts)
+    return judge_generator(evidence, pool_energy, pool_labels, min_accuracy=min_accuracy,
+                           max_shift_over_gap=max_shift_over_gap)

@@ -42,7 +42,7 @@ from mlflow_mia.signals.energy import masked_token_logprobs, tokenize
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.runtime import token_limit
 
-__all__ = ["changed_region", "local_differences", "local_scores", "audit_local_scores"]
+__all__ = ["changed_region", "local_differences", "local_scores"]
 
 
 def changed_region(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
@@ -72,7 +72,8 @@ def local_differences(target: MaskedLM, texts: Sequence[str], neighbours: Sequen
     target : MaskedLM
     texts : sequence of str, length n_texts
     neighbours : sequence (n_texts) of sequence of str
-        Each text's neighbours (e.g. from :func:`~mlflow_mia.signals.neighbours.generate_neighbours`).
+        Each text's neighbours (in an audit, from
+        :meth:`~mlflow_mia.signals.neighbour_recipe.NeighbourRecipe.neighbours`).
     config : SignalConfig, optional
         ``max_length`` and ``token_budget`` are used; the kind is always PLL at the changed tokens.
 
@@ -115,27 +116,3 @@ def local_scores(target: MaskedLM, texts: Sequence[str], neighbours: Sequence[Se
     """
     diffs = local_differences(target, texts, neighbours, config=config, device=device)
     return np.array([d.mean() if len(d) else np.nan for d in diffs], dtype=np.float64)
-
-
-def audit_local_scores(target: MaskedLM, texts: Sequence[str], generator, config, *, cache=None,
-                       device=None) -> np.ndarray:
-    """:func:`local_scores` with the audit's neighbours (same generator, settings, seed and cache as ``neighbourhood``).
-
-    Parameters
-    ----------
-    generator : MaskedLM, (model, tokenizer), str or None
-        None uses ``config.neighbourhood.generator_model``.
-    config : AuditConfig
-
-    Returns
-    -------
-    ndarray of shape (n_texts,), float64; NaN for a text without neighbours.
-    """
-    from mlflow_mia.signals.neighbours import generate_neighbours
-
-    sc = config.signal
-    neighbours = generate_neighbours(generator if generator is not None else config.neighbourhood.generator_model,
-                                     texts, config=config.neighbourhood, seed=sc.seed, device=device,
-                                     progress=False, cache=cache, max_length=sc.max_length,
-                                     token_budget=sc.token_budget)
-    return local_scores(target, texts, neighbours, config=sc, device=device)

@@ -1,4 +1,4 @@
-"""Neighbour texts from a generator masked LM, and their energies under the target.
+"""Neighbour texts from a generator masked LM.
 
 Mattern et al. (2023), "Membership Inference Attacks against Language Models via
 Neighbourhood Comparison", Findings of ACL, Sec. 2.2 and Algorithm 1: a neighbour
@@ -28,8 +28,8 @@ How it is computed
   share one pass; never one pass per position); the LM head runs only at the
   perturbed positions.
 Edge cases: a text with no replaceable word (or fewer than ``m``) gets no
-neighbours, a warning gives the count and :func:`neighbour_energies` returns NaN
-for it. When fewer than ``n`` substitutes exist, the text keeps the ones there
+neighbours, a warning gives the count and its neighbour value
+(:mod:`mlflow_mia.signals.neighbour_recipe`) is NaN. When fewer than ``n`` substitutes exist, the text keeps the ones there
 are (a warning gives the count), never crashing.
 
 Notes
@@ -43,8 +43,10 @@ reference model) and ``n = 25``. The paper replaces tokens; here whole words.
 Neighbours are cached next to the signal cache (``neighbours.sqlite``) as
 edits -- character spans and substitute vocabulary words, never raw text --
 keyed by the generator, its tokenizer, the neighbourhood settings and the seed.
-Their energies go through :func:`~mlflow_mia.signals.energy.compute_signals`
-and its cache like every other text's.
+Their values under the target go through
+:func:`~mlflow_mia.signals.energy.compute_signals` and its cache like every other
+text's, in :class:`~mlflow_mia.signals.neighbour_recipe.NeighbourRecipe`: the one
+recipe (generator + settings -> neighbours -> values) every consumer calls.
 """
 
 from __future__ import annotations
@@ -56,18 +58,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mlflow_mia.config import NeighbourhoodConfig, SignalConfig
+from mlflow_mia.config import NeighbourhoodConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
-from mlflow_mia.signals.energy import compute_signals
 from mlflow_mia.signals.model import MaskedLM, as_masked_lm
 from mlflow_mia.signals.neighbour_store import NeighbourStore
 from mlflow_mia.signals.neighbour_text import (SLACK, Swap, Word, keep_substitutes, neighbour_edits, rebuild,
                                                replaceable_words, vocab_tables)
 from mlflow_mia.signals.runtime import NEIGHBOUR_TOKEN_BUDGET, resolve_device, token_limit
 
-__all__ = ["generate_neighbours", "neighbour_energies", "candidate_swaps", "load_generator", "choose_generator",
+__all__ = ["generate_neighbours", "candidate_swaps", "load_generator", "choose_generator", "HOW_TO_GIVE_A_GENERATOR",
            "Swap", "Word", "replaceable_words"]
 
 log = logging.getLogger(__name__)
@@ -370,68 +371,3 @@ def choose_generator(generator=None, *, configured: str | None = None, reference
 #: How to give the neighbourhood attack a generator (the end of every error about a missing one).
 HOW_TO_GIVE_A_GENERATOR = ("pass generator=... or reference=..., or set neighbourhood.generator_model to a local "
                            "model folder, e.g. AuditConfig(neighbourhood={'generator_model': '/path/to/bert'})")
-
-
-def neighbour_energies(target: MaskedLM, texts: Sequence[str], *, generator=None,
-                       neighbourhood: NeighbourhoodConfig | None = None, signal: SignalConfig | None = None,
-                       cache: SignalCache | None = None, device=None, progress: bool = True) -> np.ndarray:
-    """Mean target energy of each text's neighbours.
-
-    Parameters
-    ----------
-    target : MaskedLM
-        The model under audit; neighbours are re-tokenised by its tokenizer.
-    texts : sequence of str, length n_texts
-    generator : MaskedLM, (model, tokenizer) or str, optional
-        The masked LM proposing neighbours. Default: the local folder in
-        ``neighbourhood.generator_model`` (:func:`choose_generator`).
-    neighbourhood : NeighbourhoodConfig, optional
-        Number of neighbours, replacements, dropout, shared masks.
-    signal : SignalConfig, optional
-        Energy or PLL, seed and limits, for both the neighbour energies and the
-        dropout seed.
-    cache : SignalCache, optional
-        Caches neighbours (as edits) and their energies: re-runs and new targets
-        reuse them.
-
-    Returns
-    -------
-    ndarray of shape (n_texts,), dtype float64
-        ``mean_j E(x_j; theta)`` in nats (the unit of ``signal.kind``); NaN
-        for a text without neighbours (no replaceable word).
-
-    Raises
-    ------
-    ValueError
-        No generator is given and ``neighbourhood.generator_model`` is None,
-        or the generator has no trained MLM head.
-
-    References
-    ----------
-    Mattern et al. (2023), Eq. 3: the neighbour mean is the difficulty term ``d(x)``.
-    """
-    nc, sc = neighbourhood or NeighbourhoodConfig(), signal or SignalConfig()
-    generator = choose_generator(generator, configured=nc.generator_model)
-    if generator is None:
-        raise ValueError("the neighbourhood attack needs a generator masked LM to propose neighbours: "
-                         + HOW_TO_GIVE_A_GENERATOR)
-    texts = list(texts)
-    neighbours = generate_neighbours(generator, texts, config=nc, seed=sc.seed, device=device,
-                                     progress=progress, cache=cache, max_length=sc.max_length,
-                                     token_budget=sc.token_budget)
-    out = np.full(len(texts), np.nan, dtype=np.float64)
-    if not any(neighbours):
-        return out
-    shared = nc.shared_masks  # each neighbour masked from its sample's key (common random numbers)
-    keys = [text_hash(t) for t in texts] if shared else [""] * len(texts)
-    pairs = list(dict.fromkeys((x, k) for k, nb in zip(keys, neighbours) for x in nb))
-    res = compute_signals(target, [x for x, _ in pairs], sc, cache=cache, device=device, progress=progress,
-                          desc=f"{sc.kind} of neighbours", mask_keys=[k for _, k in pairs] if shared else None)
-    energy = dict(zip(pairs, res.values))
-    for i, (k, nb) in enumerate(zip(keys, neighbours)):
-        if nb:
-            out[i] = float(np.mean([energy[(x, k)] for x in nb]))
-    n_nan = int(np.isnan(out).sum())
-    if n_nan:
-        log.warning("%d of %d text(s) have no neighbours; their neighbour energy is NaN", n_nan, len(texts))
-    return out

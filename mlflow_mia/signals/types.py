@@ -47,9 +47,16 @@ class SignalResult:
     kind: str = "energy"
 
     @property
-    def energy(self) -> np.ndarray:
-        """Alias of :attr:`values` (the masked energy, or the PLL's per-token NLL for ``kind="pll"``)."""
-        return self.values
+    def energy(self):
+        """Removed: read :attr:`values` (the masked energy, or the PLL's per-token NLL for ``kind="pll"``).
+
+        Raises
+        ------
+        AttributeError
+            Always, naming :attr:`values`.
+        """
+        raise AttributeError("SignalResult.energy was removed: read SignalResult.values (the masked energy, or the "
+                             "PLL's mean NLL per token for kind='pll'; SignalResult.kind says which)")
 
     def __len__(self) -> int:
         return len(self.values)

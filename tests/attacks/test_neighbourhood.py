@@ -23,20 +23,20 @@ def _sig(energy):
 def test_registered_with_its_requirements():
     assert ATTACKS["neighbourhood"] is neighbourhood_module.NeighbourhoodAttack
     attack = get_attack("neighbourhood")
-    assert attack.requires == ("target", "neighbour_energy") and attack.higher_is_member
+    assert attack.requires == ("target", "neighbour_values") and attack.higher_is_member
     assert "Mattern" in attack.citation
 
 
 def test_score_is_neighbour_mean_minus_target_energy_higher_is_member():
     # sample 0: far below its neighbours (member-like); sample 1: like its neighbours
-    inputs = AttackInputs(("a", "b", "c"), target=_sig([1.0, 4.0, 2.0]), neighbour_energy=np.array([5.0, 4.0, np.nan]))
+    inputs = AttackInputs(("a", "b", "c"), target=_sig([1.0, 4.0, 2.0]), neighbour_values=np.array([5.0, 4.0, np.nan]))
     scores = get_attack("neighbourhood")(inputs)
     assert scores[0] == 4.0 and scores[1] == 0.0 and np.isnan(scores[2])
     assert scores[0] > scores[1]
 
 
-def test_missing_neighbour_energy_says_so():
-    with pytest.raises(ValueError, match="neighbour_energy"):
+def test_missing_neighbour_values_says_so():
+    with pytest.raises(ValueError, match=r"needs \['neighbour_values'\]; neighbour values are computed by the audit"):
         get_attack("neighbourhood")(AttackInputs(("a",), target=_sig([1.0])))
 
 
@@ -80,7 +80,7 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
     assert any("'neighbourhood' could not score 1 sample(s) (1 in the pool, 0 in the population)" in w
                for w in result.warnings)
     assert result.attacks["neighbourhood"].roc.fpr.size > 1
-    assert "neighbours_s" in result.info["timings"]
+    assert "signals_neighbour_values_s" in result.info["timings"]
     import matplotlib.pyplot as plt
 
     figs = result.figures()  # the histogram leaves the unscored sample out
@@ -91,10 +91,10 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
     nbs = nb_module.generate_neighbours(reference, [pool.texts[0]], config=_config().neighbourhood, progress=False)
     from mlflow_mia.signals import compute_signals
 
-    own = compute_signals(target, [pool.texts[0]], progress=False).energy[0]
+    own = compute_signals(target, [pool.texts[0]], progress=False).values[0]
     # shared masks (default): each neighbour is masked from its sample's key
     theirs = compute_signals(target, nbs[0], progress=False, mask_keys=[text_hash(pool.texts[0])] * len(nbs[0]))
-    assert scores[0] == pytest.approx(theirs.energy.mean() - own, rel=1e-9)
+    assert scores[0] == pytest.approx(theirs.values.mean() - own, rel=1e-9)
     # examples for the report: the top-scored members, each followed by neighbours, energies under the target
     ex = result.neighbour_examples
     heads = ex[ex["kind"] == "sample"]
@@ -104,14 +104,14 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
     first = ex[ex["sample_id"] == heads["sample_id"].iat[0]]
     text = pool.texts[list(result.samples["sample_id"]).index(heads["sample_id"].iat[0])]
     assert first["text"].iat[0] == text and len(first) == 6 and (first["kind"].iloc[1:] == "neighbour").all()
-    e_ex = np.r_[compute_signals(target, [text], progress=False).energy,
+    e_ex = np.r_[compute_signals(target, [text], progress=False).values,
                  compute_signals(target, list(first["text"].iloc[1:]), progress=False,
-                                 mask_keys=[text_hash(text)] * 5).energy]
+                                 mask_keys=[text_hash(text)] * 5).values]
     np.testing.assert_allclose(first["energy"].to_numpy(), e_ex, rtol=1e-12)
     all_nbs = nb_module.generate_neighbours(reference, [text], config=_config().neighbourhood, progress=False)[0]
     assert list(first["text"].iloc[1:]) == all_nbs[:5]
     assert first["score_neighbourhood"].iat[0] == pytest.approx(
-        np.mean(compute_signals(target, all_nbs, progress=False, mask_keys=[text_hash(text)] * 6).energy)
+        np.mean(compute_signals(target, all_nbs, progress=False, mask_keys=[text_hash(text)] * 6).values)
         - e_ex[0], rel=1e-9)
     # a re-run reuses the cached neighbours and energies
     def boom(*args, **kwargs):
@@ -126,42 +126,50 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
 
 def test_run_audit_needs_a_generator_before_any_model_runs(data, monkeypatch):
     pool, population = data
-    monkeypatch.setattr("mlflow_mia.audit.compute.compute_signals", lambda *a, **k: pytest.fail("a model ran"))
+    monkeypatch.setattr("mlflow_mia.signals.energy.compute_signals", lambda *a, **k: pytest.fail("a model ran"))
     with pytest.raises(ValueError, match="generator masked LM.*generator_model"):
         run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, config=_config(), progress=False)
 
 
-def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
-    pool, population = data
-    seen = {}
+def _generators_used(monkeypatch):
+    """Record the generator of every neighbour recipe; neighbours are faked (no generator runs)."""
+    from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 
-    def fake(target, texts, *, generator, neighbourhood, signal, cache, device, progress):
-        seen["generator"] = generator
+    seen = []
+
+    def mean_values(self, texts):
+        seen.append(self.generator)
         return np.zeros(len(texts))
 
-    monkeypatch.setattr(nb_module, "neighbour_energies", fake)
-    monkeypatch.setattr("mlflow_mia.audit.scoring.neighbour_examples", lambda *a, **k: None)
-    # the folder holds no model: the generator-quality check (which would load it) is out of this test's scope
-    monkeypatch.setattr("mlflow_mia.signals.generator_quality.check_generator",
-                        lambda *a, **k: gq.GeneratorQuality(0.5, 0.0, 1.0, 0.0, 1, 1))
+    monkeypatch.setattr(NeighbourRecipe, "mean_values", mean_values)
+    monkeypatch.setattr(NeighbourRecipe, "neighbours", lambda self, texts: [[] for _ in texts])
+    monkeypatch.setattr(NeighbourRecipe, "values", lambda self, texts: [np.zeros(0) for _ in texts])
+    def measured(recipe, *args, **kwargs):
+        seen.append(recipe.generator)
+        return gq.GeneratorEvidence(accuracy=0.5, n_words=1, rows=np.arange(0), neighbour_values=())
+
+    monkeypatch.setattr(gq, "measure_generator", measured)
+    return seen
+
+
+def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
+    pool, population = data
+    seen = _generators_used(monkeypatch)
     reference = MaskedLM(*tiny_bert(seed=2))
-    run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
-              config=_config(generator_model=str(tmp_path)), progress=False)
-    assert seen["generator"] == str(tmp_path)  # the configured folder, loaded by generate_neighbours
-    run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference, config=_config(), progress=False)
-    assert seen["generator"] is reference
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
+                       config=_config(generator_model=str(tmp_path)), progress=False)
+    assert set(seen) == {str(tmp_path)}  # the configured folder, loaded on first use by the recipe
+    assert result.info["neighbour_generator"] == str(tmp_path)
+    seen.clear()
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference, config=_config(),
+                       progress=False)
+    assert seen and all(g is reference for g in seen)
+    assert result.info["neighbour_generator"] == reference.model_id
 
 
 def test_generator_argument_wins_and_needs_no_reference(data, monkeypatch):
     pool, population = data
-    seen = []
-
-    def fake(target, texts, *, generator, neighbourhood, signal, cache, device, progress):
-        seen.append(generator)
-        return np.zeros(len(texts))
-
-    monkeypatch.setattr(nb_module, "neighbour_energies", fake)
-    monkeypatch.setattr("mlflow_mia.audit.scoring.neighbour_examples", lambda *a, **k: None)
+    seen = _generators_used(monkeypatch)
     generator, reference = MaskedLM(*tiny_bert(seed=3)), MaskedLM(*tiny_bert(seed=2))
     result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, reference=reference,
                        config=_config(generator_model="/not/used"), progress=False)

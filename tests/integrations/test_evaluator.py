@@ -202,3 +202,15 @@ def test_high6_the_model_must_be_given_exactly_once(tracking):
         _evaluate(tracking, None)
     with pytest.raises(ValueError, match=r"the model is given twice \(model= and target_model='models:/tgt/1'\)"):
         _evaluate(tracking, "models:/tgt/1", target_model="models:/tgt/1")
+
+
+def test_neighbourhood_local_with_a_registry_generator_uri(tracking):
+    """The generator URI is resolved for every attack that needs the generator role, not only 'neighbourhood'."""
+    run_id, result = _evaluate(tracking, "models:/tgt@candidate", reference_model=None, bootstrap_rounds=0,
+                               attacks=["loss", "neighbourhood_local"], neighbour_generator="models:/tgt@champion",
+                               num_neighbours=3)
+    assert 0.0 <= result.metrics["neighbourhood_local/auc"] <= 1.0
+    assert "neighbourhood/generator_accuracy" in result.metrics
+    params = MlflowClient().get_run(run_id).data.params
+    assert params["neighbourhood.generator"] == "models:/tgt/1"  # the registry version, resolved and pinned
+    assert "reference_model" not in params

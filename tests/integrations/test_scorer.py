@@ -25,7 +25,7 @@ def test_registered_scorer_returns_compute_signals(tracking, embed):
     out = scorer.predict(pd.DataFrame({"text": texts}))
     expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
     assert list(out.columns) == ["energy", "n_tokens", "truncated"]
-    np.testing.assert_allclose(out["energy"].to_numpy(), expected.energy, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(out["energy"].to_numpy(), expected.values, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)
     config = scorer.model_config
     assert config.get("model_uri", "models:/tgt/2") == "models:/tgt/2"  # the alias is pinned to its version

@@ -7,6 +7,7 @@ a Java runtime is missing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -86,7 +87,7 @@ def _frame(spark, texts, ids=None):
 
 def _assert_equal(res, local, rows=None):
     rows = np.arange(len(local)) if rows is None else np.asarray(rows)
-    assert np.max(np.abs(res.energy - local.energy[rows])) <= 1e-5
+    assert np.max(np.abs(res.values - local.values[rows])) <= 1e-5
     np.testing.assert_array_equal(res.n_tokens, local.n_tokens[rows])
     np.testing.assert_array_equal(res.truncated, local.truncated[rows])
     for a, i in zip(res.token_logprobs, rows):
@@ -188,12 +189,107 @@ def test_cli_audit_on_spark_logs_the_local_metrics(spark, tracking):
     assert {k: remote[k] for k in keys} == pytest.approx({k: local[k] for k in keys}, abs=1e-9)
 
 
-def test_spark_audit_refuses_neighbourhood(spark, model_dir):
+@pytest.fixture(scope="module")
+def reference_dir(tmp_path_factory) -> str:
+    model, tok = tiny_bert(seed=4)
+    path = tmp_path_factory.mktemp("spark_reference")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def audit_data():
+    from mlflow_mia.data import AuditDataset, PopulationSet
+
+    texts = _texts(70, seed=5)
+    return AuditDataset(texts=texts[:30], labels=[1] * 15 + [0] * 15), PopulationSet(texts=texts[30:])
+
+
+def _audit_config(**overrides):
+    from mlflow_mia.config import AuditConfig, MetricConfig
+
+    settings = {"attacks": ("loss", "likelihood_ratio", "min_k", "zlib"), "signal": CONFIG,
+                "metrics": MetricConfig(fprs=(0.1,), bootstrap_rounds=20, length_bins=((0, 8), (8, 64)))}
+    return AuditConfig(**{**settings, **overrides})
+
+
+def _bad_inputs(pool, population):
+    """Bad inputs of an audit: (name, run_audit keyword overrides, the error's pattern)."""
+    from mlflow_mia.config import MetricConfig
+    from mlflow_mia.data import AuditDataset, PopulationSet
+
+    return [
+        ("unknown attack", {"config": _audit_config(attacks=("loss", "lira"))}, r"unknown attack\(s\) \['lira'\]"),
+        ("missing reference", {"reference": None}, r"\['likelihood_ratio'\] need a reference model"),
+        ("one class", {"pool": AuditDataset(texts=pool.texts[:15], labels=[1] * 15)}, r"no non-members"),
+        ("small population", {"config": _audit_config(metrics=MetricConfig(fprs=(0.01,)))},
+         r"has 40 samples; a threshold at FPR 0.01 needs at least 100"),
+        ("overlap", {"population": PopulationSet(texts=population.texts + pool.texts[:2])},
+         r"2 text\(s\) are both in the target pool and the population set"),
+    ]
+
+
+def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, reference_dir, audit_data,
+                                                               monkeypatch):
+    from mlflow_mia.audit import run_audit
+    from mlflow_mia.integrations import spark_audit
+
+    pool, population = audit_data
+    monkeypatch.setattr(spark_audit, "spark_audit_signals", lambda *a, **k: pytest.fail("a Spark job ran"))
+    for name, overrides, pattern in _bad_inputs(pool, population):
+        errors = {}
+        for engine in ("local", "spark"):
+            kwargs = {"reference": reference_dir, "config": _audit_config(), "pool": pool,
+                      "population": population, **overrides}
+            with pytest.raises(ValueError) as err:
+                run_audit(model_dir, kwargs.pop("pool"), kwargs.pop("population"), engine=engine,
+                          spark=spark if engine == "spark" else None, progress=False, **kwargs)
+            errors[engine] = str(err.value)
+        assert errors["local"] == errors["spark"], name
+        assert re.search(pattern, errors["local"]), (name, errors["local"])
+    # several bad inputs at once: the first check wins, whatever the engine
+    both = {"reference": None, "config": _audit_config(metrics={"fprs": (0.01,)})}
+    for engine in ("local", "spark"):
+        with pytest.raises(ValueError, match=r"need a reference model"):
+            run_audit(model_dir, pool, population, engine=engine, spark=spark if engine == "spark" else None,
+                      progress=False, **both)
+
+
+def test_spark_engine_refuses_neighbour_attacks_before_any_model_loads(spark, tmp_path):
+    from mlflow_mia.audit import run_audit
     from mlflow_mia.config import AuditConfig
+
+    with pytest.raises(ValueError, match=r"attack\(s\) \['neighbourhood'\] do not run on the Spark engine yet: "
+                                         r"their input\(s\) \['neighbour_values'\]"):
+        run_audit(str(tmp_path / "no-such-model"), None, None, config=AuditConfig(attacks=("neighbourhood",)),
+                  engine="spark", spark=spark)
+    with pytest.raises(ValueError, match=r"option\(s\) \['store'\] do not apply to engine 'local'"):
+        run_audit(str(tmp_path / "no-such-model"), None, None, store=str(tmp_path))
+
+
+def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_dir, audit_data, tmp_path):
+    from mlflow_mia.audit import run_audit
     from mlflow_mia.integrations.spark_audit import run_spark_audit
 
-    with pytest.raises(ValueError, match="neighbourhood attack does not run on the Spark engine"):
-        run_spark_audit(spark, model_dir, None, None, config=AuditConfig(attacks=("neighbourhood",)))
+    pool, population = audit_data
+    config = _audit_config()
+    local = run_audit(model_dir, pool, population, reference=reference_dir, config=config, progress=False)
+    remote = run_audit(model_dir, pool, population, reference=reference_dir, config=config, engine="spark",
+                       spark=spark, store=str(tmp_path / "store"), progress=False)
+    assert (local.info["engine"], remote.info["engine"]) == ("local", "spark")
+    assert "signals_spark_s" in remote.info["timings"]
+    assert list(remote.metrics) == list(local.metrics)
+    assert remote.metrics == pytest.approx(local.metrics, abs=1e-5, nan_ok=True)
+    for name in config.attacks:
+        np.testing.assert_allclose(remote.samples[f"score_{name}"], local.samples[f"score_{name}"], atol=1e-5)
+    assert {r: m["identity"] for r, m in remote.models.items()} == {r: m["identity"] for r, m in local.models.items()}
+    assert remote.warnings == local.warnings  # the same tables, skipped for the same reasons
+    assert not any("token ids" in w for w in remote.warnings)  # token ids from the driver's tokenizer
+    # the alias takes the same path
+    again = run_spark_audit(spark, model_dir, pool, population, reference=reference_dir, config=config,
+                            store=str(tmp_path / "store"))
+    assert again.metrics == pytest.approx(remote.metrics, abs=1e-12, nan_ok=True)
 
 
 def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
@@ -209,5 +305,5 @@ def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
                                     env_manager="local")
     out = _frame(spark, texts).withColumn("s", score("text")).select("id", "s.*").toPandas().sort_values("id")
     expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
-    assert np.max(np.abs(out["energy"].to_numpy() - expected.energy)) <= 1e-5
+    assert np.max(np.abs(out["energy"].to_numpy() - expected.values)) <= 1e-5
     np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)

@@ -31,8 +31,8 @@ def test_item2_same_name_other_weights_never_share_cache_rows(tmp_path):
     first = compute_signals(a, TEXTS, CONFIG, cache=cache, progress=False)
     second = compute_signals(b, TEXTS, CONFIG, cache=cache, progress=False)
     fresh = compute_signals(MaskedLM(model_b, tok), TEXTS, CONFIG, progress=False)
-    np.testing.assert_allclose(second.energy, fresh.energy, rtol=0, atol=1e-5)
-    assert not np.allclose(first.energy, second.energy)
+    np.testing.assert_allclose(second.values, fresh.values, rtol=0, atol=1e-5)
+    assert not np.allclose(first.values, second.values)
     assert a.weights_id != b.weights_id and a.model_id == b.model_id
 
 

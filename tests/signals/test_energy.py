@@ -47,7 +47,7 @@ def test_energy_with_all_subsets_equals_eq2(lm):
     subsets = list(combinations(range(T), length))
     expected = -np.mean([brute_force_subset_logprob(lm, text, s) for s in subsets])
     assert T == 10 and len(res.token_logprobs[0]) == len(subsets) * length
-    assert res.energy[0] == pytest.approx(expected, rel=1e-5)
+    assert res.values[0] == pytest.approx(expected, rel=1e-5)
 
 
 def test_pll_equals_mean_nll_per_token(lm):
@@ -55,14 +55,14 @@ def test_pll_equals_mean_nll_per_token(lm):
     res = compute_signals(lm, [text], SignalConfig(kind="pll"), progress=False)
     T = int(res.n_tokens[0])
     expected = -np.mean([brute_force_subset_logprob(lm, text, (i,)) for i in range(T)])
-    assert res.energy[0] == pytest.approx(expected, rel=1e-5)
+    assert res.values[0] == pytest.approx(expected, rel=1e-5)
 
 
 def test_batched_equals_one_sample_at_a_time(lm):
     config = SignalConfig(num_masks=4, token_budget=4096)
     together = compute_signals(lm, TEXTS, config, progress=False, chunk_size=2)
     alone = [compute_signals(lm, [t], SignalConfig(num_masks=4, token_budget=16), progress=False) for t in TEXTS]
-    np.testing.assert_allclose(together.energy, [a.energy[0] for a in alone], rtol=1e-5)
+    np.testing.assert_allclose(together.values, [a.values[0] for a in alone], rtol=1e-5)
     for t, a in zip(together.token_logprobs, alone):
         np.testing.assert_allclose(t, a.token_logprobs[0], rtol=1e-5, atol=1e-6)
 
@@ -71,9 +71,9 @@ def test_masks_do_not_depend_on_batch_order(lm):
     config = SignalConfig(num_masks=3)
     forward = compute_signals(lm, TEXTS, config, progress=False)
     backward = compute_signals(lm, TEXTS[::-1], config, progress=False)
-    np.testing.assert_allclose(forward.energy, backward.energy[::-1], rtol=1e-6)
+    np.testing.assert_allclose(forward.values, backward.values[::-1], rtol=1e-6)
     other_seed = compute_signals(lm, TEXTS, SignalConfig(num_masks=3, seed=1), progress=False)
-    assert not np.allclose(forward.energy, other_seed.energy)
+    assert not np.allclose(forward.values, other_seed.values)
 
 
 def test_special_tokens_and_padding_never_masked(lm, monkeypatch):
@@ -111,12 +111,12 @@ def test_target_and_reference_share_masks_when_tokenizers_agree(monkeypatch):
     a = compute_signals(MaskedLM(target_model, tok), TEXTS, progress=False)
     b = compute_signals(MaskedLM(reference_model, tok), TEXTS, progress=False)
     assert calls[0] == calls[1]
-    assert not np.allclose(a.energy, b.energy)
+    assert not np.allclose(a.values, b.values)
 
 
 def test_energy_is_sum_over_masked_tokens_mean_over_masks(lm):
     res = compute_signals(lm, TEXTS, SignalConfig(num_masks=7), progress=False)
-    for e, lp, T in zip(res.energy, res.token_logprobs, res.n_tokens):
+    for e, lp, T in zip(res.values, res.token_logprobs, res.n_tokens):
         length = math.ceil(round(0.15 * T, 9))
         n_masks = min(7, math.comb(int(T), length))
         assert len(lp) == n_masks * length
@@ -178,7 +178,7 @@ def test_head_only_at_masked_positions_equals_full_head(lm, monkeypatch):
     fast = compute_signals(lm, TEXTS, progress=False)
     monkeypatch.setattr(MaskedLM, "split_head", lambda self: None)
     full = compute_signals(lm, TEXTS, progress=False)
-    np.testing.assert_allclose(fast.energy, full.energy, rtol=1e-5)
+    np.testing.assert_allclose(fast.values, full.values, rtol=1e-5)
 
 
 def _expected_target_logprobs(lm, enc, rows, cols, targets):
@@ -261,7 +261,7 @@ def test_head_over_several_batches_equals_head_per_batch(lm, head_positions, mon
     assert len(calls) == 1 if head_positions == 10_000 else len(calls) > 1  # one call: all positions at the end
     monkeypatch.setattr(MaskedLM, "has_projection", lambda self: False)
     per_batch = compute_signals(lm, TEXTS, config, progress=False)
-    np.testing.assert_allclose(pooled.energy, per_batch.energy, rtol=1e-6)
+    np.testing.assert_allclose(pooled.values, per_batch.values, rtol=1e-6)
     for a, b in zip(pooled.token_logprobs, per_batch.token_logprobs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -308,8 +308,8 @@ def test_cache_hit_runs_no_forward_pass(tmp_path):
     counter.calls = 0
     again = compute_signals(lm, TEXTS + TEXTS[:2], cache=SignalCache(tmp_path), progress=False)
     assert counter.calls == 0
-    np.testing.assert_array_equal(again.energy[:5], first.energy)
-    np.testing.assert_array_equal(again.energy[5:], first.energy[:2])
+    np.testing.assert_array_equal(again.values[:5], first.values)
+    np.testing.assert_array_equal(again.values[5:], first.values[:2])
     # Other settings are another key: computed, not served from the cache.
     compute_signals(lm, TEXTS, SignalConfig(num_masks=3), cache=cache, progress=False)
     assert counter.calls > 0
@@ -321,7 +321,7 @@ def test_cache_is_keyed_by_weights(tmp_path):
     m2, _ = tiny_bert(tok, seed=2)
     a = compute_signals(MaskedLM(m1, tok), TEXTS, cache=cache, progress=False)
     b = compute_signals(MaskedLM(m2, tok), TEXTS, cache=cache, progress=False)
-    assert not np.allclose(a.energy, b.energy)
+    assert not np.allclose(a.values, b.values)
 
 
 def test_killed_run_resumes_from_cache(tmp_path):
@@ -347,7 +347,7 @@ def test_killed_run_resumes_from_cache(tmp_path):
     counter.calls = 0
     resumed = compute_signals(lm, texts, config, cache=SignalCache(tmp_path), progress=False,
                               chunk_size=2)
-    np.testing.assert_allclose(resumed.energy, reference.energy, rtol=1e-6)
+    np.testing.assert_allclose(resumed.values, reference.values, rtol=1e-6)
     full_batches = counter.calls
     counter.calls = 0
     compute_signals(lm, texts, config, progress=False, chunk_size=2)

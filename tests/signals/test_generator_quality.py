@@ -10,8 +10,8 @@ from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, Si
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.report import render_report
 from mlflow_mia.signals import MaskedLM
-from mlflow_mia.signals.generator_quality import (WARNING_TEXT, check_generator, generator_accuracy, loss_gap,
-                                                  neighbour_shift_over_gap)
+from mlflow_mia.signals.generator_quality import (WARNING_TEXT, GeneratorEvidence, check_generator, generator_accuracy,
+                                                  judge_generator, loss_gap, neighbour_shift_over_gap)
 from mlflow_mia.signals.neighbours import replaceable_words
 from mlflow_mia.signals.testing import WORDS, tiny_bert
 
@@ -80,6 +80,18 @@ def test_loss_gap_is_the_absolute_difference_of_class_means():
     assert loss_gap(np.array([1.0, 3.0, 4.0, 8.0]), np.array([1, 1, 0, 0])) == pytest.approx(4.0)
 
 
+def test_judge_reads_only_the_evidence_and_the_pool_values():
+    evidence = GeneratorEvidence(accuracy=0.2, n_words=10, rows=np.array([0, 2]),
+                                 neighbour_values=(np.array([1.2, 3.0]), np.array([5.4, 4.0, 5.5])))
+    values, labels = np.array([1.0, 9.0, 5.0, 2.0]), np.array([1, 1, 0, 0])
+    # gap |mean(1, 9) - mean(5, 2)| = 1.5; shifts 0.2, 2.0 | 0.4, 1.0, 0.5: one of five exceeds it
+    quality = judge_generator(evidence, values, labels)
+    assert (quality.gap, quality.n_neighbours, quality.n_words) == (1.5, 5, 10)
+    assert quality.shift_over_gap == pytest.approx(0.2) and quality.median_shift == pytest.approx(0.5)
+    assert quality.problems == ["generator top-1 accuracy 0.200 < 0.3"]
+    assert judge_generator(evidence, values, labels, min_accuracy=0.1).passed
+
+
 @pytest.fixture(scope="module")
 def random_setup():
     texts = sentences(140, seed=0)
@@ -99,7 +111,7 @@ def test_random_generator_fails_the_check(random_setup, caplog):
     target, generator, pool, population = random_setup
     from mlflow_mia.signals import compute_signals
 
-    energy = compute_signals(target, list(pool.texts), CONFIG.signal, progress=False).energy
+    energy = compute_signals(target, list(pool.texts), CONFIG.signal, progress=False).values
     with caplog.at_level(logging.WARNING):
         q = check_generator(target, generator, list(pool.texts), pool.labels, energy, list(population.texts),
                             config=CONFIG, n_texts=20)

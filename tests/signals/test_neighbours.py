@@ -11,8 +11,9 @@ from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
 from mlflow_mia.signals import energy as energy_module
 from mlflow_mia.signals import neighbours as nb_module
 from mlflow_mia.signals.neighbour_text import _match_case, best_combinations
+from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe, neighbour_values
 from mlflow_mia.signals.neighbours import (_dropout_scales, candidate_swaps, generate_neighbours, load_generator,
-                                           neighbour_energies, replaceable_words)
+                                           replaceable_words)
 from mlflow_mia.signals.testing import WORDS, tiny_bert, tiny_roberta
 
 TEXTS = [
@@ -212,17 +213,17 @@ def test_no_replaceable_word_gives_nan_and_a_count(caplog):
     texts = ["the cat sat", "1 2 3 .", "10 , 20"]
     with caplog.at_level(logging.WARNING, logger="mlflow_mia.signals.neighbours"):
         nbs = generate_neighbours((model, tok), texts, config=NeighbourhoodConfig(num_neighbours=4), progress=False)
-        e = neighbour_energies(target, texts, generator=(model, tok),
+        e = neighbour_values(target, texts, generator=(model, tok),
                                neighbourhood=NeighbourhoodConfig(num_neighbours=4), progress=False)
     assert [len(x) for x in nbs] == [4, 0, 0]
     assert "2 of 3 text(s) have no replaceable word" in caplog.text
     assert np.isfinite(e[0]) and np.isnan(e[1:]).all()
     expected = compute_signals(target, nbs[0], SignalConfig(), progress=False,
-                               mask_keys=[text_hash(texts[0])] * 4).energy.mean()
+                               mask_keys=[text_hash(texts[0])] * 4).values.mean()
     assert e[0] == pytest.approx(expected, rel=1e-12)
-    independent = neighbour_energies(target, texts[:1], generator=(model, tok), progress=False,
+    independent = neighbour_values(target, texts[:1], generator=(model, tok), progress=False,
                                      neighbourhood=NeighbourhoodConfig(num_neighbours=4, shared_masks=False))
-    assert independent[0] == pytest.approx(compute_signals(target, nbs[0], progress=False).energy.mean(), rel=1e-12)
+    assert independent[0] == pytest.approx(compute_signals(target, nbs[0], progress=False).values.mean(), rel=1e-12)
 
 
 def test_shared_masks_put_a_neighbour_masks_where_its_sample_has_them(monkeypatch):
@@ -248,12 +249,12 @@ def test_keyed_rows_are_cached_apart_from_plain_rows(tmp_path):
     target = MaskedLM(*tiny_bert(seed=1))
     cache = SignalCache(str(tmp_path))
     text = "the cat sat on the mat today"
-    plain = compute_signals(target, [text], cache=cache, progress=False).energy
-    keyed = compute_signals(target, [text], cache=cache, progress=False, mask_keys=[text_hash("another sample")]).energy
+    plain = compute_signals(target, [text], cache=cache, progress=False).values
+    keyed = compute_signals(target, [text], cache=cache, progress=False, mask_keys=[text_hash("another sample")]).values
     assert keyed[0] != plain[0]
     again = compute_signals(target, [text, text], cache=cache, progress=False,
                             mask_keys=[text_hash("another sample"), text_hash(text)])
-    assert again.energy[0] == keyed[0] and again.energy[1] == pytest.approx(plain[0], rel=1e-12)
+    assert again.values[0] == keyed[0] and again.values[1] == pytest.approx(plain[0], rel=1e-12)
     with pytest.raises(ValueError, match="mask_keys has 1 entries for 2 texts"):
         compute_signals(target, [text, "a dog"], progress=False, mask_keys=[text_hash(text)])
     with pytest.raises(ValueError, match="mask_keys must be hex text hashes"):
@@ -284,28 +285,28 @@ def test_generator_without_mlm_head_is_rejected(tmp_path):
         generate_neighbours(str(tmp_path / "enc"), ["the cat sat"], progress=False)
     config = AuditConfig(neighbourhood={"generator_model": str(tmp_path / "enc")})
     with pytest.raises(ValueError, match="no trained masked-LM head"):
-        neighbour_energies(MaskedLM(*tiny_bert()), ["the cat sat"], neighbourhood=config.neighbourhood, progress=False)
+        neighbour_values(MaskedLM(*tiny_bert()), ["the cat sat"], neighbourhood=config.neighbourhood, progress=False)
 
 
 def test_generator_falls_back_to_config_path_or_says_how(tmp_path):
     model, tok = tiny_bert(seed=2)
     target = MaskedLM(*tiny_bert(seed=1))
     with pytest.raises(ValueError, match="reference=.*generator_model"):
-        neighbour_energies(target, ["the cat sat"], neighbourhood=AuditConfig().neighbourhood, progress=False)
+        neighbour_values(target, ["the cat sat"], neighbourhood=AuditConfig().neighbourhood, progress=False)
     model.save_pretrained(tmp_path / "gen")
     tok.save_pretrained(tmp_path / "gen")
     cfg = AuditConfig(neighbourhood={"generator_model": str(tmp_path / "gen"), "num_neighbours": 5})
-    from_path = neighbour_energies(target, TEXTS[:2], neighbourhood=cfg.neighbourhood, progress=False)
-    direct = neighbour_energies(target, TEXTS[:2], generator=(model, tok), neighbourhood=cfg.neighbourhood, progress=False)
+    from_path = neighbour_values(target, TEXTS[:2], neighbourhood=cfg.neighbourhood, progress=False)
+    direct = neighbour_values(target, TEXTS[:2], generator=(model, tok), neighbourhood=cfg.neighbourhood, progress=False)
     np.testing.assert_array_equal(from_path, direct)
 
 
-def test_neighbours_and_their_energies_are_cached(tmp_path, monkeypatch):
+def test_neighbours_and_their_values_are_cached(tmp_path, monkeypatch):
     gen = MaskedLM(*tiny_bert(seed=2))
     cache = SignalCache(tmp_path)
     cfg = AuditConfig(neighbourhood={"num_neighbours": 5})
     target = MaskedLM(*tiny_bert(seed=1))
-    first = neighbour_energies(target, TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache, progress=False)
+    first = neighbour_values(target, TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache, progress=False)
     rows = cache.count()
     assert (tmp_path / "neighbours.sqlite").exists()
     raw = (tmp_path / "neighbours.sqlite").read_bytes()
@@ -316,15 +317,48 @@ def test_neighbours_and_their_energies_are_cached(tmp_path, monkeypatch):
 
     monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
     monkeypatch.setattr("mlflow_mia.signals.energy.masked_token_logprobs", boom)
-    again = neighbour_energies(target, TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache, progress=False)
+    again = neighbour_values(target, TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache, progress=False)
     np.testing.assert_array_equal(first, again)
     assert cache.count() == rows
     # a new target reuses the neighbours, computes only its own energies
     monkeypatch.undo()
     monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
-    other = neighbour_energies(MaskedLM(*tiny_bert(seed=9)), TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache,
+    other = neighbour_values(MaskedLM(*tiny_bert(seed=9)), TEXTS, generator=gen, neighbourhood=cfg.neighbourhood, cache=cache,
                                progress=False)
     assert np.isfinite(other).all() and not np.array_equal(other, first)
+
+
+def test_recipe_computes_each_text_once_and_every_consumer_reads_the_same_numbers(monkeypatch):
+    """The one neighbour recipe: a second consumer (a subset, another order) runs no model, even without a cache."""
+    import doctest
+
+    from mlflow_mia.signals import neighbour_recipe
+
+    gen, target = MaskedLM(*tiny_bert(seed=2)), MaskedLM(*tiny_bert(seed=1))
+    nc, sc = NeighbourhoodConfig(num_neighbours=4), SignalConfig(num_masks=2, seed=3)
+    recipe = NeighbourRecipe(gen, neighbourhood=nc, signal=sc, target=target, progress=False)
+    first = recipe.values(TEXTS)
+    # by hand: generate_neighbours with the audit's settings, then the target's values with the sample's mask key
+    by_hand = generate_neighbours(gen, TEXTS, config=nc, seed=sc.seed, progress=False)
+    assert recipe.neighbours(TEXTS) == by_hand
+    for text, nbs, got in zip(TEXTS, by_hand, first):
+        expected = compute_signals(target, nbs, sc, progress=False, mask_keys=[text_hash(text)] * len(nbs)).values
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a model ran again")
+
+    monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
+    monkeypatch.setattr(energy_module, "masked_token_logprobs", boom)
+    again = recipe.values(TEXTS[::-1][:2])
+    np.testing.assert_array_equal(again[0], first[-1])
+    np.testing.assert_array_equal(again[1], first[-2])
+    means = recipe.mean_values(TEXTS)
+    assert means.tolist() == [float(np.mean(v)) for v in first]
+    with pytest.raises(ValueError, match=r"neighbour values need the target model"):
+        NeighbourRecipe(gen).values(TEXTS)
+    monkeypatch.undo()
+    assert doctest.testmod(neighbour_recipe).failed == 0
 
 
 def test_item10_literal_special_token_strings_are_not_special_for_the_generator(gen):

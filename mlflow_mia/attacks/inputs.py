@@ -1,0 +1,273 @@
+"""The inputs attacks read, each declared once.
+
+An :class:`AttackInput` is the one declaration of an input: its name (the key in
+an attack's ``requires``, an attribute of :class:`AttackInputs`, a key of
+:class:`~mlflow_mia.audit.AuditSignals`), what one row of it holds, the model roles
+stage 1 needs to compute it, how a user provides it, and the stage-1 function that
+computes it. :class:`AttackInputs`, the validation of ``AuditSignals``,
+:func:`~mlflow_mia.attacks.required_inputs`, :func:`~mlflow_mia.attacks.required_roles`,
+the missing-input errors and :func:`~mlflow_mia.audit.compute_audit_signals` all read
+:data:`INPUTS`: a new input is one :func:`declare_input` call plus its computation.
+
+Declared here: ``target`` and ``reference`` (the signals of one model, Mireshghallah
+et al. 2022, Eq. 2 or appendix A.3.2), ``neighbour_values`` (the mean signal value of
+a text's neighbours, Mattern et al. 2023, Eq. 3) and ``neighbour_local`` (the
+neighbour difference at the swapped tokens, :mod:`mlflow_mia.signals.neighbour_local`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
+from mlflow_mia.signals.types import SignalResult
+
+__all__ = ["AttackInput", "AttackInputs", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS", "RENAMED_INPUTS",
+           "declare_input", "input_spec"]
+
+#: What one row of an input holds, by ``AttackInput.rows``.
+ROW_KINDS = {
+    "signal": "the signals of one model: a SignalResult (values, token log-probs, token counts)",
+    "values": "one number per row: an ndarray of shape (n_rows,), float64, NaN where a row has no value",
+}
+
+#: The model roles of an audit and what an attack needing a missing one is told.
+MODEL_ROLES = {
+    "target": "the target model: pass target=...",
+    "reference": ("a reference model trained on similar but disjoint data; pass reference=... (or drop them, "
+                  "e.g. attacks=['loss'])"),
+    "generator": "a generator masked LM to propose neighbours; " + HOW_TO_GIVE_A_GENERATOR,
+}
+
+#: Former input names, and the name each became.
+RENAMED_INPUTS = {"neighbour_energy": "neighbour_values"}
+
+
+@dataclass(frozen=True)
+class StageOne:
+    """What a stage-1 compute function reads (built by :func:`mlflow_mia.audit.compute_audit_signals`).
+
+    Attributes
+    ----------
+    models : AuditModels
+        The models by role (``target``, ``reference``, ``generator``).
+    texts : list of str
+        The pool texts, then the population texts.
+    config : AuditConfig
+    cache : SignalCache or None
+    device : str or None
+    progress : bool
+    neighbours : NeighbourRecipe or None
+        The audit's neighbour recipe (:mod:`mlflow_mia.signals.neighbour_recipe`) when an
+        input needs the generator: every consumer reads the same neighbours.
+    """
+
+    models: Any
+    texts: list
+    config: Any
+    cache: Any = None
+    device: Any = None
+    progress: bool = True
+    neighbours: Any = None
+
+
+@dataclass(frozen=True)
+class AttackInput:
+    """The declaration of one attack input.
+
+    Attributes
+    ----------
+    name : str
+        The key in ``Attack.requires``, ``AttackInputs`` and ``AuditSignals``.
+    rows : {"signal", "values"}
+        What one row holds (:data:`ROW_KINDS`). A ``"signal"`` input is the signals
+        of its single model role, which any engine computes (e.g. on Spark).
+    roles : tuple of str
+        The model roles (:data:`MODEL_ROLES`) stage 1 needs to compute it.
+    how_to_provide : str
+        The end of the error raised when an attack lacks it.
+    compute : callable
+        ``compute(stage: StageOne) -> SignalResult or ndarray`` over ``stage.texts``.
+    description : str
+        What the input holds, with units.
+
+    Raises
+    ------
+    ValueError
+        An unknown row kind or role, or a ``"signal"`` input with other than one role.
+    """
+
+    name: str
+    rows: str
+    roles: tuple[str, ...]
+    how_to_provide: str
+    compute: Callable[[StageOne], Any]
+    description: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "roles", tuple(self.roles))
+        if self.rows not in ROW_KINDS:
+            raise ValueError(f"input {self.name!r}: rows must be one of {sorted(ROW_KINDS)}, got {self.rows!r}")
+        unknown = [r for r in self.roles if r not in MODEL_ROLES]
+        if unknown:
+            raise ValueError(f"input {self.name!r}: unknown model role(s) {unknown}; roles are {list(MODEL_ROLES)}")
+        if self.rows == "signal" and len(self.roles) != 1:
+            raise ValueError(f"input {self.name!r}: a 'signal' input is the signals of one model role, got "
+                             f"{list(self.roles)}")
+
+    def checked(self, value):
+        """``value`` as this input holds it (float64 array for ``"values"``).
+
+        Raises
+        ------
+        TypeError
+            A ``"signal"`` input that is not a :class:`SignalResult`.
+        ValueError
+            A ``"values"`` input that is not 1-D.
+        """
+        if self.rows == "values":
+            value = np.asarray(value, dtype=np.float64)
+            if value.ndim != 1:
+                raise ValueError(f"signals {self.name!r} must be 1-D of shape (n_rows,), got shape {value.shape}")
+            return value
+        if not isinstance(value, SignalResult):
+            raise TypeError(f"signals {self.name!r} must be a SignalResult (SignalResult.from_arrays(values, "
+                            f"n_tokens=...)), got {type(value).__name__}")
+        return value
+
+    def take(self, value, index: np.ndarray):
+        """Rows ``index`` (int array) of ``value``, every field kept aligned."""
+        return value[index] if self.rows == "values" else value.take(index)
+
+
+#: Every declared input by name, in declaration order.
+INPUTS: dict[str, AttackInput] = {}
+
+
+def declare_input(spec: AttackInput, *, force: bool = False) -> AttackInput:
+    """Add ``spec`` to :data:`INPUTS`.
+
+    Raises
+    ------
+    ValueError
+        The name is declared already (and ``force`` is False), or it is a former name.
+    """
+    if spec.name in RENAMED_INPUTS:
+        raise ValueError(f"{spec.name!r} is the former name of input {RENAMED_INPUTS[spec.name]!r}")
+    if not force and spec.name in INPUTS and INPUTS[spec.name] != spec:
+        raise ValueError(f"an input named {spec.name!r} is declared already; pass force=True to replace it")
+    INPUTS[spec.name] = spec
+    return spec
+
+
+def input_spec(name: str) -> AttackInput:
+    """The declaration of input ``name``.
+
+    Raises
+    ------
+    ValueError
+        A former name (the message names the new one) or an unknown name (it lists the declared ones).
+    """
+    if name in RENAMED_INPUTS:
+        raise ValueError(f"the input {name!r} is now named {RENAMED_INPUTS[name]!r} (the mean of the neighbours' "
+                         "signal values, energy or PLL); use that name")
+    if name not in INPUTS:
+        raise ValueError(f"unknown signal name(s) [{name!r}]; signals are named after attack inputs {list(INPUTS)}")
+    return INPUTS[name]
+
+
+class AttackInputs:
+    """Signals of one sample set (the target pool or the population set), one attribute per declared input.
+
+    ``AttackInputs(texts, target=..., reference=...)``: keywords are names in
+    :data:`INPUTS`; an input not given reads as None.
+
+    Attributes
+    ----------
+    texts : tuple of str, length n_samples
+    target, reference : SignalResult or None
+        Signals of each model, row-aligned with ``texts``.
+    neighbour_values, neighbour_local : ndarray of shape (n_samples,) or None
+        See their declarations in :data:`INPUTS`.
+
+    Raises
+    ------
+    ValueError
+        An unknown or former input name, or an input whose rows do not pair up with ``texts``.
+    TypeError
+        An input of the wrong type.
+    """
+
+    __slots__ = ("texts", "_inputs")
+
+    def __init__(self, texts, **inputs):
+        texts = tuple(texts)
+        checked = {}
+        for name, value in inputs.items():
+            if value is None:
+                continue
+            value = input_spec(name).checked(value)
+            if len(value) != len(texts):
+                raise ValueError(f"{name} has {len(value)} rows, expected {len(texts)}: rows must pair up with the "
+                                 "texts")
+            checked[name] = value
+        object.__setattr__(self, "texts", texts)
+        object.__setattr__(self, "_inputs", checked)
+
+    def __getattr__(self, name):
+        if name in INPUTS:
+            return self._inputs.get(name)
+        if name in RENAMED_INPUTS:
+            input_spec(name)  # raises, naming the new name
+        raise AttributeError(f"AttackInputs has no attribute {name!r}; inputs are {list(INPUTS)}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("AttackInputs is read-only")
+
+    def given(self) -> Mapping[str, Any]:
+        """The inputs present, by name."""
+        return dict(self._inputs)
+
+
+def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
+    from mlflow_mia.signals.energy import compute_signals
+
+    kind = stage.config.signal.kind
+    return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
+                           device=stage.device, progress=stage.progress, desc=f"{kind} of {role}")
+
+
+def _neighbour_values(stage: StageOne) -> np.ndarray:
+    return stage.neighbours.mean_values(stage.texts)
+
+
+def _neighbour_local(stage: StageOne) -> np.ndarray:
+    from mlflow_mia.signals.neighbour_local import local_scores
+
+    return local_scores(stage.models.target, stage.texts, stage.neighbours.neighbours(stage.texts),
+                        config=stage.config.signal, device=stage.device)
+
+
+declare_input(AttackInput(
+    "target", rows="signal", roles=("target",), compute=partial(_model_signals, role="target"),
+    how_to_provide="the target model's signals come with every audit: pass target=...",
+    description="Signals of the target model: masked energy (nats) or PLL (nats/token), per SignalConfig.kind."))
+declare_input(AttackInput(
+    "reference", rows="signal", roles=("reference",), compute=partial(_model_signals, role="reference"),
+    how_to_provide="give a reference model (reference_model=...) trained on similar but disjoint data",
+    description="Signals of the reference model, row-aligned with the target's."))
+declare_input(AttackInput(
+    "neighbour_values", rows="values", roles=("target", "generator"), compute=_neighbour_values,
+    how_to_provide="neighbour values are computed by the audit when 'neighbourhood' is requested",
+    description="Mean target signal value (energy in nats or PLL in nats/token) of each sample's neighbours "
+                "(Mattern et al. 2023, Eq. 3); NaN where a sample has none."))
+declare_input(AttackInput(
+    "neighbour_local", rows="values", roles=("target", "generator"), compute=_neighbour_local,
+    how_to_provide="per-position neighbour differences are computed by the audit when 'neighbourhood_local' is "
+                   "requested",
+    description="Mean per-position neighbour difference (nats) at the swapped tokens "
+                "(mlflow_mia.signals.neighbour_local); NaN where a sample has no neighbours."))
