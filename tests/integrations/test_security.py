@@ -382,7 +382,7 @@ def _labels_found_by_recomputing(run, root: Path, texts) -> dict:
 
     settings = json.loads((root / "audit_config.json").read_text())["signal"]
     lm = resolve_model(run.data.params["target_model"]).lm  # anyone who can read the registry loads it
-    scores = -compute_signals(lm, texts, SignalConfig.from_dict(settings), progress=False).energy  # the loss attack
+    scores = -compute_signals(lm, texts, SignalConfig.from_dict(settings), progress=False).values  # the loss attack
     found = {}
     for path in root.rglob("*.csv"):
         table = pd.read_csv(path)

@@ -127,8 +127,8 @@ def test_energy_is_sum_over_masked_tokens_mean_over_masks(lm):
 def test_energy_reduction_sum_is_eq2_bit_for_bit_and_keeps_the_cache_key(lm):
     default = compute_signals(lm, TEXTS, SignalConfig(num_masks=7), progress=False)
     summed = compute_signals(lm, TEXTS, SignalConfig(num_masks=7, energy_reduction="sum"), progress=False)
-    np.testing.assert_array_equal(summed.energy, default.energy)
-    for e, lp, T in zip(summed.energy, summed.token_logprobs, summed.n_tokens):
+    np.testing.assert_array_equal(summed.values, default.values)
+    for e, lp, T in zip(summed.values, summed.token_logprobs, summed.n_tokens):
         n_masks = min(7, math.comb(int(T), math.ceil(round(0.15 * T, 9))))
         assert e == -float(np.sum(lp, dtype=np.float64)) / n_masks  # the formula of earlier releases, exactly
     # "sum" adds nothing to the cache key: energies cached before the setting existed are still found.
@@ -139,7 +139,7 @@ def test_energy_reduction_sum_is_eq2_bit_for_bit_and_keeps_the_cache_key(lm):
 def test_energy_reduction_mean_is_the_sum_per_masked_token(lm):
     total = compute_signals(lm, TEXTS, SignalConfig(num_masks=7), progress=False)
     mean = compute_signals(lm, TEXTS, SignalConfig(num_masks=7, energy_reduction="mean"), progress=False)
-    for e, e_sum, lp, lp_sum, T in zip(mean.energy, total.energy, mean.token_logprobs, total.token_logprobs,
+    for e, e_sum, lp, lp_sum, T in zip(mean.values, total.values, mean.token_logprobs, total.token_logprobs,
                                        total.n_tokens):
         np.testing.assert_array_equal(lp, lp_sum)  # same masks, same log-probs: only the reduction differs
         length = math.ceil(round(0.15 * T, 9))
@@ -148,7 +148,7 @@ def test_energy_reduction_mean_is_the_sum_per_masked_token(lm):
         assert e == pytest.approx(e_sum / length, rel=1e-12)
     # A longer text sums more tokens: the summed energy grows with length, the mean does not.
     longest, shortest = int(np.argmax(total.n_tokens)), int(np.argmin(total.n_tokens))
-    assert total.energy[longest] / total.energy[shortest] > 2 * mean.energy[longest] / mean.energy[shortest]
+    assert total.values[longest] / total.values[shortest] > 2 * mean.values[longest] / mean.values[shortest]
 
 
 def test_energy_reduction_is_in_the_cache_key_and_ignored_by_the_pll(tmp_path):
@@ -158,15 +158,15 @@ def test_energy_reduction_is_in_the_cache_key_and_ignored_by_the_pll(tmp_path):
     summed = compute_signals(lm, TEXTS, SignalConfig(num_masks=3), cache=cache, progress=False)
     mean = compute_signals(lm, TEXTS, SignalConfig(num_masks=3, energy_reduction="mean"), cache=cache, progress=False)
     fresh = compute_signals(lm, TEXTS, SignalConfig(num_masks=3, energy_reduction="mean"), progress=False)
-    np.testing.assert_array_equal(mean.energy, fresh.energy)  # not the cached sums
+    np.testing.assert_array_equal(mean.values, fresh.values)  # not the cached sums
     lengths = np.ceil(np.round(0.15 * summed.n_tokens, 9))
     assert lengths.max() > 1
-    np.testing.assert_allclose(mean.energy, summed.energy / lengths, rtol=1e-12)
+    np.testing.assert_allclose(mean.values, summed.values / lengths, rtol=1e-12)
     assert SignalConfig(energy_reduction="mean").cache_spec()["energy_reduction"] == "mean"
     pll = SignalConfig(kind="pll", energy_reduction="mean")
     assert pll.cache_spec() == SignalConfig(kind="pll").cache_spec()
-    np.testing.assert_array_equal(compute_signals(lm, TEXTS[:2], pll, progress=False).energy,
-                                  compute_signals(lm, TEXTS[:2], SignalConfig(kind="pll"), progress=False).energy)
+    np.testing.assert_array_equal(compute_signals(lm, TEXTS[:2], pll, progress=False).values,
+                                  compute_signals(lm, TEXTS[:2], SignalConfig(kind="pll"), progress=False).values)
 
 
 def test_energy_reduction_must_be_sum_or_mean():
