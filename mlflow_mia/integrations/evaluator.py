@@ -19,12 +19,12 @@ Registered in the entry-point group ``mlflow.model_evaluator`` under the name
 ``targets`` column (1 = member of the target's training data, 0 = non-member).
 The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
 
-``model=None`` with ``target_model`` is the recommended form: the audit loads the
+``model=None`` with the *target_model* key is the recommended form: the audit loads the
 model with its own loader, which reads only the artifact's safetensors weights and
 never runs code shipped with the model (``docs/security.md``). With
 ``model="models:/..."`` MLflow's pyfunc loader runs before this evaluator is called
 (and, for a model with custom classes, runs the model's code whatever
-``trust_remote_code`` says); the evaluator then audits the loaded model and warns,
+*trust_remote_code* says); the evaluator then audits the loaded model and warns,
 in the log and in the report.
 
 Configuration keys (``evaluator_config["mia"]``; unknown keys are an error that

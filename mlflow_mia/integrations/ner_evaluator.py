@@ -9,7 +9,7 @@
                                   "entity_types": ["person", "geo-loc"],
                                   "dev_fraction": 0.5, "subword": "first", "seed": 0}})
 
-``model=None`` with ``target_model`` is the recommended form: the audit's own loader
+``model=None`` with the *target_model* key is the recommended form: the audit's own loader
 never runs code shipped with the model. With ``model="models:/..."`` MLflow's pyfunc
 loader has run before the evaluator is called; the audit warns (log and report).
 

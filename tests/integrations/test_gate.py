@@ -306,8 +306,15 @@ def test_item2_an_audit_too_small_for_its_budget_is_inconclusive_exits_3_and_say
     said = 0
     for level, prefix, noun in (("sample", "", "members"), ("user", "user/", "member users")):
         n = int(metrics[f"{prefix}n_members"])
-        needs = [_scan_members_needed(v, 0.3) for k, v in points.items()
-                 if k.startswith("user/") == (level == "user") and _cp_upper(round(v * n), n) > 0.3]
+        needs = []
+        for k, v in points.items():
+            if k.startswith("user/") != (level == "user"):
+                continue
+            upper = metrics.get(f"{k}_upper")  # the bootstrap bound when logged, else Clopper-Pearson
+            if upper is None and _cp_upper(round(v * n), n) > 0.3:
+                needs.append(_scan_members_needed(v, 0.3))
+            elif upper is not None and upper > 0.3:  # a cluster bound's width scales as 1 / sqrt(n)
+                needs.append(max(_scan_members_needed(v, 0.3), math.ceil(n * ((upper - v) / (0.3 - v)) ** 2)))
         if needs:
             said += 1
             assert (f"{max(needs) - n} more {noun} ({max(needs)} in all) at the observed rate would bring the "

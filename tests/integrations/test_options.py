@@ -253,12 +253,12 @@ def test_hash_key_is_resolved_once_at_the_boundary(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_MIA_HASH_KEY", raising=False)
     first, second = parse_options({})[1].hash_key, parse_options({})[1].hash_key
     assert isinstance(first, HashKey) and first.is_random and first.key != second.key
-    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "e" * 20)
-    assert parse_options({})[1].hash_key.key == b"e" * 20
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "e" * 40)
+    assert parse_options({})[1].hash_key.key == b"e" * 40
     key = tmp_path / "k"
-    key.write_text("f" * 20)
+    key.write_text("f" * 40)
     assert parse_options({"hash_key_file": str(key)})[1].hash_key.source == "file"
-    assert "f" * 20 not in repr(parse_options({"hash_key_file": str(key)})[1])
+    assert "f" * 40 not in repr(parse_options({"hash_key_file": str(key)})[1])
 
 
 @pytest.mark.parametrize("key, raw, value", [

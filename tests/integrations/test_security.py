@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 import yaml
 
@@ -428,10 +429,12 @@ def test_high6_evaluate_with_model_none_never_runs_code_of_a_registered_model(tr
         mlflow.log_artifacts(str(folder), "model")
     name = f"evil-{tmp_path.name[-12:]}"
     version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name).version
-    for config in (tracking.config(target_model=f"models:/{name}/{version}"),
-                   {"method": "ner_prompts", "target_model": f"models:/{name}/{version}", "progress": False}):
+    names = pd.DataFrame({"name": ["Ann Lee", "Bo Ray"], "entity_type": ["PER", "PER"], "is_member": [1, 0]})
+    for config, data in ((tracking.config(target_model=f"models:/{name}/{version}"), tracking.pool),
+                         ({"method": "ner_prompts", "target_model": f"models:/{name}/{version}", "progress": False},
+                          names)):
         with mlflow.start_run(), pytest.raises(ValueError, match="trust_remote_code"):
-            mlflow.models.evaluate(model=None, data=tracking.pool, targets="is_member", model_type="mia",
+            mlflow.models.evaluate(model=None, data=data, targets="is_member", model_type="mia",
                                    evaluators=["mia"], evaluator_config={"mia": config})
         assert not marker.exists()
 
