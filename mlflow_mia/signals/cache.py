@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -33,7 +32,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from mlflow_mia.config import record_digest
-from mlflow_mia.signals.store_key import derive_key, load_store_key, row_mac
+from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
 __all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "default_cache_dir"]
 
@@ -137,7 +136,7 @@ class SqliteSpecStore:
                     f"SELECT text_hash, {names}, checksum FROM {self.table} "
                     f"WHERE key = ? AND text_hash IN ({','.join('?' * len(part))})", [key, *part]).fetchall()
                 for h, *values, mac in rows:
-                    if isinstance(mac, str) and hmac.compare_digest(mac, self._mac(key, h, values)):
+                    if mac_matches(mac, self._mac(key, h, values)):
                         out[h] = tuple(values)
                     else:
                         damaged += 1

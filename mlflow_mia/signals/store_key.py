@@ -31,7 +31,7 @@ import stat
 import struct
 from typing import Iterable
 
-__all__ = ["store_key_path", "load_store_key", "derive_key", "row_mac", "KEY_ENV", "MIN_KEY_BYTES"]
+__all__ = ["store_key_path", "load_store_key", "derive_key", "row_mac", "mac_matches", "KEY_ENV", "MIN_KEY_BYTES"]
 
 KEY_ENV = "MLFLOW_MIA_STORE_KEY_FILE"
 MIN_KEY_BYTES = 32
@@ -168,3 +168,12 @@ def row_mac(key: bytes, fields: Iterable) -> str:
     for value in fields:
         mac.update(_field(value))
     return mac.hexdigest()
+
+
+def mac_matches(stored, expected: str) -> bool:
+    """Constant-time check that a stored MAC (of whatever type was written) equals the expected hex MAC.
+
+    >>> mac_matches("ab", "ab"), mac_matches("ab", "ac"), mac_matches(None, "ab"), mac_matches("é", "ab")
+    (True, False, False, False)
+    """
+    return isinstance(stored, str) and stored.isascii() and hmac.compare_digest(stored, expected)
