@@ -208,8 +208,9 @@ def _wave_failed(exc: Exception, wave: int, waves: int, kept: int, n: int, store
     """``exc`` as the same kind of error, saying which wave failed and what the store kept."""
     from mlflow_mia.integrations.spark import SparkSignalError
 
+    done = "wave 1" if wave == 1 else f"waves 1-{wave}"
     note = (f"wave {wave + 1} of {waves} failed; {kept} of the {n} text(s) to compute were kept in the store "
-            f"{store} (waves 1-{wave} committed) and a re-run computes only the rest" if wave else
+            f"{store} ({done} committed) and a re-run computes only the rest" if wave else
             f"wave 1 of {waves} failed; none of the {n} text(s) to compute was kept in the store {store}")
     if isinstance(exc, (SparkSignalError, CacheCorruptError)):
         return type(exc)(f"{exc} ({note})")
