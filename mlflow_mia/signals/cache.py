@@ -20,7 +20,6 @@ is dropped and recomputed, never used. A file SQLite cannot read raises
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
