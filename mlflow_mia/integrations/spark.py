@@ -15,12 +15,19 @@ and runs ``compute_signals`` on every Arrow batch. Masks are drawn from
 equal the single-process ones up to float32 rounding from different padding.
 
 With ``store=PATH`` the results are kept as Parquet partitioned by model identity
-and signal settings (``model_key=<digest>/settings=<digest>``), keyed by text hash
-(no ids, no raw text). A call computes only the texts missing there (an anti-join
-on text hash within the model's and settings' partition) and appends them in
-``waves`` separate jobs, each committed on its own; Spark's output commit protocol
-discards the files of failed or speculative task attempts, so retries never
-duplicate rows, and a job that fails keeps the waves committed before it.
+(weights, ``config.json`` architecture settings and tokenizer) and signal settings
+(``model_key=<digest>/settings=<digest>``), keyed by text hash (no ids, no raw
+text), each row signed with a keyed MAC (:mod:`mlflow_mia.integrations.spark_store`).
+A call computes only the texts missing there (an anti-join on text hash within the
+model's and settings' partition) and appends them in waves (by default one per 250
+texts, at most 8), separate jobs each committed on its own; Spark's output commit
+protocol discards the files of failed or speculative task attempts, so retries
+never duplicate rows, and a job that fails keeps the waves committed before it and
+says so.
+
+A model the driver loaded with its shipped code (``trust_remote_code``: its class
+comes from the model's own files) is loaded the same way on the executors; any
+other model is loaded there without running code.
 
 Needs the optional extra ``pip install 'mlflow-mia[spark]'`` (``pyspark>=4``) and a
 Java runtime that runs it (Java 17 or 21).
@@ -38,10 +45,13 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from mlflow_mia.config import SignalConfig, record_digest
+from mlflow_mia.integrations.spark_store import (STORE_TAG, SparkJobError, damaged_file_error, fill_store,
+                                                 partition_mac_key, read_store)
+from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.signals.energy import value_settings
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["spark_signals", "SignalJob", "SparkSignalError", "collect_signals", "model_spec"]
+__all__ = ["spark_signals", "SignalJob", "SparkSignalError", "SparkJobError", "collect_signals", "model_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +105,10 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     Returns
     -------
     dict
-        ``load_uri``, ``model_id``, ``tokenizer_id``, ``max_length``, ``role``,
-        ``tracking_uri``, ``registry_uri``, ``config`` (a dict), ``model_key`` and
+        ``load_uri``, ``model_id``, ``weights_id``, ``config_id``, ``tokenizer_id``,
+        ``trust_remote_code`` (the driver's model runs code shipped with it),
+        ``max_length``, ``role``, ``tracking_uri``, ``registry_uri``, ``config`` (a
+        dict), ``model_key`` (digest of weights, config and tokenizer) and
         ``settings`` (store partition digests). Small and picklable.
 
     Raises
@@ -123,14 +135,24 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     lm = resolved.lm
     settings = value_settings(lm, config)
     max_length = settings["max_length"]
-    # Keyed by the weights, as the local signal cache is: a URI names different weights on different servers.
-    identity = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id}
+    # Keyed by the weights, config and tokenizer, as the local signal cache is: a URI names different weights on
+    # different servers, and the same weights compute other values under another config.json.
+    identity = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id}
     return {"role": role, "load_uri": load_uri, "model_id": lm.model_id, "weights_id": lm.weights_id,
-            "tokenizer_id": lm.tokenizer_id,
+            "config_id": lm.config_id, "tokenizer_id": lm.tokenizer_id, "trust_remote_code": _runs_shipped_code(lm),
             "max_length": max_length, "config": _config_dict(config),
             "tracking_uri": _absolute(mlflow.get_tracking_uri()),
             "registry_uri": _absolute(mlflow.get_registry_uri()),
             "model_key": record_digest(identity), "settings": record_digest(settings)}
+
+
+def _runs_shipped_code(lm) -> bool:
+    """True when the driver loaded ``lm`` with code shipped with the model (classes in ``transformers_modules``).
+
+    Only a caller that passed ``trust_remote_code=True`` gets such a model; the
+    executors then load it the same way, and every other model without running code.
+    """
+    return any(type(x).__module__.startswith("transformers_modules") for x in (lm.model, lm.tokenizer))
 
 
 def _config_dict(config: SignalConfig) -> dict:
@@ -195,8 +217,9 @@ def _load_on_worker(spec: Mapping):
         mlflow.set_tracking_uri(spec["tracking_uri"])
     if spec.get("registry_uri"):
         mlflow.set_registry_uri(spec["registry_uri"])
+    trust = bool(spec.get("trust_remote_code", False))
     try:
-        lm = resolve_model(uri, role=role).lm
+        lm = resolve_model(uri, role=role, trust_remote_code=trust).lm
     except Exception as exc:  # noqa: BLE001 - any load failure becomes one clear line on the driver
         _fail(f"an executor cannot load the {role} model {uri!r} ({type(exc).__name__}: {exc}); executors need the "
               "tracking server (MLFLOW_TRACKING_URI) or the folder on storage they can read")
@@ -206,6 +229,9 @@ def _load_on_worker(spec: Mapping):
     if lm.weights_id != spec["weights_id"]:
         _fail(f"the {role} model {uri!r} loaded on an executor has other weights than on the driver (digest "
               f"{lm.weights_id[7:19]} vs {spec['weights_id'][7:19]}); give every machine the same copy")
+    if spec.get("config_id") and lm.config_id != spec["config_id"]:
+        _fail(f"the {role} model {uri!r} loaded on an executor has another config.json than on the driver (digest "
+              f"{lm.config_id[:12]} vs {spec['config_id'][:12]}); give every machine the same copy")
     return lm
 
 
@@ -280,25 +306,37 @@ def _compute(df, spec: Mapping, id_column: str, text_column: str):
 
 @contextlib.contextmanager
 def executor_errors():
-    """Re-raise an executor's :class:`SparkSignalError` on the driver as one clear error.
+    """Re-raise an executor's error on the driver as one clear error.
 
     The Python trace of the failed task arrives inside a ``PythonException``; its
     ``[mlflow-mia]`` line becomes the message of a :class:`SparkSignalError` (the full
-    exception stays chained as its cause).
+    exception stays chained as its cause), its ``[mlflow-mia:store]`` line (a store
+    row whose MAC does not verify) a :class:`CacheCorruptError`. Spark failing to
+    read a store file (a Java error) becomes a :class:`CacheCorruptError` naming
+    the file, without the Java trace.
     """
     from pyspark.errors import PythonException
 
     try:
         yield
     except PythonException as exc:
+        store = re.search(re.escape(STORE_TAG) + r" (.*)", str(exc))
+        if store is not None:
+            raise CacheCorruptError(store.group(1).strip()) from exc
         found = re.search(re.escape(_TAG) + r" (.*)", str(exc))
         if found is None:
             raise
         raise SparkSignalError(found.group(1).strip()) from exc
+    except Exception as exc:
+        damaged = None if isinstance(exc, (SparkSignalError, CacheCorruptError)) else damaged_file_error(exc)
+        if damaged is None:
+            raise
+        raise damaged from None
 
 
 def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: str = "id",
-                  text_column: str = "text", store: str | None = None, waves: int = 1, device: str | None = None,
+                  text_column: str = "text", store: str | None = None, waves: int | None = None,
+                  device: str | None = None,
                   check_ids: bool = True, spec: Mapping | None = None) -> SignalJob:
     """Masked energy (or PLL) of every text of a Spark DataFrame, computed on the executors.
 
@@ -316,10 +354,13 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
     id_column, text_column : str
     store : str, optional
         Root of a Parquet store (any path Spark writes: local, HDFS, S3, DBFS):
-        only texts missing there are computed, then appended.
-    waves : int
+        only texts missing there are computed, then appended, each row signed with
+        a key derived from the store key (``$MLFLOW_MIA_STORE_KEY_FILE``, kept
+        outside the store) and verified when read.
+    waves : int, optional
         Separate append jobs the missing texts are split into (by text hash), so a
-        failure loses at most one wave's work. Store only.
+        failure loses at most one wave's work; default one per 250 texts to
+        compute, 1 to 8. Store only.
     device : str, optional
         Torch device on the executors; default the task's Spark GPU, else CUDA when
         available, else CPU.
@@ -337,11 +378,21 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
     SparkSignalError
         A missing column, a non-string text column, duplicate ids; on an action,
         what an executor raised: null or empty texts (with the id), a model that
-        cannot be loaded there or differs from the driver's (tokenizer or weights).
+        cannot be loaded there or differs from the driver's (tokenizer, weights or
+        config). With a store, the message says what the waves before the failure kept.
+    CacheCorruptError
+        A store row whose MAC does not verify (changed without the store key, or
+        written under another key) or a store file Spark cannot read: the message
+        names the file and the fix.
+    SparkJobError
+        Another failure of a store wave (e.g. executors lost after every retry), with
+        what the waves before it kept.
+    ValueError
+        ``waves`` is not a positive int, or the store key file is unusable.
     """
     config = config or SignalConfig()
-    if not isinstance(waves, int) or waves < 1:
-        raise ValueError(f"waves must be a positive int, got {waves!r}")
+    if waves is not None and (not isinstance(waves, int) or isinstance(waves, bool) or waves < 1):
+        raise ValueError(f"waves must be a positive int or None (one wave per 250 texts), got {waves!r}")
     spec = dict(spec or model_spec(model, config, role="target"))
     if spec["config"] != _config_dict(config):
         raise ValueError("spec was made for other signal settings than config; build it with model_spec(model, config)")
@@ -350,9 +401,11 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
     if store is None:
         return SignalJob(frame=_compute(checked, spec, id_column, text_column), computed=None, store=None,
                          model_key=spec["model_key"], settings=spec["settings"])
+    key_hex = partition_mac_key(spec, store=store)
+    computed = fill_store(checked, spec, lambda part: _compute(part, spec, id_column, text_column), store, waves,
+                          key_hex, executor_errors)
     with executor_errors():
-        computed = _fill_store(checked, spec, id_column, text_column, store, waves)
-        stored = _read_store(df.sparkSession, store, spec)
+        stored = read_store(df.sparkSession, store, spec, key_hex)
     if stored is None:  # no rows in the input and none stored: an empty frame of the right schema
         return SignalJob(frame=_compute(checked, spec, id_column, text_column), computed=computed, store=store,
                          model_key=spec["model_key"], settings=spec["settings"])
@@ -361,54 +414,6 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
     frame = frame.select(id_column, "text_hash", *[c for c in stored.columns if c != "text_hash"])
     return SignalJob(frame=frame, computed=computed, store=store, model_key=spec["model_key"],
                      settings=spec["settings"])
-
-
-_STORE_COLUMNS = ("text_hash", "n_tokens", "truncated", "token_logprobs")
-
-
-def _read_store(spark, store: str, spec: Mapping):
-    """This model's and settings' rows of the store (one per text hash), or None when there are none."""
-    from pyspark.sql import functions as F
-
-    kind = spec["config"]["kind"]
-    part = os.path.join(store, f"model_key={spec['model_key']}", f"settings={spec['settings']}")
-    if not _exists(spark, part):
-        return None
-    rows = spark.read.option("basePath", store).parquet(part)
-    # Two runs racing on the same texts may both append a row; the values are equal, keep one.
-    return (rows.select(*_STORE_COLUMNS[:1], F.col("signal").alias(kind), *_STORE_COLUMNS[1:])
-            .dropDuplicates(["text_hash"]))
-
-
-def _exists(spark, path: str) -> bool:
-    jvm = spark._jvm  # noqa: SLF001 - Hadoop FileSystem is the portable way to test a path (HDFS, S3, DBFS)
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath.getFileSystem(spark._jsc.hadoopConfiguration()).exists(hpath)  # noqa: SLF001
-
-
-def _fill_store(checked, spec: Mapping, id_column: str, text_column: str, store: str, waves: int) -> int:
-    """Compute and append the texts of ``checked`` missing from the store; returns how many were computed."""
-    from pyspark.sql import functions as F
-
-    kind = spec["config"]["kind"]
-    todo = checked.dropDuplicates(["text_hash"])
-    stored = _read_store(checked.sparkSession, store, spec)
-    if stored is not None:
-        todo = todo.join(stored.select("text_hash"), on="text_hash", how="left_anti")
-    todo = todo.select(id_column, text_column, "text_hash").cache()
-    try:
-        n = todo.count()
-        log.info("%s model: %d text(s) to compute, the rest is in %s", spec["role"], n, store)
-        for wave in range(waves if n else 0):
-            part = todo if waves == 1 else todo.where(F.pmod(F.xxhash64("text_hash"), F.lit(waves)) == wave)
-            out = _compute(part, spec, id_column, text_column).select(
-                "text_hash", F.col(kind).alias("signal"), "n_tokens", "truncated", "token_logprobs",
-                F.lit(spec["model_id"]).alias("model_id"), F.lit(spec["model_key"]).alias("model_key"),
-                F.lit(spec["settings"]).alias("settings"))
-            out.write.mode("append").partitionBy("model_key", "settings").parquet(store)
-    finally:
-        todo.unpersist()
-    return n
 
 
 def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = "energy") -> SignalResult:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any, ClassVar, Mapping, Sequence
@@ -29,7 +30,7 @@ import numpy as np
 from mlflow_mia.config import AuditConfig, SignalConfig
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["SparkEngine", "spark_session", "spark_audit_signals", "run_spark_audit"]
+__all__ = ["SparkEngine", "spark_session", "local_with_retries", "spark_audit_signals", "run_spark_audit"]
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,18 @@ def spark_session(master: str | None = None, *, app_name: str = "mlflow-mia", co
 
     Sets ``PYSPARK_PYTHON`` to this interpreter when it is unset (the workers must
     run an interpreter with mlflow-mia installed; the builder option alone does not
-    reach them) and enables Arrow for ``toPandas``.
+    reach them) and enables Arrow for ``toPandas``. A local master without a retry
+    count (``local``, ``local[N]``, ``local[*]``) gets one (``local[N,R]``): local mode
+    ignores ``spark.task.maxFailures`` and would otherwise give up on a task at its
+    first failure (a killed Python worker, a lost executor). ``R`` is
+    ``conf["spark.task.maxFailures"]`` when given, else 4 (Spark's cluster default).
 
     Raises
     ------
     ImportError
         pyspark is not installed (``pip install 'mlflow-mia[spark]'``).
+    ValueError
+        ``spark.task.maxFailures`` is not a positive int.
     """
     try:
         from pyspark.sql import SparkSession
@@ -56,15 +63,35 @@ def spark_session(master: str | None = None, *, app_name: str = "mlflow-mia", co
         return active
     builder = SparkSession.builder.appName(app_name).config("spark.sql.execution.arrow.pyspark.enabled", "true")
     if master:
-        builder = builder.master(master)
+        builder = builder.master(local_with_retries(master, (conf or {}).get("spark.task.maxFailures", 4)))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
 
+def local_with_retries(master: str, max_failures=4) -> str:
+    """``master`` with a task retry count when it is a local master without one.
+
+    >>> local_with_retries("local[2]"), local_with_retries("local"), local_with_retries("local[*]", 3)
+    ('local[2,4]', 'local[1,4]', 'local[*,3]')
+    >>> local_with_retries("local[2,1]"), local_with_retries("spark://host:7077")
+    ('local[2,1]', 'spark://host:7077')
+    """
+    try:
+        tries = int(max_failures)
+    except (TypeError, ValueError):
+        tries = 0
+    if tries < 1 or str(max_failures).strip() != str(tries):
+        raise ValueError(f"spark.task.maxFailures must be a positive int, got {max_failures!r}")
+    found = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master.strip())
+    if found is None:
+        return master
+    return f"local[{found.group(1) or 1},{tries}]"
+
+
 def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], config: SignalConfig | None = None,
                         *, store: str | None = None, partitions: int | None = None, device: str | None = None,
-                        waves: int = 1) -> dict[str, SignalResult]:
+                        waves: int | None = None) -> dict[str, SignalResult]:
     """Signals of every model over ``texts``, computed on Spark, row-aligned with ``texts``.
 
     Parameters
@@ -82,8 +109,9 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
         Spark partitions of the texts (default: Spark's default parallelism).
     device : str, optional
         Torch device on the executors (default: the task's GPU, else CPU).
-    waves : int
-        Separate append jobs per model (store only).
+    waves : int, optional
+        Separate append jobs per model (store only); default one per 250 texts to
+        compute, 1 to 8 (:func:`~mlflow_mia.integrations.spark_store.auto_waves`).
 
     Returns
     -------

@@ -2,22 +2,24 @@
 
 The spec digest covers everything that decides a signal's value: a digest of the
 model's weights (not its URI: two tracking servers may both have a
-``models:/tgt/2``), the tokenizer, and the value-relevant settings. Each key stores
-its spec, which is checked on read. Rows are committed chunk by chunk, so an audit
-killed halfway resumes from what it had computed. Raw texts are never stored:
-only their sha256.
+``models:/tgt/2``), of its ``config.json`` architecture settings and class
+(:attr:`~mlflow_mia.signals.model.ModelIdentity.config_id`), the tokenizer, and
+the value-relevant settings. Each key stores its spec, which is checked on read.
+Rows are committed chunk by chunk, so an audit killed halfway resumes from what it
+had computed. Raw texts are never stored: only their sha256.
 
 A cache is a file on a shared disk, so it is read with suspicion: the file's
 structure is checked when it is opened (``PRAGMA quick_check``), and every row
-carries a checksum of its key, text hash and values; a row whose checksum does not
-match is dropped (and recomputed) rather than trusted. A file SQLite cannot read
-raises :class:`CacheCorruptError` naming the file and the fix.
+carries ``HMAC-SHA256`` of its table, key, text hash and values under a secret kept
+outside the cache folder (:mod:`mlflow_mia.signals.store_key`). A row whose MAC
+does not verify (changed by someone without the key, or written under another key)
+is dropped and recomputed, never used. A file SQLite cannot read raises
+:class:`CacheCorruptError` naming the file and the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -29,6 +31,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from mlflow_mia.config import record_digest
+from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
 __all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "default_cache_dir"]
 
@@ -49,27 +52,24 @@ def _stored(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def _checksum(key: str, text_hash: str, values: Sequence) -> str:
-    """sha256 (first 32 hex digits) of a row as SQLite returns it."""
-    h = hashlib.sha256(f"{key}\n{text_hash}".encode())
-    for v in values:
-        h.update(b"\x00" + (v if isinstance(v, bytes) else repr(v).encode()))
-    return h.hexdigest()[:32]
-
-
 class SqliteSpecStore:
     """A SQLite file with a ``specs`` table and one rows table: the base of the on-disk caches.
 
     Subclasses name their rows table and its value columns (``table``,
     ``columns``: SQL declarations after ``key`` and ``text_hash``). Rows are keyed
     by the digest of a spec (:func:`~mlflow_mia.config.record_digest`, 32 hex);
-    :meth:`register` checks that the spec stored under a key is the one asked for. :meth:`get_rows` and
-    :meth:`put_rows` read and write value tuples with a per-row checksum.
+    :meth:`register` checks that the spec stored under a key is the one asked for.
+    :meth:`get_rows` and :meth:`put_rows` read and write value tuples, each with its
+    MAC (the ``checksum`` column: hex ``HMAC-SHA256`` under a key derived from the
+    store key and the table name, :func:`~mlflow_mia.signals.store_key.row_mac`).
 
     Raises
     ------
     CacheCorruptError
         On open, when the file is not a readable SQLite database.
+    ValueError
+        On open, when the store key file is unusable
+        (:func:`~mlflow_mia.signals.store_key.load_store_key`).
     """
 
     table = ""
@@ -79,6 +79,8 @@ class SqliteSpecStore:
         self.path = path
         self._lock = threading.Lock()
         self._conn = None
+        self._mac_key = derive_key(load_store_key(store_dir=os.path.dirname(os.path.abspath(path))),
+                                   f"sqlite/{self.table}")
         with self._guard():
             self._conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -122,7 +124,7 @@ class SqliteSpecStore:
         return key
 
     def get_rows(self, key: str, text_hashes: Iterable[str]) -> dict[str, tuple]:
-        """Stored value tuples of ``text_hashes`` under ``key``; missing or damaged rows are absent."""
+        """Stored value tuples of ``text_hashes`` under ``key``; missing rows and rows failing their MAC are absent."""
         hashes = list(dict.fromkeys(text_hashes))
         names = ", ".join(c.split()[0] for c in self.columns)
         out, damaged = {}, 0
@@ -132,22 +134,26 @@ class SqliteSpecStore:
                 rows = self._conn.execute(
                     f"SELECT text_hash, {names}, checksum FROM {self.table} "
                     f"WHERE key = ? AND text_hash IN ({','.join('?' * len(part))})", [key, *part]).fetchall()
-                for h, *values, checksum in rows:
-                    if checksum == _checksum(key, h, values):
+                for h, *values, mac in rows:
+                    if mac_matches(mac, self._mac(key, h, values)):
                         out[h] = tuple(values)
                     else:
                         damaged += 1
         if damaged:
-            log.warning("cache %s: %d row(s) failed their checksum and are recomputed; if this repeats, delete the "
-                        "file", self.path, damaged)
+            log.warning("cache %s: %d row(s) failed their MAC (changed by someone without the store key, written "
+                        "under another key, or damaged) and are recomputed; if this repeats, delete the file",
+                        self.path, damaged)
         return out
+
+    def _mac(self, key: str, text_hash: str, values: Sequence) -> str:
+        return row_mac(self._mac_key, [self.table, key, text_hash, *values])
 
     def put_rows(self, key: str, rows: Mapping[str, Sequence]) -> None:
         """Store ``text_hash -> value tuple`` (in ``columns`` order) in one transaction."""
         payload = []
         for h, values in rows.items():
             values = [_stored(v) for v in values]
-            payload.append((key, h, *values, _checksum(key, h, values)))
+            payload.append((key, h, *values, self._mac(key, h, values)))
         marks = ",".join("?" * (len(self.columns) + 3))
         with self._lock, self._guard():
             self._conn.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES ({marks})", payload)

@@ -302,7 +302,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         mask_of = dict(zip(hashes, mask_keys))
     settings = value_settings(lm, config)
     max_length = settings["max_length"]
-    spec = {"weights": lm.weights_id, "tokenizer_id": lm.tokenizer_id, **settings}
+    spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id, **settings}
     if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
     key = cache.register(spec) if cache is not None else None

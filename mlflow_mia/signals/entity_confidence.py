@@ -14,6 +14,9 @@ Tag ids come from ``model.config.label2id`` (``B-person`` / ``I-person`` or
 name sentences of a run go through the model in length-sorted batches under a
 token budget; values are cached on disk per (model, tokenizer, tags, settings,
 type, prompt, name), the name only as part of a sha256, so a stopped run resumes.
+The model part of that key is the weights digest, the config digest (architecture
+settings of ``config.json`` and the model class) and the tokenizer digest; each
+cached row carries a keyed MAC (:class:`ConfidenceCache`).
 
 References
 ----------
@@ -150,6 +153,11 @@ class TokenClassifier(ModelIdentity):
 
 class ConfidenceCache(SqliteSpecStore):
     """On-disk map ``(spec key, sha256(type, prompt, name)) -> (C(e), n_tokens)``.
+
+    A :class:`~mlflow_mia.signals.cache.SqliteSpecStore`: every row carries
+    ``HMAC-SHA256`` under the store key kept outside the cache folder
+    (:mod:`mlflow_mia.signals.store_key`); a row that does not verify is recomputed,
+    never used.
 
     Parameters
     ----------
@@ -295,8 +303,9 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
     device = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     clf.model.to(device)
     budget = int(token_budget or TOKEN_BUDGETS.get(device.type, 4096))
-    spec = {"signal": "ner_entity_confidence", "version": 1, "weights": clf.weights_id,
-            "tokenizer": clf.tokenizer_id, "label2id": sorted(clf.label2id.items()), "subword": subword, "max_length": clf.max_length}
+    spec = {"signal": "ner_entity_confidence", "version": 1, "weights": clf.weights_id, "config": clf.config_id,
+            "tokenizer": clf.tokenizer_id, "label2id": sorted(clf.label2id.items()), "subword": subword,
+            "max_length": clf.max_length}
     spec["tokenization"] = "split_special_tokens"  # special-token strings in names and prompts are text
     key = cache.register(spec) if cache is not None else None
     items = [_item_hash(t, p, n) for p, n, t in zip(prompts, names, entity_types)]

@@ -3,7 +3,10 @@
 This is the only place (with ``energy.py``) that touches torch models. A model
 has a display identity (``model_id``: a registry URI resolved to a version when
 the model comes from MLflow, else a content hash of the weights) and a cache
-identity (``weights_id``: always the content hash of the weights).
+identity: ``weights_id`` (the content hash of the weights), ``config_id`` (the
+architecture settings of ``config.json`` and the model class: the same weights
+with another ``hidden_act`` or ``layer_norm_eps`` compute other values) and
+``tokenizer_id``. Every on-disk store keys its rows by all three.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MaskedLM", "ModelIdentity", "as_masked_lm", "weights_digest", "tokenizer_digest", "tokenizer_difference",
-           "refuse_remote_code"]
+__all__ = ["MaskedLM", "ModelIdentity", "as_masked_lm", "weights_digest", "config_digest", "tokenizer_digest",
+           "tokenizer_difference", "refuse_remote_code", "CONFIG_FIELDS_IGNORED"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,59 @@ def weights_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+# config.json fields that never change a forward pass's values: where the config was read from, the
+# transformers version that wrote it, the class names it suggests (the class actually used is hashed instead),
+# the dtype it was saved in (the weights digest covers the dtypes), the attention kernel (same values up to float
+# rounding) and switches of what a forward pass returns besides the logits.
+CONFIG_FIELDS_IGNORED = frozenset({
+    "_name_or_path", "_commit_hash", "transformers_version", "architectures", "dtype", "torch_dtype",
+    "_attn_implementation", "_attn_implementation_autoset", "_attn_implementation_internal",
+    "output_attentions", "output_hidden_states", "return_dict", "use_cache"})
+
+
+def _config_fields(value):
+    """``value`` without the ignored fields, at any depth (composite configs nest sub-configs)."""
+    if isinstance(value, dict):
+        return {str(k): _config_fields(v) for k, v in value.items() if k not in CONFIG_FIELDS_IGNORED}
+    if isinstance(value, (list, tuple)):
+        return [_config_fields(v) for v in value]
+    return value
+
+
+def config_digest(model: torch.nn.Module) -> str:
+    """Hex sha256 of what besides the weights decides a forward pass: the class and ``config.json``.
+
+    Hashes the model's class (module and qualified name: a subclass with the same
+    weights may compute differently) and ``model.config.to_dict()`` without the
+    fields of :data:`CONFIG_FIELDS_IGNORED`, as sorted JSON. Everything else counts,
+    including settings that are inert in evaluation mode (dropout rates, label
+    names): a spurious cache miss costs time, a shared row a wrong result.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers model (with ``config``); a module without one is hashed by its
+        class alone.
+
+    Returns
+    -------
+    str
+        64 hex digits. A model built in memory and the same model saved and loaded
+        again have the same digest.
+
+    Notes
+    -----
+    Closes the "config twin" gap (issue 21, High 4): a folder with the weights of a
+    cached model and another ``hidden_act`` or ``layer_norm_eps`` in its
+    ``config.json`` shared the cached rows of the original.
+    """
+    cls = type(model)
+    config = getattr(model, "config", None)
+    fields = _config_fields(config.to_dict()) if hasattr(config, "to_dict") else None
+    payload = {"class": f"{cls.__module__}.{cls.__qualname__}", "config": fields}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=repr).encode()).hexdigest()
+
+
 def tokenizer_digest(tokenizer) -> str:
     """Hex sha256 of what decides token ids: the vocabulary, rules and special tokens."""
     h = hashlib.sha256(type(tokenizer).__name__.encode())
@@ -130,8 +186,8 @@ def _special_tokens(tokenizer) -> dict:
 class ModelIdentity:
     """A ``(model, tokenizer)`` pair, its names, and the digests that identify its signals (each computed once).
 
-    The caches are keyed by :attr:`weights_id` and :attr:`tokenizer_id`, never by a
-    model's name: two tracking servers can each hold a different ``models:/tgt/2``,
+    The caches are keyed by :attr:`weights_id`, :attr:`config_id` and
+    :attr:`tokenizer_id`, never by a model's name: two tracking servers can each hold a different ``models:/tgt/2``,
     and a folder can claim any name. The base of :class:`MaskedLM` and of
     :class:`~mlflow_mia.signals.entity_confidence.TokenClassifier`.
     """
@@ -149,6 +205,14 @@ class ModelIdentity:
         if self._weights_id is None:
             self._weights_id = "sha256:" + weights_digest(self.model)
         return self._weights_id
+
+    @property
+    def config_id(self) -> str:
+        """Hex digest of the model class and its architecture settings (:func:`config_digest`).
+
+        Computed on each access (cheap): a config changed after loading counts.
+        """
+        return config_digest(self.model)
 
     @property
     def tokenizer_id(self) -> str:

@@ -301,7 +301,8 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
     if cache is not None:
         store = NeighbourStore(cache)
         spec = {"kind": "neighbours", "version": _CACHE_VERSION, "generator_weights": lm.weights_id,
-                "generator_tokenizer_id": lm.tokenizer_id, "num_neighbours": n, "num_replacements": m,
+                "generator_config": lm.config_id, "generator_tokenizer_id": lm.tokenizer_id, "num_neighbours": n,
+                "num_replacements": m,
                 "dropout": float(config.dropout), "seed": int(seed), "max_length": limit}
         key = store.register(spec)
         found = store.get_many(key, unique)

@@ -6,6 +6,7 @@ a Java runtime is missing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java runtime (java on PATH or JAVA_HOME): Spark cannot start", allow_module_level=True)
 
 from mlflow_mia.config import SignalConfig  # noqa: E402
+from mlflow_mia.signals.cache import CacheCorruptError  # noqa: E402
 from mlflow_mia.integrations.spark import (SparkSignalError, _score_batches, collect_signals,  # noqa: E402
                                            model_spec, spark_signals)
 from mlflow_mia.signals import MaskedLM, compute_signals  # noqa: E402
@@ -115,6 +117,7 @@ def test_store_rerun_writes_nothing_and_superset_computes_only_new(spark, model_
     first = spark_signals(_frame(spark, texts[:20]), model_dir, CONFIG, store=store)
     assert first.computed == 20
     files = sorted(p for p in Path(store).rglob("*.parquet"))
+    assert 1 <= len(files) <= 2  # one wave, one file per core of local[2] (was one per shuffle partition: ~200)
     assert files and all(f"model_key={first.model_key}" in str(p) and f"settings={first.settings}" in str(p)
                          for p in files)
     again = spark_signals(_frame(spark, texts[:20]), model_dir, CONFIG, store=store)
@@ -307,3 +310,164 @@ def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
     expected = compute_signals(resolve_model("models:/tgt/2").lm, texts, CONFIG, progress=False)
     assert np.max(np.abs(out["energy"].to_numpy() - expected.values)) <= 1e-5
     np.testing.assert_array_equal(out["n_tokens"].to_numpy(), expected.n_tokens)
+
+
+@pytest.fixture(scope="module")
+def six_texts_store(spark, model_dir, texts, tmp_path_factory) -> Path:
+    """A store holding the signals of ``texts[:6]`` (filled once; tests attack copies of it)."""
+    store = tmp_path_factory.mktemp("six") / "store"
+    spark_signals(_frame(spark, texts[:6]), model_dir, CONFIG, store=str(store), waves=1)
+    return store
+
+
+def _copy_of(store: Path, tmp_path) -> tuple[str, list[Path]]:
+    """A copy of ``store`` and its Parquet files."""
+    shutil.copytree(store, tmp_path / "store")
+    files = sorted((tmp_path / "store").rglob("*.parquet"))
+    assert 1 <= len(files) <= 2  # one wave: at most one file per core
+    return str(tmp_path / "store"), files
+
+
+def _rewrite(path: Path, **columns) -> None:
+    """An attacker's edit of a store file: new column values, Hadoop's .crc files deleted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    for name, values in columns.items():
+        field = table.schema.field(name)
+        table = table.set_column(table.schema.get_field_index(name), field, pa.array(values, type=field.type))
+    pq.write_table(table, path)
+    for crc in path.parent.glob(".*.crc"):
+        crc.unlink()
+
+
+def test_poisoned_spark_store_rows_are_refused_naming_the_file(spark, model_dir, texts, six_texts_store, tmp_path):
+    """Every stored energy set to one value, with a MAC recomputed under the attacker's own key: refused."""
+    import pyarrow.parquet as pq
+
+    from mlflow_mia.signals.store_key import derive_key, row_mac
+
+    store, files = _copy_of(six_texts_store, tmp_path)
+    spec = model_spec(model_dir, CONFIG)
+    forged = derive_key(b"attacker" * 4, f"spark-store/{spec['model_key']}/{spec['settings']}")
+    for path in files:
+        rows = pq.read_table(path).to_pandas()
+        macs = [row_mac(forged, ["spark-store", spec["model_key"], spec["settings"], h, 1.0, int(n), bool(t),
+                                 np.asarray(lp, dtype="<f4").tobytes()])
+                for h, n, t, lp in zip(rows["text_hash"], rows["n_tokens"], rows["truncated"], rows["token_logprobs"])]
+        _rewrite(path, signal=[1.0] * len(rows), mac=macs)
+    with pytest.raises(CacheCorruptError, match=r"Spark store file file:\S*/part-\S+\.parquet holds \d row\(s\) whose "
+                                                r"MAC does not verify.*Delete the file") as err:
+        collect_signals(spark_signals(_frame(spark, texts[:8]), model_dir, CONFIG, store=store).frame, range(8))
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_spark_store_read_with_another_key_is_refused(spark, model_dir, texts, six_texts_store, tmp_path,
+                                                      monkeypatch):
+    store, _ = _copy_of(six_texts_store, tmp_path)
+    monkeypatch.setenv("MLFLOW_MIA_STORE_KEY_FILE", str(tmp_path / "other" / "store.key"))
+    with pytest.raises(CacheCorruptError, match="written under another key"):
+        spark_signals(_frame(spark, texts[:4]), model_dir, CONFIG, store=store)
+
+
+def test_damaged_spark_store_file_is_named_without_a_java_trace(spark, model_dir, texts, six_texts_store, tmp_path):
+    store, files = _copy_of(six_texts_store, tmp_path)
+    path = files[0]
+    path.write_bytes(b"garbage" * 100)
+    for crc in path.parent.glob(".*.crc"):
+        crc.unlink()
+    with pytest.raises(CacheCorruptError, match=rf"the Spark store file \S*{path.name} is damaged .*delete it") as err:
+        spark_signals(_frame(spark, texts[:4]), model_dir, CONFIG, store=store)
+    assert len(str(err.value).splitlines()) == 1 and "at org.apache" not in str(err.value)
+
+
+def test_local_master_retries_a_task_whose_python_worker_was_killed(spark):
+    from mlflow_mia.integrations.spark_audit import local_with_retries
+
+    assert spark.sparkContext.master == "local[2,4]" == local_with_retries("local[2]")
+
+    def die_on_first_attempt(batches):
+        from pyspark import TaskContext
+
+        if TaskContext.get().attemptNumber() == 0:
+            os._exit(1)  # the Python worker dies as if killed
+        yield from batches
+
+    assert spark.range(6).repartition(2).mapInPandas(die_on_first_attempt, "id long").count() == 6
+    with pytest.raises(ValueError, match="maxFailures must be a positive int, got '0'"):
+        local_with_retries("local[2]", "0")
+
+
+def test_a_failed_wave_says_what_the_store_kept(spark, model_dir, texts, tmp_path):
+    from pyspark.sql import functions as F
+
+    waves = 3
+    blanks = [" " * k for k in range(1, 30)]
+    wave_of = (spark.createDataFrame(pd.DataFrame({"t": blanks}))
+               .select("t", F.pmod(F.xxhash64(F.sha2("t", 256)), F.lit(waves)).alias("w")).toPandas())
+    blank = wave_of.loc[wave_of["w"] == waves - 1, "t"].iloc[0]  # in the last wave: the others are kept
+    store = str(tmp_path / "store")
+    expected = (rf"text of id 12 is empty; .* \(wave {waves} of {waves} failed; (\d+) of the 13 text\(s\) "
+                rf"to compute were kept in the store {re.escape(store)} \(waves 1-{waves - 1} committed\) "
+                r"and a re-run computes only the rest")
+    with pytest.raises(SparkSignalError, match=expected) as err:
+        spark_signals(_frame(spark, texts[:12] + [blank]), model_dir, CONFIG, store=store, waves=waves)
+    kept = int(str(err.value).split("failed; ")[1].split(" of")[0])
+    assert kept == spark.read.parquet(store).count() and 0 < kept < 12
+    again = spark_signals(_frame(spark, texts[:12]), model_dir, CONFIG, store=store, waves=waves)
+    assert again.computed == 12 - kept
+
+
+def test_config_twin_gets_its_own_store_partition(model_dir, tmp_path):
+    twin = tmp_path / "twin"
+    shutil.copytree(model_dir, twin)
+    config = json.loads((twin / "config.json").read_text())
+    (twin / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    original, other = model_spec(model_dir, CONFIG), model_spec(str(twin), CONFIG)
+    assert other["weights_id"] == original["weights_id"]
+    assert other["model_key"] != original["model_key"] and other["config_id"] != original["config_id"]
+
+
+SHIPPED_CODE = '''
+from transformers import BertConfig, BertForMaskedLM
+
+
+class ShippedConfig(BertConfig):
+    model_type = "shipped"
+
+
+class ShippedForMaskedLM(BertForMaskedLM):
+    config_class = ShippedConfig
+'''
+
+
+def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_path):
+    """--trust-remote-code --engine spark: executors load the model as the driver did (no 'pass the flag')."""
+    from mlflow_mia.integrations.models import resolve_model
+    from mlflow_mia.integrations.spark_audit import spark_audit_signals
+
+    model, tok = tiny_bert(seed=5)
+    folder = tmp_path / "shipped"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    auto_map = {"AutoConfig": "shipped.ShippedConfig", "AutoModelForMaskedLM": "shipped.ShippedForMaskedLM"}
+    config.update(architectures=["ShippedForMaskedLM"], model_type="shipped", auto_map=auto_map)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "shipped.py").write_text(SHIPPED_CODE)
+    with pytest.raises(ValueError, match="trust-remote-code"):
+        model_spec(str(folder), CONFIG)
+    resolved = resolve_model(str(folder), trust_remote_code=True)
+    assert model_spec(resolved, CONFIG)["trust_remote_code"] is True
+    assert model_spec(model_dir, CONFIG)["trust_remote_code"] is False  # executors load it without running code
+    texts = _texts(4)
+    got = spark_audit_signals(spark, texts, {"target": resolved}, CONFIG)["target"]
+    want = compute_signals(resolved.lm, texts, CONFIG, progress=False)
+    assert np.max(np.abs(got.energy - want.energy)) <= 1e-5
+
+
+@pytest.mark.parametrize("waves", [0, True, 2.5])
+def test_waves_must_be_a_positive_int_or_none(waves):
+    with pytest.raises(ValueError, match="waves must be a positive int or None"):
+        spark_signals(None, None, CONFIG, waves=waves)

@@ -130,7 +130,7 @@ def test_item9_a_row_with_a_bad_checksum_is_recomputed(tmp_path, caplog):
     conn.close()
     got = SignalCache(tmp_path).get_many(key, rows)
     assert h not in got and len(got) == 2
-    assert "failed their checksum" in caplog.text
+    assert "failed their MAC" in caplog.text
 
 
 def test_another_spec_under_a_key_is_an_error(tmp_path):
