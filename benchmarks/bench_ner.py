@@ -38,8 +38,8 @@ def setup(n_names: int):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     from mlflow_mia.demo.wnut import _labels, load_wnut
-    from mlflow_mia.ner.names import entity_names
-    from mlflow_mia.ner.prompts import load_prompts
+    from mlflow_mia.audits.ner.names import entity_names
+    from mlflow_mia.audits.ner.prompts import load_prompts
 
     sentences = load_wnut()
     labels = _labels(sentences)
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
 
     from transformers import pipeline
 
-    from mlflow_mia.ner.prompts import fill
+    from mlflow_mia.audits.ner.prompts import fill
     from mlflow_mia.signals.entity_confidence import TokenClassifier, entity_confidence
 
     model, tokenizer, prompts, names = setup(args.names)

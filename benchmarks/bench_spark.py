@@ -107,7 +107,7 @@ class WorkerMemory:
 def spark_run(spark, texts, model_dir, config):
     import pandas as pd
 
-    from mlflow_mia.integrations.spark import collect_signals, spark_signals
+    from mlflow_mia.engines.spark_executors import collect_signals, spark_signals
 
     ids = np.arange(len(texts), dtype=np.int64)
     df = spark.createDataFrame(pd.DataFrame({"id": ids, "text": texts})).repartition(2)
@@ -152,7 +152,7 @@ def main(argv=None):
     import tempfile
 
     from mlflow_mia.config import SignalConfig
-    from mlflow_mia.integrations.spark_audit import spark_session
+    from mlflow_mia.engines.spark import spark_session
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from mlflow_mia.config import AuditConfig, SignalConfig
 from mlflow_mia.demo.build import demo_spec
-from mlflow_mia.integrations.models import resolve_model
+from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.signals import SignalCache, compute_signals
 from mlflow_mia.signals.generator_quality import check_generator
 

@@ -30,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 
 from mlflow_mia.config import NeighbourhoodConfig, SignalConfig
 from mlflow_mia.demo.build import demo_spec
-from mlflow_mia.integrations.models import resolve_model
+from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.metrics.bootstrap import bootstrap_ci
 from mlflow_mia.metrics.roc import auc_statistic
 from mlflow_mia.signals import SignalCache, compute_signals

@@ -13,12 +13,12 @@ import argparse
 
 import mlflow
 
-from mlflow_mia.audit import run_audit
+from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.demo.build import build_demo
-from mlflow_mia.integrations.logging import log_audit
-from mlflow_mia.integrations.models import resolve_model
+from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.signals.cache import default_cache_dir
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

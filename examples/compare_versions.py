@@ -15,7 +15,7 @@ from a shell: ``mlflow-mia compare --models bbc-target ...`` or
 import argparse
 import sys
 
-from mlflow_mia.integrations.cli import main
+from mlflow_mia.entrypoints.cli import main
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--size", choices=("default", "small"), default="default", help="demo size")

@@ -5,7 +5,7 @@
 
 ``data`` is the audited pool (texts with a 0/1 membership column given as ``targets``);
 everything else goes into ``evaluator_config["mia"]`` (see
-``mlflow_mia.integrations.evaluator`` for every key).
+``mlflow_mia.entrypoints.evaluator`` for every key).
 
 ``model=None`` with ``target_model`` is the recommended form: the audit loads the model
 with its own loader, which never runs code shipped with it. ``model="models:/..."``

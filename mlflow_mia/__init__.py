@@ -15,8 +15,8 @@ __all__ = ["run_audit", "score_audit", "compute_audit_signals", "AuditModels", "
            "SignalResult", "lookup_hash", "run_analysis"]
 
 _WHERE = {
-    "run_audit": "mlflow_mia.audit", "score_audit": "mlflow_mia.audit", "compute_audit_signals": "mlflow_mia.audit",
-    "AuditModels": "mlflow_mia.audit", "AuditSignals": "mlflow_mia.audit", "AuditResult": "mlflow_mia.audit",
+    "run_audit": "mlflow_mia.audits.membership", "score_audit": "mlflow_mia.audits.membership", "compute_audit_signals": "mlflow_mia.audits.membership",
+    "AuditModels": "mlflow_mia.audits.membership", "AuditSignals": "mlflow_mia.audits.membership", "AuditResult": "mlflow_mia.audits.membership",
     "AuditConfig": "mlflow_mia.config", "SignalConfig": "mlflow_mia.config", "MetricConfig": "mlflow_mia.config",
     "NeighbourhoodConfig": "mlflow_mia.config", "AuditDataset": "mlflow_mia.data",
     "PopulationSet": "mlflow_mia.data", "SignalResult": "mlflow_mia.signals.types",

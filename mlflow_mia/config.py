@@ -22,6 +22,8 @@ __all__ = [
     "NeighbourhoodConfig",
     "MetricConfig",
     "AuditConfig",
+    "NerAuditConfig",
+    "ENTITY_TYPE_PATTERN",
     "record_digest",
 ]
 
@@ -314,3 +316,71 @@ class AuditConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+#: What an entity type may be called: it names metrics (``ner/<type>/...``), so MLflow's name characters.
+ENTITY_TYPE_PATTERN = r"[\w.\- ]+"
+
+
+@dataclass(frozen=True)
+class NerAuditConfig:
+    """Settings of :func:`ner_audit`.
+
+    Attributes
+    ----------
+    entity_types : tuple of str or None
+        Types to audit (default: every type of the names table).
+    dev_fraction : float
+        Share of names per type and class used for dev when the table has no ``split``.
+    subword : {"first", "mean"}
+    seed : int
+        Seeds the dev/test split, Mix-PT and the bootstrap.
+    bootstrap_rounds : int
+        Resamples of the M-MEM intervals over names (0 = none).
+    fprs : tuple of float
+        FPRs of the TPR metrics (threshold from the dev out-of-sample names).
+    token_removal : bool
+        Run the greedy token removal (costs about as many sentences as the prompt set on dev).
+    token_budget : int or None
+        Padded tokens per forward pass (default by device).
+    batch_size : int or None
+        Sentences per forward pass instead of a token budget.
+
+    Each field is a user option (flat key of ``method="ner_prompts"``, ``ner-audit`` flag);
+    ``__post_init__`` checks the declared ranges. The default FPRs stop at 0.01: a
+    detection set holds tens to hundreds of names per class, too few for 0.001.
+    """
+
+    entity_types: tuple[str, ...] | None = option(None, "entity types to audit, comma-separated",
+                                                  pattern=ENTITY_TYPE_PATTERN, metavar="A,B",
+                                                  pattern_doc="made of letters, digits, _ - . and spaces",
+                                                  default_doc="every type of the names table")
+    dev_fraction: float = option(0.5, "share of the names per type and class used for dev when the names table "
+                                 "has no split", gt=0, lt=1)
+    subword: str = option("first", "tokens read per name: the first subword of each word, or every subword",
+                          choices=("first", "mean"))
+    seed: int = option(0, "seed of the dev/test split, Mix-PT and the bootstrap", ge=0)
+    bootstrap_rounds: int = option(1000, "bootstrap resamples of the M-MEM intervals over names (0 = none)", ge=0,
+                                   metavar="N")
+    fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs of the TPR metrics, thresholds from the dev "
+                                     "out-of-sample names", gt=0, lt=1, metavar="A,B")
+    token_removal: bool = option(True, "run the greedy token removal (about as many sentences as the prompt set "
+                                 "on dev)", flags=("--no-token-removal",), invert=True, mlproject=False,
+                                 flag_help="skip the greedy token removal")
+    token_budget: int | None = option(None, "padded tokens per forward pass", ge=1, metavar="N",
+                                      default_doc="4096 on CPU, 32768 on CUDA")
+    batch_size: int | None = option(None, "sentences per forward pass (instead of token_budget)", ge=1,
+                                    metavar="N")
+
+    def __post_init__(self):
+        for name in ("entity_types", "fprs"):  # lists are kept as tuples (the config is frozen and hashable)
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in self.fprs):
+            object.__setattr__(self, "fprs", tuple(float(a) for a in self.fprs))
+        check_options(self)
+
+    def to_params(self) -> dict[str, str]:
+        return {"ner_subword": self.subword, "ner_dev_fraction": str(self.dev_fraction), "ner_seed": str(self.seed),
+                "ner_bootstrap_rounds": str(self.bootstrap_rounds), "ner_fprs": ",".join(map(str, self.fprs)),
+                "ner_token_removal": str(self.token_removal)}

@@ -120,7 +120,7 @@ def keyed_hash(sha256_hex: str, key) -> str:
     ----------
     sha256_hex : str
         Hex sha256 of a text (:func:`mlflow_mia.data.text_hash`), the form an
-        :class:`~mlflow_mia.audit.AuditResult` keeps in memory.
+        :class:`~mlflow_mia.audits.membership.AuditResult` keeps in memory.
     key : bytes, str or HashKey
     """
     return hmac.new(_as_bytes(key), sha256_hex.encode("ascii"), hashlib.sha256).hexdigest()

@@ -5,7 +5,7 @@ An option is a dataclass field whose metadata holds an :class:`Option` (made by
 also the base of the CLI flag and of the MLproject parameter), its range or
 choices, and which audits and commands use it. The field's type annotation and
 default are the option's type and default, so nothing about an option is written
-twice. :mod:`mlflow_mia.integrations.options` derives the command-line flags, the
+twice. :mod:`mlflow_mia.options.schema` derives the command-line flags, the
 evaluator keys, their error messages and their documentation from these fields;
 each config's ``__post_init__`` checks the declared ranges with :func:`check_options`.
 
@@ -71,7 +71,7 @@ class Option:
     used_by : frozenset of str or None
         Commands (``audit``, ``compare``, ``ner-audit``, ``analyze``, ``build-demo``) and
         evaluator methods (``mia``, ``ner_prompts``) that take the option; None = the
-        ones of the config family that declares it (see ``mlflow_mia.integrations.options``).
+        ones of the config family that declares it (see ``mlflow_mia.options.schema``).
     flags : tuple of str
         Command-line flags; empty = ``--`` + the key with dashes. ``cli=False``: none.
     cli : bool

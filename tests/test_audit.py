@@ -6,7 +6,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from mlflow_mia.audit import run_audit
+from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalCache
@@ -364,7 +364,7 @@ def test_item10_device_is_checked_before_any_model_loads(setup, tmp_path, monkey
 
 
 def test_engine_and_its_options_are_checked_before_any_model_loads(setup, tmp_path):
-    from mlflow_mia.audit.engines import LocalEngine
+    from mlflow_mia.engines.registry import LocalEngine
 
     target, _, pool, population = setup
     missing = str(tmp_path / "no-such-model")  # never opened: every error below comes first

@@ -105,7 +105,7 @@ INVISIBLE_VARIANTS = {
 
 @pytest.mark.parametrize("kind", list(INVISIBLE_VARIANTS))
 def test_invisible_character_variants_of_a_member_in_the_population_are_refused(kind):
-    from mlflow_mia.audit.checks import check_data
+    from mlflow_mia.audits.membership.checks import check_data
     from mlflow_mia.config import AuditConfig, MetricConfig
     from mlflow_mia.signals.testing import tiny_bert_tokenizer
 
@@ -128,7 +128,7 @@ def test_invisible_character_variants_labelled_both_ways_are_a_conflicting_label
 
 
 def test_case_variants_still_only_warn():
-    from mlflow_mia.audit.checks import check_data
+    from mlflow_mia.audits.membership.checks import check_data
     from mlflow_mia.config import AuditConfig, MetricConfig
 
     pool = AuditDataset(texts=[MEMBER, "a dog ran"], labels=[1, 0])

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from mlflow_mia.audit import AuditExtras, AuditModels, AuditSignals, compute_audit_signals, run_audit, score_audit
+from mlflow_mia.audits.membership import AuditExtras, AuditModels, AuditSignals, compute_audit_signals, run_audit, score_audit
 from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalResult
@@ -130,7 +130,7 @@ def test_score_audit_runs_no_model_and_equals_run_audit(setup, monkeypatch):
 
 
 def test_checks_run_once_per_audit(setup, monkeypatch):
-    from mlflow_mia.audit import checks, scoring
+    from mlflow_mia.audits.membership import checks, scoring
 
     target, reference, pool, population = setup
     calls = []
@@ -199,13 +199,13 @@ def test_top_level_exports():
     from mlflow_mia import (AuditConfig, AuditDataset, AuditResult, PopulationSet, SignalConfig,  # noqa: F401
                             compute_audit_signals, run_audit, score_audit)
 
-    assert run_audit is mlflow_mia.audit.run_audit and score_audit is mlflow_mia.audit.score_audit
+    assert run_audit is mlflow_mia.audits.membership.run_audit and score_audit is mlflow_mia.audits.membership.score_audit
     assert AuditConfig is mlflow_mia.config.AuditConfig
 
 
 def test_docstring_examples_of_the_engines():
     import doctest
 
-    from mlflow_mia.audit import engines
+    from mlflow_mia.audits.membership import engines
 
     assert doctest.testmod(engines).failed == 0

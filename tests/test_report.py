@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from mlflow_mia.report import render_report
+from mlflow_mia.audits.membership.report import render_report
 
 
 @pytest.fixture(scope="module")
 def result():
-    from mlflow_mia.audit import run_audit
+    from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig
     from mlflow_mia.data import AuditDataset, PopulationSet
     from mlflow_mia.signals import MaskedLM
@@ -105,7 +105,7 @@ def test_report_states_which_epsilon_bound_applies_and_its_ceiling(result):
 
 
 def test_report_shows_gate_and_artifacts(result):
-    from mlflow_mia.integrations.config import Gate
+    from mlflow_mia.options.audit import Gate
 
     res, _ = result
     gate = Gate.parse("0.1:0.11").check(res.metrics)  # 20 members: too few to show a budget this tight

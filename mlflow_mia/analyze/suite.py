@@ -7,8 +7,8 @@ For each :class:`~mlflow_mia.analyze.plan.Experiment` the findings need, in orde
 2. a finished run of the same experiment key (experiment, pinned model versions, audit
    settings, a digest of the pool and population) anywhere in the tracking store is
    reused as it is; otherwise a nested run
-   audits the target (:func:`mlflow_mia.audit.run_audit`, signals cached), logs it like
-   ``mlflow-mia audit`` does (:func:`mlflow_mia.integrations.logging.log_audit`) and adds
+   audits the target (:func:`mlflow_mia.audits.membership.run_audit`, signals cached), logs it like
+   ``mlflow-mia audit`` does (:func:`mlflow_mia.tracking.audit_log.log_audit`) and adds
    the subsets the experiment asks for (length bins, paper Table 3);
 3. the parent run gets ``tables/findings.csv`` (:func:`~mlflow_mia.analyze.findings.findings_table`),
    one plot per finding (``plots/findings/<name>.png``), ``findings.md`` and a
@@ -137,7 +137,7 @@ class _Suite:
 
     def model(self, uri: str, role: str):
         """The resolved model of ``uri``, loaded once per call of the suite."""
-        from mlflow_mia.integrations.models import resolve_model
+        from mlflow_mia.models.resolve import resolve_model
 
         if uri not in self.models:
             self.models[uri] = resolve_model(uri, role=role)
@@ -196,7 +196,7 @@ class _Suite:
 
 def _length_subsets(result, config) -> dict:
     """``len_short/...`` and ``len_long/...`` metrics: each attack on the pool's samples of that length bin."""
-    from mlflow_mia.audit.scoring import attack_report
+    from mlflow_mia.audits.membership.scoring import attack_report
 
     samples = result.samples
     y, n_tokens = samples["label"].to_numpy(), samples["n_tokens"].to_numpy()
@@ -217,9 +217,9 @@ def _length_subsets(result, config) -> dict:
 
 def _audit_into_run(suite, exp, pool, target, reference, config, run_id: str) -> None:
     """Audit ``target`` on ``pool`` against ``reference`` and log it all to ``run_id``."""
-    from mlflow_mia.audit import run_audit
-    from mlflow_mia.integrations.evaluator import model_records
-    from mlflow_mia.integrations.logging import log_audit
+    from mlflow_mia.audits.membership import run_audit
+    from mlflow_mia.tracking.audit_run import model_records
+    from mlflow_mia.tracking.audit_log import log_audit
 
     result = run_audit(target.lm, pool, suite.population, reference=reference.lm, config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
@@ -237,7 +237,7 @@ def _audit_into_run(suite, exp, pool, target, reference, config, run_id: str) ->
 
 def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
     """(run id, metrics, reused) of one experiment: a finished run with its key, else a new nested run."""
-    from mlflow_mia.integrations.session import mlflow_run
+    from mlflow_mia.tracking.runs import mlflow_run
 
     import mlflow
 
@@ -324,7 +324,7 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
 
     from mlflow_mia.analyze.output import log_findings
     from mlflow_mia.demo.build import build_demo
-    from mlflow_mia.integrations.session import mlflow_run
+    from mlflow_mia.tracking.runs import mlflow_run
     from mlflow_mia.signals import SignalCache
 
     size_name = "quick" if quick else "full"

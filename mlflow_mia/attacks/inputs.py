@@ -2,11 +2,11 @@
 
 An :class:`AttackInput` is the one declaration of an input: its name (the key in
 an attack's ``requires``, an attribute of :class:`AttackInputs`, a key of
-:class:`~mlflow_mia.audit.AuditSignals`), what one row of it holds, the model roles
+:class:`~mlflow_mia.audits.membership.AuditSignals`), what one row of it holds, the model roles
 stage 1 needs to compute it, how a user provides it, and the stage-1 function that
 computes it. :class:`AttackInputs`, the validation of ``AuditSignals``,
 :func:`~mlflow_mia.attacks.required_inputs`, :func:`~mlflow_mia.attacks.required_roles`,
-the missing-input errors and :func:`~mlflow_mia.audit.compute_audit_signals` all read
+the missing-input errors and :func:`~mlflow_mia.audits.membership.compute_audit_signals` all read
 :data:`INPUTS`: a new input is one :func:`declare_input` call plus its computation.
 
 Declared here: ``target`` and ``reference`` (the signals of one model, Mireshghallah
@@ -49,7 +49,7 @@ RENAMED_INPUTS = {"neighbour_energy": "neighbour_values"}
 
 @dataclass(frozen=True)
 class StageOne:
-    """What a stage-1 compute function reads (built by :func:`mlflow_mia.audit.compute_audit_signals`).
+    """What a stage-1 compute function reads (built by :func:`mlflow_mia.audits.membership.compute_audit_signals`).
 
     Attributes
     ----------

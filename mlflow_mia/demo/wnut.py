@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from mlflow_mia.config import record_digest
-from mlflow_mia.ner.names import detection_set, entity_names, read_conll
+from mlflow_mia.audits.ner.names import detection_set, entity_names, read_conll
 
 __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "demo_types", "train_tagger",
            "build_wnut_demo", "main"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import reprlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,7 +40,39 @@ from mlflow_mia.signals.cache import SqliteSpecStore, default_cache_dir
 from mlflow_mia.signals.model import ModelIdentity, refuse_remote_code
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
-           "TOKEN_BUDGETS"]
+           "TOKEN_BUDGETS", "SLOT", "fill", "split_prompt", "short"]
+
+#: The name slot of a prompt (Xia et al. 2025 write it MASK): ``"My name is {name}."``
+SLOT = "{name}"
+
+
+def short(text) -> str:
+    """``repr(text)`` cut to about 80 characters (with '...'): a prompt quoted in an error message, not dumped."""
+    cut = reprlib.Repr()
+    cut.maxstring = 80
+    return cut.repr(text)
+
+
+def split_prompt(prompt: str) -> tuple[str, str]:
+    """``(text before the slot, text after it)``; the prompt must hold exactly one slot.
+
+    Raises
+    ------
+    ValueError
+        Zero or several ``{name}`` slots.
+    """
+    n = prompt.count(SLOT)
+    if n != 1:
+        raise ValueError(f"a prompt needs exactly one {SLOT} slot, found {n} in {short(prompt)}")
+    before, after = prompt.split(SLOT)
+    return before, after
+
+
+def fill(prompt: str, name: str) -> tuple[str, int]:
+    """The sentence with ``name`` in the slot, and the character offset where the name starts."""
+    before, after = split_prompt(prompt)
+    return before + name + after, len(before)
+
 
 SUBWORD_MODES = ("first", "mean")
 TOKEN_BUDGETS = {"cpu": 4096, "cuda": 32768}
@@ -213,8 +246,6 @@ def _name_positions(offsets, spans, subword: str) -> list[int]:
 
 def _encode(clf: TokenClassifier, prompts, names, subword: str):
     """Token ids and read positions of each ``prompt x name`` sentence."""
-    from mlflow_mia.ner.prompts import fill, short  # data layer (pure string handling)
-
     filled = [fill(p, n) for p, n in zip(prompts, names)]
     # split_special_tokens: a name such as "[SEP]" is text, not the tokenizer's separator (as in signals/energy.py)
     enc = clf.tokenizer([s for s, _ in filled], return_offsets_mapping=True, truncation=True,

@@ -15,7 +15,7 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow_mia.analyze import insert_names, names_pool, run_analysis  # noqa: E402
 from mlflow_mia.demo import bbc  # noqa: E402
 from mlflow_mia.demo.build import DEMO_SIZES, build_demo  # noqa: E402
-from mlflow_mia.integrations.cli import main  # noqa: E402
+from mlflow_mia.entrypoints.cli import main  # noqa: E402
 
 FINDINGS = ("name_insertion", "dp_sgd", "sample_length")
 

@@ -12,7 +12,7 @@ from mlflow_mia.attacks import (ATTACKS, INPUTS, MODEL_ROLES, Attack, AttackInpu
                                 get_attack, register_attack, required_inputs, required_roles)
 from mlflow_mia.attacks import base, inputs, min_k
 from mlflow_mia.attacks.min_k import MinKSettings, min_k_mean
-from mlflow_mia.audit import AuditSignals, compute_audit_signals, run_audit
+from mlflow_mia.audits.membership import AuditSignals, compute_audit_signals, run_audit
 from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalResult

@@ -6,7 +6,7 @@ import pytest
 from mlflow_mia.attacks import ATTACKS, AttackInputs, get_attack
 from mlflow_mia.attacks import neighbourhood as neighbourhood_module
 from mlflow_mia.signals import generator_quality as gq
-from mlflow_mia.audit import run_audit
+from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet, text_hash
 from mlflow_mia.signals import MaskedLM

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
 from mlflow_mia.demo import build  # noqa: E402
-from mlflow_mia.integrations import cli  # noqa: E402
+from mlflow_mia.entrypoints import cli  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 evaluate = pytest.importorskip("evaluate")
 
-from mlflow_mia.hf_metric import METRIC_PATH  # noqa: E402
+from mlflow_mia.entrypoints.hf_metric import METRIC_PATH  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def metric():
 
 @pytest.fixture(scope="module")
 def audit():
-    from mlflow_mia.audit import run_audit
+    from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig
     from mlflow_mia.data import AuditDataset, PopulationSet
     from mlflow_mia.signals import MaskedLM
@@ -106,7 +106,7 @@ def test_loads_from_the_script_path_and_has_metadata():
 
 
 def test_docstring_example_runs():
-    module = importlib.import_module("mlflow_mia.hf_metric.hf_metric")
+    module = importlib.import_module("mlflow_mia.entrypoints.hf_metric.hf_metric")
     parser = doctest.DocTestParser()
     test = parser.get_doctest(module._KWARGS_DESCRIPTION, {}, "hf_metric", None, 0)
     runner = doctest.DocTestRunner()

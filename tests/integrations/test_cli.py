@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from mlflow_mia.integrations.cli import build_parser, main
+from mlflow_mia.entrypoints.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
 
 
 def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
-    from mlflow_mia.integrations import models as models_module
+    from mlflow_mia.entrypoints import models as models_module
 
     calls = {}
     real = models_module.resolve_model
@@ -153,7 +153,7 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
 
 
 def test_distinct_curves_draws_reference_free_attacks_once():
-    from mlflow_mia.integrations.compare import distinct_curves as _distinct_curves
+    from mlflow_mia.entrypoints.compare import distinct_curves as _distinct_curves
 
     one, two = "tgt v2 vs ref a", "tgt v2 vs ref b"
     rocs = {"loss": {one: "L1", two: "L2"}, "likelihood_ratio": {one: "R1", two: "R2"}}
@@ -252,7 +252,7 @@ def test_item10_missing_demo_corpus_names_the_package(command, tracking, monkeyp
 
 
 def test_item21_cli_docstring_says_exit_3_for_a_failed_gate():
-    import mlflow_mia.integrations.cli as cli
+    import mlflow_mia.entrypoints.cli as cli
 
     doc = " ".join(cli.__doc__.split())
     assert "3 the release gate did not pass" in doc and "1 the release gate" not in doc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlflow_mia.integrations.config import CONFIG_KEYS, parse_options
+from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
 
 ISSUE_KEYS = {"reference_model", "population_data", "text_column", "group_column", "attacks", "signal", "num_masks",
               "mask_rate", "seed", "fprs", "log_texts"}
@@ -71,7 +71,7 @@ def test_item21_traversal_metric_prefix_is_refused_at_parse_time(prefix):
 
 
 def _parse_ner(config):
-    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
 
     return parse_ner_config({"method": "ner_prompts", **config})
 
@@ -145,7 +145,7 @@ def test_delta_of_the_epsilon_lower_bound_is_configurable():
 
 
 def test_cli_delta_flag_reaches_the_metric_config():
-    from mlflow_mia.integrations.cli import _flat_config, build_parser
+    from mlflow_mia.entrypoints.cli import _flat_config, build_parser
 
     args = build_parser().parse_args(["audit", "--delta", "1e-4"])
     assert parse_options(_flat_config(args))[0].metrics.delta == 1e-4

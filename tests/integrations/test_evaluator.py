@@ -9,8 +9,8 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from mlflow_mia.integrations.config import CONFIG_KEYS
-from mlflow_mia.integrations.evaluator import MiaEvaluator
+from mlflow_mia.options.audit import CONFIG_KEYS
+from mlflow_mia.entrypoints.evaluator import MiaEvaluator
 
 # Every metric is "[user/]<attack>/<name>" or a "[user/]n_..." count; alphas are written 0.1, 0.05.
 METRIC_RE = re.compile(r"^(user/)?(loss|likelihood_ratio)/[a-z_]+(_0\.(1|05))?(_[a-z_]+)?$"
@@ -167,7 +167,7 @@ def test_unknown_key_lists_valid_keys(tracking):
 
 
 def test_every_config_key_is_documented():
-    import mlflow_mia.integrations.evaluator as ev
+    import mlflow_mia.entrypoints.evaluator as ev
 
     for key in CONFIG_KEYS:
         assert f"``{key}``" in ev.__doc__, key
@@ -191,10 +191,10 @@ def test_high6_model_none_with_target_model_audits_the_registry_model(tracking, 
 
 
 def test_high6_a_model_loaded_by_mlflow_gets_a_loud_warning(tracking, tmp_path, caplog):
-    from mlflow_mia.integrations.evaluator import PYFUNC_WARNING
+    from mlflow_mia.entrypoints.evaluator import PYFUNC_WARNING
 
     warning = PYFUNC_WARNING.format(command="audit --target")
-    with caplog.at_level("WARNING", logger="mlflow_mia.integrations.evaluator"):
+    with caplog.at_level("WARNING", logger="mlflow_mia.entrypoints.evaluator"):
         run_id, _ = _evaluate(tracking, "models:/tgt@candidate", bootstrap_rounds=0, tag_model_version=False)
     assert warning in caplog.text
     assert f"- {warning}" in _report(run_id, tmp_path)

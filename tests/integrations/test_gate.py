@@ -19,7 +19,7 @@ import pytest
 from mlflow import MlflowClient
 from scipy.stats import beta, binomtest
 
-from mlflow_mia.integrations.gate import Gate, GateRecord, clopper_pearson_upper, members_needed
+from mlflow_mia.metrics.gate import Gate, GateRecord, clopper_pearson_upper, members_needed
 
 
 def _cp_upper(k: int, n: int, confidence: float = 0.95) -> float:
@@ -206,7 +206,7 @@ def test_item4_a_weaker_clearing_audit_is_told_each_shortfall():
 @pytest.fixture(scope="module")
 def audit_result(store):
     """A small in-memory audit: its attacks and pool sizes go into the gate records."""
-    from mlflow_mia.audit import run_audit
+    from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig
     from mlflow_mia.data import AuditDataset, PopulationSet
     from mlflow_mia.signals import MaskedLM
@@ -229,7 +229,7 @@ def _runs() -> dict:
 
 
 def _audit(tracking, name, version, *extra) -> int:
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     return main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args(*extra)])
 
@@ -244,7 +244,7 @@ def _gated(result, spec: str, **tprs):
 
 
 def _tag(name, version, result, gate, *, clear=False, weights="sha256:" + "0" * 64) -> str:
-    from mlflow_mia.integrations.registry_tags import tag_model_version
+    from mlflow_mia.tracking.registry_tags import tag_model_version
 
     with mlflow.start_run() as run:
         tag_model_version((name, version), result, run_id=run.info.run_id, gate=gate, clear_gate_fail=clear,
@@ -268,7 +268,7 @@ def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, aud
     second = _tag(name, version, audit_result, _gated(audit_result, "0.5:0.9", loss_0_5=0.95), weights=weights)
     assert GateRecord.from_tag(_tags(name, version)["mia.gate.requires"]).budgets == ((0.5, 0.9), (0.1, 0.3))
 
-    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.tracking.registry_tags")
     weak = _gated(audit_result, "0.1:0.5", **clean)
     assert weak.status == "pass"
     _tag(name, version, audit_result, weak, clear=True, weights=weights)
@@ -339,7 +339,7 @@ def test_item4_re_registered_weights_inherit_a_fail(tracking, fresh_weights, cap
         ("fail", failed, f"leaky-audited/{audited}")
 
     after = fresh_weights("tgt/2", "leaky-after")  # registered again after the fail
-    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.tracking.registry_tags")
     assert _audit(tracking, "leaky-after", after, "--max-tpr-at-fpr", "0.1:1.0") == 0  # this audit's own verdict
     tags = _tags("leaky-after", after)
     assert (tags["mia.gate"], tags["mia.gate.run_id"], tags["mia.gate.inherited_from"]) == \
@@ -349,7 +349,7 @@ def test_item4_re_registered_weights_inherit_a_fail(tracking, fresh_weights, cap
 
 
 def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(tracking, fresh_weights, tmp_path, caplog):
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     version = fresh_weights("tgt/2", "gate-wash")
     assert _audit(tracking, "gate-wash", version, "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "fail") == 3
@@ -357,7 +357,7 @@ def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(trackin
     small = tmp_path / "small.csv"
     pool = tracking.pool
     pd.concat([pool[pool.is_member == 1].head(10), pool[pool.is_member == 0].head(10)]).to_csv(small, index=False)
-    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.tracking.registry_tags")
     code = main(["audit", "--target", f"models:/gate-wash/{version}", "--reference", "models:/ref@champion",
                  "--data", str(small), "--population", str(tracking.population_path), "--id-column", "sample_id",
                  "--num-masks", "2", "--fprs", "0.1", "--bootstrap-rounds", "0", "--cache-dir",
@@ -374,11 +374,11 @@ def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(trackin
 
 def test_item4_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
         tracking, fresh_weights, monkeypatch, caplog):
-    import mlflow_mia.audit
+    import mlflow_mia.audits.membership
 
     version = fresh_weights("tgt/1", "gate-race")
     other = MlflowClient().create_run(os.environ["MLFLOW_EXPERIMENT_ID"]).info.run_id
-    real = mlflow_mia.audit.run_audit
+    real = mlflow_mia.audits.membership.run_audit
 
     def audit_while_another_audit_fails(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -386,13 +386,13 @@ def test_item4_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept
         return result
 
     def _tag_as(run_id, result):  # what a concurrent, failing audit of the same version writes
-        from mlflow_mia.integrations.registry_tags import tag_model_version
+        from mlflow_mia.tracking.registry_tags import tag_model_version
 
         tag_model_version(("gate-race", version), result, run_id=run_id, headline=False,
                           gate=_gated(result, "0.1:0.2", loss_0_1=0.9))
 
-    monkeypatch.setattr(mlflow_mia.audit, "run_audit", audit_while_another_audit_fails)
-    caplog.set_level(logging.WARNING, logger="mlflow_mia.integrations.registry_tags")
+    monkeypatch.setattr(mlflow_mia.audits.membership, "run_audit", audit_while_another_audit_fails)
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.tracking.registry_tags")
     assert _audit(tracking, "gate-race", version, "--max-tpr-at-fpr", "0.1:1.0", "--clear-gate-fail",
                   "--run-name", "race") == 0
     ours = _runs()["race"].info.run_id
@@ -404,9 +404,9 @@ def test_item4_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept
 
 def test_item4_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_recorded(
         tracking, fresh_weights, monkeypatch, capsys):
-    import mlflow_mia.audit
+    import mlflow_mia.audits.membership
 
-    real = mlflow_mia.audit.run_audit
+    real = mlflow_mia.audits.membership.run_audit
     deleted = []
 
     def audit_then_delete(*args, **kwargs):
@@ -414,7 +414,7 @@ def test_item4_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_re
         MlflowClient().delete_model_version("gate-gone", deleted[-1])
         return result
 
-    monkeypatch.setattr(mlflow_mia.audit, "run_audit", audit_then_delete)
+    monkeypatch.setattr(mlflow_mia.audits.membership, "run_audit", audit_then_delete)
     deleted.append(fresh_weights("tgt/2", "gate-gone"))
     assert _audit(tracking, "gate-gone", deleted[-1], "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "gone") == 3
     run = _runs()["gone"]

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from mlflow_mia.integrations.config import Gate
-from mlflow_mia.integrations.logging import check_metric_names, dataset_digest, log_audit
+from mlflow_mia.options.audit import Gate
+from mlflow_mia.tracking.audit_log import check_metric_names, dataset_digest, log_audit
 
 NAME = re.compile(r"^[\w.\-/ ]+$")
 
@@ -21,7 +21,7 @@ NAME = re.compile(r"^[\w.\-/ ]+$")
 @pytest.fixture(scope="module")
 def audit(store):
     """A small audit of in-memory tiny models (no registry)."""
-    from mlflow_mia.audit import run_audit
+    from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig
     from mlflow_mia.data import AuditDataset, PopulationSet
     from mlflow_mia.signals import MaskedLM
@@ -215,7 +215,7 @@ def test_item5_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeyp
 
 def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
     from mlflow_mia.hashing import HashKey, lookup_hash, resolve_hash_key
-    from mlflow_mia.integrations.config import parse_options
+    from mlflow_mia.options.audit import parse_options
 
     path = tmp_path / "mia.key"
     path.write_text("file key of at least sixteen bytes\n")
@@ -230,7 +230,7 @@ def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
 
 def test_a_weak_hash_key_under_32_bytes_is_refused(tmp_path, monkeypatch):
     from mlflow_mia.hashing import MIN_KEY_BYTES, resolve_hash_key
-    from mlflow_mia.integrations.config import parse_options
+    from mlflow_mia.options.audit import parse_options
 
     assert MIN_KEY_BYTES == 32
     weak, strong = "a sixteen byte k" + "x" * 15, "a sixteen byte k" + "x" * 16
@@ -248,7 +248,7 @@ def test_a_weak_hash_key_under_32_bytes_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_large_pool_table_is_logged_as_parquet(tracking, audit, monkeypatch):
-    from mlflow_mia.integrations import logging as logging_module
+    from mlflow_mia.entrypoints import logging as logging_module
 
     result, pool, _ = audit
     monkeypatch.setattr(logging_module, "LARGE_TABLE_ROWS", len(pool) - 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from mlflow_mia.integrations.models import ResolvedModel, resolve_model
+from mlflow_mia.models.resolve import ResolvedModel, resolve_model
 from mlflow_mia.signals import MaskedLM
 
 

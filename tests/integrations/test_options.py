@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mlflow_mia.integrations.cli import _flat_config, build_parser, main
-from mlflow_mia.integrations.config import CONFIG_KEYS, parse_options
-from mlflow_mia.integrations.options import (FAMILIES, dest, entries, flag_of, key_table, mlproject_parameters,
+from mlflow_mia.entrypoints.cli import _flat_config, build_parser, main
+from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
+from mlflow_mia.options.schema import (FAMILIES, dest, entries, flag_of, key_table, mlproject_parameters,
                                              options_for)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,9 +143,9 @@ def test_help_evaluator_keys_and_mlproject_agree(command):
 
         assert parse_options(_flat_config(args))[0] == AuditConfig()
     if command == "ner-audit":
-        from mlflow_mia.audit_ner import NerAuditConfig
-        from mlflow_mia.integrations.ner_evaluator import parse_ner_config
-        from mlflow_mia.integrations.options import flat_from_args
+        from mlflow_mia.audits.ner.audit import NerAuditConfig
+        from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
+        from mlflow_mia.options.schema import flat_from_args
 
         assert parse_ner_config(flat_from_args(args, command))[0] == NerAuditConfig()
 
@@ -162,8 +162,8 @@ def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
                                                                    "run_name", "tracking_uri"}
 
 
-@pytest.mark.parametrize("module, method", [("mlflow_mia.integrations.evaluator", "mia"),
-                                            ("mlflow_mia.integrations.ner_evaluator", "ner_prompts")])
+@pytest.mark.parametrize("module, method", [("mlflow_mia.entrypoints.evaluator", "mia"),
+                                            ("mlflow_mia.entrypoints.ner_evaluator", "ner_prompts")])
 def test_evaluator_docstring_key_table_is_generated(module, method):
     import importlib
 

@@ -1,4 +1,4 @@
-"""The energy scorer pyfunc (``integrations/scorer.py``): logged, registered, loaded, equal to compute_signals."""
+"""The energy scorer pyfunc (``entrypoints/scorer.py``): logged, registered, loaded, equal to compute_signals."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from mlflow_mia.config import SignalConfig
-from mlflow_mia.integrations.models import resolve_model
-from mlflow_mia.integrations.scorer import log_scorer
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.entrypoints.scorer import log_scorer
 from mlflow_mia.signals import compute_signals
 
 CONFIG = SignalConfig(num_masks=2)
@@ -38,7 +38,7 @@ def test_the_scorer_checks_the_model_weights_not_only_the_tokenizer(tracking):
     """The scorer's model_uri names other weights where it runs (another server's models:/tgt/2): refused."""
     from mlflow.pyfunc import PythonModelContext
 
-    from mlflow_mia.integrations.scorer import MiaScorer
+    from mlflow_mia.entrypoints.scorer import MiaScorer
 
     with mlflow.start_run():
         info = log_scorer("models:/tgt@candidate", CONFIG)

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from mlflow_mia.integrations.models import resolve_model
+from mlflow_mia.models.resolve import resolve_model
 
 EVIL_CODE = '''
 import pathlib
@@ -75,7 +75,7 @@ def test_item1_a_hugging_face_folder_with_remote_code_is_refused(tmp_path):
 
 
 def test_item1_the_cli_refuses_remote_code_without_the_flag(tracking, tmp_path, capsys):
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     marker = tmp_path / "pwned"
     folder = _evil_folder("models:/tgt/1", tmp_path / "evil", marker)
@@ -90,7 +90,7 @@ def _version_tags(name, version):
 
 
 def test_item3_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, capsys):
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     fake = Path(mlflow.artifacts.download_artifacts("models:/tgt/2", dst_path=str(tmp_path / "fake")))
     random_weights = Path(mlflow.artifacts.download_artifacts("models:/tgt/1", dst_path=str(tmp_path / "v1")))
@@ -125,7 +125,7 @@ def gated_version(tracking, fresh_weights, request):
 
 
 def _audit(tracking, name, version, *extra):
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     return main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args(*extra)])
 
@@ -165,7 +165,7 @@ def test_item4_a_failing_audit_without_version_tags_still_records_the_fail(track
 
 
 def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path):
-    from mlflow_mia.integrations.cli import EXIT_GATE_FAILED, main
+    from mlflow_mia.entrypoints.cli import EXIT_GATE_FAILED, main
 
     name, version = gated_version
     assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.5") == EXIT_GATE_FAILED == 3
@@ -180,7 +180,7 @@ def test_canary_member_text_reaches_no_store_cache_or_log(tracking, tmp_path, mo
     """A unique string in a member text is nowhere but in the input table after a default audit."""
     import logging
 
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     canary = "zqxcanary7731 veterinarian"
     pool = tracking.pool.copy()
@@ -345,7 +345,7 @@ def test_high5_a_forged_weights_tag_does_not_lend_a_registry_identity(tracking, 
 def test_a_tracking_server_that_is_down_exits_1(tracking, monkeypatch, capsys):
     import socket
 
-    from mlflow_mia.integrations.cli import EXIT_ERROR, main
+    from mlflow_mia.entrypoints.cli import EXIT_ERROR, main
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -363,7 +363,7 @@ def test_a_tracking_server_that_is_down_exits_1(tracking, monkeypatch, capsys):
 
 def _logged_run(tracking, tmp_path, *extra):
     """Run a CLI audit of tgt v2 and return (run id, local artifact folder)."""
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     assert main(["audit", "--target", "models:/tgt@candidate", *tracking.cli_args("--no-tag-model-version",
                                                                                    *extra)]) == 0
@@ -398,7 +398,7 @@ def _labels_found_by_recomputing(run, root: Path, texts) -> dict:
 
 
 def test_high1_no_membership_oracle_in_the_logged_tables_by_default(tracking, tmp_path):
-    from mlflow_mia.integrations.logging import RISKY_COLUMNS, SAMPLE_COLUMNS
+    from mlflow_mia.tracking.audit_log import RISKY_COLUMNS, SAMPLE_COLUMNS
 
     texts, labels = tracking.pool["text"].tolist(), tracking.pool["is_member"].tolist()
     run, root = _logged_run(tracking, tmp_path)
@@ -440,7 +440,7 @@ def test_high6_evaluate_with_model_none_never_runs_code_of_a_registered_model(tr
 
 
 def test_high6_trust_remote_code_docs_no_longer_claim_to_protect_model():
-    from mlflow_mia.integrations.config import CONFIG_KEYS
+    from mlflow_mia.options.audit import CONFIG_KEYS
 
     text = CONFIG_KEYS["trust_remote_code"]
     assert "It cannot protect model=" in text and "target_model" in text

@@ -1,4 +1,4 @@
-"""Signals on Apache Spark (``integrations/spark.py``) and the audit on top (``spark_audit.py``).
+"""Signals on Apache Spark (``engines/spark_executors.py``) and the audit on top (``spark_audit.py``).
 
 One local[2] session for the whole module; skipped with a reason when pyspark or
 a Java runtime is missing.
@@ -23,7 +23,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 from mlflow_mia.config import SignalConfig  # noqa: E402
 from mlflow_mia.signals.cache import CacheCorruptError  # noqa: E402
-from mlflow_mia.integrations.spark import (SparkSignalError, _score_batches, collect_signals,  # noqa: E402
+from mlflow_mia.engines.spark_executors import (SparkSignalError, _score_batches, collect_signals,  # noqa: E402
                                            model_spec, spark_signals)
 from mlflow_mia.signals import MaskedLM, compute_signals  # noqa: E402
 from mlflow_mia.signals.testing import WORDS, tiny_bert  # noqa: E402
@@ -42,7 +42,7 @@ def _texts(n: int, seed: int = 0) -> list[str]:
 def spark():
     """A local[2] session whose workers run this interpreter and import this copy of mlflow_mia."""
     import mlflow_mia
-    from mlflow_mia.integrations.spark_audit import spark_session
+    from mlflow_mia.engines.spark import spark_session
 
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH", "TRANSFORMERS_VERBOSITY")}
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -180,7 +180,7 @@ def test_unloadable_model_on_an_executor_surfaces_on_the_driver(spark, model_dir
 def test_cli_audit_on_spark_logs_the_local_metrics(spark, tracking):
     from mlflow import MlflowClient
 
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     args = ["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]
     assert main([*args, "--run-name", "local"]) == 0
@@ -235,8 +235,8 @@ def _bad_inputs(pool, population):
 
 def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, reference_dir, audit_data,
                                                                monkeypatch):
-    from mlflow_mia.audit import run_audit
-    from mlflow_mia.integrations import spark_audit
+    from mlflow_mia.audits.membership import run_audit
+    from mlflow_mia.entrypoints import spark_audit
 
     pool, population = audit_data
     monkeypatch.setattr(spark_audit, "spark_audit_signals", lambda *a, **k: pytest.fail("a Spark job ran"))
@@ -260,7 +260,7 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
 
 
 def test_spark_engine_refuses_neighbour_attacks_before_any_model_loads(spark, tmp_path):
-    from mlflow_mia.audit import run_audit
+    from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig
 
     with pytest.raises(ValueError, match=r"attack\(s\) \['neighbourhood'\] do not run on the Spark engine yet: "
@@ -272,8 +272,8 @@ def test_spark_engine_refuses_neighbour_attacks_before_any_model_loads(spark, tm
 
 
 def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_dir, audit_data, tmp_path):
-    from mlflow_mia.audit import run_audit
-    from mlflow_mia.integrations.spark_audit import run_spark_audit
+    from mlflow_mia.audits.membership import run_audit
+    from mlflow_mia.engines.spark import SparkEngine
 
     pool, population = audit_data
     config = _audit_config()
@@ -289,17 +289,17 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     assert {r: m["identity"] for r, m in remote.models.items()} == {r: m["identity"] for r, m in local.models.items()}
     assert remote.warnings == local.warnings  # the same tables, skipped for the same reasons
     assert not any("token ids" in w for w in remote.warnings)  # token ids from the driver's tokenizer
-    # the alias takes the same path
-    again = run_spark_audit(spark, model_dir, pool, population, reference=reference_dir, config=config,
-                            store=str(tmp_path / "store"))
+    # an engine object takes the same path as its name
+    again = run_audit(model_dir, pool, population, reference=reference_dir, config=config,
+                      engine=SparkEngine(spark, store=str(tmp_path / "store")), progress=False)
     assert again.metrics == pytest.approx(remote.metrics, abs=1e-12, nan_ok=True)
 
 
 def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
     import mlflow
 
-    from mlflow_mia.integrations.models import resolve_model
-    from mlflow_mia.integrations.scorer import log_scorer, scorer_result_type
+    from mlflow_mia.models.resolve import resolve_model
+    from mlflow_mia.entrypoints.scorer import log_scorer, scorer_result_type
 
     texts = list(tracking.pool["text"][:8])
     with mlflow.start_run():
@@ -383,7 +383,7 @@ def test_damaged_spark_store_file_is_named_without_a_java_trace(spark, model_dir
 
 
 def test_local_master_retries_a_task_whose_python_worker_was_killed(spark):
-    from mlflow_mia.integrations.spark_audit import local_with_retries
+    from mlflow_mia.engines.spark import local_with_retries
 
     assert spark.sparkContext.master == "local[2,4]" == local_with_retries("local[2]")
 
@@ -444,8 +444,8 @@ class ShippedForMaskedLM(BertForMaskedLM):
 
 def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_path):
     """--trust-remote-code --engine spark: executors load the model as the driver did (no 'pass the flag')."""
-    from mlflow_mia.integrations.models import resolve_model
-    from mlflow_mia.integrations.spark_audit import spark_audit_signals
+    from mlflow_mia.models.resolve import resolve_model
+    from mlflow_mia.engines.spark import spark_audit_signals
 
     model, tok = tiny_bert(seed=5)
     folder = tmp_path / "shipped"

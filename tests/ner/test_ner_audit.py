@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mlflow_mia.audit_ner import NerAuditConfig, compare_models, ner_audit
+from mlflow_mia.audits.ner.audit import NerAuditConfig, compare_models, ner_audit
 from mlflow_mia.signals.entity_confidence import ConfidenceCache, TokenClassifier, entity_confidence
 from mlflow_mia.signals.ner_testing import tiny_token_classifier
 from mlflow_mia.signals.testing import WORDS
@@ -102,7 +102,7 @@ def test_compare_models_control_mean_and_tau(audited, tmp_path):
 
 
 def test_unk_names_warning_reaches_the_result_and_the_report():
-    from mlflow_mia.report_ner import render_ner_report
+    from mlflow_mia.audits.ner.report import render_ner_report
 
     clf = TokenClassifier(*tiny_token_classifier())
     names = names_table(8)

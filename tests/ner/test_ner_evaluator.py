@@ -122,7 +122,7 @@ def test_evaluate_errors(registry):
 
 
 def test_cli_ner_audit(registry, tmp_path, capsys):
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     names_path = tmp_path / "names.csv"
     names_table().to_csv(names_path, index=False)
@@ -139,8 +139,8 @@ def test_cli_ner_audit(registry, tmp_path, capsys):
 
 def test_config_strings_are_read_as_their_values():
     """MLproject and CLI front ends pass strings: "false" must mean False (raw names stay out)."""
-    from mlflow_mia.audit_ner import NerAuditConfig
-    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+    from mlflow_mia.audits.ner.audit import NerAuditConfig
+    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
 
     cfg, options = parse_ner_config({"mia": {"method": "ner_prompts", "log_texts": "false", "progress": "0",
                                              "token_removal": "no", "seed": "3", "fprs": "0.1,0.01"}})
@@ -165,7 +165,7 @@ def _names_file(tmp_path, table=None, name="names.csv"):
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Loading a tagger fails the test: the error must come first."""
-    from mlflow_mia.integrations import ner_models
+    from mlflow_mia.entrypoints import ner_models
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the input error")
@@ -174,8 +174,8 @@ def no_model_load(monkeypatch):
 
 
 def test_item21_ner_device_banana_fails_before_any_model_loads(registry, tmp_path, no_model_load, capsys):
-    from mlflow_mia.integrations.cli import main
-    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+    from mlflow_mia.entrypoints.cli import main
+    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
 
     names = _names_file(tmp_path)
     assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names, "--device", "banana"]) == 2
@@ -185,9 +185,9 @@ def test_item21_ner_device_banana_fails_before_any_model_loads(registry, tmp_pat
 
 
 def test_item21_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no_model_load, capsys):
-    from mlflow_mia.audit_ner import NerAuditConfig
-    from mlflow_mia.integrations.cli import main
-    from mlflow_mia.integrations.ner_evaluator import parse_ner_config
+    from mlflow_mia.audits.ner.audit import NerAuditConfig
+    from mlflow_mia.entrypoints.cli import main
+    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
 
     names = _names_file(tmp_path)
     assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names,
@@ -200,7 +200,7 @@ def test_item21_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no
 
 
 def test_item21_entity_type_x_eq_y_fails_before_compute(registry, tmp_path, no_model_load, capsys):
-    from mlflow_mia.integrations.cli import main
+    from mlflow_mia.entrypoints.cli import main
 
     names = _names_file(tmp_path)
     assert main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", names, "--entity-types",
@@ -216,7 +216,7 @@ def test_item21_entity_type_x_eq_y_fails_before_compute(registry, tmp_path, no_m
 
 
 def test_item21_long_prompt_in_an_error_is_shortened():
-    from mlflow_mia.ner.prompts import check_prompts, split_prompt
+    from mlflow_mia.audits.ner.prompts import check_prompts, split_prompt
 
     prompt = "word " * 2000  # 10k characters, no slot
     for call in (lambda: split_prompt(prompt),
@@ -237,8 +237,8 @@ def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys
     import mlflow
 
     from mlflow_mia import lookup_hash
-    from mlflow_mia.integrations.cli import main
-    from mlflow_mia.integrations.logging import dataset_digest
+    from mlflow_mia.entrypoints.cli import main
+    from mlflow_mia.tracking.audit_log import dataset_digest
 
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "an environment key that must not be used")
     key = "my NER audit key, a secret of 32+ bytes"
@@ -281,7 +281,7 @@ def _labels_found_by_recomputing(run_id, names):
     import mlflow
     import numpy as np
 
-    from mlflow_mia.integrations.ner_models import resolve_token_classifier
+    from mlflow_mia.models.ner import resolve_token_classifier
     from mlflow_mia.signals.entity_confidence import entity_confidence
 
     root = mlflow.artifacts.download_artifacts(run_id=run_id)
@@ -315,7 +315,7 @@ def test_high1_ner_names_table_is_no_membership_oracle_by_default(registry):
 def test_high6_ner_evaluate_with_model_none_and_a_pyfunc_warning(registry, caplog):
     import mlflow
 
-    from mlflow_mia.integrations.evaluator import PYFUNC_WARNING
+    from mlflow_mia.entrypoints.evaluator import PYFUNC_WARNING
 
     names = names_table()
     with caplog.at_level("WARNING"):

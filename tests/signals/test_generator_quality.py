@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from mlflow_mia.audit import run_audit
+from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
-from mlflow_mia.report import render_report
+from mlflow_mia.audits.membership.report import render_report
 from mlflow_mia.signals import MaskedLM
 from mlflow_mia.signals.generator_quality import (WARNING_TEXT, GeneratorEvidence, check_generator, generator_accuracy,
                                                   judge_generator, loss_gap, neighbour_shift_over_gap)

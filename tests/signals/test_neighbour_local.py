@@ -64,7 +64,7 @@ def test_audit_runs_neighbourhood_local_beside_the_paper_variant(lm):
     import random
 
     from mlflow_mia.attacks import ATTACKS
-    from mlflow_mia.audit import run_audit
+    from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
     from mlflow_mia.data import AuditDataset, PopulationSet
     from mlflow_mia.signals.neighbours import generate_neighbours

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from mlflow_mia.audit import run_audit
+from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals

@@ -1,0 +1,147 @@
+"""``run_audit``: the two stages in a row (compute the signals on an engine, then score them)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from mlflow_mia.attacks import required_inputs
+from mlflow_mia.audits.membership.checks import check_audit
+from mlflow_mia.engines.audit_signals import AuditSignals
+from mlflow_mia.engines.local import AuditModels, stage_one
+from mlflow_mia.engines.registry import get_engine
+from mlflow_mia.audits.membership.result import AuditResult
+from mlflow_mia.audits.membership.scoring import score_checked
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.signals import SignalCache
+
+__all__ = ["run_audit", "compute_audit_signals"]
+
+log = logging.getLogger(__name__)
+
+
+def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
+              config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
+              device=None, progress: bool = True, spark=None, spark_master: str | None = None,
+              store: str | None = None) -> AuditResult:
+    """Audit a target masked LM for membership leakage.
+
+    One setup path whatever the engine: the engine checks the device and the inputs
+    it can compute, the models are loaded on this machine, every check of
+    :func:`~mlflow_mia.audits.membership.checks.check_audit` runs once, then the engine computes
+    stage 1 (:class:`~mlflow_mia.audits.membership.AuditSignals`) and stage 2 scores it here
+    (:func:`~mlflow_mia.audits.membership.scoring.score_checked`, no model runs).
+
+    Parameters
+    ----------
+    target : MaskedLM, (model, tokenizer) or str
+        The model under audit (a local folder for a str; with ``engine="spark"`` a
+        model URI or a folder every executor can read).
+    pool : AuditDataset
+        Members (label 1) and non-members (label 0) of the target's training data.
+    population : PopulationSet
+        Samples from the general distribution, disjoint from the pool; only used for
+        thresholds. Needs at least ``ceil(1 / min(fprs))`` samples.
+    reference : MaskedLM, (model, tokenizer) or str, optional
+        A model trained on similar but disjoint data; required by ``likelihood_ratio``.
+    generator : MaskedLM, (model, tokenizer) or str, optional
+        The masked LM proposing neighbours for ``neighbourhood`` (Mattern et al.
+        2023, Sec. 3). Precedence (:func:`~mlflow_mia.signals.neighbours.choose_generator`):
+        this argument, then ``config.neighbourhood.generator_model`` (a local
+        folder), then ``reference``.
+    config : AuditConfig, optional
+        Attacks, signal and metric settings (defaults: loss and likelihood ratio,
+        energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
+    engine : {"local", "spark"} or engine object
+        Where stage 1 runs (:mod:`mlflow_mia.engines.registry`): this process, or Apache
+        Spark executors (the per-text signals of each model; needs
+        ``pip install 'mlflow-mia[spark]'``; attacks reading neighbours are local only).
+    cache : SignalCache or str, optional
+        Signal cache (or its directory) of the local engine: re-runs and shared
+        references cost nothing.
+    device : str, optional
+        Default: CUDA when available, else CPU (on Spark: the executors' device,
+        default the task's GPU).
+    progress : bool
+        Show progress bars.
+    spark : SparkSession, optional
+        ``engine="spark"``: the session (default: the active one, or a new one on ``spark_master``).
+    spark_master : str, optional
+        ``engine="spark"``: the master of a new session, e.g. ``"local[2]"``.
+    store : str, optional
+        ``engine="spark"``: a Parquet signal store shared across runs (a re-run computes only
+        the texts missing there).
+
+    Returns
+    -------
+    AuditResult
+        ``info["engine"]`` names the engine.
+
+    Raises
+    ------
+    ValueError
+        Before any model loads: an unknown engine or an option it does not take, a
+        device that does not exist, unknown attacks, attacks whose inputs the engine
+        cannot compute. Before any model runs: a missing reference or generator, a
+        reference whose tokenizer differs from the target's (unless
+        ``config.allow_tokenizer_mismatch``), a pool with one class, a missing or too
+        small population set, pool and population overlap.
+    """
+    config = config or AuditConfig()
+    t0 = time.perf_counter()
+    runner = get_engine(engine, spark=spark, spark_master=spark_master, store=store)
+    runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
+    runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
+    models = AuditModels.build(target, reference=reference, generator=generator, config=config, load=runner.load)
+    notes = check_audit(models, pool, population, config)
+    if isinstance(cache, str):
+        cache = SignalCache(cache)
+    signals = runner.signals(models, pool, population, config, cache=cache, device=device, progress=progress)
+    result = score_checked(signals, pool, population, config, notes=notes)
+    result.info["timings"]["total_s"] = round(time.perf_counter() - t0, 3)
+    log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
+    return result
+
+
+def compute_audit_signals(models, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None,
+                          *, cache: SignalCache | str | None = None, device=None,
+                          progress: bool = True) -> AuditSignals:
+    """Stage 1 alone: check the inputs (:func:`~mlflow_mia.audits.membership.checks.check_audit`), then :func:`stage_one`.
+
+    Parameters
+    ----------
+    models : AuditModels, MaskedLM, (model, tokenizer) or str
+        The models by role; anything else is taken as the target alone.
+    pool : AuditDataset
+        Members (label 1) and non-members (label 0).
+    population : PopulationSet
+        Disjoint from the pool.
+    config : AuditConfig, optional
+        Attacks (what to compute), signal and neighbourhood settings.
+    cache : SignalCache or str, optional
+        Signal cache (or its directory): re-runs and shared references cost nothing.
+    device : str, optional
+        Default: CUDA when available, else CPU.
+    progress : bool
+        Show progress bars.
+
+    Returns
+    -------
+    AuditSignals
+        See :func:`stage_one`.
+
+    Raises
+    ------
+    ValueError
+        Before any model runs: unknown attacks, a missing reference or generator, and
+        every data error of :func:`~mlflow_mia.audits.membership.checks.check_data`.
+    """
+    config = config or AuditConfig()
+    required_inputs(config.attacks)  # unknown attacks fail first
+    if not isinstance(models, AuditModels):
+        models = AuditModels.build(models, config=config)
+    check_audit(models, pool, population, config)
+    if isinstance(cache, str):
+        cache = SignalCache(cache)
+    return stage_one(models, pool, population, config, cache=cache, device=device, progress=progress)

@@ -1,0 +1,306 @@
+"""Stage 2 of an audit: signals -> attack scores -> metrics -> tables. Runs no model.
+
+Method: Mireshghallah et al. (2022), "Quantifying Privacy Risks of Masked
+Language Models Using Membership Inference Attacks", Sec. 2.4 (thresholds from
+population data), Sec. 3.5 (AUC, precision, recall), Table 2 (sample and user
+level), Table 3 (length breakdown); TPR at low FPR as in Carlini et al. (2022),
+"Membership Inference Attacks From First Principles".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from mlflow_mia.attacks import get_attack, required_inputs, required_roles
+from mlflow_mia.audits.membership.checks import check_data, check_signals
+from mlflow_mia.audits.membership.extras import generator_check, memorization_features, neighbour_examples
+from mlflow_mia.audits.membership.result import AttackReport, AuditResult
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
+from mlflow_mia.metrics.bootstrap import (bootstrap_distribution, precision_at_threshold_statistic,
+                                          recall_at_threshold_statistic, tpr_at_fpr_statistic)
+from mlflow_mia.metrics.epsilon import epsilon_lower_bound
+from mlflow_mia.metrics.roc import auc_statistic, roc, tpr_at_fpr_from_roc
+from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold,
+                                           population_threshold_metrics, unresolved_reason)
+from mlflow_mia.naming import fmt_alpha, headline_attack
+
+__all__ = ["score_audit", "score_checked", "attack_report"]
+
+log = logging.getLogger(__name__)
+
+_RISKY_COLUMNS = ["sample_id", "text_hash", "group", "n_tokens"]
+
+
+#: How the trials of each level's epsilon lower bound relate to the privacy unit (report and summary).
+EPSILON_UNITS = {
+    "sample": "one trial per sample: a sample-level bound only if samples were included in training independently",
+    "sample_grouped": ("one trial per sample, but membership was decided per group: at best a bound on group-level "
+                       "epsilon; the user-level bound is the one that applies"),
+    "user": "one trial per group (its samples' mean score): a group-level bound",
+}
+
+
+def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None, groups=None,
+                  level: str = "sample", population_note: str | None = None) -> AttackReport:
+    """Metrics of one attack at one level: exact ROC, TPR at each FPR, population thresholds, CIs, epsilon.
+
+    Parameters
+    ----------
+    name : str
+        Attack name (``"loss"`` adds the mean-member-loss threshold).
+    y_true : ndarray of shape (n,), int
+        1 = member, 0 = non-member.
+    y_score : ndarray of shape (n,), float
+        Attack scores, higher = member.
+    pop_scores : ndarray of shape (m,), float, or None
+        Population scores for the thresholds; each FPR alpha gets a threshold
+        only when ``m >= ceil(1 / alpha)``.
+    config : AuditConfig
+        Only ``config.metrics`` is read.
+    lengths : ndarray of shape (n,), int, optional
+        Token counts for the length breakdown.
+    groups : array-like of shape (n,), optional
+        Group id of each sample when membership was decided per group: every
+        interval then resamples groups (members' and non-members' apart).
+    level : {"sample", "user"}
+        ``"user"`` when the rows are users already (group scores); names the
+        units in the reasons and the epsilon bound.
+    population_note : str, optional
+        Why ``pop_scores`` is None (shown in place of the thresholds).
+
+    Returns
+    -------
+    AttackReport
+        A TPR at FPR alpha needs ``ceil(1 / alpha)`` non-members at this
+        level: below that it is nan, without interval, and
+        ``AttackReport.unresolved`` says why (as for a dropped population threshold).
+    """
+    if level not in ("sample", "user"):
+        raise ValueError(f"level must be 'sample' or 'user', got {level!r}")
+    mc = config.metrics
+    curve = roc(y_true, y_score)
+    n_non_members = int(np.count_nonzero(np.asarray(y_true) == 0))
+    unresolved: dict[str, str] = {}
+    tprs = {}
+    for a in mc.fprs:
+        why = unresolved_reason(n_non_members, a, unit="non-members" if level == "sample" else "non-member users")
+        tprs[a] = math.nan if why else tpr_at_fpr_from_roc(curve, a)
+        if why:
+            unresolved[f"tpr_at_fpr_{fmt_alpha(a)}"] = why
+    population = _population(y_true, y_score, pop_scores, mc.fprs, level, population_note, unresolved)
+    ci, upper, resampled = {}, {}, None
+    if mc.bootstrap_rounds:
+        ci, upper, resampled = _intervals(y_true, y_score, tprs, population, mc, groups, level)
+    mean_loss = (metrics_at_threshold(y_true, y_score, threshold=mean_member_loss_threshold(y_true, y_score))
+                 if name == "loss" else None)
+    bins = length_breakdown(y_true, y_score, lengths, bins=mc.length_bins) if lengths is not None else []
+    eps = epsilon_lower_bound(population, delta=mc.delta, confidence=mc.confidence) if population else None
+    trials = "user" if level == "user" else ("sample_grouped" if groups is not None else "sample")
+    return AttackReport(name=name, roc=curve, tpr_at_fpr=tprs, population=tuple(population), ci=ci,
+                        mean_member_loss=mean_loss, lengths=bins, epsilon=eps, level=level, upper=upper,
+                        resampled=resampled, unresolved=unresolved, epsilon_trials=EPSILON_UNITS[trials])
+
+
+def _population(y_true, y_score, pop_scores, fprs, level, note, unresolved) -> tuple:
+    """Metrics at the population threshold of every alpha the population resolves; reasons for the others."""
+    if pop_scores is None:
+        unresolved["population_thresholds"] = note or "no population scores at this level"
+        return ()
+    unit = "population samples" if level == "sample" else "population groups"
+    kept = []
+    for a in fprs:
+        why = unresolved_reason(len(pop_scores), a, unit=unit)
+        if why:
+            unresolved[f"pop_fpr_{fmt_alpha(a)}"] = why
+        else:
+            kept.append(a)
+    return population_threshold_metrics(y_true, y_score, pop_scores, alphas=kept) if kept else ()
+
+
+def _intervals(y_true, y_score, tprs, population, mc, groups, level):
+    """Bootstrap intervals (two-sided), one-sided upper bounds of the TPRs, and what was resampled."""
+    stats = {"auc": auc_statistic}
+    stats.update({f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a, v in tprs.items()
+                  if not math.isnan(v)})
+    for t in population:
+        a = fmt_alpha(t.alpha)
+        stats[f"precision_at_pop_fpr_{a}"] = precision_at_threshold_statistic(t.threshold)
+        stats[f"recall_at_pop_fpr_{a}"] = recall_at_threshold_statistic(t.threshold)
+    dist = bootstrap_distribution(y_true, y_score, statistics=stats, rounds=mc.bootstrap_rounds, seed=mc.seed,
+                                  groups=groups)
+    ci = {k: dist.interval(k, confidence=mc.confidence) for k in stats}
+    upper = {a: (math.nan if math.isnan(v) else dist.upper(f"tpr_at_fpr_{fmt_alpha(a)}", confidence=mc.confidence))
+             for a, v in tprs.items()}
+    unit = "user" if level == "user" else dist.unit
+    return ci, upper, {"unit": unit, "n_members": dist.n_member_units, "n_non_members": dist.n_non_member_units,
+                       "rounds": mc.bootstrap_rounds, "stratified_by_label": True}
+
+
+def _attack_scores(name, signals, pool, population, config, warnings, unscored):
+    """Pool and population scores of one attack; NaN rows allowed only where the attack says so."""
+    attack = get_attack(name, config)  # its own settings, read through its declared settings_from_config
+    n_pool = len(pool)
+    scores = attack(signals.inputs(np.arange(n_pool), pool.texts))
+    pscores = attack(signals.inputs(np.arange(n_pool, n_pool + len(population)), population.texts))
+    nan_pool, nan_pop = np.isnan(scores), np.isnan(pscores)
+    nan_rows = int(nan_pool.sum() + nan_pop.sum())
+    if nan_rows and not attack.allows_nan:
+        raise ValueError(f"attack {name!r} produced {nan_rows} NaN score(s); nothing scoreable for those rows")
+    if attack.allows_nan:
+        # e.g. neighbourhood: a sample with no replaceable word has no neighbours and no score.
+        unscored[name] = nan_rows
+        if nan_rows:
+            warnings.append(f"attack {name!r} could not score {nan_rows} sample(s) ({int(nan_pool.sum())} in the "
+                            f"pool, {int(nan_pop.sum())} in the population); they are left out of its metrics")
+    return scores, pscores
+
+
+def _score_attack(name, signals, pool, population, config, samples, n_tokens, out):
+    """Scores, sample- and user-level reports, flags and riskiest records of one attack, added to ``out``."""
+    scores, pscores = _attack_scores(name, signals, pool, population, config, out["warnings"], out["unscored"])
+    y = samples["label"].to_numpy()
+    keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
+    y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
+    groups = np.asarray(pool.groups)[keep] if pool.groups is not None else None
+    report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep], groups=groups)
+    out["attacks"][name], out["population_scores"][name] = report, pscores
+    samples[f"score_{name}"] = scores
+    for t in report.population:
+        samples[f"flagged_{name}_fpr_{fmt_alpha(t.alpha)}"] = scores > t.threshold
+    if report.population:
+        lowest = report.population[-1]
+        idx = keep[riskiest_records(y_k, scores_k, threshold=lowest.threshold, top=config.metrics.top_records)]
+        out["risky"].append(samples.iloc[idx][_RISKY_COLUMNS].assign(attack=name, score=scores[idx],
+                                                                      flagged_at_fpr=lowest.alpha))
+    if pool.groups is not None:
+        users = group_scores(y_k, scores_k, groups)
+        user_pop, note = None, "the population set has no group column"
+        if population.groups is not None:
+            # Every alpha the population's groups resolve gets its user-level threshold (each on its own).
+            user_pop = group_scores(np.zeros(len(pscores_k), dtype=np.int64), pscores_k,
+                                    np.asarray(population.groups)[pop_keep]).y_score
+        out["user_attacks"][name] = attack_report(name, users.y_true, users.y_score, user_pop, config,
+                                                  level="user", population_note=note)
+
+
+def _metrics(out, pool: AuditDataset, population: PopulationSet, y, n_truncated: int) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for name, report in out["attacks"].items():
+        metrics.update(report.metrics(f"{name}/"))
+    for name, report in out["user_attacks"].items():
+        metrics.update(report.metrics(f"user/{name}/"))
+    metrics.update({f"{name}/n_unscored": count for name, count in out["unscored"].items()})
+    metrics.update({"n_members": int(y.sum()), "n_non_members": int((y == 0).sum()),
+                    "n_population": len(population), "n_truncated": n_truncated})
+    if out["user_attacks"]:
+        users = group_scores(y, np.zeros(len(pool)), pool.groups)
+        metrics.update({"user/n_members": int(users.y_true.sum()),
+                        "user/n_non_members": int((users.y_true == 0).sum())})
+    return metrics
+
+
+def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None, *,
+                notes=()) -> AuditResult:
+    """Score precomputed signals: attacks -> metrics -> tables. Runs no model.
+
+    Parameters
+    ----------
+    signals : AuditSignals
+        From :func:`~mlflow_mia.audits.membership.compute_audit_signals`, or built from arrays
+        computed anywhere: one row per pool text, then one per population text. The
+        tables that read beyond the scores (memorization features, neighbour
+        examples, the generator check) read ``signals.extras``; without them each is
+        skipped with a warning, and the metrics do not depend on them.
+    pool : AuditDataset
+        Members (label 1) and non-members (label 0).
+    population : PopulationSet
+        Disjoint from the pool; only used for thresholds.
+    config : AuditConfig, optional
+        Attacks and metric settings; must be the config the signals were computed with.
+    notes : sequence of str
+        Warnings from earlier checks, put first in ``AuditResult.warnings``.
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    ValueError
+        Unknown attacks; a pool with one class; a missing, too small or overlapping
+        population set; signals missing an input an attack needs, with a row count
+        other than ``n_pool + n_population``, or whose text hashes do not match the data.
+    """
+    config = config or AuditConfig()
+    required_inputs(config.attacks)  # unknown attacks fail first
+    notes = list(notes) + check_data(pool, population, config)
+    return score_checked(signals, pool, population, config, notes=notes)
+
+
+def score_checked(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
+                  notes=()) -> AuditResult:
+    """:func:`score_audit` on data :func:`~mlflow_mia.audits.membership.checks.check_data` has passed (``run_audit``'s stage 2).
+
+    Only the signals are checked against the data here (:func:`~mlflow_mia.audits.membership.checks.check_signals`).
+    """
+    import pandas as pd
+
+    t0 = time.perf_counter()
+    check_signals(signals, pool, population, config)
+    notes = list(notes)
+    for note in notes:
+        log.warning(note)
+    n_pool = len(pool)
+    target = signals.target
+    y = pool.labels.astype(np.int64)
+    n_tokens = target.n_tokens[:n_pool]
+    samples = pd.DataFrame({
+        "sample_id": list(pool.sample_ids), "text_hash": list(pool.text_hashes), "label": y,
+        "group": list(pool.groups) if pool.groups is not None else None,
+        "n_tokens": n_tokens, "truncated": target.truncated[:n_pool]})
+    n_truncated = target.n_truncated
+    out = {"attacks": {}, "user_attacks": {}, "population_scores": {}, "risky": [], "unscored": {},
+           "warnings": notes + ([f"{n_truncated} sample(s) longer than the model limit were truncated"]
+                                if n_truncated else [])}
+    for name in config.attacks:
+        _score_attack(name, signals, pool, population, config, samples, n_tokens, out)
+    if pool.groups is not None and population.groups is None:
+        out["warnings"].append("user-level thresholds skipped: the population set has no group column")
+    metrics = _metrics(out, pool, population, y, n_truncated)
+    attacks, warnings, extras = out["attacks"], out["warnings"], signals.extras
+    needs, values = required_inputs(config.attacks), target.values[:n_pool]
+    examples = None
+    if "neighbour_values" in needs:
+        examples = neighbour_examples(extras, pool, samples, values, needs["neighbour_values"][0],
+                                      warnings=warnings)
+    if "generator" in required_roles(config.attacks):
+        metrics.update(generator_check(extras, pool, values, warnings=warnings))
+    headline = headline_attack(attacks)
+    features = memorization_features(extras, pool, samples, attacks[headline], headline, config, warnings)
+    record = dict(signals.info.get("models", {}))
+    engine = {"engine": signals.info["engine"]} if signals.info.get("engine") else {}
+    info = {**_identity_info(record), **engine, "n_pool": n_pool, "n_population": len(population),
+            "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
+    riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
+        columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])
+    log.info("audit scored: %s", ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in attacks.items()))
+    return AuditResult(config=config, metrics=metrics, samples=samples, attacks=attacks,
+                       user_attacks=out["user_attacks"], population_scores=out["population_scores"],
+                       riskiest=riskiest, info=info, warnings=warnings, memorization_features=features,
+                       neighbour_examples=examples, models=record)
+
+
+def _identity_info(record: dict) -> dict:
+    """``AuditResult.info``'s model keys from the models record (``target_model``, ``target_name``, ...)."""
+    target, reference = record.get("target") or {}, record.get("reference") or {}
+    info = {"target_model": target.get("identity"), "target_name": target.get("name"),
+            "reference_model": reference.get("identity"), "reference_name": reference.get("name")}
+    if record.get("generator"):
+        info["neighbour_generator"] = record["generator"]["identity"]
+    return info

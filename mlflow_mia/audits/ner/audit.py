@@ -1,0 +1,316 @@
+"""The NER prompt memorization audit (Xia et al. 2025): names x prompts -> C(e) -> M-MEM.
+
+:func:`ner_audit` chains the layers for one token-classification model: every
+prompt of every entity type is filled with every name of the detection set
+(plus the name alone and the hand-written baseline prompts), the entity
+confidences are computed in one batched, cached run (:mod:`~mlflow_mia.signals.entity_confidence`),
+and the prompt metrics (:mod:`~mlflow_mia.metrics.prompts`) are taken per type:
+best / worst prompt chosen on dev and reported on test, gap and standard
+deviation, baselines -PT / One-PT / Mix-PT, the ensembles, token removal and TPR
+at a low FPR. :func:`compare_models` gives Kendall's tau of prompt scores across
+models and the control-corrected mean of two models trained on swapped halves.
+
+References
+----------
+.. [1] Y. Xia et al., "Exploring prompts to elicit memorization in masked language
+   model-based named entity recognition", PLoS One 20(9), 2025.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mlflow_mia.audits.ner.names import assign_split, check_names_table, name_hash, unknown_token_warnings
+from mlflow_mia.audits.ner.prompts import SLOT, load_prompts
+from mlflow_mia.config import NerAuditConfig
+from mlflow_mia.metrics import prompts as pm
+
+_METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
+
+__all__ = ["NerAuditConfig", "NerAuditResult", "ner_audit", "compare_models"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NerAuditResult:
+    """What :func:`ner_audit` found for one model.
+
+    Attributes
+    ----------
+    model_id : str
+    metrics : dict of str to float
+        ``ner/{type}/{metric}`` (see :func:`ner_audit`).
+    prompts_table : pandas.DataFrame
+        One row per prompt and type: ``prompt_id, prompt, entity_type, sentence_type,
+        slot_position, n_words, mmem_dev, mmem_test, mmem_all``.
+    summaries : dict of str to dict
+        Per type: best / worst / modified prompts (text), baselines, ensembles, tau.
+    names : pandas.DataFrame
+        ``name_hash, entity_type, is_member, split`` (no raw names) plus the best
+        and worst prompts' confidences (``c_best``, ``c_worst``).
+    raw_names : list of str
+        Raw names in the order of ``names``; written only when ``log_texts`` is set.
+    config : NerAuditConfig
+    hash_key : HashKey or None
+        The key of the ``name_hash`` column (never logged); the logger digests the
+        names with it.
+    warnings : list of str
+        What may distort the result (e.g. names read at ``[UNK]`` tokens); shown in the report.
+    """
+
+    model_id: str
+    metrics: dict
+    prompts_table: object
+    summaries: dict
+    names: object
+    raw_names: list = field(repr=False, default_factory=list)
+    config: NerAuditConfig = field(default_factory=NerAuditConfig)
+    hash_key: object = field(repr=False, default=None)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def entity_types(self) -> list[str]:
+        return list(self.summaries)
+
+
+class _Scorer:
+    """C(e) of (prompt, name) pairs of one type through the cached signal."""
+
+    def __init__(self, clf, *, subword, token_budget, batch_size, device, cache, progress):
+        self.clf = clf
+        self.kw = dict(subword=subword, token_budget=token_budget, batch_size=batch_size, device=device, cache=cache)
+        self.progress = progress
+
+    def matrix(self, prompts, names, entity_type, desc=None) -> np.ndarray:
+        """``(len(prompts), len(names))`` confidences."""
+        from mlflow_mia.signals.entity_confidence import entity_confidence
+
+        p = [q for q in prompts for _ in names]
+        n = list(names) * len(prompts)
+        values = entity_confidence(self.clf, p, n, [entity_type] * len(p), progress=self.progress, desc=desc,
+                                   **self.kw)
+        return values.reshape(len(prompts), len(names))
+
+    def many(self, jobs) -> list[np.ndarray]:
+        """Every ``(prompts, names, type)`` job in one length-sorted run; one matrix per job."""
+        from mlflow_mia.signals.entity_confidence import entity_confidence
+
+        p, n, t = [], [], []
+        for prompts, names, kind in jobs:
+            for q in prompts:
+                p.extend([q] * len(names))
+                n.extend(names)
+                t.extend([kind] * len(names))
+        values = entity_confidence(self.clf, p, n, t, progress=self.progress, **self.kw)
+        out, start = [], 0
+        for prompts, names, _ in jobs:
+            size = len(prompts) * len(names)
+            out.append(values[start:start + size].reshape(len(prompts), len(names)))
+            start += size
+        return out
+
+
+def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tuple[dict, dict, dict]:
+    """Metrics, summary and ROC scores of one entity type."""
+    dev, test = split == "dev", split == "test"
+    m_dev, m_test, m_all = (pm.prompt_mmem(y[s], conf[:, s]) for s in (dev, test, slice(None)))
+    table["mmem_dev"], table["mmem_test"], table["mmem_all"] = m_dev, m_test, m_all
+    best, worst = int(np.argmax(m_dev)), int(np.argmin(m_dev))
+    out = {"best_prompt_mmem": m_test[best], "best_prompt_mmem_dev": m_dev[best],
+           "worst_prompt_mmem": m_test[worst], "worst_prompt_mmem_dev": m_dev[worst]}
+    for tag, idx in (("best", best), ("worst", worst)):
+        for part, rows in (("", test), ("_dev", dev)):
+            low, high = pm.mmem_ci(y[rows], conf[idx, rows], rounds=cfg.bootstrap_rounds, seed=cfg.seed)
+            out[f"{tag}_prompt_mmem{part}_ci_low"], out[f"{tag}_prompt_mmem{part}_ci_high"] = low, high
+    for suffix, scores in (("", m_dev), ("_test", m_test), ("_all", m_all)):
+        s = pm.prompt_spread(scores)
+        out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = (
+            s["gap"], s["std"], s["mean"])
+    out["kendall_tau_dev_test"], out["kendall_tau_dev_test_pvalue"] = pm.kendall_tau(m_dev, m_test)
+    out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length
+    for column in ("sentence_type", "slot_position"):  # Sect. 5.4: sentence type, position of the name
+        for value, mean in table.groupby(column)["mmem_all"].mean().items():
+            out[f"mmem_by_{column}/" + _METRIC_UNSAFE.sub("_", str(value))] = mean
+    # baselines: the name alone, one hand-written prompt, a random hand-written prompt per name
+    out["no_pt_mmem"] = pm.mmem(y[test], base["none"][test])
+    out["one_pt_mmem"] = pm.mmem(y[test], base["hand"][0, test])
+    pick = np.random.default_rng(cfg.seed).integers(0, base["hand"].shape[0], size=len(y))
+    mix = base["hand"][pick, np.arange(len(y))]
+    out["mix_pt_mmem"] = pm.mmem(y[test], mix[test])
+    ens_test = pm.ensemble_mmem(y[test], conf[:, test], weights=m_dev)
+    ens_dev = pm.ensemble_mmem(y[dev], conf[:, dev], weights=m_dev)
+    out.update({f"{k}_mmem": v for k, v in ens_test.items()})
+    out.update({f"{k}_mmem_dev": v for k, v in ens_dev.items()})
+    scores = pm.ensemble_scores(conf, weights=m_dev)
+    best_ens = max(scores, key=lambda k: ens_dev[k])
+    summary = {"best_prompt": table["prompt"].iloc[best], "worst_prompt": table["prompt"].iloc[worst],
+               "best_prompt_id": table["prompt_id"].iloc[best], "worst_prompt_id": table["prompt_id"].iloc[worst],
+               "one_pt_prompt": base["hand_prompts"][0], "best_ensemble": best_ens}
+    for alpha in cfg.fprs:
+        for tag, s in (("best_prompt", conf[best]), ("best_ensemble", scores[best_ens])):
+            r = pm.tpr_at_dev_fpr(y[dev], s[dev], y[test], s[test], alpha=alpha)
+            out[f"{tag}_tpr_at_fpr_{alpha:g}"] = r["tpr"]
+            out[f"{tag}_fpr_at_fpr_{alpha:g}"] = r["fpr"]
+    if cfg.token_removal:
+        out.update(_token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary))
+    out["n_prompts"], out["n_names_dev"], out["n_names_test"] = len(table), int(dev.sum()), int(test.sum())
+    rocs = {"best": (y[test], conf[best, test]), "worst": (y[test], conf[worst, test])}
+    return out, summary, rocs
+
+
+def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary) -> dict:
+    """BM-PT / WM-PT: the best and worst of all modified prompts on dev, reported on test."""
+    dev_names = [n for n, d in zip(names, dev) if d]
+
+    def dev_score(prompts):
+        return pm.prompt_mmem(y[dev], scorer.matrix(prompts, dev_names, kind))
+
+    steps = (pm.greedy_token_removal(table["prompt"].iloc[best], dev_score, maximize=True)
+             + pm.greedy_token_removal(table["prompt"].iloc[worst], dev_score, maximize=False))
+    if not steps:
+        return {}
+    bm = max(steps, key=lambda s: s.score)
+    wm = min(steps, key=lambda s: s.score)
+    test_names = [n for n, t in zip(names, test) if t]
+    conf = scorer.matrix([bm.prompt, wm.prompt], test_names, kind)
+    summary["best_modified_prompt"], summary["worst_modified_prompt"] = bm.prompt, wm.prompt
+    return {"best_modified_mmem": pm.mmem(y[test], conf[0]), "best_modified_mmem_dev": bm.score,
+            "worst_modified_mmem": pm.mmem(y[test], conf[1]), "worst_modified_mmem_dev": wm.score}
+
+
+def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
+              device=None, progress: bool = True, hash_key=None) -> NerAuditResult:
+    """Audit one token-classification model for memorized entity names.
+
+    Parameters
+    ----------
+    model : TokenClassifier or (model, tokenizer)
+    names : pandas.DataFrame
+        ``name, entity_type, is_member`` (1 = in the model's training data), optional
+        ``split`` (dev/test; else drawn with ``config.seed`` and ``config.dev_fraction``).
+    prompts, handwritten : DataFrame or path, optional
+        Prompt set and hand-written baseline prompts (``prompt, entity_type,
+        sentence_type``); default: the shipped sets.
+    config : NerAuditConfig, optional
+    cache : ConfidenceCache, optional
+    device : str, optional
+    progress : bool
+    hash_key : HashKey, optional
+        Key of the name hashes (``name_hash``); resolved by the caller once per audit
+        (``hash_key_file``). Default: :func:`~mlflow_mia.hashing.resolve_hash_key`
+        (``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept).
+
+    Returns
+    -------
+    NerAuditResult
+        Metrics per type ``ner/{type}/...``: ``best_prompt_mmem`` / ``worst_prompt_mmem``
+        (chosen on dev, M-MEM on test; ``_dev``, ``_ci_low/_ci_high`` and ``_dev_ci_low/_dev_ci_high`` too),
+        ``prompt_gap`` / ``prompt_std`` (over prompts on dev; ``_test``, ``_all``),
+        ``no_pt_mmem``, ``one_pt_mmem``, ``mix_pt_mmem``, ``{mv,avg_c,wed_c,max_c,min_c}_mmem``,
+        ``best_modified_mmem`` / ``worst_modified_mmem``, ``kendall_tau_dev_test``,
+        ``kendall_tau_length`` (prompt words vs M-MEM over all names),
+        ``mmem_by_sentence_type/{type}`` and ``mmem_by_slot_position/{pos}`` (mean M-MEM over all names),
+        ``{best_prompt,best_ensemble}_tpr_at_fpr_{alpha}``.
+
+    Raises
+    ------
+    ValueError
+        Bad names table (one class, unknown types, empty names), prompts without
+        exactly one slot or missing for a type, a type the model has no tag for.
+    """
+    import pandas as pd
+
+    from mlflow_mia.signals.entity_confidence import TokenClassifier
+
+    from mlflow_mia.hashing import resolve_hash_key
+
+    cfg = config or NerAuditConfig()
+    key = hash_key if hash_key is not None else resolve_hash_key()
+    clf = model if isinstance(model, TokenClassifier) else TokenClassifier(*model)
+    table = assign_split(check_names_table(names, entity_types=cfg.entity_types), dev_fraction=cfg.dev_fraction,
+                         seed=cfg.seed)
+    types = list(cfg.entity_types or dict.fromkeys(table["entity_type"]))
+    warnings = unknown_token_warnings(table, clf.tokenizer)
+    for warning in warnings:
+        log.warning(warning)
+    from mlflow_mia.signals.entity_confidence import entity_tag_ids
+
+    for kind in types:  # fail before any forward pass
+        entity_tag_ids(clf.label2id, kind)
+    prompt_set = load_prompts(prompts, entity_types=types)
+    hand = load_prompts(handwritten, entity_types=types, kind="handwritten")
+    scorer = _Scorer(clf, subword=cfg.subword, token_budget=cfg.token_budget, batch_size=cfg.batch_size,
+                     device=device, cache=cache, progress=progress)
+    groups = {k: table[table["entity_type"] == k].reset_index(drop=True) for k in types}
+    jobs = [(list(prompt_set.loc[prompt_set.entity_type == k, "prompt"]) + [SLOT] +
+             list(hand.loc[hand.entity_type == k, "prompt"]), list(g["name"]), k) for k, g in groups.items()]
+    metrics, summaries, tables, name_rows, raw, rocs = {}, {}, [], [], [], {}
+    for (all_prompts, type_names, kind), g, conf in zip(jobs, groups.values(), scorer.many(jobs)):
+        n_set = int((prompt_set.entity_type == kind).sum())
+        hand_prompts = all_prompts[n_set + 1:]
+        base = {"none": conf[n_set], "hand": conf[n_set + 1:], "hand_prompts": hand_prompts}
+        t = prompt_set[prompt_set.entity_type == kind].reset_index(drop=True).copy()
+        y, split = g["is_member"].to_numpy(), g["split"].to_numpy()
+        out, summaries[kind], rocs[kind] = _type_metrics(kind, y, split, conf[:n_set], t, base, scorer,
+                                                         type_names, cfg)
+        metrics.update({f"ner/{kind}/{k}": float(v) for k, v in out.items()})
+        tables.append(t)
+        best, worst = (t.index[t.prompt_id == summaries[kind]["best_prompt_id"]][0],
+                       t.index[t.prompt_id == summaries[kind]["worst_prompt_id"]][0])
+        name_rows.append(pd.DataFrame({"name_hash": [name_hash(n, key) for n in type_names], "entity_type": kind,
+                                       "is_member": y, "split": split, "c_best": conf[best],
+                                       "c_worst": conf[worst], "c_no_prompt": base["none"]}))
+        raw.extend(type_names)
+    summaries = {k: {**v, "rocs": rocs[k]} for k, v in summaries.items()}
+    return NerAuditResult(model_id=clf.model_id, metrics=metrics, prompts_table=pd.concat(tables, ignore_index=True),
+                          summaries=summaries, names=pd.concat(name_rows, ignore_index=True), raw_names=raw,
+                          config=cfg, hash_key=key, warnings=warnings)
+
+
+def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:
+    """Kendall's tau of prompt scores across models, and control-corrected means.
+
+    Parameters
+    ----------
+    results : dict of str to NerAuditResult
+        Model label -> result (the same prompts per type).
+    controls : dict of str to str, optional
+        ``label -> label of its control`` (e.g. ``{"A": "B"}``): two models trained on
+        swapped halves whose in- and out-of-sample names are swapped. Their mean
+        best-prompt M-MEM (and mean AVG-C) is reported as ``ner/{type}/controlled/...``:
+        a name set that is merely easier to tag lifts one model and lowers the other.
+
+    Returns
+    -------
+    (dict of metrics, pandas.DataFrame of tau per type and model pair)
+    """
+    import itertools
+
+    import pandas as pd
+
+    rows, metrics = [], {}
+    labels = list(results)
+    for a, b in itertools.combinations(labels, 2):
+        ta, tb = results[a].prompts_table, results[b].prompts_table
+        for kind in sorted(set(ta.entity_type) & set(tb.entity_type)):
+            x = ta[ta.entity_type == kind].set_index("prompt_id")
+            z = tb[tb.entity_type == kind].set_index("prompt_id").reindex(x.index)
+            for col in ("mmem_dev", "mmem_test", "mmem_all"):
+                tau, p = pm.kendall_tau(x[col], z[col])
+                rows.append({"model_a": a, "model_b": b, "entity_type": kind, "scores": col, "tau": tau, "pvalue": p})
+    for a, b in (controls or {}).items():
+        if a not in results or b not in results or a > b:
+            continue
+        for kind in results[a].entity_types:
+            for key in ("best_prompt_mmem", "worst_prompt_mmem", "prompt_gap", "prompt_std", "avg_c_mmem",
+                        "prompt_mean_all"):
+                va = results[a].metrics.get(f"ner/{kind}/{key}", math.nan)
+                vb = results[b].metrics.get(f"ner/{kind}/{key}", math.nan)
+                metrics[f"ner/{kind}/controlled/{key}"] = (va + vb) / 2.0
+    return metrics, pd.DataFrame(rows)

@@ -1,0 +1,96 @@
+"""The ``report.md`` section of a NER prompt memorization audit.
+
+Numbers and prompts only: names never appear (they are the sensitive data here).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["render_ner_report"]
+
+
+def _n(x, digits: int = 3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _row(m: dict, kind: str) -> list[str]:
+    g = lambda k: m.get(f"ner/{kind}/{k}", math.nan)  # noqa: E731
+    ci = f"[{_n(g('best_prompt_mmem_ci_low'), 2)}, {_n(g('best_prompt_mmem_ci_high'), 2)}]"
+    return [kind, f"{int(g('n_names_dev'))}/{int(g('n_names_test'))}", f"{_n(g('best_prompt_mmem_dev'))}",
+            f"{_n(g('best_prompt_mmem'))} {ci}", _n(g("worst_prompt_mmem_dev")), _n(g("worst_prompt_mmem")),
+            _n(100 * g("prompt_gap"), 1), _n(100 * g("prompt_std"), 2), _n(g("no_pt_mmem")), _n(g("one_pt_mmem")),
+            _n(g("mix_pt_mmem")), _n(g("avg_c_mmem")), _n(g("best_modified_mmem")), _n(g("worst_modified_mmem"))]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |"
+                                                                           for r in rows]
+
+
+def _exposure(log_samples: bool | None) -> list[str]:
+    """What ``tables/ner_names.csv`` exposes (issue 21, High 1); nothing when not logged."""
+    if log_samples is None:
+        return []
+    if log_samples:
+        return ["**This run logged per-name confidences** (`log_samples`): `tables/ner_names.csv` holds each name's "
+                "confidence under the best, the worst and no prompt beside its label. With the logged prompts and "
+                "the model, anyone who can read this run can recompute a candidate name's confidence, find its row "
+                "and read whether it was in the training data: give this run no wider read access than the "
+                "training data.", ""]
+    return ["`tables/ner_names.csv` lists keyed name hashes, types, labels and splits only: a confidence beside a "
+            "label could be recomputed from the model and the logged prompts to find a candidate name's label. "
+            "`log_samples` (`--log-samples`) logs the confidences.", ""]
+
+
+def render_ner_report(result, *, title: str | None = None, artifacts=None, level: int = 2,
+                      log_samples: bool | None = None) -> str:
+    """Markdown section for one :class:`~mlflow_mia.audits.ner.audit.NerAuditResult`.
+
+    Parameters
+    ----------
+    result : NerAuditResult
+    title : str, optional
+    artifacts : iterable of str, optional
+        Logged artifact paths, listed at the end.
+    level : int
+        Markdown heading level of the section.
+    log_samples : bool, optional
+        Whether the run's names table holds per-name confidences; adds a paragraph
+        saying what it exposes (none when None).
+
+    Returns
+    -------
+    str
+    """
+    h = "#" * level
+    m = result.metrics
+    lines = [f"{h} {title or 'NER prompt memorization audit'}", "",
+             f"Model `{result.model_id}`; entity confidence C(e) read at the "
+             f"{'first subword of each word' if result.config.subword == 'first' else 'mean over all subwords'}"
+             " of the name (Xia et al. 2025). M-MEM is the AUC of in-sample vs out-of-sample names (0.5 = no "
+             "memorization detected). Best and worst prompts are chosen on dev and scored on test; gap and "
+             "sigma (percentage points) are over all prompts on dev.", ""]
+    header = ["type", "names dev/test", "best dev", "best test [95% CI]", "worst dev", "worst test", "gap (pp)",
+              "sigma (pp)", "-PT", "One-PT", "Mix-PT", "AVG-C", "BM-PT", "WM-PT"]
+    lines += _table(header, [_row(m, k) for k in result.entity_types]) + [""]
+    for kind in result.entity_types:
+        s = result.summaries[kind]
+        lines.append(f"**{kind}**: best prompt `{s['best_prompt']}`, worst `{s['worst_prompt']}`"
+                     + (f"; best-modified `{s['best_modified_prompt']}`, worst-modified `{s['worst_modified_prompt']}`"
+                        if "best_modified_prompt" in s else "")
+                     + f". Best ensemble on dev: {s['best_ensemble']}. "
+                       f"Kendall's tau of prompt M-MEM dev vs test: {_n(m.get(f'ner/{kind}/kendall_tau_dev_test'))}.")
+        tprs = [f"TPR {_n(m[k])} at FPR {k.rsplit('_', 1)[-1]}" for k in m
+                if k.startswith(f"ner/{kind}/best_prompt_tpr_at_fpr_")]
+        if tprs:
+            lines.append(f"  Best prompt on test, threshold from dev out-of-sample names: {'; '.join(tprs)} "
+                         "(n/a: too few dev out-of-sample names to resolve the FPR).")
+        lines.append("")
+    warnings = list(getattr(result, "warnings", []))
+    if warnings:
+        lines += ["Warnings:", "", *[f"- {w}" for w in warnings], ""]
+    lines += _exposure(log_samples)
+    if artifacts:
+        lines += ["Artifacts: " + ", ".join(f"`{a}`" for a in sorted(artifacts)), ""]
+    return "\n".join(lines)

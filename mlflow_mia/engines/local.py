@@ -1,0 +1,167 @@
+"""The local engine's stage 1: everything that needs a model, from the models that give it.
+
+:func:`stage_one` runs, over the pool texts followed by the
+population texts, the stage-1 function of every input the attacks declare in
+their ``requires`` (:data:`mlflow_mia.attacks.INPUTS`: target and reference
+signals, neighbour values, ...), then what the report tables read beyond them
+(token ids, neighbour examples, the generator-quality evidence), and returns it
+all as :class:`AuditSignals`. Stage 2 (:func:`mlflow_mia.audits.membership.score_audit`)
+turns signals into scores, metrics and tables and runs no model, so signals
+computed anywhere (a cache, another process, a Spark cluster) can be scored.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from mlflow_mia.attacks import INPUTS, required_inputs, required_roles
+from mlflow_mia.attacks.inputs import StageOne
+from mlflow_mia.engines.audit_signals import EXAMPLE_NEIGHBOURS, AuditExtras, AuditSignals
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.signals import MaskedLM, SignalCache, tokenize
+from mlflow_mia.signals.model import as_masked_lm
+from mlflow_mia.signals.neighbours import choose_generator
+from mlflow_mia.signals.runtime import token_limit
+
+__all__ = ["AuditModels", "AuditSignals", "AuditExtras", "stage_one"]
+
+
+@dataclass(frozen=True)
+class AuditModels:
+    """The models of one audit, by role.
+
+    Attributes
+    ----------
+    target : MaskedLM or None
+        The model under audit (None when scoring signals computed elsewhere).
+    reference : MaskedLM or None
+        A model trained on similar but disjoint data (``likelihood_ratio``).
+    generator : MaskedLM, str or None
+        The masked LM proposing neighbours (``neighbourhood``): a model, or a
+        local folder loaded when neighbours are generated.
+    """
+
+    target: MaskedLM | None = None
+    reference: MaskedLM | None = None
+    generator: object = None
+
+    @classmethod
+    def build(cls, target, *, reference=None, generator=None, config: AuditConfig | None = None,
+              load=None) -> "AuditModels":
+        """Load each role the audit has and pick the neighbour generator.
+
+        Parameters
+        ----------
+        target, reference, generator : MaskedLM, (model, tokenizer) or str (a local folder), optional
+            What the engine's ``load`` accepts (the Spark engine: model URIs and folders).
+        config : AuditConfig, optional
+            When one of its attacks needs the generator role
+            (:func:`~mlflow_mia.attacks.required_roles`), the generator follows
+            :func:`~mlflow_mia.signals.neighbours.choose_generator`: ``generator``, then
+            ``config.neighbourhood.generator_model`` (a folder, loaded when first used),
+            then ``reference``. Otherwise no generator.
+        load : callable, optional
+            ``load(model, role=...) -> MaskedLM``: the engine's loader (default
+            :func:`~mlflow_mia.signals.model.as_masked_lm`).
+        """
+        config = config or AuditConfig()
+        load = load or as_masked_lm
+        target = None if target is None else load(target, role="target")
+        reference = None if reference is None else load(reference, role="reference")
+        if "generator" in required_roles(config.attacks):
+            generator = None if generator is None else load(generator, role="neighbour generator")
+            generator = choose_generator(generator, configured=config.neighbourhood.generator_model,
+                                         reference=reference)
+        else:
+            generator = None
+        return cls(target=target, reference=reference, generator=generator)
+
+    def identities(self) -> dict:
+        """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).
+
+        ``AuditResult.models`` and ``audit_config.json`` hold this record; ``AuditResult.info``
+        derives ``target_model``, ``reference_model``, ``neighbour_generator`` from it.
+        """
+        out = {}
+        for role in ("target", "reference", "generator"):
+            lm = getattr(self, role)
+            if isinstance(lm, MaskedLM):
+                out[role] = {"identity": lm.model_id, "name": lm.name}
+            elif lm is not None:
+                out[role] = {"identity": str(lm), "name": None}
+        return out
+
+
+def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
+              cache: SignalCache | None = None, device=None, progress: bool = True,
+              given: dict | None = None) -> AuditSignals:
+    """Compute what the attacks of ``config`` need, and what the report tables read, on checked inputs.
+
+    Parameters
+    ----------
+    models : AuditModels
+        Checked (:func:`~mlflow_mia.audits.membership.checks.check_models`).
+    pool, population : AuditDataset, PopulationSet
+        Checked (:func:`~mlflow_mia.audits.membership.checks.check_data`); their texts are the rows.
+    config : AuditConfig
+    cache, device, progress
+        As for :func:`compute_audit_signals`.
+    given : dict of str to SignalResult or ndarray, optional
+        Inputs an engine computed already (e.g. on Spark), by name: not recomputed.
+
+    Returns
+    -------
+    AuditSignals
+        ``target`` always (the sample table reads its token counts) and every input
+        the attacks need, computed by its declaration's ``compute``; the extras: the
+        target's token ids of the pool texts, and with the generator role the
+        generator evidence and (with ``neighbour_values``) the neighbour examples.
+        ``info``: the models' identities and the time of each input
+        (``timings["signals_<input>_s"]``).
+    """
+    texts = list(pool.texts) + list(population.texts)
+    needs = required_inputs(config.attacks)
+    given = dict(given or {})
+    recipe = None
+    if "generator" in required_roles(config.attacks):
+        from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
+
+        recipe = NeighbourRecipe.for_audit(models.generator, config, target=models.target, cache=cache,
+                                           device=device, progress=progress)
+    stage = StageOne(models=models, texts=texts, config=config, cache=cache, device=device, progress=progress,
+                     neighbours=recipe)
+    timings, signals = {}, {}
+    for name in INPUTS:
+        if name in given:
+            signals[name] = given[name]
+        elif name == "target" or name in needs:
+            start = time.perf_counter()
+            signals[name] = INPUTS[name].compute(stage)
+            timings[f"signals_{name}_s"] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+    extras = _extras(stage, pool, population, needs)
+    timings["extras_s"] = round(time.perf_counter() - start, 3)
+    return AuditSignals(signals, text_hashes=list(pool.text_hashes) + list(population.text_hashes),
+                        info={"models": models.identities(), "timings": timings}, extras=extras)
+
+
+def _extras(stage: StageOne, pool: AuditDataset, population: PopulationSet, needs) -> AuditExtras:
+    """Token ids of the pool under the target's tokenizer; with a generator, its evidence and the examples."""
+    target, config = stage.models.target, stage.config
+    ids, maskable, _ = tokenize(target, list(pool.texts),
+                                max_length=token_limit(config.signal.max_length, target.max_length))
+    token_ids = tuple(x[m] for x, m in zip(ids, maskable))
+    examples = evidence = None
+    recipe = stage.neighbours
+    if recipe is not None:
+        from mlflow_mia.signals.generator_quality import measure_generator
+
+        pool_texts = list(pool.texts)
+        if "neighbour_values" in needs:  # the attack computed every neighbour's value: nothing runs again
+            examples = tuple(tuple(zip(nb[:EXAMPLE_NEIGHBOURS], v[:EXAMPLE_NEIGHBOURS].tolist()))
+                             for nb, v in zip(recipe.neighbours(pool_texts), recipe.values(pool_texts)))
+        evidence = measure_generator(recipe, pool_texts, list(population.texts))
+    return AuditExtras(token_ids=token_ids, vocab_size=len(target.tokenizer), neighbour_examples=examples,
+                       generator=evidence)

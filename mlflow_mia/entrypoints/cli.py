@@ -1,0 +1,220 @@
+"""The ``mlflow-mia`` command line: ``audit``, ``compare``, ``build-demo``, ``ner-audit`` and ``analyze``.
+
+Each subcommand's options are derived from the option declarations
+(:mod:`mlflow_mia.options.schema`) and turned into the flat
+``evaluator_config["mia"]`` keys (:mod:`mlflow_mia.options.audit`), so the CLI,
+the MLproject entry points and the evaluator plugin share one schema, one parser and
+one logging path.
+
+Exit codes: 0 success (gate passed or no gate), 1 the audit broke (a bug or an
+environment fault such as a tracking server that cannot be reached), 2 a usage or
+input error (bad option, missing column, missing population set), 3 the release gate did not pass: ``fail`` (the model leaks more
+than its budget) or ``inconclusive`` (the audit is too small to show that the budget
+holds), each with its own message; also 3 when the audited registry version was
+deleted during the audit and a blocking verdict could not be recorded on it (2 when
+the verdict was a pass or there was no gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from mlflow_mia.options.schema import add_arguments
+from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result
+from mlflow_mia.tracking.runs import mlflow_run
+from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
+from mlflow_mia.options.values import blank as _blank
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger(__name__)
+
+# 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
+
+_EPILOG = """\
+examples:
+  mlflow-mia audit --demo-size small
+  mlflow-mia audit --target models:/bbc-target@candidate --reference models:/bbc-reference@champion \\
+      --data pool.csv --population population.csv --group-column article_id --max-tpr-at-fpr 0.01:0.05
+  mlflow-mia compare --models bbc-target --aliases champion,candidate --reference models:/bbc-reference@champion \\
+      --data pool.csv --population population.csv
+  mlflow-mia compare --reference models:/bbc-reference@champion,models:/bbc-reference-ood@champion \\
+      --attacks loss,likelihood_ratio,neighbourhood --neighbour-generator models:/bbc-reference-ood@champion
+
+exit codes: 0 = done (gate passed or none set), 1 = the audit broke (a bug or an environment fault),
+2 = usage or input error, 3 = release gate did not pass: fail (the model leaks more than its budget) or
+inconclusive (the audit is too small to show that the budget holds; the message says how many more
+members / non-members would resolve it), or a registry version deleted mid-audit kept a blocking
+verdict from being recorded.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mlflow-mia`` (also used to render ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
+        description="Membership inference audits of masked language models, logged to MLflow.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
+    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit,analyze}")
+    sub.required = True
+
+    audit = sub.add_parser(
+        "audit", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
+        help="audit one model and log the result to an MLflow run",
+        description="Audit one masked LM for membership leakage and log metrics, figures, tables, a report and "
+                    "registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
+                    "(trained and registered on first use).")
+    add_arguments(audit, "audit")
+
+    compare = sub.add_parser(
+        "compare", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
+        help="audit several registry versions against one reference and compare them",
+        description="Audit every version (or the given aliases) of one or more registered models against the same "
+                    "reference, one nested run per version, and log a comparison table (attack x model version) "
+                    "and plots to the parent run. The reference signals are computed once (signal cache).")
+    add_arguments(compare, "compare")
+
+    demo = sub.add_parser("build-demo", help="train and register the BBC News demo models",
+                          description="Build the real-data demo: BBC News sentences, a target model fine-tuned on "
+                                      "the members, a reference model on disjoint articles; registered as "
+                                      "bbc-target@candidate and bbc-reference@champion. Skips training when they "
+                                      "are already registered.")
+    demo.add_argument("--size", choices=("default", "small"), default="default",
+                      help="'small' trains in about a minute, for tests (default: default)")
+    demo.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
+    demo.add_argument("--data-dir", metavar="DIR",
+                      help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")
+    demo.add_argument("--threads", type=int, metavar="N",
+                      help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
+    demo.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
+    add_arguments(demo, "build-demo")
+    from mlflow_mia.entrypoints.analyze_cli import add_analyze_parser
+    from mlflow_mia.entrypoints.ner_cli import add_ner_parser
+
+    add_ner_parser(sub)
+    add_analyze_parser(sub)
+    return parser
+
+
+def _flat_config(args, *, demo=None) -> dict:
+    """CLI options -> flat ``evaluator_config["mia"]`` keys: the ones given, then the demo's models, data and
+    columns, then the CLI's label column ``is_member``."""
+    from mlflow_mia.options.schema import flat_from_args
+
+    flat = flat_from_args(args, args.command)
+    if demo is not None:
+        defaults = {"reference_model": demo.reference_uri, "population_data": str(demo.population_path),
+                    "text_column": getattr(demo, "text_column", None),
+                    "label_column": getattr(demo, "label_column", None),
+                    "id_column": getattr(demo, "id_column", None), "group_column": getattr(demo, "group_column", None)}
+        for key, value in defaults.items():
+            if value is not None:
+                flat.setdefault(key, value)
+    flat.setdefault("label_column", "is_member")
+    return flat
+
+
+def _cmd_audit(args) -> int:
+    from mlflow_mia.tracking.audit_run import audit_and_log
+    from mlflow_mia.models.resolve import resolve_model
+
+    target_uri, data, demo = _blank(args.target), _blank(args.data), None
+    if data is None:  # the demo's data (and models, unless given)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.quiet, args=args)
+        target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
+    elif target_uri is None:
+        raise ValueError("--data was given without --target: name the model to audit")
+    config, options, pool, population = config_and_inputs(_flat_config(args, demo=demo), data, demo)
+    target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
+    reference = resolve_model(options.reference_model, role="reference",
+                              trust_remote_code=options.trust_remote_code) if options.reference_model else None
+    params = {"pool_source": os.path.basename(str(data)),
+              "population_source": os.path.basename(str(options.population_data))}
+    with mlflow_run(_blank(args.run_name) or f"audit {target.resolved_uri}") as run:
+        result, gate, _ = audit_and_log(target, pool, population, config, options, reference=reference,
+                                        run_id=run.info.run_id, extra_params=params)
+    print(f"audit of {target.resolved_uri}" + (f" against {reference.resolved_uri}" if reference else ""))
+    print_result(result, run, gate)
+    return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
+
+
+def _cmd_compare(args) -> int:
+    from mlflow_mia.entrypoints.compare import compare
+
+    return EXIT_OK if compare(args, _flat_config) else EXIT_GATE_FAILED
+
+
+def _cmd_build_demo(args) -> int:
+    import json
+
+    import mlflow
+
+    uri = _blank(args.tracking_uri)
+    if uri:
+        mlflow.set_tracking_uri(uri)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    spec = build_demo_for_audit(args.size, progress=not args.quiet, force=args.force, isolate=False,
+                                data_dir=_blank(args.data_dir), num_threads=args.threads)
+    if args.json:
+        print(json.dumps(spec.to_dict(), indent=2))
+        return EXIT_OK
+    print(f"demo ({args.size}) ready at {mlflow.get_tracking_uri()}:")
+    for field in ("target_uri", "reference_uri", "ood_reference_uri", "base_uri", "pool_path", "population_path"):
+        print(f"  {field:<18} {getattr(spec, field, None)}")
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate did not pass)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import mlflow
+
+    from mlflow_mia.tracking.registry_tags import VersionDeletedError
+    from mlflow_mia.signals.cache import CacheCorruptError
+
+    try:
+        if args.command != "build-demo":
+            _setup_tracking(args)
+        if args.command == "audit":
+            return _cmd_audit(args)
+        if args.command == "compare":
+            return _cmd_compare(args)
+        if args.command == "ner-audit":
+            from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
+
+            return cmd_ner_audit(args)
+        if args.command == "analyze":
+            from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
+
+            return cmd_analyze(args)
+        return _cmd_build_demo(args)
+    except VersionDeletedError as exc:  # 3: a blocking verdict could not be recorded on the version
+        print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE
+    except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
+        print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except mlflow.exceptions.MlflowException as exc:
+        from mlflow_mia.models.files import tracking_unreachable
+
+        if tracking_unreachable(exc):  # the server is down: an environment fault, not the user's input
+            print(f"mlflow-mia {args.command}: error: the tracking server at {mlflow.get_tracking_uri()} cannot be "
+                  f"reached ({exc.message}); start it or check --tracking-uri", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"mlflow-mia {args.command}: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The ``mia`` evaluator plugin for ``mlflow.models.evaluate``.
+
+Registered in the entry-point group ``mlflow.model_evaluator`` under the name
+``mia``, so after ``pip install mlflow-mia``::
+
+    mlflow.models.evaluate(
+        model=None, data=pool_df, targets="is_member",
+        model_type="mia", evaluators=["mia"],
+        evaluator_config={"mia": {
+            "target_model": "models:/bbc-target@candidate",
+            "reference_model": "models:/bbc-reference@champion",
+            "population_data": population_df,   # DataFrame or a csv/jsonl/parquet path
+            "text_column": "text", "group_column": "article_id",
+            "attacks": ["loss", "likelihood_ratio"],
+            "signal": "energy", "num_masks": 10, "mask_rate": 0.15, "seed": 0,
+            "fprs": [0.1, 0.01, 0.001], "log_texts": False}})
+
+``data`` is the target pool: one row per text, with the membership label in the
+``targets`` column (1 = member of the target's training data, 0 = non-member).
+The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
+
+``model=None`` with the *target_model* key is the recommended form: the audit loads the
+model with its own loader, which reads only the artifact's safetensors weights and
+never runs code shipped with the model (``docs/security.md``). With
+``model="models:/..."`` MLflow's pyfunc loader runs before this evaluator is called
+(and, for a model with custom classes, runs the model's code whatever
+*trust_remote_code* says); the evaluator then audits the loaded model and warns,
+in the log and in the report.
+
+Configuration keys (``evaluator_config["mia"]``; unknown keys are an error that
+lists them, a bad value an error naming the key and the expected form). The table
+is generated from the keys' declarations (:mod:`mlflow_mia.options.schema`),
+the same that make the ``mlflow-mia audit`` flags and the MLproject parameters:
+
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
+
+from mlflow_mia.options.audit import parse_options
+from mlflow_mia.options.schema import key_table
+
+if __doc__:  # the key table, from the declarations
+    __doc__ += key_table("mia") + "\n"
+
+__all__ = ["MiaEvaluator", "evaluator_target",
+           "PYFUNC_WARNING"]
+
+log = logging.getLogger(__name__)
+
+#: What the evaluator says, in the log and the report, when mlflow.models.evaluate hands it a loaded model.
+PYFUNC_WARNING = (
+    "model= was loaded by MLflow's pyfunc loader before the mia evaluator ran: for a model with custom classes that "
+    "loader turns on trust_remote_code and runs the code shipped with the model, which the evaluator key "
+    "trust_remote_code=False cannot prevent. Audit a model you do not trust with model=None and "
+    "evaluator_config={{'mia': {{'target_model': 'models:/...'}}}} (or mlflow-mia {command}), which "
+    "loads it without running its code")
+
+
+def evaluator_target(model, target_model, *, resolve, command: str = "audit --target"):
+    """The model an evaluator audits: ``target_model`` (``model=None``), else the ``model`` MLflow loaded.
+
+    Parameters
+    ----------
+    model : PyFuncModel or None
+        What ``mlflow.models.evaluate`` handed over (a ``models:/`` string has already
+        been loaded by MLflow's pyfunc loader).
+    target_model : str or None
+        The ``target_model`` key of the evaluator config.
+    resolve : callable
+        ``resolve(model_or_uri) -> ResolvedModel`` (the audit's own safe loader).
+    command : str
+        The CLI command named in the warning (``audit --target`` or ``ner-audit --model``).
+
+    Returns
+    -------
+    (ResolvedModel, str or None)
+        The resolved model and the warning to show in the report (None for ``model=None``).
+
+    Raises
+    ------
+    ValueError
+        Neither or both of ``model`` and ``target_model`` are given.
+    """
+    if model is None and not target_model:
+        raise ValueError("the mia evaluator audits a model: pass model=None with evaluator_config={'mia': "
+                         "{'target_model': 'models:/name@alias', ...}} (recommended: loaded without running code "
+                         "shipped with it), or model='models:/name@alias'; static predictions cannot be audited")
+    if model is not None and target_model:
+        raise ValueError(f"the model is given twice (model= and target_model={target_model!r}): pass model=None "
+                         "with target_model (recommended), or model= alone")
+    if model is None:
+        return resolve(target_model), None
+    warning = PYFUNC_WARNING.format(command=command)
+    log.warning(warning)
+    return resolve(model), warning
+
+
+def _pool_frame(dataset):
+    """The evaluation data as one DataFrame, the ``targets`` column put back."""
+    import pandas as pd
+
+    features = dataset.features_data
+    if not isinstance(features, pd.DataFrame):
+        raise ValueError("the mia evaluator needs `data` as a pandas DataFrame (or a dataset built from one) "
+                         "with a text column and a membership label column")
+    df = features.copy()
+    if getattr(dataset, "has_targets", False) and dataset.targets_name and dataset.targets_name not in df:
+        df[dataset.targets_name] = dataset.labels_data
+    return df
+
+
+class MiaEvaluator(ModelEvaluator):
+    """Membership inference audit of a masked language model (``model_type="mia"``).
+
+    See the module docstring for the configuration keys. Metrics are named
+    ``{attack}/auc``, ``{attack}/auc_ci_low``, ``{attack}/auc_ci_high``,
+    ``{attack}/tpr_at_fpr_{alpha}``, ``{attack}/precision_at_pop_fpr_{alpha}``,
+    ``{attack}/recall_at_pop_fpr_{alpha}``, and ``user/{attack}/...`` with a group column.
+    """
+
+    name = "mia"
+
+    @classmethod
+    def can_evaluate(cls, *, model_type, evaluator_config, **kwargs) -> bool:
+        return model_type == "mia"
+
+    def evaluate(self, *, model_type, dataset, run_id, evaluator_config, model=None, extra_metrics=None,
+                 custom_artifacts=None, predictions=None, **kwargs) -> EvaluationResult:
+        """Audit the target on ``dataset`` and log the results to ``run_id``.
+
+        The target is ``evaluator_config["mia"]["target_model"]`` when ``model`` is
+        None (the recommended form: the audit's own loader, which never runs code
+        shipped with the model), else ``model`` as MLflow loaded it, with a warning
+        in the log and the report (:data:`PYFUNC_WARNING`).
+
+        Raises
+        ------
+        ValueError
+            Invalid configuration, missing population set, no model (or two), or
+            unsupported ``extra_metrics`` / ``custom_artifacts``.
+        """
+        from mlflow_mia.entrypoints.ner_evaluator import evaluate_ner, is_ner_config
+
+        if is_ner_config(evaluator_config):  # method="ner_prompts": the NER prompt audit
+            if extra_metrics or custom_artifacts:
+                raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
+            return evaluate_ner(model=model, dataset=dataset, run_id=run_id, evaluator_config=evaluator_config,
+                                model_id=kwargs.get("model_id"))
+        from mlflow_mia.audits.membership.inputs import load_inputs
+        from mlflow_mia.models.resolve import resolve_model
+        from mlflow_mia.tracking.audit_log import mlflow_metrics
+        from mlflow_mia.tracking.audit_run import audit_and_log
+
+        if extra_metrics or custom_artifacts:
+            raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
+        config, options = parse_options(evaluator_config, targets=getattr(dataset, "targets_name", None))
+        pool, population = load_inputs(_pool_frame(dataset), options)
+        trust = options.trust_remote_code
+        target, warning = evaluator_target(
+            model, options.target_model, resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
+        reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
+                     if options.reference_model else None)
+        # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
+        # logging them here too would duplicate every metric's history.
+        model_id = kwargs.get("model_id")
+        result, gate, artifacts = audit_and_log(target, pool, population, config, options, reference=reference,
+                                                run_id=run_id, log_metrics=model_id is None,
+                                                notes=[warning] if warning else [])
+        metrics = mlflow_metrics(result, prefix=options.metric_prefix)
+        return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -1,0 +1,119 @@
+"""Which files an audit may read from a model artifact, and which errors are environment faults.
+
+A model's files are written by its authors, whom an audit does not trust
+(``docs/security.md``). The loaders of :mod:`mlflow_mia.models.resolve` read
+weights, ``config.json`` and tokenizer files only from inside the artifact or
+folder being audited, so the weights whose digest becomes the model's identity
+(and whose registry version gets the verdict) are that artifact's own:
+
+- ``model_binary`` in ``MLmodel`` must be a relative path without ``..``;
+- the model and tokenizer folders must not be symbolic links, and no link inside
+  them may resolve outside the artifact;
+- weights must be safetensors: a pickle (``pytorch_model.bin``) runs code when
+  unpickled, so it needs ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["PICKLE_WEIGHTS", "inside_folder", "check_model_files", "tracking_unreachable"]
+
+
+#: Weight files in Python's pickle format: loading one can run code, so only safetensors are read by default.
+PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def _within(path: str, root: str) -> bool:
+    """True when ``path`` (symlinks resolved) is ``root`` or lies below it."""
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def inside_folder(root: str, relative: str, *, what: str, source: str) -> str:
+    """``root/relative``, refused unless it stays inside ``root``: no absolute or ``..`` path, no symlink.
+
+    Raises
+    ------
+    ValueError
+        ``relative`` is absolute, climbs out with ``..``, is a symbolic link, or
+        resolves outside ``root``; the message names ``what`` and the fix.
+    """
+    parts = relative.replace("\\", "/").split("/")
+    if os.path.isabs(relative) or ".." in parts:
+        raise ValueError(f"{source}: the {what} path {relative!r} points outside the model's folder; mlflow-mia "
+                         "reads model files only from inside the artifact it audits (re-log the model with "
+                         "mlflow.transformers.log_model)")
+    path = os.path.join(root, relative)
+    if os.path.islink(path):
+        raise ValueError(f"{source}: the {what} folder {relative!r} is a symbolic link (to "
+                         f"{os.readlink(path)!r}); mlflow-mia reads model files only from inside the artifact it "
+                         "audits: copy the real files into it (cp -rL) or re-log the model")
+    if not _within(path, root):
+        raise ValueError(f"{source}: the {what} path {relative!r} resolves outside the model's folder; mlflow-mia "
+                         "reads model files only from inside the artifact it audits")
+    return path
+
+
+def check_model_files(folder: str, *, root: str | None = None, source: str | None = None,
+                      trust_remote_code: bool = False, weights: bool = True) -> None:
+    """Refuse a model folder whose files leave ``root`` or whose weights are pickles.
+
+    Called before anything is loaded, so the weights the audit reads (and whose
+    digest becomes the model's identity) are files of the audited artifact itself.
+
+    Parameters
+    ----------
+    folder : str
+        A Hugging Face folder (weights, ``config.json``, tokenizer files).
+    root : str, optional
+        The artifact it belongs to (default: ``folder``); no file may resolve outside it.
+    source : str, optional
+        The model reference named in messages.
+    trust_remote_code : bool
+        Also accept pickle weights (``pytorch_model.bin``) when no safetensors file
+        is there: unpickling runs code, so this needs the same trust as shipped code.
+    weights : bool
+        Check the weight format (False for a tokenizer folder).
+
+    Raises
+    ------
+    ValueError
+        A symbolic link inside ``folder`` resolves outside ``root``; or the folder's
+        weights are pickle files only and ``trust_remote_code`` is off.
+    """
+    root, source = root or folder, source or folder
+    safe, pickles = [], []
+    for here, dirs, files in os.walk(folder):
+        for entry in dirs + files:
+            path = os.path.join(here, entry)
+            if os.path.islink(path) and not _within(path, root):
+                raise ValueError(f"{source}: {os.path.relpath(path, root)!r} is a symbolic link to "
+                                 f"{os.readlink(path)!r}, outside the model's folder; mlflow-mia reads model files "
+                                 "only from inside the artifact it audits: copy the real files into it (cp -rL)")
+        safe += [f for f in files if f.endswith(".safetensors")]
+        pickles += [f for f in files if f.endswith(PICKLE_WEIGHTS) and not f.startswith("training_args")]
+    if weights and pickles and not safe and not trust_remote_code:
+        raise ValueError(f"{source}: the weights are pickle files ({', '.join(sorted(pickles)[:3])}), and loading a "
+                         "pickle can run code of the model's authors; mlflow-mia reads safetensors weights only. "
+                         "Re-save the model with save_pretrained (safetensors is the default) or, if you trust its "
+                         "authors, pass --trust-remote-code (evaluator key trust_remote_code=True)")
+
+
+def tracking_unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it was raised from) says the tracking server could not be reached.
+
+    MLflow's REST client turns a refused connection or a timeout into an
+    ``MlflowException("API request to ... failed with exception ...")``; that is an
+    environment fault (the server is down), not a wrong model URI or bad input.
+    """
+    import requests
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    message = str(getattr(exc, "message", exc))
+    return "API request to " in message and ("failed with exception" in message
+                                             or "failed with timeout exception" in message)

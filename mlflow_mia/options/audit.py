@@ -1,0 +1,166 @@
+"""Parse the flat ``evaluator_config["mia"]`` dict once, at the boundary.
+
+The same flat keys drive the ``mia`` evaluator plugin, the ``mlflow-mia`` CLI
+and the MLproject entry points: each front end turns its input into this dict,
+and :func:`parse_options` turns the dict into an :class:`~mlflow_mia.config.AuditConfig`
+(what the audit computes) and :class:`MiaOptions` (where the data comes from and
+what gets logged). Every key is declared once, on the field that holds it
+(:mod:`mlflow_mia.options.schema`); unknown keys are an error that lists the valid ones.
+
+The release gate (:class:`Gate`) lives here too: a budget on the TPR at a fixed
+FPR, checked against the metrics of a finished audit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
+from mlflow_mia.metrics.gate import Gate, GateResult  # re-exported: the gate lives in .gate
+from mlflow_mia.options.schema import CommonOptions
+from mlflow_mia.options.values import mia_section
+from mlflow_mia.option import option
+
+__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
+
+
+def __getattr__(name):
+    if name == "CONFIG_KEYS":  # derived from the declarations, on demand (they import this module)
+        from mlflow_mia.options.schema import options_for
+
+        return {key: e.field.option.help for key, e in options_for("mia").items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+_MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> or a local folder"
+
+
+@dataclass(frozen=True)
+class MiaOptions(CommonOptions):
+    """Everything in ``evaluator_config["mia"]`` that is not part of :class:`AuditConfig`.
+
+    Each field is an option (its help is its documentation; see :data:`CONFIG_KEYS`),
+    plus those of :class:`~mlflow_mia.options.schema.CommonOptions`.
+    """
+
+    reference_model: Any = option(None, f"reference model: {_MODEL_FORMS}. Needed by likelihood_ratio: a model "
+                                  "trained on similar data, disjoint from the target's training data; compare "
+                                  "takes several, comma-separated, and audits every version against each",
+                                  flags=("--reference",), metavar="URI[,URI]",
+                                  default_doc="the demo's models:/bbc-reference@champion, else none")
+    population_data: Any = option(None, "population set: texts from the same distribution as the members, "
+                                  "disjoint from the pool, only used to set thresholds; a DataFrame or a "
+                                  ".csv/.jsonl/.json/.parquet path", flags=("--population",), metavar="PATH",
+                                  default_doc="required; the demo's without --data")
+    text_column: str = option("text", "text column of the pool", metavar="NAME")
+    id_column: str | None = option(None, "sample id column written to the per-sample table", metavar="NAME",
+                                   default_doc="row number")
+    group_column: str | None = option(None, "user id column (one id per user: a patient, an author, an article); "
+                                      "adds user-level metrics user/<attack>/...", metavar="NAME",
+                                      default_doc="the demo's article_id, else none")
+    population_text_column: str | None = option(None, "text column of the population set", metavar="NAME",
+                                                default_doc="text_column")
+    population_group_column: str | None = option(None, "user id column of the population set; needed for "
+                                                 "user-level thresholds", metavar="NAME", default_doc="group_column")
+    gate: Gate | None = option(None, "release gate, budget(s) ALPHA:MAX with MAX above ALPHA (a string, a list or "
+                               "a dict {alpha: max}; repeatable on the command line): pass when every attack's "
+                               "one-sided upper confidence bound of the TPR at FPR ALPHA, at sample and user level, "
+                               "is at most MAX; fail when a measured TPR exceeds MAX; otherwise inconclusive (the "
+                               "audit is too small to show the budget holds). Tags mia.gate=pass|fail|inconclusive; "
+                               "the command exits with 3 unless it passes. Each ALPHA is added to fprs",
+                               key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
+    tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (a failing "
+                                     "gate verdict is written regardless)", flags=("--no-tag-model-version",),
+                                     invert=True, mlproject=False,
+                                     flag_help="do not tag the audited registry version with mia.* headline numbers "
+                                               "(a failing gate verdict is still written)")
+    clear_gate_fail: bool = option(False, "let a passing gate replace an earlier mia.gate=fail on the registry "
+                                   "version (or on another version with the same weights) when this audit is at "
+                                   "least as strong: the same or more attacks, a budget at each failed FPR as tight, "
+                                   "the same confidence and a pool as large (else a fail stays)", mlproject=False)
+    trust_remote_code: bool = option(False, "let a model the audit loads itself (target_model, reference_model, "
+                                     "neighbour_generator) run the Python code shipped with it or load pickle "
+                                     "weights (else such a model is refused; see docs/security.md). It cannot "
+                                     "protect model=: MLflow has loaded that model before the evaluator runs; use "
+                                     "model=None with target_model", mlproject=False)
+    engine: str = option("local", "where the signals are computed: local, or spark (on Apache Spark, scored on "
+                         "the driver; pip install 'mlflow-mia[spark]')", choices=("local", "spark"))
+    spark_master: str | None = option(None, "Spark master of the spark engine, e.g. local[2]", metavar="URL",
+                                      default_doc="the active session, else Spark's default")
+    spark_store: str | None = option(None, "Parquet signal store of the spark engine (any path Spark writes); a "
+                                     "re-run computes only the texts missing there", metavar="PATH")
+
+    def require_population(self) -> None:
+        """Raise the error that explains how to provide a population set.
+
+        Raises
+        ------
+        ValueError
+            ``population_data`` is missing.
+        """
+        if self.population_data is None or (isinstance(self.population_data, str) and not self.population_data):
+            raise ValueError(
+                "a population set is required: texts from the same distribution as the members, disjoint from "
+                "the audited pool; the attack thresholds are its score quantiles (Mireshghallah et al. 2022, "
+                "Sec. 2.4). Provide it as evaluator_config={'mia': {'population_data': <DataFrame or "
+                ".csv/.jsonl/.parquet path>, ...}} or, on the command line, --population PATH")
+
+
+def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = None
+                  ) -> tuple[AuditConfig, MiaOptions]:
+    """Parse a flat ``evaluator_config["mia"]`` dict into ``(AuditConfig, MiaOptions)``.
+
+    Every value is read and checked by its declaration (:mod:`mlflow_mia.options.schema`)
+    before anything is computed; the hash key is resolved here, once per audit
+    (``hash_key_file``, else ``$MLFLOW_MIA_HASH_KEY``, else a random key).
+
+    Parameters
+    ----------
+    config : mapping or None
+        Flat keys, see :data:`CONFIG_KEYS`. A nested ``{"mia": {...}}`` is unwrapped.
+    targets : str, optional
+        Name of the label column given to ``mlflow.models.evaluate(targets=...)``;
+        the default of ``label_column``.
+
+    Returns
+    -------
+    (AuditConfig, MiaOptions)
+
+    Raises
+    ------
+    ValueError
+        Unknown keys (the message lists the valid ones) or invalid values (the message
+        names the key and the expected form).
+    FileNotFoundError
+        ``hash_key_file`` does not exist.
+    """
+    from mlflow_mia.attacks import check_attack_names
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.options.schema import build, parse_values
+
+    values = parse_values("mia", mia_section(config))
+    if values.get("method", "mia") != "mia":
+        raise ValueError(f"method {values['method']!r} is not read by parse_options (it reads method 'mia'); "
+                         "use mlflow_mia.entrypoints.ner_evaluator.parse_ner_config")
+    if "attacks" in values:
+        values["attacks"] = check_attack_names(values["attacks"])
+    gate = values.get("max_tpr_at_fpr")
+    if gate is not None:  # every gate alpha is reported
+        values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
+    audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),
+                         metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values))
+    text_column = values.get("text_column", MiaOptions.text_column)
+    group_column = values.get("group_column")
+    options = build(MiaOptions, values, label_column=values.get("label_column") or targets,
+                    population_text_column=values.get("population_text_column") or text_column,
+                    population_group_column=values.get("population_group_column") or group_column,
+                    hash_key=values.get("hash_key_file") or resolve_hash_key())
+    return audit_config, options
+
+
+def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditConfig:
+    """``config`` with other false-positive rates (the gate's alphas kept), without parsing anything again."""
+    from dataclasses import replace
+
+    fprs = set(fprs) | set(gate.alphas if gate is not None else ())
+    return replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(fprs, reverse=True))))

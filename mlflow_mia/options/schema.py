@@ -1,0 +1,401 @@
+"""The option schema: every user option, declared once, and what is derived from it.
+
+Each option is one dataclass field declared with :func:`mlflow_mia.option.option`:
+the library configs (:class:`~mlflow_mia.config.SignalConfig`,
+:class:`~mlflow_mia.config.NeighbourhoodConfig`, :class:`~mlflow_mia.config.MetricConfig`,
+:class:`~mlflow_mia.config.AuditConfig`, :class:`~mlflow_mia.audits.ner.audit.NerAuditConfig`),
+the front-end options (:class:`CommonOptions`, shared by both audits, and its subclasses
+:class:`~mlflow_mia.options.audit.MiaOptions` and
+:class:`~mlflow_mia.options.ner.NerOptions`) and the command-only
+options (:class:`CommandOptions`). From these declarations come:
+
+- the ``argparse`` options of ``mlflow-mia audit | compare | ner-audit | analyze``
+  (:func:`add_arguments`) and the flat dict the commands pass on (:func:`flat_from_args`);
+- the ``evaluator_config["mia"]`` keys of the methods ``mia`` and ``ner_prompts``, read by
+  :func:`parse_values` (an unknown key is an error that lists the valid ones; a bad value
+  an error naming the key and the expected form);
+- the key tables of the evaluator docstrings (:func:`key_table`);
+- the MLproject parameters each entry point must declare (:func:`mlproject_parameters`;
+  ``MLproject`` is static YAML, and a test compares it with this).
+
+Which commands and methods take an option is its ``used_by``; an option declared on a
+config of one audit is used by that audit's command(s) and evaluator method (:data:`FAMILIES`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mlflow_mia.option import OptionField, coerce, declared_options, is_unset, option, same_option_fields
+
+__all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "COMMANDS", "METHODS", "Entry", "entries",
+           "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
+           "mlproject_parameters", "dest"]
+
+COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo")
+METHODS = ("mia", "ner_prompts")
+_AUDITS = frozenset({"audit", "compare", "ner-audit", *METHODS})
+_WITH_ANALYZE = _AUDITS | {"analyze"}
+
+
+def _hash_key(value):
+    """A :class:`~mlflow_mia.hashing.HashKey` from a key file path (or one already read)."""
+    from mlflow_mia.hashing import HashKey, resolve_hash_key
+
+    return value if isinstance(value, HashKey) else resolve_hash_key(str(value).strip())
+
+
+def _device(value) -> str:
+    """The device string, checked to exist on this machine (before any model loads)."""
+    from mlflow_mia.signals.runtime import resolve_device
+
+    device = str(value).strip()
+    resolve_device(device)
+    return device
+
+
+def _prefix(value) -> str:
+    """A metric / artifact name prefix: name characters only, no absolute path, no ``..`` segment."""
+    prefix = str(value or "")
+    if prefix and (not re.fullmatch(r"[\w.\-/ ]+", prefix) or prefix.startswith("/")
+                   or any(part in (".", "..") for part in prefix.split("/"))):
+        raise ValueError(f"metric_prefix {prefix!r} may only hold letters, digits and _ - . / or spaces, may not "
+                         "start with '/' and may not hold a '.' or '..' path segment (it prefixes artifact paths)")
+    return prefix
+
+
+@dataclass(frozen=True)
+class CommonOptions:
+    """Options both audits (membership inference and NER prompts) take: inputs, logging, running.
+
+    Subclassed by :class:`~mlflow_mia.options.audit.MiaOptions` and
+    :class:`~mlflow_mia.options.ner.NerOptions`; the help of each field
+    is its documentation.
+    """
+
+    method: str = option("mia", "which audit: mia (membership inference) or ner_prompts (NER prompt "
+                         "memorization, Xia et al. 2025)", choices=METHODS, used_by=frozenset(METHODS), cli=False)
+    target_model: Any = option(None, "URI of the model to audit when mlflow.models.evaluate(model=None, ...) is "
+                               "used (loaded by the audit's own loader, so no model code runs)",
+                               used_by=frozenset(METHODS), cli=False)
+    label_column: str | None = option(None, "membership label column, 1 = member (in the training data), "
+                                      "0 = not", used_by=_AUDITS, metavar="NAME",
+                                      default_doc="the targets argument of mlflow.models.evaluate, else is_member")
+    log_texts: bool = option(False, "write raw texts (names, for NER) into the logged tables; else only ids and "
+                             "keyed hashes", used_by=_AUDITS)
+    log_samples: bool = option(False, "log per-sample scores, flags and token counts (per-name confidences, for "
+                               "NER) beside the labels; else the tables hold only ids, keyed hashes and labels: "
+                               "anyone who can read the run and load the target could recompute a text's score "
+                               "and find its label there", used_by=_AUDITS)
+    hash_key: Any = option(None, "file holding your secret key (32+ bytes) of the HMAC-SHA256 text, group and "
+                           "name hashes in the logged tables; never logged (see mlflow_mia.lookup_hash)",
+                           key="hash_key_file", parse=_hash_key, used_by=_WITH_ANALYZE, metavar="PATH", repr=False,
+                           default_doc="$MLFLOW_MIA_HASH_KEY, else a random key that is not kept")
+    metric_prefix: str = option("", "prefix of metric, parameter and artifact names", parse=_prefix,
+                                used_by=frozenset(METHODS), cli=False)
+    cache_dir: str | None = option(None, "cache directory of the computed signals (confidences, for NER); "
+                                   "re-runs and shared references cost nothing", used_by=_WITH_ANALYZE,
+                                   metavar="DIR", default_doc="$MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia")
+    device: str | None = option(None, "torch device, e.g. cpu or cuda:0; checked before any model loads",
+                                parse=_device, used_by=_WITH_ANALYZE, default_doc="CUDA when available")
+    progress: bool = option(True, "show progress bars", flags=("-q", "--quiet", "--no-progress"), invert=True,
+                            flag_help="no progress bars",
+                            used_by=_WITH_ANALYZE | {"build-demo"}, mlproject=False)
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    """Options of the ``mlflow-mia`` commands only (what to audit, where to log); no evaluator key."""
+
+    target: str | None = option(None, "model under audit: models:/name/version, models:/name@alias, "
+                                "runs:/<run_id>/<path> or a local folder; required with --data",
+                                used_by=frozenset({"audit"}), metavar="URI",
+                                default_doc="the demo's models:/bbc-target@candidate")
+    models: str | None = option(None, "registered model name(s) to compare, comma-separated; required with --data",
+                                used_by=frozenset({"compare"}), metavar="NAME[,NAME]",
+                                default_doc="the demo's bbc-target")
+    aliases: str | None = option(None, "aliases to audit, e.g. champion,candidate", used_by=frozenset({"compare"}),
+                                 metavar="A[,B]", default_doc="every version")
+    data: str | None = option(None, "target pool (.csv, .jsonl, .json or .parquet): one text per row with a "
+                              "membership label, 1 = in the target's training data, 0 = not",
+                              used_by=frozenset({"audit", "compare"}), metavar="PATH",
+                              default_doc="the BBC News demo's pool, built on first use, with its population, "
+                                          "reference and columns")
+    model: str | None = option(None, "token-classification model: models:/name@alias, models:/name/version, "
+                               "runs:/... or a folder", used_by=frozenset({"ner-audit"}), metavar="URI",
+                               default_doc="the WNUT-16 demo's wnut-ner-a and wnut-ner-b")
+    names: str | None = option(None, "names table (.csv/.jsonl/.parquet): name, entity_type, is_member "
+                               "(1 = in the training data), optional split (dev/test)",
+                               used_by=frozenset({"ner-audit"}), metavar="PATH", default_doc="the demo's")
+    demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
+                            "small trains in about a minute", choices=("default", "small"),
+                            used_by=frozenset({"audit", "compare", "ner-audit"}))
+    quick: bool = option(False, "the quick size: the small demo, a few minutes (else the full size, about an "
+                         "hour on 2 CPU cores)", used_by=frozenset({"analyze"}))
+    findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),
+                                  metavar="A[,B]", default_doc="all")
+    experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",
+                                    used_by=frozenset({"audit", "compare", "ner-audit", "analyze"}), mlproject=False,
+                                    default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia-demo for demo audits, "
+                                                "else the active one")
+    run_name: str | None = option(None, "name of the MLflow run", used_by=frozenset({"audit", "compare", "analyze"}),
+                                  metavar="NAME", mlproject=False)
+    tracking_uri: str | None = option(None, "MLflow tracking URI", used_by=frozenset(COMMANDS), metavar="URI",
+                                      mlproject=False, default_doc="$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
+
+
+def _mia_classes():
+    from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
+    from mlflow_mia.options.audit import MiaOptions
+
+    return (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, MiaOptions)
+
+
+def _ner_classes():
+    from mlflow_mia.config import NerAuditConfig
+    from mlflow_mia.options.ner import NerOptions
+
+    return (NerAuditConfig, NerOptions)
+
+
+#: Config families: the classes one audit is parsed into and the commands / methods that take its options.
+FAMILIES = {
+    "mia": (_mia_classes, frozenset({"audit", "compare", "mia"})),
+    "ner": (_ner_classes, frozenset({"ner-audit", "ner_prompts"})),
+}
+#: ``--help`` groups, in this order, by the class that declares the option.
+_TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release gate",
+           "NerOptions": "prompts", "AuditConfig": "attacks", "SignalConfig": "signals",
+           "NeighbourhoodConfig": "neighbourhood attack", "MetricConfig": "metrics", "NerAuditConfig": "NER audit",
+           "CommonOptions": "logging and execution"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One declared option, the commands and methods that take it, and where it is parsed to.
+
+    Attributes
+    ----------
+    field : OptionField
+    used_by : frozenset of str
+    family : {"mia", "ner", "common"} or None
+        The audit whose configs hold it (``"common"``: both, :class:`CommonOptions`);
+        None for a command-only option (:class:`CommandOptions`), which has no evaluator key.
+    """
+
+    field: OptionField
+    used_by: frozenset
+    family: str | None
+
+    @property
+    def key(self) -> str:
+        return self.field.key
+
+
+def entries() -> list[Entry]:
+    """Every declared option once (a field inherited by two classes counts once), in declaration order."""
+    out, seen = [], set()
+    groups = [(name, classes(), surfaces) for name, (classes, surfaces) in FAMILIES.items()]
+    groups.append((None, (CommandOptions,), frozenset()))
+    for family, classes, surfaces in groups:
+        for cls in classes:
+            for of in declared_options(cls).values():
+                if (of.owner, of.name) in seen:
+                    continue
+                seen.add((of.owner, of.name))
+                out.append(Entry(of, frozenset(of.option.used_by or surfaces),
+                                 family if of.owner is not CommonOptions else "common"))
+    return out
+
+
+def options_for(surface: str) -> dict[str, Entry]:
+    """The options a command (``audit``, ...) or evaluator method (``mia``, ``ner_prompts``) takes, by key.
+
+    Raises
+    ------
+    ValueError
+        Two declarations share a key on this surface (an option declared twice).
+    """
+    out = {}
+    for e in entries():
+        if surface in e.used_by:
+            if e.key in out:
+                raise ValueError(f"option {e.key!r} of {surface!r} is declared twice: on "
+                                 f"{out[e.key].field.owner.__name__} and {e.field.owner.__name__}")
+            out[e.key] = e
+    return out
+
+
+def parse_values(method: str, config: Mapping[str, Any], *, what: str = "evaluator_config['mia']") -> dict:
+    """Read a flat option dict: ``{key: value}`` for every key given (not None, not blank).
+
+    Raises
+    ------
+    ValueError
+        Unknown keys (the message lists the valid ones) or a value that does not fit
+        its option (the message names the key and the expected form).
+    """
+    valid = options_for(method)
+    unknown = sorted(set(config) - set(valid))
+    if unknown:
+        suffix = "" if method == "mia" else f" for method {method!r}"
+        raise ValueError(f"unknown {what} key(s) {unknown}{suffix}; valid keys are {sorted(valid)}")
+    values = {}
+    for key, raw in config.items():
+        of = valid[key].field
+        if not is_unset(of, raw):
+            values[key] = coerce(of, raw)
+    return values
+
+
+def build(cls, values: Mapping[str, Any], **fixed):
+    """An instance of the config dataclass ``cls`` from parsed values (its declared fields; others default)."""
+    kwargs = {of.name: values[key] for key, of in declared_options(cls).items() if key in values}
+    kwargs.update({name: values[key] for name, key in same_option_fields(cls).items() if key in values})
+    kwargs.update(fixed)
+    return cls(**kwargs)
+
+
+def dest(e: Entry) -> str:
+    """The ``argparse`` dest (and MLproject parameter name) of an option: its long flag without dashes."""
+    flags = e.field.option.flags or ("--" + e.key.replace("_", "-"),)
+    long = next(f for f in flags if f.startswith("--"))
+    return long[2:].replace("-", "_")
+
+
+def _flags(e: Entry) -> tuple:
+    return e.field.option.flags or ("--" + e.key.replace("_", "-"),)
+
+
+def _render(value) -> str:
+    """A default as a user writes it: true/false, comma-joined lists, plain numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(_render(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def default_text(e: Entry) -> str:
+    """The default in words: ``default_doc``, else the rendered default, else '' (none)."""
+    of = e.field
+    if of.option.default_doc:
+        return of.option.default_doc
+    if of.default is None or of.default == "":
+        return ""
+    return _render(of.default)
+
+
+def _help(e: Entry) -> str:
+    of = e.field
+    parts = [of.option.range_text() or of.option.pattern_doc or "", f"default: {default_text(e)}"
+             if default_text(e) else ""]
+    extra = "; ".join(p for p in parts if p)
+    return f"{of.option.help} ({extra})" if extra else of.option.help
+
+
+def _converter(e: Entry):
+    """An argparse type: the option's own conversion and checks; blank (an unset MLproject parameter) is None."""
+    of = e.field
+
+    def convert(text: str):
+        if is_unset(of, text):
+            return None
+        try:
+            value = coerce(of, text)
+        except (ValueError, FileNotFoundError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text if of.option.repeat else value
+
+    convert.__name__ = of.key
+    return convert
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """Add the options ``command`` takes to ``parser``, one argument group per declaring config.
+
+    Options of a config family default to None ("not given": the library default or the
+    demo's value applies); command-only options default to their declared default.
+    """
+    order = list(_TITLES)
+    found = sorted((e for e in options_for(command).values() if e.field.option.cli),
+                   key=lambda e: order.index(e.field.owner.__name__) if e.field.owner.__name__ in order else len(order))
+    groups: dict[str, Any] = {}
+    for e in found:
+        of, opt = e.field, e.field.option
+        title = _TITLES.get(of.owner.__name__, "options")
+        group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
+        default = of.default if e.family is None else None
+        kwargs = {"dest": dest(e), "help": _help(e).replace("%", "%%")}
+        if opt.invert:
+            kwargs["help"] = (opt.flag_help or f"turn off: {opt.help}").replace("%", "%%")
+            group.add_argument(*_flags(e), action="store_true", **kwargs)
+            continue
+        if of.is_bool:
+            kwargs.update(nargs="?", const=True, metavar="BOOL")
+        elif opt.repeat:
+            kwargs.update(action="append")
+        metavar = opt.metavar or ("{" + ",".join(opt.choices) + "}" if opt.choices else None)
+        if metavar and not of.is_bool:
+            kwargs["metavar"] = metavar
+        group.add_argument(*_flags(e), type=_converter(e), default=default, **kwargs)
+
+
+def flat_from_args(args: argparse.Namespace, command: str) -> dict:
+    """The options of a config family given on the command line, as flat keys (what the evaluator takes)."""
+    flat = {}
+    for e in options_for(command).values():
+        opt = e.field.option
+        if e.family is None or not opt.cli:
+            continue
+        value = getattr(args, dest(e), None)
+        if opt.invert:
+            value = False if value else None
+        elif opt.repeat and value:
+            value = ",".join(v for v in value if v and str(v).strip()) or None
+        if value is not None:
+            flat[e.key] = value
+    return flat
+
+
+def key_table(method: str) -> str:
+    """The reStructuredText table of the evaluator keys of ``method`` (``mia`` or ``ner_prompts``)."""
+    rows = []
+    for key, e in options_for(method).items():
+        text = _help(e)
+        rows.append((f"``{key}``", text))
+    width = max(len(k) for k, _ in rows)
+    rule = "=" * width + "  " + "=" * 60
+    lines = [rule, *(f"{k:<{width}}  {text}" for k, text in rows), rule]
+    return "\n".join(lines)
+
+
+def mlproject_parameters(command: str) -> dict[str, tuple[str, str]]:
+    """``{parameter: (type, default)}`` the MLproject entry point of ``command`` must declare.
+
+    Every option the command takes that is offered on the command line as a value
+    (not a switch such as ``--quiet``) and to MLproject; the parameter is the flag's
+    dest and goes to the command as ``--flag {parameter}``. Numbers with a default are
+    ``float`` parameters (MLproject has no int type), the rest ``string``; an empty
+    default means "not given".
+    """
+    out = {}
+    for e in options_for(command).values():
+        of, opt = e.field, e.field.option
+        if not opt.cli or opt.invert or not opt.mlproject:
+            continue
+        numeric = of.base in (int, float) and of.default is not None
+        default = "" if of.default is None else _render(of.default)
+        out[dest(e)] = ("float" if numeric else "string", default)
+    return out
+
+
+def flag_of(command: str, parameter: str) -> str:
+    """The long flag of the option whose dest is ``parameter``."""
+    for e in options_for(command).values():
+        if dest(e) == parameter:
+            return next(f for f in _flags(e) if f.startswith("--"))
+    raise KeyError(parameter)

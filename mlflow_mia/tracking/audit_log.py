@@ -1,0 +1,468 @@
+"""Log an :class:`~mlflow_mia.audits.membership.AuditResult` to an MLflow run.
+
+What one audit writes (``prefix`` is prepended to every name):
+
+- params: the flattened :class:`~mlflow_mia.config.AuditConfig`, every model used
+  (from ``result.models``: URIs, registry versions, identities), ``params=``,
+  dataset sizes and keyed digests of the sorted text hashes (``pool.digest``,
+  ``population.digest``), where the hash key came from (``audit.hash_key``) and, for a
+  user key, a check value that identifies it without revealing it (``audit.hash_key_check``);
+- metrics: ``result.metrics`` (less the raw score thresholds, which stay in
+  ``audit_summary.json``) in one ``log_batch`` (step 0, one timestamp), unless
+  ``log_metrics=False`` because ``mlflow.models.evaluate`` logs the returned
+  metrics itself;
+- figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
+  ``plots/hist_<attack>.png``;
+- tables: ``tables/samples.csv`` (ids, keyed text hashes ``text_hmac``, keyed group
+  ids, labels; with ``log_samples=True`` also lengths, scores and flags; raw text only
+  with ``log_texts=True``), ``tables/riskiest.csv`` (the members flagged at the lowest
+  FPR, by keyed hash; with ``log_samples=True`` in score order with ids, lengths and scores),
+  ``tables/memorization_features.csv`` (which features predict the flagged members, when
+  computed),
+  ``tables/neighbour_examples.csv`` (neighbourhood attack: the top-scored members and
+  their neighbours with target energies; only with ``log_texts=True``);
+- ``audit_summary.json``, ``audit_config.json`` (the config and ``models``: every model
+  used, by role) and ``report.md``;
+- run tags ``mia.gate`` (``pass`` / ``fail`` / ``inconclusive``, with a gate),
+  ``mia.headline_attack``, and on the registered model version ``mia.<attack>.auc``,
+  ``mia.<attack>.tpr_at_fpr_<alpha>``, ``mia.gate`` (and its history), ``mia.audit_run_id``
+  (:mod:`~mlflow_mia.tracking.registry_tags`).
+
+No per-sample score reaches a table beside a label unless ``log_samples=True``:
+masks are drawn from the seed and the text, so anyone who can read the run and
+load the target recomputes a candidate text's exact score, finds its row and reads
+its label (issue 21, High 1). Token counts and the score order are recomputable
+too, and are left out with the scores.
+No raw text reaches params, metrics, tags or artifacts unless ``log_texts=True``.
+No unkeyed hash of a text or group id does either: an unsalted sha256 next to a
+label would let anyone who reads the run test a candidate text for membership.
+Texts and group ids appear as ``HMAC-SHA256(key, sha256(value))``
+(:mod:`mlflow_mia.hashing`); the key is the user's (key file or
+``$MLFLOW_MIA_HASH_KEY``) or, without one, random per audit and not kept.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+
+from mlflow_mia.tracking.registry_tags import tag_model_version
+from mlflow_mia.naming import nan_to_none
+
+__all__ = ["log_audit", "audit_params", "model_params", "dataset_digest", "keyed_table", "check_metric_names",
+           "mlflow_metrics",
+           "tag_model_version"]
+
+log = logging.getLogger(__name__)
+
+_METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
+
+
+def dataset_digest(text_hashes, *, key) -> str:
+    """``HMAC-SHA256(key, sorted per-text sha256 hashes)``: the identity of a text set, independent of order.
+
+    Keyed like the per-sample hashes. An unkeyed digest of a whole set is no per-sample
+    oracle, but someone who knows all texts of a pool but one could still test the
+    candidates for the last; keyed, two runs show the same digest exactly when they
+    audited the same set with the same (user) key.
+    """
+    from mlflow_mia.hashing import _as_bytes
+
+    return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
+
+
+def keyed_table(table, key):
+    """A copy of a sample table with ``text_hash`` -> keyed ``text_hmac`` and keyed ``group`` values.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``AuditResult.samples``, ``riskiest`` or ``neighbour_examples``; its
+        ``text_hash`` column holds plain sha256 hashes, its ``group`` column group ids.
+    key : bytes, str or HashKey
+
+    Returns
+    -------
+    pandas.DataFrame
+        Same rows and column order; ``text_hmac`` = ``keyed_hash(text_hash, key)``,
+        ``group`` = ``lookup_hash(group, key)`` (missing groups stay missing).
+    """
+    import pandas as pd
+
+    from mlflow_mia.data import text_hash
+    from mlflow_mia.hashing import keyed_hash
+
+    out = table.copy()
+    if "text_hash" in out:
+        out["text_hash"] = [keyed_hash(h, key) for h in out["text_hash"]]
+        out = out.rename(columns={"text_hash": "text_hmac"})
+    if "group" in out:
+        out["group"] = [None if g is None or (not isinstance(g, str) and pd.isna(g))
+                        else keyed_hash(text_hash(str(g)), key) for g in out["group"]]
+    return out
+
+
+# Score cut-offs in each attack's own units: kept in audit_summary.json, not logged as MLflow
+# metrics, where a side-by-side of two versions would suggest they are comparable.
+_NOT_LOGGED = ("/threshold_at_pop_fpr_",)
+
+
+def mlflow_metrics(result, *, prefix: str = "") -> dict[str, float]:
+    """The metrics logged to MLflow: ``result.metrics`` without the raw score thresholds, prefixed.
+
+    Only finite values are logged: an undefined value (nan, e.g. a TPR at an FPR the pool
+    cannot resolve) or an infinite one is not a number a reader should compare; it stays in
+    ``audit_summary.json`` with its reason. The headline attack's AUC comes first: the MLflow
+    UI's run comparison plots the first metric of a run by default.
+    """
+    first = f"{result.headline_attack}/auc"
+    keys = sorted(result.metrics, key=lambda k: k != first)  # stable: the rest keep their order
+    return {f"{prefix}{k}": float(result.metrics[k]) for k in keys
+            if math.isfinite(float(result.metrics[k])) and not any(part in f"/{k}" for part in _NOT_LOGGED)}
+
+
+def check_metric_names(names) -> None:
+    """Raise ``ValueError`` for a name MLflow would reject (allowed: alphanumerics, ``_ - . /`` and space)."""
+    bad = [n for n in names if not _METRIC_NAME.match(n) or len(n) > 250]
+    if bad:
+        raise ValueError(f"metric names MLflow would reject: {bad[:5]}; use only letters, digits, _ - . / and spaces")
+
+
+def _flatten(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, (list, tuple)):
+        out[prefix] = ",".join("-".join(str(x) for x in v) if isinstance(v, (list, tuple)) else f"{v}"
+                               for v in value)
+    else:
+        out[prefix] = "None" if value is None else str(value)
+
+
+def model_params(models: dict) -> dict[str, str]:
+    """Run params naming every model of an audit (``AuditResult.models``), each written once.
+
+    ``target_model`` and ``reference_model`` (the version-pinned URI, else the
+    model identity), ``{role}_model_requested`` (when it differs),
+    ``{role}_registered_model`` and ``{role}_model_version`` (registry models),
+    and ``neighbourhood.generator`` (the generator's identity).
+    """
+    out: dict[str, str] = {}
+    for role in ("target", "reference"):
+        record = models.get(role) or {}
+        if role == "reference" and not record:
+            continue
+        uri = record.get("uri") or record.get("identity")
+        out[f"{role}_model"] = str(uri)
+        if record.get("requested") and record["requested"] != uri:
+            out[f"{role}_model_requested"] = str(record["requested"])
+        if record.get("registered_model"):
+            out[f"{role}_registered_model"] = str(record["registered_model"])
+            out[f"{role}_model_version"] = str(record["version"])
+    if models.get("generator"):
+        out["neighbourhood.generator"] = str(models["generator"]["identity"])
+    return out
+
+
+def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
+    """Params of an audit: flattened config, every model used (:func:`model_params`), dataset sizes, keyed digests.
+
+    Parameters
+    ----------
+    result : AuditResult
+    population : PopulationSet, optional
+        Its digest is logged when given (the result itself keeps no population hashes).
+    hash_key : HashKey, optional
+        Key of the digests (:func:`dataset_digest`); default :func:`~mlflow_mia.hashing.resolve_hash_key`.
+    """
+    from mlflow_mia.hashing import resolve_hash_key
+
+    hash_key = hash_key or resolve_hash_key()
+    config = result.config.to_dict()
+    if not any(a == "neighbourhood" for a in result.config.attacks):
+        config.pop("neighbourhood", None)
+    out: dict[str, str] = {}
+    _flatten("", config, out)
+    # Top-level names would clash with the MLproject parameters that `mlflow run` logs to the same run.
+    out["audit.attacks"] = out.pop("attacks")
+    out["audit.allow_tokenizer_mismatch"] = out.pop("allow_tokenizer_mismatch", "False")
+    info = result.info
+    out.update(model_params(result.models))
+    samples = result.samples
+    out["pool.n_samples"] = str(len(samples))
+    out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
+    out["pool.n_non_members"] = str(int((samples["label"] == 0).sum()))
+    out["pool.digest"] = dataset_digest(samples["text_hash"].tolist(), key=hash_key)
+    if "group" in samples and samples["group"].notna().any():
+        out["pool.n_groups"] = str(int(samples["group"].nunique()))
+    out["population.n_samples"] = str(info.get("n_population", ""))
+    out["audit.hash_key"] = "random (not kept)" if hash_key.is_random else hash_key.source
+    if not hash_key.is_random:
+        out["audit.hash_key_check"] = hash_key.check
+    if population is not None:
+        out["population.digest"] = dataset_digest(population.text_hashes, key=hash_key)
+        if population.groups is not None:
+            out["population.n_groups"] = str(len(set(population.groups)))
+    return out
+
+
+def _artifact_uri(run_id: str, path: str) -> str:
+    from mlflow.tracking.artifact_utils import get_artifact_uri
+
+    return get_artifact_uri(run_id=run_id, artifact_path=path)
+
+
+def _artifact(kind: str, run_id: str, path: str, content=None):
+    from mlflow.models.evaluation.artifacts import (CsvEvaluationArtifact, ImageEvaluationArtifact,
+                                                    JsonEvaluationArtifact, ParquetEvaluationArtifact,
+                                                    TextEvaluationArtifact)
+
+    cls = {"image": ImageEvaluationArtifact, "csv": CsvEvaluationArtifact, "json": JsonEvaluationArtifact,
+           "text": TextEvaluationArtifact, "parquet": ParquetEvaluationArtifact}[kind]
+    return cls(uri=_artifact_uri(run_id, path), content=content)
+
+
+def _artifact_name(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _json(obj) -> str:
+    return json.dumps(nan_to_none(obj), indent=2, sort_keys=True, default=str)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def active_run_id(run_id: str | None, caller: str) -> str:
+    """``run_id``, else the active run's id.
+
+    Raises
+    ------
+    ValueError
+        Neither is there; the message names ``caller`` and the fix.
+    """
+    import mlflow
+
+    if run_id is not None:
+        return run_id
+    active = mlflow.active_run()
+    if active is None:
+        raise ValueError(f"{caller} needs run_id=... or an active run (mlflow.start_run())")
+    return active.info.run_id
+
+
+def log_figures(client, run_id: str, figures: dict, *, prefix: str = "") -> dict:
+    """Log ``{path: matplotlib Figure}`` (closing each) and return their evaluation artifacts by name."""
+    from matplotlib import pyplot as plt
+
+    artifacts = {}
+    for path, fig in figures.items():
+        try:
+            client.log_figure(run_id, fig, prefix + path)
+        finally:
+            plt.close(fig)
+        artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
+    return artifacts
+
+
+def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
+    """Write ``{path: (kind, name, writer)}`` into one temporary folder, log it, return the evaluation artifacts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, (_, _, write) in files.items():
+            path = os.path.join(tmp, prefix + rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write(path)
+        client.log_artifacts(run_id, tmp)
+    return {prefix + name: _artifact(kind, run_id, prefix + rel) for rel, (kind, name, _) in files.items()}
+
+
+#: Above this many pool rows the per-sample table is written as Parquet (columnar, compressed), not CSV.
+LARGE_TABLE_ROWS = 200_000
+
+
+#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length).
+SAMPLE_COLUMNS = ("sample_id", "text_hmac", "group", "label")
+#: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
+RISKY_COLUMNS = ("attack", "flagged_at_fpr", "text_hmac", "group")
+
+
+def _without_scores(samples, riskiest):
+    """The default tables: :data:`SAMPLE_COLUMNS` and :data:`RISKY_COLUMNS`, riskiest rows sorted by keyed hash."""
+    import pandas as pd
+
+    samples = samples[[c for c in SAMPLE_COLUMNS if c in samples]]
+    parts = [part.sort_values("text_hmac", kind="stable") for _, part in riskiest.groupby("attack", sort=False)]
+    riskiest = pd.concat(parts, ignore_index=True) if parts else riskiest
+    return samples, riskiest[[c for c in RISKY_COLUMNS if c in riskiest]]
+
+
+def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool = False) -> dict:
+    """``{path: (artifact kind, artifact name, writer)}`` of the audit's tables (raw text only with ``log_texts``).
+
+    Text hashes and group ids are keyed with ``hash_key`` (:func:`keyed_table`): no plain
+    sha256 of a text leaves the process. Without ``log_samples`` the tables hold no
+    score, flag, rank or token count (see the module docstring). A pool of more than
+    :data:`LARGE_TABLE_ROWS` rows (an audit on Spark, say) gets ``tables/samples.parquet``
+    instead of the CSV.
+    """
+    samples = keyed_table(result.samples, hash_key)
+    riskiest = keyed_table(result.riskiest, hash_key)
+    by_hmac = dict(zip(samples["text_hmac"], texts)) if log_texts else {}
+    if not log_samples:
+        samples, riskiest = _without_scores(samples, riskiest)
+    if log_texts:
+        samples.insert(1, "text", list(texts))
+        riskiest.insert(1, "text", [by_hmac.get(h) for h in riskiest["text_hmac"]])
+    if len(samples) > LARGE_TABLE_ROWS:
+        files = {"tables/samples.parquet": ("parquet", "samples", lambda p: samples.to_parquet(p, index=False))}
+    else:
+        files = {"tables/samples.csv": ("csv", "samples", lambda p: samples.to_csv(p, index=False))}
+    files["tables/riskiest.csv"] = ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False))
+    if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
+        files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
+                                                  lambda p: keyed_table(result.neighbour_examples,
+                                                                        hash_key).to_csv(p, index=False))
+    table = result.memorization_features
+    if table is not None:  # memorization-feature analysis (paper Sec. 4.6)
+        files["tables/memorization_features.csv"] = ("csv", "memorization_features",
+                                                     lambda p: table.to_csv(p, index=False))
+    return files
+
+
+def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
+              log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
+              gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
+              clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None,
+              log_samples: bool = False, audit_started: int | None = None) -> dict:
+    """Log an audit to an MLflow run.
+
+    Parameters
+    ----------
+    result : AuditResult
+        A finished audit.
+    run_id : str, optional
+        Target run; default the active run.
+    log_texts : bool
+        Add the raw texts (``texts``) to the sample and riskiest-record tables.
+        Default False: only ids and keyed hashes are logged.
+    texts : sequence of str, optional
+        Pool texts in pool order (``AuditDataset.texts``); required when ``log_texts``.
+    log_samples : bool
+        Log per-sample scores, flags and token counts, and the riskiest records in
+        score order with their scores. Default False: anyone who can read the run
+        and load the target could recompute a candidate text's score and find its
+        label there; the tables then hold ids, keyed hashes and labels only.
+    model_version : (name, version), iterable of them, or ModelVersion, optional
+        Registry version(s) of the target, tagged as
+        :func:`~mlflow_mia.tracking.registry_tags.tag_model_version` describes.
+    log_metrics : bool
+        Log ``result.metrics`` (one batch). Set False when the caller logs them
+        (``mlflow.models.evaluate`` does when it knows a ``model_id``).
+    prefix : str
+        Prepended to metric, param and artifact names.
+    params : dict, optional
+        Extra params (e.g. the requested model URIs and registry versions).
+    population : PopulationSet, optional
+        For the population digest param.
+    gate : GateResult, optional
+        Release-gate verdict: tags the run ``mia.gate=pass|fail|inconclusive`` and goes into the report.
+    group_column : str, optional
+        Name of the group column, for the report's user-level section.
+    client : MlflowClient, optional
+    tag_headline : bool
+        Write the headline tags on ``model_version`` (a failing gate verdict is
+        written regardless).
+    clear_gate_fail : bool
+        Let a passing gate at least as strong as the failed audit replace a ``mia.gate=fail``
+        verdict on the version.
+    weights_id : str, optional
+        The audited weights' digest, stored as ``mia.weights_sha256`` on the version; a
+        fail is recorded against it (every version holding these weights).
+    audit_started : int, optional
+        When the audit began (ms since the epoch): a registry verdict written after it is
+        not overwritten (default: the run's start time).
+    hash_key : HashKey, bytes or str, optional
+        Key of the logged text and group hashes (:mod:`mlflow_mia.hashing`); never
+        logged. Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept
+        (a warning says so; the hashes then cannot be looked up).
+
+    Returns
+    -------
+    dict of str to mlflow.models.EvaluationArtifact
+        Logged artifacts by name (``report``, ``samples``, ``roc``, ...), prefixed.
+
+    Raises
+    ------
+    ValueError
+        No run is active and no ``run_id`` is given; ``log_texts`` without texts; a
+        metric name MLflow would reject.
+    VersionDeletedError
+        A registry version in ``model_version`` was deleted during the audit (raised
+        after everything else is logged; see :mod:`~mlflow_mia.tracking.registry_tags`).
+    """
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag
+
+    from mlflow_mia.hashing import HashKey, resolve_hash_key
+    from mlflow_mia.audits.membership.report import render_report
+
+    if hash_key is None:
+        hash_key = resolve_hash_key()
+    elif not isinstance(hash_key, HashKey):
+        hash_key = HashKey.from_bytes(hash_key, source="given")
+    if hash_key.is_random:
+        log.warning("no hash key given (%s or hash_key_file): the logged sample and group hashes use a random key "
+                    "that is not kept, so nobody can look a sample up in them", "MLFLOW_MIA_HASH_KEY")
+    client = client or MlflowClient()
+    run_id = active_run_id(run_id, "log_audit")
+    if log_texts and (texts is None or len(texts) != len(result.samples)):
+        raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
+
+    metrics = mlflow_metrics(result, prefix=prefix)
+    check_metric_names(metrics)
+    all_params = {**audit_params(result, population=population, hash_key=hash_key), **(params or {}),
+                  "audit.log_texts": str(bool(log_texts)), "audit.log_samples": str(bool(log_samples))}
+    if gate is not None:
+        all_params["audit.gate"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+    now = int(time.time() * 1000)
+    tags = {f"{prefix}mia.headline_attack": result.headline_attack}
+    if gate is not None:
+        tags[f"{prefix}mia.gate"] = gate.status
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
+        params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
+        tags=[RunTag(k, v) for k, v in tags.items()])
+
+    figures = result.figures()
+    logged = [prefix + path for path in figures]
+    artifacts = log_figures(client, run_id, figures, prefix=prefix)
+
+    summary = result.summary()
+    summary["gate"] = gate.to_dict() if gate is not None else None
+    summary["log_texts"] = bool(log_texts)
+    summary["log_samples"] = bool(log_samples)
+    summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
+    files = {  # path -> (artifact kind, artifact name, writer)
+        **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key, log_samples=log_samples),
+        "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
+        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config_record()))),
+    }
+    logged += [prefix + rel for rel in files] + [prefix + "report.md"]
+    report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
+                           hashing=hash_key.describe(), log_samples=log_samples)
+    files["report.md"] = ("text", "report", lambda p: _write(p, report))
+    artifacts.update(log_files(client, run_id, files, prefix=prefix))
+
+    if model_version is not None:
+        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
+                          clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
+    return artifacts

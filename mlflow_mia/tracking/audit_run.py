@@ -1,0 +1,113 @@
+"""One membership audit run and logged: the shared core of the evaluator, the CLI, ``compare`` and ``analyze``.
+
+:func:`audit_and_log` resolves the neighbour generator, runs
+:func:`~mlflow_mia.audits.membership.run_audit` on the engine the options name,
+checks the release gate and logs everything (:func:`~mlflow_mia.tracking.audit_log.log_audit`);
+:func:`model_records` says where each model came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from mlflow_mia.options.audit import MiaOptions
+
+__all__ = ["audit_and_log", "model_records", "resolve_generator"]
+
+log = logging.getLogger(__name__)
+
+
+def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, generator=None,
+                  run_id=None, log_metrics: bool = True, extra_params: dict | None = None, notes=()):
+    """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
+
+    Parameters
+    ----------
+    target, reference : ResolvedModel
+        From :func:`mlflow_mia.models.resolve.resolve_model`.
+    generator : ResolvedModel, optional
+        Neighbour generator of the ``neighbourhood`` attack. Default: resolved from
+        ``config.neighbourhood.generator_model`` (any URI :func:`resolve_model`
+        takes) when that attack runs, else the reference model.
+    pool : AuditDataset
+    population : PopulationSet
+    config : AuditConfig
+    options : MiaOptions
+    run_id : str, optional
+        Default: the active run.
+    log_metrics : bool
+        False when ``mlflow.models.evaluate`` logs the returned metrics itself.
+    extra_params : dict, optional
+    notes : sequence of str
+        Warnings of the caller, added to the result's warnings (and so to the report).
+
+    Returns
+    -------
+    (AuditResult, GateResult or None, dict of artifacts)
+    """
+    from mlflow_mia.audits.membership import run_audit
+    from mlflow_mia.tracking.audit_log import log_audit
+    from mlflow_mia.signals import SignalCache
+
+    started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
+    generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
+    cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
+    result = run_audit(target, pool, population, reference=reference, generator=generator, config=config,
+                       engine=options.engine, cache=cache, device=options.device, progress=options.progress,
+                       spark_master=options.spark_master, store=options.spark_store)
+    result.models = model_records(result.models, target=target, reference=reference, generator=generator)
+    result.warnings.extend(notes)
+    gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
+            if options.gate is not None else None)
+    artifacts = log_audit(result, run_id=run_id, log_texts=options.log_texts, texts=pool.texts,
+                          model_version=target.registry_versions or None, tag_headline=options.tag_model_version,
+                          clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
+                          log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
+                          population=population, gate=gate, group_column=options.group_column,
+                          hash_key=options.hash_key, log_samples=options.log_samples, audit_started=started)
+    if gate is not None:
+        log.info(gate.verdict())
+    return result, gate, artifacts
+
+
+def model_records(models: dict, **resolved) -> dict:
+    """``AuditResult.models`` with where each model came from: ``uri`` (version-pinned), ``requested``
+    (as given), ``registered_model`` and ``version`` (registry models).
+
+    Parameters
+    ----------
+    models : dict
+        ``{role: {"identity": ..., "name": ...}}`` from the audit.
+    **resolved : ResolvedModel or None
+        By role (``target``, ``reference``, ``generator``). A generator that is the
+        reference model (same identity) gets the reference's record.
+    """
+    out = {role: dict(record) for role, record in models.items()}
+    by_identity = {r.lm.model_id: r for r in resolved.values() if r is not None}
+    for role, record in out.items():
+        found = resolved.get(role) or by_identity.get(record.get("identity"))
+        if found is None:
+            continue
+        record.update(uri=found.resolved_uri, requested=found.requested)
+        if found.registry:
+            record.update(registered_model=found.registered_name, version=str(found.version))
+    return out
+
+
+def resolve_generator(config, *, trust_remote_code: bool = False):
+    """The neighbour generator named in ``config.neighbourhood.generator_model``, resolved.
+
+    Returns None when no attack needs the generator role (the declared inputs of
+    every neighbour attack, :func:`~mlflow_mia.attacks.required_roles`) or none is
+    named (the reference model is then the generator). A registry URI
+    (``models:/name@alias``), a run URI or a local folder are all accepted, as for
+    the target and reference.
+    """
+    from mlflow_mia.attacks import required_roles
+    from mlflow_mia.models.resolve import resolve_model
+
+    uri = config.neighbourhood.generator_model
+    if not uri or "generator" not in required_roles(config.attacks):
+        return None
+    return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)

@@ -1,0 +1,125 @@
+"""Log a :class:`~mlflow_mia.audits.ner.audit.NerAuditResult` to an MLflow run.
+
+What one NER audit writes (``prefix`` is prepended to every name):
+
+- params: ``ner_*`` settings, the resolved model URI and version, the number of
+  names per class and a sha256 digest of the sorted keyed name hashes;
+- metrics: ``ner/{type}/...`` in one ``log_batch`` (unless ``log_metrics=False``
+  because ``mlflow.models.evaluate`` logs the returned metrics itself);
+- ``tables/ner_prompts.csv`` (one row per prompt and type with its M-MEM on dev,
+  test and all names), ``tables/ner_names.csv`` (keyed name hashes, types, labels and
+  split; the best / worst / no-prompt confidences only with ``log_samples=True``, the raw
+  ``name`` column only with ``log_texts=True``), ``ner_summary.json`` (best / worst /
+  modified prompts, metrics);
+- ``plots/ner_prompt_mmem.png``, ``plots/ner_mmem_by_sentence_type.png``,
+  ``plots/ner_mmem_by_slot_position.png``, ``plots/ner_roc_best_worst.png``;
+- ``report.md`` (the NER section) and the run tag ``mia.method=ner_prompts``.
+
+Names are the sensitive data of this audit: no raw name reaches params, tags,
+metrics or artifacts unless ``log_texts=True``. Prompts are logged. No per-name
+confidence reaches ``ner_names.csv`` unless ``log_samples=True``: with the best
+prompt (logged) and the model, anyone who can read the run recomputes a candidate
+name's confidence, finds its row and reads ``is_member`` (issue 21, High 1).
+"""
+
+from __future__ import annotations
+
+import time
+
+from mlflow_mia.tracking.audit_log import (_json, _write, active_run_id, check_metric_names, dataset_digest,
+                                             log_figures, log_files)
+
+__all__ = ["log_ner_audit", "ner_params", "NAME_TABLE_COLUMNS"]
+
+#: Columns of ``tables/ner_names.csv`` by default: nothing recomputable from the model beside the label.
+NAME_TABLE_COLUMNS = ("name_hash", "entity_type", "is_member", "split")
+
+
+def ner_params(result) -> dict[str, str]:
+    """Run params of an NER audit: settings, name counts and the names digest."""
+    names = result.names
+    out = {**result.config.to_params(), "ner.model_id": str(result.model_id),
+           "ner.entity_types": ",".join(result.entity_types), "ner.names_digest": dataset_digest(names["name_hash"], key=result.hash_key),
+           "ner.n_in_sample": str(int((names["is_member"] == 1).sum())),
+           "ner.n_out_of_sample": str(int((names["is_member"] == 0).sum())),
+           "ner.n_prompts": str(len(result.prompts_table))}
+    return out
+
+
+def _figures(result) -> dict:
+    from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution
+
+    table = result.prompts_table
+    return {"plots/ner_prompt_mmem.png": plot_prompt_mmem_distribution(table),
+            "plots/ner_mmem_by_sentence_type.png": plot_mmem_by(table, "sentence_type"),
+            "plots/ner_mmem_by_slot_position.png": plot_mmem_by(table, "slot_position"),
+            "plots/ner_roc_best_worst.png": plot_best_worst_roc({k: v["rocs"] for k, v in result.summaries.items()})}
+
+
+def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False, log_metrics: bool = True,
+                  params: dict | None = None, prefix: str = "", title: str | None = None, client=None,
+                  log_samples: bool = False) -> dict:
+    """Log an NER audit to an MLflow run.
+
+    Parameters
+    ----------
+    result : NerAuditResult
+    run_id : str, optional
+        Default: the active run.
+    log_texts : bool
+        Add the raw names to ``tables/ner_names.csv`` (default False: hashes only).
+    log_samples : bool
+        Add each name's confidences under the best, the worst and no prompt
+        (``c_best``, ``c_worst``, ``c_no_prompt``) to ``tables/ner_names.csv``.
+        Default False: recomputable from the model and the logged prompts, they
+        would let a reader of the run find a candidate name's label.
+    log_metrics : bool
+        Log ``result.metrics``; False when ``mlflow.models.evaluate`` logs them.
+    params : dict, optional
+        Extra params (e.g. the model's registry version).
+    prefix : str
+        Prepended to metric, param and artifact names.
+
+    Returns
+    -------
+    dict of str to mlflow.models.EvaluationArtifact
+
+    Raises
+    ------
+    ValueError
+        No run and no ``run_id``; a metric name MLflow would reject.
+    """
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag
+
+    from mlflow_mia.audits.ner.report import render_ner_report
+
+    client = client or MlflowClient()
+    run_id = active_run_id(run_id, "log_ner_audit")
+    metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
+    check_metric_names(metrics)
+    all_params = {**ner_params(result), **(params or {}), "ner.log_texts": str(bool(log_texts)),
+                  "ner.log_samples": str(bool(log_samples))}
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
+                     params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
+                     tags=[RunTag(f"{prefix}mia.method", "ner_prompts")])
+    figures = _figures(result)
+    logged = [prefix + path for path in figures]
+    artifacts = log_figures(client, run_id, figures, prefix=prefix)
+    names = result.names.copy()
+    if not log_samples:
+        names = names[[c for c in NAME_TABLE_COLUMNS if c in names]]
+    if log_texts:
+        names.insert(1, "name", list(result.raw_names))
+    summary = {"model_id": result.model_id, "metrics": result.metrics, "log_texts": bool(log_texts),
+               "log_samples": bool(log_samples), "warnings": list(getattr(result, "warnings", [])),
+               "types": {k: {kk: vv for kk, vv in v.items() if kk != "rocs"} for k, v in result.summaries.items()}}
+    files = {"tables/ner_prompts.csv": ("csv", "ner_prompts", lambda p: result.prompts_table.to_csv(p, index=False)),
+             "tables/ner_names.csv": ("csv", "ner_names", lambda p: names.to_csv(p, index=False)),
+             "ner_summary.json": ("json", "ner_summary", lambda p: _write(p, _json(summary)))}
+    logged += [prefix + rel for rel in files] + [prefix + "report.md"]
+    report = render_ner_report(result, title=title, artifacts=logged, level=1, log_samples=log_samples)
+    files["report.md"] = ("text", "report", lambda p: _write(p, report))
+    artifacts.update(log_files(client, run_id, files, prefix=prefix))
+    return artifacts
