@@ -320,7 +320,7 @@ def test_item10_tokenizer_mismatch_opt_in_requires_pll(setup):
 
 
 def test_tokenizer_comparison_helper():
-    from mlflow_mia.signals.model import tokenizer_difference
+    from mlflow_mia.signals.identity import tokenizer_difference
     from mlflow_mia.signals.testing import tiny_bert_tokenizer, tiny_roberta_tokenizer
 
     assert tokenizer_difference(tiny_bert_tokenizer(), tiny_bert_tokenizer()) is None

@@ -65,7 +65,7 @@ def _demo(args, cfg, options):
 
     from mlflow_mia.audits.ner.audit import compare_models
     from mlflow_mia.demo.wnut import build_wnut_demo
-    from mlflow_mia.tracking.audit_log import _json
+    from mlflow_mia.tracking.artifacts import to_json
     from mlflow_mia.audits.ner.names import read_private_table
     from mlflow_mia.audits.ner.report import render_ner_report
 
@@ -105,7 +105,7 @@ def _demo(args, cfg, options):
         report += ["", render_ner_report(results["A"], title=f"Model A ({demo.model_a_uri})"),
                    render_ner_report(results["B"], title=f"Model B ({demo.model_b_uri})")]
         mlflow.log_text("\n".join(report), "report.md")
-        mlflow.log_text(_json(metrics), "ner_comparison.json")
+        mlflow.log_text(to_json(metrics), "ner_comparison.json")
         print("controlled (mean of A and B): " + ", ".join(
             f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items() if k.endswith("controlled/best_prompt_mmem")))
         print(f"run {parent.info.run_id} at {mlflow.get_tracking_uri()}")

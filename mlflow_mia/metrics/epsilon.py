@@ -68,12 +68,15 @@ __all__ = [
 DEFAULT_DELTA = 1e-5
 
 
-def _check_counts(k, n, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _check_counts(k, n, what: str, *, whole: bool = True) -> tuple[np.ndarray, np.ndarray]:
     k_arr, n_arr = np.asarray(k), np.asarray(n)
     for name, arr in ((f"{what} count", k_arr), (f"{what} trials", n_arr)):
+        if not whole and arr.dtype.kind in "iuf":
+            continue
         if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
             raise ValueError(f"{name} must hold whole numbers, got {arr!r}")
-    k_arr, n_arr = np.broadcast_arrays(k_arr.astype(np.int64), n_arr.astype(np.int64))
+    dtype = np.int64 if whole else np.float64
+    k_arr, n_arr = np.broadcast_arrays(k_arr.astype(dtype), n_arr.astype(dtype))
     if np.any(n_arr < 1):
         raise ValueError(f"{what}: the number of trials must be >= 1, got {n_arr!r}")
     if np.any((k_arr < 0) | (k_arr > n_arr)):
@@ -81,7 +84,7 @@ def _check_counts(k, n, what: str) -> tuple[np.ndarray, np.ndarray]:
     return k_arr, n_arr
 
 
-def clopper_pearson_upper(k, n, *, confidence: float = 0.95):
+def clopper_pearson_upper(k, n, *, confidence: float = 0.95, whole: bool = True):
     """One-sided Clopper-Pearson upper confidence bound on a binomial rate.
 
     Parameters
@@ -92,6 +95,10 @@ def clopper_pearson_upper(k, n, *, confidence: float = 0.95):
         Trials (e.g. non-members), ``n >= 1``; broadcast against ``k``.
     confidence : float in (0, 1), default 0.95
         One-sided level: ``P(rate <= bound) >= confidence`` for every true rate.
+    whole : bool, default True
+        Require whole counts. False lets ``k`` and ``n`` be fractional (the Beta
+        quantile interpolates between counts): for solving the pool size at which the
+        bound at an observed rate reaches a budget (:func:`mlflow_mia.metrics.gate.members_needed`).
 
     Returns
     -------
@@ -125,7 +132,7 @@ def clopper_pearson_upper(k, n, *, confidence: float = 0.95):
     1.0
     """
     confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
-    k_arr, n_arr = _check_counts(k, n, "clopper_pearson_upper")
+    k_arr, n_arr = _check_counts(k, n, "clopper_pearson_upper", whole=whole)
     full = k_arr >= n_arr
     # Shape parameters must be > 0: put a placeholder where k == n (answer 1.0 there).
     upper = np.where(full, 1.0, beta.ppf(confidence, k_arr + 1, np.where(full, 1, n_arr - k_arr)))

@@ -27,9 +27,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from mlflow_mia.metrics.epsilon import clopper_pearson_upper
 from mlflow_mia.naming import fmt_alpha, is_nan, nan_to_none
 
-__all__ = ["Gate", "GateResult", "GateRecord", "clopper_pearson_upper", "members_needed",
+__all__ = ["Gate", "GateResult", "GateRecord", "members_needed",
            "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "CLOPPER_PEARSON"]
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -38,35 +39,10 @@ _RANK = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 _LEVEL_NOUN = {"sample": ("members", "non-members"), "user": ("member users", "non-member users")}
 
 
-def clopper_pearson_upper(k: float, n: float, confidence: float) -> float:
-    """One-sided Clopper-Pearson upper confidence bound of a binomial proportion.
-
-    Parameters
-    ----------
-    k : float
-        Successes (members flagged), ``0 <= k <= n``; a fractional ``k`` interpolates
-        (used to solve for a pool size at a fixed rate).
-    n : float
-        Trials (members), ``n > 0``.
-    confidence : float in (0, 1)
-
-    Returns
-    -------
-    float
-        The ``confidence`` quantile of Beta(k + 1, n - k); 1.0 when ``k >= n``
-        (Clopper and Pearson 1934, the one-sided form).
-    """
-    from scipy.stats import beta
-
-    if k >= n:
-        return 1.0
-    return float(beta.ppf(confidence, k + 1, n - k))
-
-
 def members_needed(tpr: float, max_tpr: float, confidence: float, *, limit: int = 10**9) -> int | None:
     """Smallest pool (members at that level) whose Clopper-Pearson bound at the observed TPR is <= ``max_tpr``.
 
-    Solves ``clopper_pearson_upper(tpr * n, n, confidence) <= max_tpr`` for the
+    Solves ``clopper_pearson_upper(tpr * n, n, confidence=confidence, whole=False) <= max_tpr`` for the
     integer ``n`` (``k = tpr * n`` kept fractional, so the bound falls smoothly in n).
 
     Returns
@@ -79,7 +55,7 @@ def members_needed(tpr: float, max_tpr: float, confidence: float, *, limit: int 
         return None
 
     def ok(n: int) -> bool:
-        return clopper_pearson_upper(tpr * n, n, confidence) <= max_tpr
+        return clopper_pearson_upper(tpr * n, n, confidence=confidence, whole=False) <= max_tpr
 
     high = 1
     while not ok(high):
@@ -114,7 +90,7 @@ def _point(metrics: Mapping, key: str, alpha: float, max_tpr: float, confidence:
     if not is_nan(upper):
         point.update(upper=float(upper), bound=BOOTSTRAP)
     elif n:
-        point.update(upper=clopper_pearson_upper(min(max(round(value * n), 0), n), n, confidence),
+        point.update(upper=clopper_pearson_upper(min(max(round(value * n), 0), n), n, confidence=confidence),
                      bound=CLOPPER_PEARSON)
     if value > max_tpr:
         return {**point, "status": FAIL}

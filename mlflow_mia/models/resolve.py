@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder,
                                                  tracking_unreachable)
-from mlflow_mia.signals.model import MaskedLM, refuse_remote_code, weights_digest
+from mlflow_mia.signals.model import MaskedLM
+from mlflow_mia.signals.identity import refuse_remote_code, weights_digest
 
 __all__ = ["ResolvedModel", "resolve_model", "registry_versions_of", "registered_weights_id", "check_model_files",
            "tracking_unreachable", "PICKLE_WEIGHTS", "WEIGHTS_TAG"]

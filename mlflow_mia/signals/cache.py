@@ -3,7 +3,7 @@
 The spec digest covers everything that decides a signal's value: a digest of the
 model's weights (not its URI: two tracking servers may both have a
 ``models:/tgt/2``), of its ``config.json`` architecture settings and class
-(:attr:`~mlflow_mia.signals.model.ModelIdentity.config_id`), the tokenizer, and
+(:attr:`~mlflow_mia.signals.identity.ModelIdentity.config_id`), the tokenizer, and
 the value-relevant settings. Each key stores its spec, which is checked on read.
 Rows are committed chunk by chunk, so an audit killed halfway resumes from what it
 had computed. Raw texts are never stored: only their sha256.

@@ -37,7 +37,7 @@ import torch
 
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SqliteSpecStore, default_cache_dir
-from mlflow_mia.signals.model import ModelIdentity, refuse_remote_code
+from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
            "TOKEN_BUDGETS", "SLOT", "fill", "split_prompt", "short"]
@@ -156,7 +156,7 @@ class TokenClassifier(ModelIdentity):
         ValueError
             The checkpoint has no token-classification head (its weights would be random),
             or it ships Python code and ``trust_remote_code`` is off
-            (:func:`~mlflow_mia.signals.model.refuse_remote_code`).
+            (:func:`~mlflow_mia.signals.identity.refuse_remote_code`).
         """
         from transformers import AutoModelForTokenClassification, AutoTokenizer
 

@@ -43,73 +43,20 @@ Texts and group ids appear as ``HMAC-SHA256(key, sha256(value))``
 
 from __future__ import annotations
 
-import hmac
-import json
 import logging
 import math
-import os
-import re
-import tempfile
 import time
 
+from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, keyed_table, log_figures,
+                                           log_files, to_json, write_text)
 from mlflow_mia.tracking.registry_tags import tag_model_version
-from mlflow_mia.naming import nan_to_none
 
-__all__ = ["log_audit", "audit_params", "model_params", "dataset_digest", "keyed_table", "check_metric_names",
-           "mlflow_metrics",
-           "tag_model_version"]
+__all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
 
 log = logging.getLogger(__name__)
 
-_METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
 
 
-def dataset_digest(text_hashes, *, key) -> str:
-    """``HMAC-SHA256(key, sorted per-text sha256 hashes)``: the identity of a text set, independent of order.
-
-    Keyed like the per-sample hashes. An unkeyed digest of a whole set is no per-sample
-    oracle, but someone who knows all texts of a pool but one could still test the
-    candidates for the last; keyed, two runs show the same digest exactly when they
-    audited the same set with the same (user) key.
-    """
-    from mlflow_mia.hashing import _as_bytes
-
-    return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
-
-
-def keyed_table(table, key):
-    """A copy of a sample table with ``text_hash`` -> keyed ``text_hmac`` and keyed ``group`` values.
-
-    Parameters
-    ----------
-    table : pandas.DataFrame
-        ``AuditResult.samples``, ``riskiest`` or ``neighbour_examples``; its
-        ``text_hash`` column holds plain sha256 hashes, its ``group`` column group ids.
-    key : bytes, str or HashKey
-
-    Returns
-    -------
-    pandas.DataFrame
-        Same rows and column order; ``text_hmac`` = ``keyed_hash(text_hash, key)``,
-        ``group`` = ``lookup_hash(group, key)`` (missing groups stay missing).
-    """
-    import pandas as pd
-
-    from mlflow_mia.data import text_hash
-    from mlflow_mia.hashing import keyed_hash
-
-    out = table.copy()
-    if "text_hash" in out:
-        out["text_hash"] = [keyed_hash(h, key) for h in out["text_hash"]]
-        out = out.rename(columns={"text_hash": "text_hmac"})
-    if "group" in out:
-        out["group"] = [None if g is None or (not isinstance(g, str) and pd.isna(g))
-                        else keyed_hash(text_hash(str(g)), key) for g in out["group"]]
-    return out
-
-
-# Score cut-offs in each attack's own units: kept in audit_summary.json, not logged as MLflow
-# metrics, where a side-by-side of two versions would suggest they are comparable.
 _NOT_LOGGED = ("/threshold_at_pop_fpr_",)
 
 
@@ -125,13 +72,6 @@ def mlflow_metrics(result, *, prefix: str = "") -> dict[str, float]:
     keys = sorted(result.metrics, key=lambda k: k != first)  # stable: the rest keep their order
     return {f"{prefix}{k}": float(result.metrics[k]) for k in keys
             if math.isfinite(float(result.metrics[k])) and not any(part in f"/{k}" for part in _NOT_LOGGED)}
-
-
-def check_metric_names(names) -> None:
-    """Raise ``ValueError`` for a name MLflow would reject (allowed: alphanumerics, ``_ - . /`` and space)."""
-    bad = [n for n in names if not _METRIC_NAME.match(n) or len(n) > 250]
-    if bad:
-        raise ValueError(f"metric names MLflow would reject: {bad[:5]}; use only letters, digits, _ - . / and spaces")
 
 
 def _flatten(prefix: str, value, out: dict) -> None:
@@ -210,78 +150,6 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
         if population.groups is not None:
             out["population.n_groups"] = str(len(set(population.groups)))
     return out
-
-
-def _artifact_uri(run_id: str, path: str) -> str:
-    from mlflow.tracking.artifact_utils import get_artifact_uri
-
-    return get_artifact_uri(run_id=run_id, artifact_path=path)
-
-
-def _artifact(kind: str, run_id: str, path: str, content=None):
-    from mlflow.models.evaluation.artifacts import (CsvEvaluationArtifact, ImageEvaluationArtifact,
-                                                    JsonEvaluationArtifact, ParquetEvaluationArtifact,
-                                                    TextEvaluationArtifact)
-
-    cls = {"image": ImageEvaluationArtifact, "csv": CsvEvaluationArtifact, "json": JsonEvaluationArtifact,
-           "text": TextEvaluationArtifact, "parquet": ParquetEvaluationArtifact}[kind]
-    return cls(uri=_artifact_uri(run_id, path), content=content)
-
-
-def _artifact_name(path: str) -> str:
-    return os.path.splitext(os.path.basename(path))[0]
-
-
-def _json(obj) -> str:
-    return json.dumps(nan_to_none(obj), indent=2, sort_keys=True, default=str)
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
-def active_run_id(run_id: str | None, caller: str) -> str:
-    """``run_id``, else the active run's id.
-
-    Raises
-    ------
-    ValueError
-        Neither is there; the message names ``caller`` and the fix.
-    """
-    import mlflow
-
-    if run_id is not None:
-        return run_id
-    active = mlflow.active_run()
-    if active is None:
-        raise ValueError(f"{caller} needs run_id=... or an active run (mlflow.start_run())")
-    return active.info.run_id
-
-
-def log_figures(client, run_id: str, figures: dict, *, prefix: str = "") -> dict:
-    """Log ``{path: matplotlib Figure}`` (closing each) and return their evaluation artifacts by name."""
-    from matplotlib import pyplot as plt
-
-    artifacts = {}
-    for path, fig in figures.items():
-        try:
-            client.log_figure(run_id, fig, prefix + path)
-        finally:
-            plt.close(fig)
-        artifacts[prefix + _artifact_name(path)] = _artifact("image", run_id, prefix + path)
-    return artifacts
-
-
-def log_files(client, run_id: str, files: dict, *, prefix: str = "") -> dict:
-    """Write ``{path: (kind, name, writer)}`` into one temporary folder, log it, return the evaluation artifacts."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for rel, (_, _, write) in files.items():
-            path = os.path.join(tmp, prefix + rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write(path)
-        client.log_artifacts(run_id, tmp)
-    return {prefix + name: _artifact(kind, run_id, prefix + rel) for rel, (kind, name, _) in files.items()}
 
 
 #: Above this many pool rows the per-sample table is written as Parquet (columnar, compressed), not CSV.
@@ -453,13 +321,13 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
     files = {  # path -> (artifact kind, artifact name, writer)
         **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key, log_samples=log_samples),
-        "audit_summary.json": ("json", "audit_summary", lambda p: _write(p, _json(summary))),
-        "audit_config.json": ("json", "audit_config", lambda p: _write(p, _json(result.config_record()))),
+        "audit_summary.json": ("json", "audit_summary", lambda p: write_text(p, to_json(summary))),
+        "audit_config.json": ("json", "audit_config", lambda p: write_text(p, to_json(result.config_record()))),
     }
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
                            hashing=hash_key.describe(), log_samples=log_samples)
-    files["report.md"] = ("text", "report", lambda p: _write(p, report))
+    files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
 
     if model_version is not None:

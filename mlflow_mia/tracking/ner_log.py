@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import time
 
-from mlflow_mia.tracking.audit_log import (_json, _write, active_run_id, check_metric_names, dataset_digest,
-                                             log_figures, log_files)
+from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, log_figures, log_files,
+                                           to_json, write_text)
 
 __all__ = ["log_ner_audit", "ner_params", "NAME_TABLE_COLUMNS"]
 
@@ -117,9 +117,9 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
                "types": {k: {kk: vv for kk, vv in v.items() if kk != "rocs"} for k, v in result.summaries.items()}}
     files = {"tables/ner_prompts.csv": ("csv", "ner_prompts", lambda p: result.prompts_table.to_csv(p, index=False)),
              "tables/ner_names.csv": ("csv", "ner_names", lambda p: names.to_csv(p, index=False)),
-             "ner_summary.json": ("json", "ner_summary", lambda p: _write(p, _json(summary)))}
+             "ner_summary.json": ("json", "ner_summary", lambda p: write_text(p, to_json(summary)))}
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_ner_report(result, title=title, artifacts=logged, level=1, log_samples=log_samples)
-    files["report.md"] = ("text", "report", lambda p: _write(p, report))
+    files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
     return artifacts

@@ -63,7 +63,7 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
 
 
 def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
-    from mlflow_mia.entrypoints import models as models_module
+    from mlflow_mia.models import resolve as models_module
 
     calls = {}
     real = models_module.resolve_model

@@ -19,7 +19,8 @@ import pytest
 from mlflow import MlflowClient
 from scipy.stats import beta, binomtest
 
-from mlflow_mia.metrics.gate import Gate, GateRecord, clopper_pearson_upper, members_needed
+from mlflow_mia.metrics.epsilon import clopper_pearson_upper
+from mlflow_mia.metrics.gate import Gate, GateRecord, members_needed
 
 
 def _cp_upper(k: int, n: int, confidence: float = 0.95) -> float:
@@ -154,7 +155,7 @@ def test_gate_needs_the_metric_and_a_member_count():
         Gate.parse("0.1:0.5").check({"user/loss/tpr_at_fpr_0.1": 0.2, **_counts()})
     with pytest.raises(ValueError, match="confidence"):
         Gate.parse("0.1:0.5").check({"loss/tpr_at_fpr_0.1": 0.2, **_counts()}, confidence=1.0)
-    assert clopper_pearson_upper(5, 5, 0.95) == 1.0 and members_needed(0.05, 0.05, 0.95) is None
+    assert clopper_pearson_upper(5, 5, confidence=0.95) == 1.0 and members_needed(0.05, 0.05, 0.95) is None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_mia.options.audit import Gate
-from mlflow_mia.tracking.audit_log import check_metric_names, dataset_digest, log_audit
+from mlflow_mia.tracking.artifacts import check_metric_names, dataset_digest
+from mlflow_mia.tracking.audit_log import log_audit
 
 NAME = re.compile(r"^[\w.\-/ ]+$")
 
@@ -248,7 +249,7 @@ def test_a_weak_hash_key_under_32_bytes_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_large_pool_table_is_logged_as_parquet(tracking, audit, monkeypatch):
-    from mlflow_mia.entrypoints import logging as logging_module
+    from mlflow_mia.tracking import audit_log as logging_module
 
     result, pool, _ = audit
     monkeypatch.setattr(logging_module, "LARGE_TABLE_ROWS", len(pool) - 1)

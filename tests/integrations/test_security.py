@@ -108,7 +108,7 @@ def test_item3_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, cap
 
 
 def test_item3_a_folder_with_the_registered_weights_keeps_its_identity(tracking, tmp_path):
-    from mlflow_mia.signals.model import weights_digest
+    from mlflow_mia.signals.identity import weights_digest
 
     real = Path(mlflow.artifacts.download_artifacts("models:/tgt/2", dst_path=str(tmp_path / "real")))
     resolved = resolve_model(str(real))
@@ -321,7 +321,7 @@ def test_high5_pickle_weights_get_a_named_refusal_unless_trusted(tracking, tmp_p
 
 def test_high5_a_forged_weights_tag_does_not_lend_a_registry_identity(tracking, tmp_path, caplog):
     """A folder with other weights claims a version whose mia.weights_sha256 tag was forged to match it."""
-    from mlflow_mia.signals.model import weights_digest
+    from mlflow_mia.signals.identity import weights_digest
 
     name = f"forged-{tmp_path.name[-12:]}"
     version = mlflow.register_model(f"runs:/{tracking.run_ids['tgt/2']}/model", name).version

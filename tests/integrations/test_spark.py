@@ -236,7 +236,7 @@ def _bad_inputs(pool, population):
 def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, reference_dir, audit_data,
                                                                monkeypatch):
     from mlflow_mia.audits.membership import run_audit
-    from mlflow_mia.entrypoints import spark_audit
+    from mlflow_mia.engines import spark as spark_audit
 
     pool, population = audit_data
     monkeypatch.setattr(spark_audit, "spark_audit_signals", lambda *a, **k: pytest.fail("a Spark job ran"))

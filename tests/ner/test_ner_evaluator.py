@@ -165,7 +165,7 @@ def _names_file(tmp_path, table=None, name="names.csv"):
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Loading a tagger fails the test: the error must come first."""
-    from mlflow_mia.entrypoints import ner_models
+    from mlflow_mia.models import ner as ner_models
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the input error")
@@ -238,7 +238,7 @@ def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys
 
     from mlflow_mia import lookup_hash
     from mlflow_mia.entrypoints.cli import main
-    from mlflow_mia.tracking.audit_log import dataset_digest
+    from mlflow_mia.tracking.artifacts import dataset_digest
 
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "an environment key that must not be used")
     key = "my NER audit key, a secret of 32+ bytes"

@@ -14,7 +14,7 @@ from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet, invisible_variants, near_duplicates
 from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.naming import fmt_alpha
-from mlflow_mia.signals.model import tokenizer_difference
+from mlflow_mia.signals.identity import tokenizer_difference
 
 __all__ = ["check_audit", "check_models", "check_data", "check_signals"]
 
