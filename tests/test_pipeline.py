@@ -206,6 +206,6 @@ def test_top_level_exports():
 def test_docstring_examples_of_the_engines():
     import doctest
 
-    from mlflow_mia.audits.membership import engines
+    from mlflow_mia.engines import registry
 
-    assert doctest.testmod(engines).failed == 0
+    assert doctest.testmod(registry).failed == 0

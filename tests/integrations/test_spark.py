@@ -464,7 +464,7 @@ def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_
     texts = _texts(4)
     got = spark_audit_signals(spark, texts, {"target": resolved}, CONFIG)["target"]
     want = compute_signals(resolved.lm, texts, CONFIG, progress=False)
-    assert np.max(np.abs(got.energy - want.energy)) <= 1e-5
+    assert np.max(np.abs(got.values - want.values)) <= 1e-5
 
 
 @pytest.mark.parametrize("waves", [0, True, 2.5])

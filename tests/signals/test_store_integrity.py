@@ -122,7 +122,7 @@ def test_rows_written_under_another_store_key_are_recomputed(tmp_path, monkeypat
             mac=lambda k, h, values: row_mac(forged_key, ["signal_rows", k, h, *values]))
     monkeypatch.setenv(KEY_ENV, str(tmp_path / "b" / "store.key"))
     got = compute_signals(lm, texts, CONFIG, cache=SignalCache(cache_dir), progress=False)
-    np.testing.assert_array_equal(got.energy, clean.energy)
+    np.testing.assert_array_equal(got.values, clean.values)
     assert "4 row(s) failed their MAC" in caplog.text
     assert load_store_key() != forged_key
 
@@ -192,8 +192,8 @@ def test_config_twin_with_the_same_weights_gets_a_new_cache_key(tmp_path, change
     got = compute_signals(twin, texts, CONFIG, cache=cache, progress=False)
     assert cache.count() == 2 * len(texts)  # its own rows, not the original's
     fresh = compute_signals(twin, texts, CONFIG, progress=False)
-    np.testing.assert_allclose(got.energy, fresh.energy, rtol=0, atol=1e-5)
-    assert np.max(np.abs(got.energy - first.energy)) > 1e-3
+    np.testing.assert_allclose(got.values, fresh.values, rtol=0, atol=1e-5)
+    assert np.max(np.abs(got.values - first.values)) > 1e-3
 
 
 def test_config_digest_ignores_where_the_model_was_loaded_from(tmp_path):
