@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from mlflow_mia.metrics.epsilon import clopper_pearson_upper
-from mlflow_mia.naming import fmt_alpha, is_nan, nan_to_none
+from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
 
 __all__ = ["Gate", "GateResult", "GateRecord", "members_needed",
            "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "CLOPPER_PEARSON"]
@@ -116,7 +116,7 @@ def _severity(point: dict) -> tuple:
 
 
 def _fmt(value, digits: int = 3) -> str:
-    return "nan" if is_nan(value) else f"{float(value):.{digits}f}"
+    return fmt_number(value, digits, missing="nan")
 
 
 @dataclass(frozen=True)
