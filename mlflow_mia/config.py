@@ -224,6 +224,9 @@ class MetricConfig:
         Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
     min_k_fraction : float
         k of the min-k% attack: the fraction of lowest token log-probs averaged.
+    min_k_plus_plus_fraction : float
+        k of the Min-K%++ attack: the fraction of lowest normalised token scores
+        averaged (default 0.2, as for min-k%).
     top_records : int
         How many riskiest member records to report.
     seed : int
@@ -240,6 +243,8 @@ class MetricConfig:
     length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
     min_k_fraction: float = option(0.2, "k of the min_k attack: the fraction of lowest token log-probs averaged",
                                    gt=0, le=1)
+    min_k_plus_plus_fraction: float = option(0.2, "k of the min_k_plus_plus attack: the fraction of lowest "
+                                             "normalised token scores averaged", gt=0, le=1)
     top_records: int = option(20, "riskiest member records listed per attack", ge=0, metavar="N")
     seed: int = same_option("seed", 0)
     delta: float = option(1e-5, "delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound",

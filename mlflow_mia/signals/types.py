@@ -92,7 +92,7 @@ class SignalResult:
         truncated : array-like of shape (n_samples,), optional
             Default: no sample truncated.
         token_logprobs : sequence of arrays, optional
-            Masked-token log-probs per sample; only ``min_k`` reads them. Default:
+            Masked-token log-probs per sample; ``min_k`` and ``min_k_plus_plus`` read them. Default:
             empty arrays (``min_k`` then cannot score).
         kind : {"energy", "pll"}
         token_mu, token_sigma : sequences of arrays, optional

@@ -94,6 +94,9 @@ def _assert_equal(res, local, rows=None):
     np.testing.assert_array_equal(res.truncated, local.truncated[rows])
     for a, i in zip(res.token_logprobs, rows):
         np.testing.assert_allclose(a, local.token_logprobs[i], atol=1e-5, rtol=0)
+    for name in ("token_mu", "token_sigma"):  # Min-K%++'s statistics travel with the log-probs
+        for a, i in zip(getattr(res, name), rows):
+            np.testing.assert_allclose(a, getattr(local, name)[i], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("partitions,batch", [(1, 10000), (4, 3)])
@@ -107,7 +110,8 @@ def test_spark_energies_equal_compute_signals(spark, model_dir, texts, local, pa
         res = collect_signals(job.frame, order)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert job.frame.columns == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs"]
+    assert job.frame.columns == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs", "token_mu",
+                                 "token_sigma"]
     assert res.truncated[0] and res.n_truncated == 1  # LONG, now first
     _assert_equal(res, local, order)
 
