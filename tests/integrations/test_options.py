@@ -195,6 +195,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
             "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",
             "--no-tag-model-version", "--clear-gate-fail", "--trust-remote-code", "--engine", "spark",
             "--spark-master", "local[1]", "--spark-store", "s"]
+    argv += ["--min-k-plus-plus-fraction", "0.4"]
     args = build_parser().parse_args(argv)
     flat = _flat_config(args)
     assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
@@ -206,6 +207,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
     assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
         (0.2, 0.1, 0.05, 0.01), 0, 0.9, 0.3, 5, 1e-4, 4)
+    assert m.min_k_plus_plus_fraction == 0.4
     assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
     assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,
             options.progress) == ("m", True, True, "c", "cpu", False)
