@@ -21,7 +21,9 @@ How it is computed (one code path for both signals):
 * the NLL is ``logsumexp(logits) - logit[target]`` in float32: the vocabulary
   projection runs on the masked positions of several batches at once
   (``HEAD_POSITIONS``), a block of the vocabulary at a time with a running
-  log-sum-exp, so no full row of logits is ever held;
+  log-sum-exp, so no full row of logits is ever held; the same pass keeps the first two
+  moments of ``log p`` under the model's distribution (Min-K%++'s ``mu`` and ``sigma``,
+  :mod:`mlflow_mia.signals.token_stats`), stored beside each token's log-prob;
 * the C heap is trimmed when resident memory outgrows its level after the last
   trim (:class:`HeapTrimmer`), so peak memory stays that of one batch;
 * texts stream through in chunks of ``chunk_size`` samples, each chunk written to
