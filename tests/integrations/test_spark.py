@@ -164,7 +164,8 @@ def test_executor_errors_name_the_text_and_the_model(model_dir):
     with pytest.raises(SparkSignalError, match="text of id 8 is empty"):
         run(spec, batch)
     out = run(spec, batch.iloc[:1])[0]
-    assert list(out.columns) == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs"]
+    assert list(out.columns) == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs", "token_mu",
+                                 "token_sigma"]
     with pytest.raises(SparkSignalError, match="cannot load the target model '/no/such/model'"):
         run({**spec, "load_uri": "/no/such/model"}, batch)
     with pytest.raises(SparkSignalError, match="another tokenizer than on the driver"):
