@@ -476,3 +476,15 @@ def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_
 def test_waves_must_be_a_positive_int_or_none(waves):
     with pytest.raises(ValueError, match="waves must be a positive int or None"):
         spark_signals(None, None, CONFIG, waves=waves)
+
+
+def test_store_partitions_from_before_the_token_stats_are_not_read(model_dir):
+    """Rows without token_mu/token_sigma live under the former settings digest; the new layout has its own."""
+    from mlflow_mia.config import record_digest
+    from mlflow_mia.engines.spark_store import settings_digests
+    from mlflow_mia.signals.energy import value_settings
+
+    spec = model_spec(model_dir, CONFIG)
+    settings = value_settings(MaskedLM.from_pretrained(model_dir), CONFIG)
+    assert spec["settings_before_token_stats"] == record_digest(settings)  # the digest earlier releases wrote
+    assert spec["settings"] == settings_digests(settings)[0] != spec["settings_before_token_stats"]
