@@ -14,9 +14,9 @@ ICML, Sec. 3 (Eq. 3-4) and its offline variant:
 Per-sample likelihood of a masked LM: ``Pr(x|theta) = exp(mean log p(x_t | x_\\t))``,
 the geometric-mean probability of the masked tokens (every masked token of every mask
 for the energy, every token once for the PLL), in (0, 1]. The paper's ``Pr(x|theta)``
-is a classifier's probability of the true label, also in [0, 1], and its evaluation
-is on image and tabular classifiers, with no language model, so the choice here is
-ours. A per-token probability keeps the scale on which the offline mixture with the
+is a classifier's probability of the true label, also in [0, 1]; its experiments (as
+we read them) are on image and tabular classifiers, with no language model, so the
+choice here is ours. A per-token probability keeps the scale on which the offline mixture with the
 constant ``(1 - a)`` means something: ``exp(-energy)`` of a whole text is so small
 (``e^-30`` for a 30-nat energy) that ``Pr(x)`` would be ``(1 - a) / 2`` for every text
 and the attack would reduce to the target's loss; and it makes texts of different
