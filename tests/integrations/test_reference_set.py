@@ -70,3 +70,14 @@ def test_evaluator_takes_a_list_of_references(tracking):
                                evaluators=["mia"], evaluator_config={"mia": tracking.config(
                                    target_model="models:/tgt@candidate", reference_model=REFS,
                                    reference_mode="each")})
+
+
+def test_compare_with_reference_mode_set_audits_each_version_over_the_set(tracking):
+    argv = ["compare", "--models", "tgt", "--aliases", "candidate",
+            *tracking.cli_args("--reference", REFS, "--reference-mode", "set", "--attacks", "loss,rmia",
+                               "--bootstrap-rounds", "0", "--run-name", "cmp-set")]
+    assert main(argv) == 0
+    (child,) = [r for r in _runs() if r.data.tags.get("mlflow.parentRunId")]
+    assert (child.data.params["reference_model"], child.data.params["reference_2_model"]) == (
+        "models:/ref/1", "models:/tgt/1")
+    assert "rmia/auc" in child.data.metrics
