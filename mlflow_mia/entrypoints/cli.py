@@ -130,16 +130,32 @@ def _cmd_audit(args) -> int:
         raise ValueError("--data was given without --target: name the model to audit")
     config, options, pool, population = config_and_inputs(_flat_config(args, demo=demo), data, demo)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
-    reference = resolve_model(options.reference_model, role="reference",
-                              trust_remote_code=options.trust_remote_code) if options.reference_model else None
+    sets = [[resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code) for uri in refs]
+            for refs in options.reference_sets("audit")]
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
-    with mlflow_run(_blank(args.run_name) or f"audit {target.resolved_uri}") as run:
-        result, gate, _ = audit_and_log(target, pool, population, config, options, reference=reference,
-                                        run_id=run.info.run_id, extra_params=params)
-    print(f"audit of {target.resolved_uri}" + (f" against {reference.resolved_uri}" if reference else ""))
+    name = _blank(args.run_name) or f"audit {target.resolved_uri}"
+    if len(sets) == 1:
+        with mlflow_run(name) as run:
+            result, gate, _ = audit_and_log(target, pool, population, config, options, references=sets[0],
+                                            run_id=run.info.run_id, extra_params=params)
+        _print_audit(target, sets[0], result, run, gate)
+        return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
+    blocked = False  # --reference-mode each: one nested run per reference
+    with mlflow_run(name):
+        for refs in sets:
+            with mlflow_run(f"{name} vs {refs[0].resolved_uri}", nested=True) as run:
+                result, gate, _ = audit_and_log(target, pool, population, config, options, references=refs,
+                                                run_id=run.info.run_id, extra_params=params)
+            _print_audit(target, refs, result, run, gate)
+            blocked |= gate is not None and not gate.passed
+    return EXIT_GATE_FAILED if blocked else EXIT_OK
+
+
+def _print_audit(target, references, result, run, gate) -> None:
+    against = ", ".join(r.resolved_uri for r in references)
+    print(f"audit of {target.resolved_uri}" + (f" against {against}" if references else ""))
     print_result(result, run, gate)
-    return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
 
 
 def _cmd_compare(args) -> int:

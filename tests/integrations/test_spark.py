@@ -300,6 +300,28 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     assert again.metrics == pytest.approx(remote.metrics, abs=1e-12, nan_ok=True)
 
 
+def test_reference_set_signals_on_the_executors_equal_local(spark, model_dir, reference_dir, audit_data, tmp_path):
+    from mlflow_mia.audits.membership import run_audit
+
+    second = tmp_path / "second_reference"
+    model, tok = tiny_bert(seed=6)
+    model.save_pretrained(second)
+    tok.save_pretrained(second)
+    pool, population = audit_data
+    config = _audit_config(attacks=("likelihood_ratio", "lira_offline", "rmia"))
+    refs = [reference_dir, str(second)]
+    local = run_audit(model_dir, pool, population, references=refs, config=config, progress=False)
+    remote = run_audit(model_dir, pool, population, references=refs, config=config, engine="spark", spark=spark,
+                       progress=False)
+    assert list(remote.attacks) == ["likelihood_ratio", "likelihood_ratio.reference_2", "lira_offline", "rmia"]
+    # Each reference's signals came from the executors: its likelihood ratio equals the local one.
+    for name in remote.attacks:
+        np.testing.assert_allclose(remote.samples[f"score_{name}"], local.samples[f"score_{name}"], atol=1e-5)
+    assert remote.metrics == pytest.approx(local.metrics, abs=1e-5, nan_ok=True)
+    assert {r: m["identity"] for r, m in remote.models.items()} == {r: m["identity"] for r, m in local.models.items()}
+    assert {"reference", "reference_2"} <= set(remote.models)
+
+
 def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
     import mlflow
 
