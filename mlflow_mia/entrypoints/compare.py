@@ -51,8 +51,12 @@ def compare(args, flat_config) -> bool:
     config, options, pool, population = config_and_inputs(flat_config(args, demo=demo), data, demo)
     targets = compare_targets(names, aliases)
     trust = options.trust_remote_code
-    references = [resolve_model(uri, role="reference", trust_remote_code=trust)
-                  for uri in reference_uris(options.reference_model)] or [None]
+    uris = reference_uris(options.reference_model)
+    if demo is not None:  # demo:oracle, demo:base, demo:shadows, ... (mlflow_mia.demo.references)
+        from mlflow_mia.demo.references import expand_demo_references
+
+        uris = expand_demo_references(uris, demo.size, progress=not args.quiet)
+    references = [resolve_model(uri, role="reference", trust_remote_code=trust) for uri in uris] or [None]
     generator = resolve_generator(config, trust_remote_code=trust)
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
     with mlflow_run(blank(args.run_name) or f"compare {', '.join(names)}") as parent:
