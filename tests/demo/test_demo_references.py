@@ -156,3 +156,13 @@ def test_second_call_reuses_without_training(built):
     assert runs_after == runs_before
     assert again.shadow_uris == spec.shadow_uris and again.run_id is None
     assert words == ["models:/bbc-small-shadow-1@champion", "models:/bbc-small-reference@champion"]
+
+
+def test_analyze_plan_knows_the_demo_references():
+    from mlflow_mia.analyze.plan import REFERENCE_ROLES, Experiment
+
+    assert {"reference", "ood_reference", "base", "shadow-0", "shadow-3"} <= set(REFERENCE_ROLES)
+    assert REFERENCE_ROLES["reference"].startswith("oracle reference")
+    assert Experiment("x", reference="shadow-2").reference == "shadow-2"
+    with pytest.raises(ValueError, match="unknown reference role 'shadow-4'; choose from"):
+        Experiment("x", reference="shadow-4")
