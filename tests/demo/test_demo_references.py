@@ -166,3 +166,27 @@ def test_analyze_plan_knows_the_demo_references():
     assert Experiment("x", reference="shadow-2").reference == "shadow-2"
     with pytest.raises(ValueError, match="unknown reference role 'shadow-4'; choose from"):
         Experiment("x", reference="shadow-4")
+
+
+def test_compare_runs_over_demo_reference_words(built, capsys):
+    """``compare --reference demo:oracle,demo:base,demo:shadow-1``: one nested audit per reference, no training."""
+    spec, calls, tmp_path = built
+    before = len(calls)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        previous = mlflow.get_tracking_uri()
+        try:
+            code = cli.main(["compare", "--demo-size", "small", "--tracking-uri", uri, "--experiment", "refs",
+                             "--reference", "demo:oracle,demo:base,demo:shadow-1", "--attacks",
+                             "loss,likelihood_ratio", "--num-masks", "2", "--bootstrap-rounds", "0",
+                             "--fprs", "0.1", "--no-progress"])
+            client = MlflowClient(uri)
+            runs = client.search_runs([client.get_experiment_by_name("refs").experiment_id])
+        finally:
+            mlflow.set_tracking_uri(previous)
+    assert code == 0 and len(calls) == before
+    references = {r.data.params.get("reference_model") for r in runs} - {None}
+    assert len(references) == 3
+    assert {r.split("/")[1] for r in references} == {"bbc-small-reference", "bbc-small-base", "bbc-small-shadow-1"}
+    assert "vs ref bbc-small-shadow-1" in capsys.readouterr().out
