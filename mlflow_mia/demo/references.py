@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -289,8 +290,8 @@ def expand_demo_references(uris, size: str = "default", *, progress: bool = True
 
     ``demo:oracle``, ``demo:base`` and ``demo:ood`` map to the demo's registered models;
     ``demo:shadows`` to the :data:`SHADOW_COUNT` shadow references and ``demo:shadow-<i>``
-    to one (both built on first use by :func:`build_references`). Other entries pass
-    through unchanged, in order.
+    to one (both built on first use by :func:`build_references`, in a run of their own
+    even under ``mlflow run``). Other entries pass through unchanged, in order.
 
     Raises
     ------
@@ -309,7 +310,13 @@ def expand_demo_references(uris, size: str = "default", *, progress: bool = True
         elif word == "demo:shadows" or (word.startswith("demo:shadow-") and word[12:].isdigit()):
             needed = SHADOW_COUNT if word == "demo:shadows" else int(word[12:]) + 1
             if shadows is None or len(shadows) < needed:
-                shadows = list(build_references(size=size, count=needed, progress=progress).shadow_uris)
+                # Under ``mlflow run`` the audit's run is in MLFLOW_RUN_ID: the training run must not resume it.
+                project_run = os.environ.pop("MLFLOW_RUN_ID", None)
+                try:
+                    shadows = list(build_references(size=size, count=needed, progress=progress).shadow_uris)
+                finally:
+                    if project_run is not None:
+                        os.environ["MLFLOW_RUN_ID"] = project_run
             out += shadows[:SHADOW_COUNT] if word == "demo:shadows" else [shadows[int(word[12:])]]
         else:
             raise ValueError(f"unknown demo reference {uri!r}; use one of {', '.join(DEMO_REFERENCE_WORDS)} "

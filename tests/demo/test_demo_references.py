@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -190,3 +191,20 @@ def test_compare_runs_over_demo_reference_words(built, capsys):
     assert len(references) == 3
     assert {r.split("/")[1] for r in references} == {"bbc-small-reference", "bbc-small-base", "bbc-small-shadow-1"}
     assert "vs ref bbc-small-shadow-1" in capsys.readouterr().out
+
+
+def test_shadow_words_build_outside_the_project_run(monkeypatch):
+    """Under ``mlflow run`` (MLFLOW_RUN_ID set) the shadow build must not resume the audit's run."""
+    seen = []
+
+    def fake(*, size, count, progress):
+        seen.append((os.environ.get("MLFLOW_RUN_ID"), size, count))
+        return references.ReferenceSpec(oracle_uri="o", base_uri="b", shadow_uris=tuple(
+            references.shadow_uris(size, count)), size=size)
+
+    monkeypatch.setattr(references, "build_references", fake)
+    monkeypatch.setenv("MLFLOW_RUN_ID", "project-run")
+    out = references.expand_demo_references(["demo:shadow-2", "demo:shadows"], "small")
+    assert seen == [(None, "small", 3), (None, "small", 4)]
+    assert os.environ["MLFLOW_RUN_ID"] == "project-run"
+    assert out == ["models:/bbc-small-shadow-2@champion"] + references.shadow_uris("small")
