@@ -138,3 +138,13 @@ def test_logged_run_has_the_ratio_plot_param_and_report_but_no_scores(pair, tmp_
     assert "ratio_avg" not in table.columns
     report = open(f"{folder}/report.md", encoding="utf-8").read()
     assert "ratio, mean over prompts [95% CI]" in report and reference.model_id in report
+
+
+def test_unk_names_are_reported_for_the_reference_tagger_too():
+    clf = TokenClassifier(*tiny_token_classifier(seed=0))
+    names = names_table(8)
+    names.loc[0, "name"] = "zyxw qqq"
+    result = ner_audit(clf, names, prompts=PROMPTS, handwritten=HAND, progress=False, reference=clf,
+                       config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False))
+    assert len(result.warnings) == 2
+    assert result.warnings[1] == f"reference tagger: {result.warnings[0]}"

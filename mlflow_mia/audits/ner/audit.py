@@ -293,8 +293,9 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
 
     ref = None if reference is None else (reference if isinstance(reference, TokenClassifier)
                                           else TokenClassifier(*reference))
-    if ref is not None:
-        warnings += [f"reference tagger: {w}" for w in unknown_token_warnings(table, ref.tokenizer)]
+    for warning in [] if ref is None else unknown_token_warnings(table, ref.tokenizer):
+        warnings.append(f"reference tagger: {warning}")
+        log.warning(warnings[-1])
     for kind in types:  # fail before any forward pass
         for tagger in (clf, ref) if ref is not None else (clf,):
             entity_tag_ids(tagger.label2id, kind)
