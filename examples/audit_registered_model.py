@@ -25,7 +25,7 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--size", choices=("default", "small"), default="default", help="demo size")
 args = parser.parse_args()
 
-spec = build_demo(size=args.size)  # registers bbc-target@candidate and bbc-reference@champion
+spec = build_demo(size=args.size)  # registers bbc-target@candidate and bbc-reference@champion (an oracle reference)
 target = resolve_model(spec.target_uri)  # alias -> models:/bbc-target/<version>
 reference = resolve_model(spec.reference_uri, role="reference")
 pool = AuditDataset.from_frame(spec.pool_path, text_column=spec.text_column, label_column=spec.label_column,

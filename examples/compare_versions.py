@@ -25,7 +25,7 @@ parser.add_argument("--max-tpr-at-fpr", default="", help="optional release gate,
 args = parser.parse_args()
 
 # Without --data the CLI uses the demo (built on first use): its pool, population set, columns and
-# reference model (bbc-reference@champion), with FPRs the population can resolve.
+# reference model (bbc-reference@champion, the demo's oracle reference), with FPRs the population can resolve.
 argv = ["compare", "--demo-size", args.size]
 if args.models:
     argv += ["--models", args.models]

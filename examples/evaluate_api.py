@@ -37,7 +37,7 @@ with mlflow.start_run(run_name="evaluate bbc-target@candidate"):
         model_type="mia", evaluators=["mia"],
         evaluator_config={"mia": {
             "target_model": spec.target_uri,  # "models:/bbc-target@candidate"
-            "reference_model": spec.reference_uri,  # "models:/bbc-reference@champion"
+            "reference_model": spec.reference_uri,  # "models:/bbc-reference@champion", an oracle reference
             "population_data": population_df,  # or a csv/jsonl/parquet path
             "text_column": spec.text_column, "group_column": spec.group_column, "id_column": spec.id_column,
             "attacks": ["loss", "likelihood_ratio"],

@@ -16,7 +16,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ANALYSIS_SIZES", "AnalysisSize", "Experiment", "Variant", "experiments", "experiments_for", "variants"]
+__all__ = ["ANALYSIS_SIZES", "AnalysisSize", "Experiment", "REFERENCE_ROLES", "Variant", "experiments", "experiments_for",
+           "variants"]
+
+#: The demo references an :class:`Experiment` can audit against (its ``reference``), and what each is.
+#: The shadow references (:mod:`mlflow_mia.demo.references`) are built on first use by the suite.
+REFERENCE_ROLES = {
+    "reference": "oracle reference: the base fine-tuned like the target on disjoint in-domain articles",
+    "ood_reference": "out-of-domain reference: the base fine-tuned like the target on other categories",
+    "base": "public base: the checkpoint the target was fine-tuned from",
+    **{f"shadow-{i}": f"shadow reference {i}: the base fine-tuned like the target on a random half of the "
+                      "in-domain reference articles" for i in range(4)},
+}
 
 
 @dataclass(frozen=True)
@@ -102,8 +113,10 @@ class Experiment:
         Run name and key of the experiment.
     target : str
         ``"target"`` (the demo's) or the name of a :class:`Variant`.
-    reference : {"reference", "ood_reference", "base"}
-        The demo role used as reference model.
+    reference : str
+        The demo role used as reference model, a key of :data:`REFERENCE_ROLES`:
+        ``"reference"`` (the oracle reference), ``"ood_reference"``, ``"base"`` (the public
+        base) or ``"shadow-<i>"``.
     signal : {"energy", "pll"}
     names_pool : bool
         Audit the pool whose member sentences carry the inserted names (``names`` variant).
@@ -118,6 +131,10 @@ class Experiment:
     signal: str = "energy"
     names_pool: bool = False
     subsets: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if self.reference not in REFERENCE_ROLES:
+            raise ValueError(f"unknown reference role {self.reference!r}; choose from {sorted(REFERENCE_ROLES)}")
 
 
 def variants(size: AnalysisSize) -> dict[str, Variant]:

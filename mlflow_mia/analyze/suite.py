@@ -242,6 +242,12 @@ def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
     import mlflow
 
     config = _audit_config(suite.size, exp.signal)
+    if exp.reference not in suite.references:  # a shadow reference: built on first use, then reused
+        from mlflow_mia.demo.references import build_references
+
+        built = build_references(size=suite.size.demo_size, count=int(exp.reference.split("-")[1]) + 1,
+                                 progress=suite.progress)
+        suite.references.update({f"shadow-{i}": uri for i, uri in enumerate(built.shadow_uris)})
     reference = suite.model(suite.references[exp.reference], "reference")
     pool = suite.names_pool() if exp.names_pool else suite.pool
     data = suite.data_digest(pool)

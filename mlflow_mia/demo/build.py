@@ -15,12 +15,20 @@ audit needs, locally and without downloads:
    - the **target** (``bbc-target@candidate``): the base fine-tuned on the member
      articles (business, politics, tech) for many epochs, as a clinical BERT is trained
      on its notes;
-   - the **reference** (``bbc-reference@champion``): the base fine-tuned the same way
-     (same steps) on disjoint in-domain articles;
+   - the **oracle reference** (``bbc-reference@champion``): the base fine-tuned the same
+     way (same steps) on disjoint in-domain articles. Same base, recipe and distribution
+     as the target: an auditor rarely has such a model, so audits against it show what a
+     best-case reference finds (version tag ``mlflow_mia.demo.role=oracle_reference``);
    - the **out-of-domain reference** (``bbc-reference-ood@champion``): the base
      fine-tuned the same way on entertainment and sports articles;
-   - the **base** itself is registered too (``bbc-base@champion``): the general-domain
-     reference of ``mlflow-mia analyze`` and the start of its target variants.
+   - the **base** itself is registered too (``bbc-base@champion``): the public-checkpoint
+     reference (the common real case: the pretrained model the target was fine-tuned
+     from), the general-domain reference of ``mlflow-mia analyze`` and the start of its
+     target variants.
+
+   Four **shadow references** (``bbc-shadow-0..3@champion``, the base fine-tuned on random
+   halves of the reference articles) are built on request by
+   :func:`mlflow_mia.demo.references.build_references` (``build-demo --references``).
 
    All models share one initialisation, tokenizer and recipe; only the fine-tuning data
    differs. That is the paper's setting (target trained on ``D``, reference on disjoint
@@ -61,6 +69,8 @@ REFERENCE_ALIAS = "champion"
 SPLIT_TAG = "mlflow_mia.demo.split_digest"
 SIZE_TAG = "mlflow_mia.demo.size"
 ROLE_TAG = "mlflow_mia.demo.role"
+#: ``mlflow_mia.demo.role`` tag values that differ from the role's key.
+ROLE_TAG_VALUES = {"reference": "oracle_reference"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +142,7 @@ class DemoSpec:
     ----------
     target_uri, reference_uri, ood_reference_uri, base_uri : str
         Registry URIs with aliases, e.g. ``"models:/bbc-target@candidate"``.
+        ``reference_uri`` is the oracle reference, ``base_uri`` the public base.
     pool_path, population_path : str
         JSON-lines files of the target pool and the population set.
     text_column, label_column, group_column, id_column : str
@@ -241,7 +252,8 @@ def _write_table(df, path: Path) -> None:
 
 _ROLE_TEXT = {
     "target": "the model under audit: the base model fine-tuned on the member articles ({cats})",
-    "reference": "in-domain reference: the base model fine-tuned the same way on disjoint articles ({cats})",
+    "reference": ("in-domain oracle reference: the base model fine-tuned the same way on disjoint articles "
+                  "({cats}), a best-case reference that an auditor rarely has"),
     "ood_reference": "out-of-domain reference: the base model fine-tuned the same way on {ood} articles",
     "base": "the general-domain base model, trained on {ood} articles, before any fine-tuning",
 }
@@ -272,7 +284,7 @@ def _params(size_name: str, size: DemoSize, split: bbc.DemoSplit, digest: str) -
     params.update({f"finetune.{k}": v for k, v in asdict(size.finetune).items()})
     params["base.data"] = ",".join(size.split.out_of_domain) + " base articles"
     params["target.data"] = "member articles"
-    params["reference.data"] = "in-domain reference articles"
+    params["reference.data"] = "in-domain reference articles (oracle reference)"
     params["ood_reference.data"] = ",".join(size.split.out_of_domain) + " reference articles"
     return params
 
@@ -391,7 +403,8 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
         for role, model in models.items():
             t = time.perf_counter()
             uri = register_model(model, tokenizer, name=names[role], alias=aliases[role], artifact_name=role,
-                                 tags={SPLIT_TAG: digest, SIZE_TAG: size, ROLE_TAG: role}, client=client,
+                                 tags={SPLIT_TAG: digest, SIZE_TAG: size, ROLE_TAG: ROLE_TAG_VALUES.get(role, role)},
+                                 client=client,
                                  model_card=_model_card(names[role], role, cfg, 0 if role == "base" else steps),
                                  metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_role": role})
             timings[f"log_{role}"] = time.perf_counter() - t

@@ -44,6 +44,7 @@ examples:
       --data pool.csv --population population.csv
   mlflow-mia compare --reference models:/bbc-reference@champion,models:/bbc-reference-ood@champion \\
       --attacks loss,likelihood_ratio,neighbourhood --neighbour-generator models:/bbc-reference-ood@champion
+  mlflow-mia compare --reference demo:oracle,demo:base,demo:shadows   # demo references; shadows built once
 
 exit codes: 0 = done (gate passed or none set), 1 = the audit broke (a bug or an environment fault),
 2 = usage or input error, 3 = release gate did not pass: fail (the model leaks more than its budget) or
@@ -80,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("build-demo", help="train and register the BBC News demo models",
                           description="Build the real-data demo: BBC News sentences, a target model fine-tuned on "
-                                      "the members, a reference model on disjoint articles; registered as "
-                                      "bbc-target@candidate and bbc-reference@champion. Skips training when they "
-                                      "are already registered.")
+                                      "the members, an oracle reference model (same base, recipe and distribution) "
+                                      "on disjoint articles and the public base it started from; registered as "
+                                      "bbc-target@candidate, bbc-reference@champion (oracle) and "
+                                      "bbc-base@champion. Skips training when they are already registered.")
     demo.add_argument("--size", choices=("default", "small"), default="default",
                       help="'small' trains in about a minute, for tests (default: default)")
     demo.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
@@ -90,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")
     demo.add_argument("--threads", type=int, metavar="N",
                       help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
+    demo.add_argument("--references", action="store_true",
+                      help="also train the 4 shadow references <prefix>shadow-0..3@champion (the base fine-tuned "
+                           "on random halves of in-domain articles disjoint from the pool; compare --reference "
+                           "demo:shadows builds them on first use too)")
     demo.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
     add_arguments(demo, "build-demo")
     from mlflow_mia.entrypoints.analyze_cli import add_analyze_parser
@@ -176,12 +182,21 @@ def _cmd_build_demo(args) -> int:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     spec = build_demo_for_audit(args.size, progress=not args.quiet, force=args.force, isolate=False,
                                 data_dir=_blank(args.data_dir), num_threads=args.threads)
+    out = spec.to_dict()
+    if args.references:
+        from mlflow_mia.demo.references import build_references
+
+        out["shadow_uris"] = list(build_references(size=args.size, progress=not args.quiet,
+                                                   data_dir=_blank(args.data_dir),
+                                                   num_threads=args.threads).shadow_uris)
     if args.json:
-        print(json.dumps(spec.to_dict(), indent=2))
+        print(json.dumps(out, indent=2))
         return EXIT_OK
     print(f"demo ({args.size}) ready at {mlflow.get_tracking_uri()}:")
-    for field in ("target_uri", "reference_uri", "ood_reference_uri", "base_uri", "pool_path", "population_path"):
-        print(f"  {field:<18} {getattr(spec, field, None)}")
+    for field in ("target_uri", "reference_uri", "ood_reference_uri", "base_uri", "shadow_uris", "pool_path",
+                  "population_path"):
+        if field in out:
+            print(f"  {field:<18} {out[field]}")
     return EXIT_OK
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 
 from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.options.values import blank
 from mlflow_mia.naming import fmt_alpha
 
-__all__ = ["compare", "compare_targets", "distinct_curves", "reference_label", "reference_uris", "version_label"]
+__all__ = ["compare", "compare_targets", "distinct_curves", "reference_label", "version_label"]
 
 
 def compare(args, flat_config) -> bool:
@@ -51,6 +52,11 @@ def compare(args, flat_config) -> bool:
     config, options, pool, population = config_and_inputs(flat_config(args, demo=demo), data, demo)
     targets = compare_targets(names, aliases)
     trust = options.trust_remote_code
+    if demo is not None:  # demo:oracle, demo:base, demo:shadows, ... (mlflow_mia.demo.references)
+        from mlflow_mia.demo.references import expand_demo_references
+
+        options = replace(options, reference_model=expand_demo_references(options.references, demo.size,
+                                                                          progress=not args.quiet) or None)
     # One entry per audit of each version: a model, a tuple (a reference set, --reference-mode set) or None.
     references = [tuple(refs) if len(refs) > 1 else refs[0] if refs else None
                   for refs in ([resolve_model(uri, role="reference", trust_remote_code=trust) for uri in uris]
@@ -212,14 +218,6 @@ def compare_targets(names, aliases) -> list[tuple[str, str, tuple[str, ...]]]:
             versions = {v: tuple(sorted(a)) for v, a in by_version.items()}
         out += [(name, v, versions[v]) for v in sorted(versions, key=int)]
     return out
-
-def reference_uris(value) -> list:
-    """``compare --reference A,B``: the reference URIs to audit every version against."""
-    if value is None:
-        return []
-    if not isinstance(value, str):
-        return [value]
-    return [uri.strip() for uri in value.split(",") if uri.strip()]
 
 def _uri(reference) -> str:
     """The reference's URI; a reference set's URIs joined by ``+``; ``""`` for none."""

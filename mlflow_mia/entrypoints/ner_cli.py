@@ -5,7 +5,9 @@ classifier. Without them it builds the WNUT-16 demo (:mod:`mlflow_mia.demo.wnut`
 skipped when already registered) and audits both taggers, each in a nested run,
 then logs to the parent run the control-corrected means (model A on its names, B on
 the same names with labels swapped), Kendall's tau of prompt scores across the two
-models, and a combined report.
+models, and a combined report. Each tagger is the other's reference tagger: its
+audit adds the per-name ratio score ``ner/{type}/ratio_*`` (target against the other
+tagger's confidence, prompt by prompt).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def add_ner_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str):
+def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str, reference_uri=None):
     import mlflow
 
     from mlflow_mia.audits.ner.audit import ner_audit
@@ -41,11 +43,16 @@ def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, t
     from mlflow_mia.signals.entity_confidence import ConfidenceCache
 
     tagger = resolve_token_classifier(model_uri)
+    reference = resolve_token_classifier(reference_uri) if reference_uri else None
     result = ner_audit(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
                        config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
-                       progress=options.progress, hash_key=options.hash_key)
+                       progress=options.progress, hash_key=options.hash_key,
+                       reference=reference.lm if reference is not None else None)
+    params = tagger_params(tagger)
+    if reference is not None:
+        params["ner.reference_model"] = reference.resolved_uri
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
-        log_ner_audit(result, run_id=run.info.run_id, log_texts=options.log_texts, params=tagger_params(tagger),
+        log_ner_audit(result, run_id=run.info.run_id, log_texts=options.log_texts, params=params,
                       title=title, log_samples=options.log_samples)
     return result, run.info.run_id
 
@@ -56,7 +63,9 @@ def _print(result, label: str) -> None:
         g = lambda k: result.metrics.get(f"ner/{kind}/{k}", float("nan"))  # noqa: E731
         print(f"  {kind:<10} best {g('best_prompt_mmem'):.3f}  worst {g('worst_prompt_mmem'):.3f}  "
               f"gap {100 * g('prompt_gap'):.1f} pp  sigma {100 * g('prompt_std'):.2f} pp  "
-              f"AVG-C {g('avg_c_mmem'):.3f}  -PT {g('no_pt_mmem'):.3f}")
+              f"AVG-C {g('avg_c_mmem'):.3f}  -PT {g('no_pt_mmem'):.3f}"
+              + (f"  ratio {g('ratio_avg_mmem'):.3f} [{g('ratio_avg_mmem_ci_low'):.2f}, "
+                 f"{g('ratio_avg_mmem_ci_high'):.2f}]" if f"ner/{kind}/ratio_avg_mmem" in result.metrics else ""))
 
 
 def _demo(args, cfg, options):
@@ -81,9 +90,10 @@ def _demo(args, cfg, options):
     names_b = names_a.assign(is_member=1 - names_a["is_member"])
     with mlflow.start_run(run_name=f"ner-audit wnut-{args.demo_size}") as parent:
         results = {}
-        for label, uri, names in (("A", demo.model_a_uri, names_a), ("B", demo.model_b_uri, names_b)):
+        for label, uri, names, other in (("A", demo.model_a_uri, names_a, demo.model_b_uri),
+                                         ("B", demo.model_b_uri, names_b, demo.model_a_uri)):
             results[label], _ = _audit_one(uri, names, cfg, options, run_name=f"ner-audit {uri}", nested=True,
-                                           title=f"Model {label}: {uri}")
+                                           title=f"Model {label}: {uri}", reference_uri=other)
             _print(results[label], f"model {label}")
         metrics, taus = compare_models(results, controls={"A": "B"})
         mlflow.log_metrics(metrics)

@@ -13,6 +13,10 @@ holds ``C_k(e)`` of prompt ``k`` and name ``e``.
 - Prompt engineering (Sect. 4.1, 5.5): greedy word removal from the best prompt
   (remove the least important word) and the worst one (remove the most
   important), until one word besides the name remains.
+- A reference tagger as a per-name reference: the log confidence ratio
+  ``log C_k(e; target) - log C_k(e; reference)`` per prompt, averaged over prompts
+  (:func:`confidence_log_ratio`, :func:`ratio_scores`): the likelihood-ratio idea of
+  Mireshghallah et al. (2022) applied to Xia et al.'s entity confidence.
 
 References
 ----------
@@ -20,6 +24,9 @@ References
    model-based named entity recognition", PLoS One 20(9), 2025.
 .. [2] S. Feng et al., "Pathologies of neural models make interpretations
    difficult", EMNLP 2018 (input reduction by token removal).
+.. [3] F. Mireshghallah et al., "Quantifying privacy risks of masked language
+   models using membership inference attacks", EMNLP 2022, Sect. 3 (the
+   likelihood ratio of a target and a reference model).
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ from .thresholds import metrics_at_threshold, min_population_size, population_th
 
 __all__ = ["mmem", "prompt_mmem", "mmem_ci", "prompt_spread", "ensemble_scores", "majority_vote_mmem",
            "ensemble_mmem", "ENSEMBLES", "TokenRemovalStep", "greedy_token_removal", "kendall_tau",
-           "tpr_at_dev_fpr"]
+           "tpr_at_dev_fpr", "confidence_log_ratio", "ratio_scores", "CONFIDENCE_FLOOR"]
 
 ENSEMBLES = ("mv", "avg_c", "wed_c", "max_c", "min_c")
+#: Confidences below this are read as this value before the log (a softmax can underflow to 0).
+CONFIDENCE_FLOOR = 1e-12
 
 
 def mmem(y_true, confidence) -> float:
@@ -260,3 +269,78 @@ def tpr_at_dev_fpr(dev_true, dev_score, test_true, test_score, *, alpha: float) 
     t = population_threshold(dev_out, alpha=alpha)
     m = metrics_at_threshold(test_true, test_score, threshold=t, alpha=alpha)
     return {"threshold": t, "tpr": m.tpr, "fpr": m.fpr}
+
+
+def confidence_log_ratio(conf_target, conf_reference, *, floor: float = CONFIDENCE_FLOOR) -> np.ndarray:
+    """Per prompt and name, ``log C(e; target) - log C(e; reference)`` (nats).
+
+    Parameters
+    ----------
+    conf_target, conf_reference : array-like of shape (n_prompts, n_names) or (n_names,), float in [0, 1]
+        Entity confidences ``C_k(e)`` (Xia et al. 2025, Eq. 1) of the same prompt x name
+        sentences under the target tagger and under the reference tagger.
+    floor : float
+        Confidences below ``floor`` count as ``floor`` (a log of 0 would be -inf).
+
+    Returns
+    -------
+    ndarray of the inputs' shape, float64
+        Higher = the target is more confident than the reference: more likely in-sample.
+
+    Raises
+    ------
+    ValueError
+        Shapes differ, a confidence is not finite or lies outside [0, 1], or ``floor``
+        is not in (0, 1).
+
+    Notes
+    -----
+    The likelihood-ratio attack of Mireshghallah et al. (2022, Sect. 3) divides the
+    target's likelihood of a sample by a reference model's, so that what is merely
+    easy (likely under any model of the domain) cancels. Here the "likelihood" is the
+    entity confidence of a name in a prompt, and the reference is a tagger trained on
+    similar data without the audited names (in the WNUT demo: the tagger of the other
+    half).
+
+    >>> confidence_log_ratio([0.5, 0.2], [0.25, 0.2]).round(4).tolist()
+    [0.6931, 0.0]
+    """
+    if not 0.0 < floor < 1.0:
+        raise ValueError(f"floor must be in (0, 1), got {floor!r}")
+    t = np.asarray(conf_target, dtype=np.float64)
+    r = np.asarray(conf_reference, dtype=np.float64)
+    if t.shape != r.shape:
+        raise ValueError(f"target and reference confidences must have one shape, got {t.shape} and {r.shape}")
+    for what, x in (("target", t), ("reference", r)):
+        if not np.isfinite(x).all() or (x < 0).any() or (x > 1).any():
+            raise ValueError(f"{what} confidences must be finite and in [0, 1]")
+    return np.log(np.maximum(t, floor)) - np.log(np.maximum(r, floor))
+
+
+def ratio_scores(conf_target, conf_reference, *, floor: float = CONFIDENCE_FLOOR) -> np.ndarray:
+    """Per-name ratio score: the mean over prompts of :func:`confidence_log_ratio`.
+
+    Parameters
+    ----------
+    conf_target, conf_reference : array-like of shape (n_prompts, n_names)
+    floor : float
+
+    Returns
+    -------
+    ndarray of shape (n_names,), float64
+        ``(1 / K) sum_k [log C_k(e; target) - log C_k(e; reference)]`` in nats; higher =
+        more likely in-sample. Its AUC over in- and out-of-sample names is reported
+        next to the target's own M-MEM.
+
+    Raises
+    ------
+    ValueError
+        As :func:`confidence_log_ratio`, or not a matrix.
+
+    >>> ratio_scores([[0.5, 0.2], [0.5, 0.1]], [[0.25, 0.2], [0.5, 0.2]]).round(4).tolist()
+    [0.3466, -0.3466]
+    """
+    ratios = confidence_log_ratio(conf_target, conf_reference, floor=floor)
+    if ratios.ndim != 2:
+        raise ValueError(f"ratio_scores needs (n_prompts, n_names) matrices, got shape {ratios.shape}")
+    return ratios.mean(axis=0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_prompt_mmem_distribution", "plot_mmem_by", "plot_best_worst_roc"]
+__all__ = ["plot_prompt_mmem_distribution", "plot_mmem_by", "plot_best_worst_roc", "plot_ratio_roc"]
 
 _OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 
@@ -103,5 +103,39 @@ def plot_best_worst_roc(rocs: dict, *, labels=("best", "worst")):
         for i, label in enumerate(labels):
             y, s = pair[label]
             RocDisplay.from_predictions(y, s, name=f"{label} prompt", ax=ax)
+        ax.set_title(kind)
+    return fig
+
+
+def plot_ratio_roc(rocs: dict):
+    """ROC on test of the target alone (AVG-C) and of the ratio score against the reference tagger, per type.
+
+    Parameters
+    ----------
+    rocs : dict of str to dict
+        ``type -> {"avg_c": (y_true, scores), "ratio": (y_true, scores)}``: the mean
+        confidence over prompts of the target, and the mean over prompts of
+        ``log C(e; target) - log C(e; reference)``, on the test names.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        ``rocs`` is empty or a type lacks ``"avg_c"`` or ``"ratio"``.
+    """
+    from mlflow_mia.plots.roc import RocDisplay
+
+    if not rocs:
+        raise ValueError("no ROC scores to plot")
+    missing = [k for k, pair in rocs.items() if not {"avg_c", "ratio"} <= set(pair)]
+    if missing:
+        raise ValueError(f"types {missing} have no ratio scores: audit with a reference tagger")
+    fig, axes = _figure(len(rocs), width=3.4)
+    for ax, (kind, pair) in zip(axes, rocs.items()):
+        RocDisplay.from_predictions(*pair["avg_c"], name="target alone (AVG-C)", ax=ax)
+        RocDisplay.from_predictions(*pair["ratio"], name="ratio to reference", ax=ax)
         ax.set_title(kind)
     return fig

@@ -12,7 +12,8 @@ What one NER audit writes (``prefix`` is prepended to every name):
   ``name`` column only with ``log_texts=True``), ``ner_summary.json`` (best / worst /
   modified prompts, metrics);
 - ``plots/ner_prompt_mmem.png``, ``plots/ner_mmem_by_sentence_type.png``,
-  ``plots/ner_mmem_by_slot_position.png``, ``plots/ner_roc_best_worst.png``;
+  ``plots/ner_mmem_by_slot_position.png``, ``plots/ner_roc_best_worst.png``, and
+  with a reference tagger ``plots/ner_roc_ratio.png`` (param ``ner.reference_model_id``);
 - ``report.md`` (the NER section) and the run tag ``mia.method=ner_prompts``.
 
 Names are the sensitive data of this audit: no raw name reaches params, tags,
@@ -43,17 +44,21 @@ def ner_params(result) -> dict[str, str]:
            "ner.n_in_sample": str(int((names["is_member"] == 1).sum())),
            "ner.n_out_of_sample": str(int((names["is_member"] == 0).sum())),
            "ner.n_prompts": str(len(result.prompts_table))}
+    if getattr(result, "reference_id", None):
+        out["ner.reference_model_id"] = str(result.reference_id)
     return out
 
 
 def _figures(result) -> dict:
-    from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution
+    from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution, plot_ratio_roc
 
     table = result.prompts_table
+    rocs = {k: v["rocs"] for k, v in result.summaries.items()}
+    ratio = {"plots/ner_roc_ratio.png": plot_ratio_roc(rocs)} if getattr(result, "reference_id", None) else {}
     return {"plots/ner_prompt_mmem.png": plot_prompt_mmem_distribution(table),
             "plots/ner_mmem_by_sentence_type.png": plot_mmem_by(table, "sentence_type"),
             "plots/ner_mmem_by_slot_position.png": plot_mmem_by(table, "slot_position"),
-            "plots/ner_roc_best_worst.png": plot_best_worst_roc({k: v["rocs"] for k, v in result.summaries.items()})}
+            "plots/ner_roc_best_worst.png": plot_best_worst_roc(rocs), **ratio}
 
 
 def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False, log_metrics: bool = True,

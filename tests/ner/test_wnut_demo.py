@@ -47,3 +47,35 @@ def test_small_tagger_trains_in_seconds(halves):
     c = entity_confidence(TokenClassifier(model, tokenizer), ["I met {name} today"], ["ann lee"], ["person"],
                           progress=False)
     assert 0.0 < c[0] < 1.0
+
+
+def test_demo_audit_uses_each_tagger_as_the_others_reference(tmp_path, monkeypatch, capsys):
+    """``ner-audit`` on the small WNUT demo: each nested run carries the ratio score against the other tagger."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from mlflow_mia.entrypoints.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    previous = mlflow.get_tracking_uri()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    try:
+        assert main(["ner-audit", "--demo-size", "small", "--tracking-uri", uri, "--experiment", "ner-refs",
+                     "--no-token-removal", "--bootstrap-rounds", "20", "--no-progress"]) == 0
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("ner-refs")
+        runs = client.search_runs([experiment.experiment_id])
+    finally:
+        mlflow.set_tracking_uri(previous)
+    children = {r.data.params["ner.model"]: r for r in runs if "ner.model" in r.data.params}
+    assert len(children) == 2
+    (uri_a, run_a), (uri_b, run_b) = sorted(children.items())
+    assert run_a.data.params["ner.reference_model"] == uri_b and run_b.data.params["ner.reference_model"] == uri_a
+    kinds = [k.split("/")[1] for k in run_a.data.metrics if k.endswith("/ratio_avg_mmem")]
+    assert kinds
+    for kind in kinds:
+        a, b = run_a.data.metrics, run_b.data.metrics
+        # A against B on A's names is B against A on the swapped labels: one AUC
+        assert a[f"ner/{kind}/ratio_avg_mmem"] == pytest.approx(b[f"ner/{kind}/ratio_avg_mmem"])
+        assert a[f"ner/{kind}/ratio_avg_mmem_ci_low"] <= a[f"ner/{kind}/ratio_avg_mmem_ci_high"]
+    assert "ratio" in capsys.readouterr().out

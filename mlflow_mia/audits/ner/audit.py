@@ -10,10 +10,19 @@ deviation, baselines -PT / One-PT / Mix-PT, the ensembles, token removal and TPR
 at a low FPR. :func:`compare_models` gives Kendall's tau of prompt scores across
 models and the control-corrected mean of two models trained on swapped halves.
 
+With a ``reference`` tagger (a model trained on similar data without the audited
+names; in the WNUT demo, the tagger of the other half: the *control*), every
+sentence is also scored by the reference, and a per-name ratio score, the mean over
+prompts of ``log C(e; target) - log C(e; reference)``
+(:func:`~mlflow_mia.metrics.prompts.ratio_scores`), is reported per type next to the
+target's own M-MEM (``ner/{type}/ratio_*``), with intervals that resample names.
+
 References
 ----------
 .. [1] Y. Xia et al., "Exploring prompts to elicit memorization in masked language
    model-based named entity recognition", PLoS One 20(9), 2025.
+.. [2] F. Mireshghallah et al., "Quantifying privacy risks of masked language models
+   using membership inference attacks", EMNLP 2022, Sect. 3 (likelihood ratio).
 """
 
 from __future__ import annotations
@@ -62,6 +71,8 @@ class NerAuditResult:
         names with it.
     warnings : list of str
         What may distort the result (e.g. names read at ``[UNK]`` tokens); shown in the report.
+    reference_id : str or None
+        Model id of the reference tagger of the ratio scores (None: no reference given).
     """
 
     model_id: str
@@ -73,6 +84,7 @@ class NerAuditResult:
     config: NerAuditConfig = field(default_factory=NerAuditConfig)
     hash_key: object = field(repr=False, default=None)
     warnings: list = field(default_factory=list)
+    reference_id: str | None = None
 
     @property
     def entity_types(self) -> list[str]:
@@ -164,6 +176,35 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
     return out, summary, rocs
 
 
+def _ratio_metrics(y, split, conf, ref, none_target, none_reference, cfg) -> tuple[dict, np.ndarray, int]:
+    """Metrics of the per-name ratio score of one type (the reference tagger as a per-name reference).
+
+    ``conf`` and ``ref`` are the ``(n_prompts, n_names)`` confidences of the prompt set
+    under the target and the reference; ``none_*`` those of the name alone. Returns the
+    metrics (``ratio_avg_*``: the mean log ratio over prompts; ``ratio_best_prompt_*``:
+    the prompt whose log ratio ranks the dev names best, scored on test; ``ratio_no_pt_*``:
+    the name alone), the ``(n_names,)`` ratio score and the index of that prompt.
+    Intervals resample names (the unit), stratified by label.
+    """
+    dev, test = split == "dev", split == "test"
+    ratios = pm.confidence_log_ratio(conf, ref)
+    score = ratios.mean(axis=0)
+    per_prompt_dev = pm.prompt_mmem(y[dev], ratios[:, dev])
+    best = int(np.argmax(per_prompt_dev))
+    out = {"ratio_avg_mmem": pm.mmem(y[test], score[test]), "ratio_avg_mmem_dev": pm.mmem(y[dev], score[dev]),
+           "ratio_avg_mmem_all": pm.mmem(y, score), "ratio_best_prompt_mmem": pm.mmem(y[test], ratios[best, test]),
+           "ratio_best_prompt_mmem_dev": per_prompt_dev[best],
+           "ratio_no_pt_mmem": pm.mmem(y[test], pm.confidence_log_ratio(none_target, none_reference)[test])}
+    for tag, values in (("ratio_avg", score), ("ratio_best_prompt", ratios[best])):
+        for part, rows in (("", test), ("_dev", dev)):
+            low, high = pm.mmem_ci(y[rows], values[rows], rounds=cfg.bootstrap_rounds, seed=cfg.seed)
+            out[f"{tag}_mmem{part}_ci_low"], out[f"{tag}_mmem{part}_ci_high"] = low, high
+    for alpha in cfg.fprs:
+        r = pm.tpr_at_dev_fpr(y[dev], score[dev], y[test], score[test], alpha=alpha)
+        out[f"ratio_avg_tpr_at_fpr_{alpha:g}"], out[f"ratio_avg_fpr_at_fpr_{alpha:g}"] = r["tpr"], r["fpr"]
+    return out, score, best
+
+
 def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary) -> dict:
     """BM-PT / WM-PT: the best and worst of all modified prompts on dev, reported on test."""
     dev_names = [n for n, d in zip(names, dev) if d]
@@ -185,7 +226,7 @@ def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summar
 
 
 def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
-              device=None, progress: bool = True, hash_key=None) -> NerAuditResult:
+              device=None, progress: bool = True, hash_key=None, reference=None) -> NerAuditResult:
     """Audit one token-classification model for memorized entity names.
 
     Parameters
@@ -205,6 +246,10 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         Key of the name hashes (``name_hash``); resolved by the caller once per audit
         (``hash_key_file``). Default: :func:`~mlflow_mia.hashing.resolve_hash_key`
         (``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept).
+    reference : TokenClassifier or (model, tokenizer), optional
+        A reference tagger: trained on similar data without the audited names (e.g. the
+        WNUT demo's other tagger, whose in-sample names are this model's out-of-sample
+        ones). Its tags must cover the audited types; its tokenizer may differ.
 
     Returns
     -------
@@ -216,7 +261,12 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         ``best_modified_mmem`` / ``worst_modified_mmem``, ``kendall_tau_dev_test``,
         ``kendall_tau_length`` (prompt words vs M-MEM over all names),
         ``mmem_by_sentence_type/{type}`` and ``mmem_by_slot_position/{pos}`` (mean M-MEM over all names),
-        ``{best_prompt,best_ensemble}_tpr_at_fpr_{alpha}``.
+        ``{best_prompt,best_ensemble}_tpr_at_fpr_{alpha}``. With a ``reference``, also
+        ``ratio_avg_mmem`` (AUC of the per-name mean over prompts of ``log C(e; target) -
+        log C(e; reference)``, on test; ``_dev``, ``_all``, ``_ci_low/_ci_high``,
+        ``_dev_ci_low/_dev_ci_high``), ``ratio_best_prompt_mmem`` (the prompt whose log
+        ratio is best on dev, on test; same suffixes), ``ratio_no_pt_mmem`` and
+        ``ratio_avg_tpr_at_fpr_{alpha}``; intervals resample names, stratified by label.
 
     Raises
     ------
@@ -241,8 +291,14 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         log.warning(warning)
     from mlflow_mia.signals.entity_confidence import entity_tag_ids
 
+    ref = None if reference is None else (reference if isinstance(reference, TokenClassifier)
+                                          else TokenClassifier(*reference))
+    for warning in [] if ref is None else unknown_token_warnings(table, ref.tokenizer):
+        warnings.append(f"reference tagger: {warning}")
+        log.warning(warnings[-1])
     for kind in types:  # fail before any forward pass
-        entity_tag_ids(clf.label2id, kind)
+        for tagger in (clf, ref) if ref is not None else (clf,):
+            entity_tag_ids(tagger.label2id, kind)
     prompt_set = load_prompts(prompts, entity_types=types)
     hand = load_prompts(handwritten, entity_types=types, kind="handwritten")
     scorer = _Scorer(clf, subword=cfg.subword, token_budget=cfg.token_budget, batch_size=cfg.batch_size,
@@ -250,8 +306,11 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     groups = {k: table[table["entity_type"] == k].reset_index(drop=True) for k in types}
     jobs = [(list(prompt_set.loc[prompt_set.entity_type == k, "prompt"]) + [SLOT] +
              list(hand.loc[hand.entity_type == k, "prompt"]), list(g["name"]), k) for k, g in groups.items()]
+    ref_confs = [None] * len(jobs) if ref is None else _Scorer(
+        ref, subword=cfg.subword, token_budget=cfg.token_budget, batch_size=cfg.batch_size, device=device,
+        cache=cache, progress=progress).many(jobs)
     metrics, summaries, tables, name_rows, raw, rocs = {}, {}, [], [], [], {}
-    for (all_prompts, type_names, kind), g, conf in zip(jobs, groups.values(), scorer.many(jobs)):
+    for (all_prompts, type_names, kind), g, conf, rconf in zip(jobs, groups.values(), scorer.many(jobs), ref_confs):
         n_set = int((prompt_set.entity_type == kind).sum())
         hand_prompts = all_prompts[n_set + 1:]
         base = {"none": conf[n_set], "hand": conf[n_set + 1:], "hand_prompts": hand_prompts}
@@ -259,18 +318,28 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         y, split = g["is_member"].to_numpy(), g["split"].to_numpy()
         out, summaries[kind], rocs[kind] = _type_metrics(kind, y, split, conf[:n_set], t, base, scorer,
                                                          type_names, cfg)
+        extra = {}
+        if rconf is not None:
+            ratio, extra["ratio_avg"], best_ratio = _ratio_metrics(y, split, conf[:n_set], rconf[:n_set],
+                                                                   conf[n_set], rconf[n_set], cfg)
+            out.update(ratio)
+            summaries[kind]["ratio_best_prompt"] = t["prompt"].iloc[best_ratio]
+            test = split == "test"
+            rocs[kind]["avg_c"] = (y[test], conf[:n_set].mean(axis=0)[test])
+            rocs[kind]["ratio"] = (y[test], extra["ratio_avg"][test])
         metrics.update({f"ner/{kind}/{k}": float(v) for k, v in out.items()})
         tables.append(t)
         best, worst = (t.index[t.prompt_id == summaries[kind]["best_prompt_id"]][0],
                        t.index[t.prompt_id == summaries[kind]["worst_prompt_id"]][0])
         name_rows.append(pd.DataFrame({"name_hash": [name_hash(n, key) for n in type_names], "entity_type": kind,
                                        "is_member": y, "split": split, "c_best": conf[best],
-                                       "c_worst": conf[worst], "c_no_prompt": base["none"]}))
+                                       "c_worst": conf[worst], "c_no_prompt": base["none"], **extra}))
         raw.extend(type_names)
     summaries = {k: {**v, "rocs": rocs[k]} for k, v in summaries.items()}
     return NerAuditResult(model_id=clf.model_id, metrics=metrics, prompts_table=pd.concat(tables, ignore_index=True),
                           summaries=summaries, names=pd.concat(name_rows, ignore_index=True), raw_names=raw,
-                          config=cfg, hash_key=key, warnings=warnings)
+                          config=cfg, hash_key=key, warnings=warnings,
+                          reference_id=None if ref is None else ref.model_id)
 
 
 def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:
