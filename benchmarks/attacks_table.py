@@ -55,12 +55,12 @@ def reference_sets(prefix: str) -> list[tuple[str, list[str], tuple[str, ...]]]:
 def run_audit_cli(label: str, references: list[str], attacks, args) -> str:
     """Run one audit through the CLI; return its MLflow run id."""
     run_name = f"attacks-table {args.size} {label}"
-    argv = [sys.executable, "-m", "mlflow_mia.entrypoints.cli", "audit", "--demo-size", args.size,
+    argv = [sys.executable, "-P", "-m", "mlflow_mia.entrypoints.cli", "audit", "--demo-size", args.size,
             "--attacks", ",".join(attacks), "--run-name", run_name, "--experiment", args.experiment,
             "--no-progress"]
     if references:
         argv += ["--reference", ",".join(references), "--reference-mode", "set"]
-    print("$", shlex.join(argv[1:]), flush=True)
+    print("$ mlflow-mia", shlex.join(argv[4:]), flush=True)
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     print(f"  exit {proc.returncode} in {time.perf_counter() - start:.0f} s", flush=True)

@@ -219,6 +219,7 @@ def compare_targets(names, aliases) -> list[tuple[str, str, tuple[str, ...]]]:
         out += [(name, v, versions[v]) for v in sorted(versions, key=int)]
     return out
 
+
 def _uri(reference) -> str:
     """The reference's URI; a reference set's URIs joined by ``+``; ``""`` for none."""
     if isinstance(reference, tuple):
