@@ -383,6 +383,7 @@ def heldout_loss(model, tokenizer, texts: Sequence[str], *, max_length: int = 64
     if not 0.0 < mask_rate < 1.0:
         raise ValueError(f"mask_rate must be in (0, 1), got {mask_rate!r}")
     model.eval()
+    device = next(model.parameters()).device
     encoded = tokenizer(list(texts), truncation=True, max_length=max_length, return_special_tokens_mask=True)
     total, count = 0.0, 0
     for start in range(0, len(texts), batch_size):
@@ -401,7 +402,7 @@ def heldout_loss(model, tokenizer, texts: Sequence[str], *, max_length: int = 64
             labels[row, chosen] = input_ids[row, chosen]
             input_ids[row, chosen] = tokenizer.mask_token_id
         attention = (torch.arange(width)[None, :] < torch.tensor([len(x) for x in ids])[:, None]).long()
-        logits = model(input_ids=input_ids, attention_mask=attention).logits
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.cpu()
         nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100,
                                                 reduction="sum")
         total += float(nll)

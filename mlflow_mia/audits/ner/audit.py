@@ -132,6 +132,7 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
         s = pm.prompt_spread(scores)
         out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = (
             s["gap"], s["std"], s["mean"])
+    out.update(_spread_null(y[dev], conf[:, dev], cfg))
     out["kendall_tau_dev_test"], out["kendall_tau_dev_test_pvalue"] = pm.kendall_tau(m_dev, m_test)
     out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length
     for column in ("sentence_type", "slot_position"):  # Sect. 5.4: sentence type, position of the name
@@ -162,6 +163,17 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
     out["n_prompts"], out["n_names_dev"], out["n_names_test"] = len(table), int(dev.sum()), int(test.sum())
     rocs = {"best": (y[test], conf[best, test]), "worst": (y[test], conf[worst, test])}
     return out, summary, rocs
+
+
+def _spread_null(y, conf, cfg) -> dict:
+    """Dev gap and sigma against chance: the label-permutation null's 95th percentile and p-value."""
+    from mlflow_mia.metrics.permutation import prompt_spread_null
+
+    if conf.shape[0] < 2 or y.min() == y.max():
+        return {}
+    null = prompt_spread_null(y, conf, seed=cfg.seed)
+    return {"prompt_gap_null_q95": null.gap_null_quantile, "prompt_gap_null_pvalue": null.gap_pvalue,
+            "prompt_std_null_q95": null.std_null_quantile, "prompt_std_null_pvalue": null.std_pvalue}
 
 
 def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary) -> dict:
