@@ -33,7 +33,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR, differences_table, findings_table
-from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, run_name, variants
+from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, variants
+from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
 
 __all__ = ["AnalysisResult", "run_analysis", "select_findings"]
@@ -201,7 +202,7 @@ class _Suite:
         from mlflow_mia.demo.registry import register_model
         from mlflow_mia.tracking.runs import mlflow_run
 
-        with mlflow_run(run_name(f"train-{variant.name}", seed if variant.seeded else None), nested=True):
+        with mlflow_run(seeded_name(f"train-{variant.name}", seed if variant.seeded else None), nested=True):
             mlflow.set_tags({"mia.analyze.parent": self.parent_id, "mia.analyze.variant": variant.name})
             mlflow.log_params({"variant.name": variant.name, "variant.kind": variant.kind, "variant.seed": seed,
                                "variant.settings": json.dumps(settings, sort_keys=True)[:6000]})
@@ -293,7 +294,7 @@ def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
                          "reference": reference.resolved_uri, "config": config.to_dict(), "size": asdict(suite.size),
                          "data": suite.data_digest(*data)})
     found = _finished_run(suite.client, key)
-    name = run_name(exp.name, seed)
+    name = seeded_name(exp.name, seed)
     if found is not None:
         log.info("analyze: %s already ran (run %s); reusing it", name, found.info.run_id)
         return found.info.run_id, dict(found.data.metrics), True
@@ -387,7 +388,7 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
         jobs = [(exp, seed) for exp in planned for seed in (size.seeds if exp.seeded else (None,))]
         for exp, seed in tqdm(jobs, desc=f"analyze ({size_name})", unit="audit", disable=not progress):
             run_id, metrics, reused = _run_experiment(suite, exp, seed)
-            name = run_name(exp.name, seed)
+            name = seeded_name(exp.name, seed)
             out.runs[name] = run_id
             (out.reused if reused else out.ran).append(name)
             out.metrics[name] = metrics
