@@ -95,9 +95,10 @@ def paired_difference(a, b, *, a_ci=None, b_ci=None, level: float = 0.95) -> Pai
         is NaN (not run) are dropped from both.
     a_ci, b_ci : array-like of shape (n_seeds, 2), optional
         Each run's 95 % bootstrap interval (low, high) of the metric, article-level
-        cluster bootstrap. None or NaN rows: no pool error is added for them (the
-        interval then reflects the seed spread only, and ``pool_se`` is NaN when none
-        is known).
+        cluster bootstrap. None: that side is exact (no pool error; e.g. a constant).
+        A NaN row: that seed's pool error is unknown and left out of the mean over seeds
+        (``pool_se`` is NaN when no seed's is known; the interval then reflects the seed
+        spread only).
     level : float
         Coverage of the returned interval, in (0, 1).
 
@@ -131,7 +132,7 @@ def paired_difference(a, b, *, a_ci=None, b_ci=None, level: float = 0.95) -> Pai
         raise ValueError(f"a and b need one value per seed each, got {a.size} and {b.size}")
     cis = []
     for name, ci in (("a_ci", a_ci), ("b_ci", b_ci)):
-        ci = np.full((a.size, 2), np.nan) if ci is None else np.asarray(ci, float).reshape(-1, 2)
+        ci = np.zeros((a.size, 2)) if ci is None else np.asarray(ci, float).reshape(-1, 2)
         if len(ci) != a.size:
             raise ValueError(f"{name} needs one (low, high) row per seed ({a.size}), got {len(ci)}")
         cis.append(ci)

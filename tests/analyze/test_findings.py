@@ -98,12 +98,16 @@ def test_one_seed_uses_the_pool_error_only_and_nan_seeds_are_dropped_in_pairs():
     assert d.n_seeds == 1 and math.isnan(d.seed_sd)
     assert d.high - d.low == pytest.approx(2 * 0.02 * math.sqrt(2))  # z * se of each side, in quadrature
     assert not d.covers_zero()
-    none = paired_difference([0.8], [0.9])  # one seed, no interval: nothing measures the error
-    assert math.isnan(none.low) and none.covers_zero()
+    none = paired_difference([0.8], [0.9], b_ci=[[math.nan, math.nan]])  # one seed, no interval: nothing
+    assert math.isnan(none.low) and none.covers_zero()                    # measures the error
+    # One side exact (None): a single run's interval of its own value is its bootstrap interval.
+    one = paired_difference([0.0], [0.9], b_ci=[[0.85, 0.95]])
+    assert (one.low, one.high) == (pytest.approx(0.85), pytest.approx(0.95))
     # Without intervals, the seeds alone: the t interval of the mean difference.
-    seeds = paired_difference([0.5, 0.5, 0.5], [0.51, 0.53, 0.52])
-    assert math.isnan(seeds.pool_se) and seeds.high - seeds.low == pytest.approx(2 * t.ppf(0.975, 2) * 0.01
-                                                                                   / math.sqrt(3))
+    seeds = paired_difference([0.5, 0.5, 0.5], [0.51, 0.53, 0.52], a_ci=np.full((3, 2), np.nan),
+                              b_ci=np.full((3, 2), np.nan))
+    assert math.isnan(seeds.pool_se)
+    assert seeds.high - seeds.low == pytest.approx(2 * t.ppf(0.975, 2) * 0.01 / math.sqrt(3))
     assert paired_difference([math.nan], [0.1]).n_seeds == 0
 
 
@@ -296,3 +300,11 @@ def test_render_and_plot_show_every_setting_its_null_and_differences():
     assert "null target" in [h.get_label() for h in fig.axes[0].get_legend().legend_handles]
     assert len(plot_finding(table[table["finding"] == "signal"], title="s").axes) == 2
     assert isinstance(table, pd.DataFrame)
+
+
+def test_with_one_seed_a_rows_interval_is_its_runs_bootstrap_interval():
+    table = findings_table(_runs(QUICK), QUICK)
+    row = table[(table["finding"] == "signal") & (table["setting"] == "pll")
+                & (table["attack"] == "likelihood_ratio")].iloc[0]
+    assert (row["auc_ci_low"], row["auc_ci_high"]) == (pytest.approx(0.92 - 0.008), pytest.approx(0.92 + 0.008))
+    assert math.isnan(row["auc_sd"]) and row["n_seeds"] == 1
