@@ -205,8 +205,9 @@ def _dp_guard(v):
         bad |= bool(np.any(bounds > dp))
         ceiling = np.nanmax(np.r_[v[(lab, LOSS)]["epsilon_lower_bound_max_certifiable"],
                                   v[(lab, LR)]["epsilon_lower_bound_max_certifiable"], -np.inf])
+        known = dp[~np.isnan(dp)]
         vacuous = (f" (VACUOUS: these trial counts certify at most {ceiling:.2f})"
-                   if ceiling < np.nanmin(np.r_[dp, np.inf]) else "")
+                   if known.size and ceiling < known.min() else "")
         parts.append(f"{lab}: epsilon lower bound {np.nanmax(np.r_[bounds, 0.0]):.2f} vs accountant's "
                      f"{seed_summary(dp)[0]:.2f}{vacuous}")
     for lab in ["sigma 0", *labels]:

@@ -46,6 +46,9 @@ def render_findings(table, findings, differences=None) -> str:
              "runs: each seed's AUC with its run's article-level interval. Null: the setting's base model audited "
              "as the target (AUC / TPR at 1 % FPR), the floor. Held-out loss: nats per masked token on the "
              "population sentences (in-domain, in no training set).", ""]
+    if not table.empty and table["n_seeds"].max() <= 1:
+        lines += ["**One seed per setting** (the quick size): the intervals hold the article-level bootstrap only, "
+                  "not the seed spread, so these verdicts back no claim.", ""]
     for finding in findings:
         rows = table[table["finding"] == finding.name]
         if rows.empty:

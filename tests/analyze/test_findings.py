@@ -308,3 +308,5 @@ def test_with_one_seed_a_rows_interval_is_its_runs_bootstrap_interval():
                 & (table["attack"] == "likelihood_ratio")].iloc[0]
     assert (row["auc_ci_low"], row["auc_ci_high"]) == (pytest.approx(0.92 - 0.008), pytest.approx(0.92 + 0.008))
     assert math.isnan(row["auc_sd"]) and row["n_seeds"] == 1
+    assert "**One seed per setting** (the quick size)" in render_findings(table, FINDINGS)
+    assert "One seed per setting" not in render_findings(findings_table(_runs(), FULL), FINDINGS)
