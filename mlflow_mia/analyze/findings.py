@@ -1,15 +1,35 @@
-"""The findings ``mlflow-mia analyze`` checks, the paper's figures next to ours, and the table.
+"""The findings ``mlflow-mia analyze`` checks, the rule that decides them, and the tables.
 
 Each :class:`Finding` names the settings it compares (an experiment of
 :mod:`mlflow_mia.analyze.plan` and a metric prefix: sample level, ``user/`` or a length
-subset), the paper's figure for each, and a check that says, from our logged metrics,
-whether the paper's observation holds on the demo. :func:`findings_table` reads the
-metrics of finished runs (never recomputes them), so a resumed suite and a fresh one
-give the same table.
+subset), the paper's figure for each, and its :class:`Comparison`\\ s: the paired
+differences (same seeds, same pool; :mod:`mlflow_mia.analyze.paired`) its verdict is
+decided on. :func:`findings_table` and :func:`differences_table` read the metrics of
+finished runs (never recompute them), so a resumed suite and a fresh one give the same
+tables.
+
+The rule (:func:`comparison_verdict`, :func:`combine_verdicts`)
+-----------------------------------------------------------------
+For each deciding comparison, the interval of the mean paired difference ``b - a``
+(95 %, seed spread and article-level bootstrap combined) gives:
+
+- a claimed increase: **reproduced** when the interval lies above 0, **not reproduced**
+  when it lies below 0, **not resolved** when it covers 0 (a decrease: mirrored);
+- a claimed equality within a margin ``m`` (e.g. "leaks about as much"): **reproduced**
+  when the interval lies inside ``[-m, m]``, **not reproduced** when it lies wholly
+  outside it, **not resolved** otherwise (two one-sided tests, the equivalence rule).
+
+A finding is reproduced when every deciding comparison is, not reproduced when any is
+not, and not resolved otherwise. A finding's guard can then overrule: "not resolved"
+when the comparison is unfair (e.g. two model sizes trained to different held-out
+losses, or a DP model that did not learn), "not reproduced" when an empirical epsilon
+lower bound exceeds the accountant's epsilon. With one seed (the quick size) the
+interval holds the pool error only, and the verdict backs no claim.
 
 Paper figures are AUCs of Mireshghallah et al. (2022) for ClinicalBERT-Base on MIMIC-III
-with MIMIC non-members (sample level, long sequences unless the setting says otherwise),
-and TPRs at 1 % FPR of Mattern et al. (2023), Table 6, for the DP-SGD defence.
+with MIMIC non-members (sample level, long sequences unless the setting says otherwise).
+Mattern et al. (2023), Table 6 (DP-SGD), reports the neighbourhood attack only, so the
+DP rows quote no paper figure beside the loss and likelihood-ratio attacks.
 """
 
 from __future__ import annotations
@@ -18,10 +38,23 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["FINDINGS", "Finding", "Setting", "findings_table", "setting_values"]
+import numpy as np
+
+from mlflow_mia.analyze.paired import paired_difference, seed_summary
+from mlflow_mia.analyze.plan import experiments, run_name
+
+__all__ = ["FINDINGS", "VERDICTS", "Comparison", "Finding", "Setting", "combine_verdicts", "comparison_verdict",
+           "differences_table", "findings_table", "setting_values"]
 
 LR, LOSS = "likelihood_ratio", "loss"
+TPR = "tpr_at_fpr_0.01"
 NAN = float("nan")
+VERDICTS = ("reproduced", "not reproduced", "not resolved")
+HELDOUT_TOLERANCE = 0.05  # nats per token: two sizes' targets count as trained to a comparable held-out loss
+EQUAL_MARGIN = 0.02  # AUC: "about as much" (the paper's Base vs Base++ differ by 0.006)
+METRICS = ("auc", "auc_ci_low", "auc_ci_high", TPR, f"{TPR}_ci_low", f"{TPR}_ci_high", "epsilon_lower_bound",
+           "epsilon_lower_bound_max_certifiable")
+NO_DP_FIGURE = "none: Mattern et al. Table 6 reports the neighbourhood attack only"
 
 
 @dataclass(frozen=True)
@@ -33,10 +66,10 @@ class Setting:
     label : str
         Shown in the table and plots (``"in-domain"``, ``"eps 8"``, ...).
     experiment : str
-        Name of the :class:`~mlflow_mia.analyze.plan.Experiment` whose run holds the metrics.
+        Name of the :class:`~mlflow_mia.analyze.plan.Experiment` whose runs (one per seed) hold the metrics.
     prefix : str
         Metric prefix: ``""`` sample level, ``"user/"`` user level, ``"len_short/"`` ...
-    paper : dict of str to str
+    paper : tuple of (str, str)
         The paper's figure for this setting, by attack (text, e.g. ``"AUC 0.900"``).
     """
 
@@ -50,24 +83,56 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """A paired difference ``b - a`` of one metric between two settings of a finding.
+
+    Attributes
+    ----------
+    a, b : str
+        Setting labels.
+    attack : str
+    metric : str
+        ``"auc"`` or ``"tpr_at_fpr_0.01"`` (both logged with 95 % intervals).
+    expect : {"increase", "decrease", "equal"}
+        What the paper's claim says of ``b - a``.
+    margin : float
+        Equivalence margin of ``"equal"`` (metric units).
+    decides : bool
+        False: shown, but not part of the verdict (explains it, e.g. which part of a
+        change does the work).
+    """
+
+    a: str
+    b: str
+    attack: str = LR
+    metric: str = "auc"
+    expect: str = "increase"
+    margin: float = 0.0
+    decides: bool = True
+
+    def text(self) -> str:
+        return f"{self.attack} {self.metric} {self.a} -> {self.b}"
+
+
+@dataclass(frozen=True)
 class Finding:
-    """A finding of the papers, the settings that test it and its check.
+    """A finding of the papers, the settings that test it, and the comparisons that decide it.
 
     Attributes
     ----------
     name : str
         Key (``--findings`` takes these).
-    claim : str
-        The paper's observation in one sentence.
-    source : str
-        Paper and table.
+    claim, source : str
+        The paper's observation in one sentence; paper and table.
     attacks : tuple of str
         Attacks shown in the table for this finding.
     settings : callable
-        ``settings(size) -> tuple of Setting`` (the DP settings depend on the size's epsilons).
-    check : callable
-        ``check(values) -> (bool, str)``; ``values[(label, attack)]`` is
-        :func:`setting_values`' dict. Returns whether the claim holds and the sentence why.
+        ``settings(size) -> tuple of Setting``.
+    comparisons : callable
+        ``comparisons(size) -> tuple of Comparison``.
+    guard : callable, optional
+        ``guard(values) -> (verdict or None, str)``: overrules the verdict (None: keeps
+        it) and adds a sentence; ``values[(label, attack)]`` is :func:`setting_values`.
     """
 
     name: str
@@ -75,97 +140,104 @@ class Finding:
     source: str
     attacks: tuple
     settings: Callable
-    check: Callable
+    comparisons: Callable
+    guard: Callable | None = None
+
+
+def comparison_verdict(low: float, high: float, expect: str, margin: float = 0.0) -> str:
+    """The verdict of one comparison from the interval ``[low, high]`` of ``b - a`` (the module's rule).
+
+    Raises
+    ------
+    ValueError
+        ``expect`` is not one of increase / decrease / equal.
+
+    >>> comparison_verdict(0.01, 0.05, "increase"), comparison_verdict(-0.01, 0.05, "increase")
+    ('reproduced', 'not resolved')
+    >>> comparison_verdict(-0.01, 0.015, "equal", 0.02), comparison_verdict(0.03, 0.08, "equal", 0.02)
+    ('reproduced', 'not reproduced')
+    """
+    if expect not in ("increase", "decrease", "equal"):
+        raise ValueError(f"expect must be 'increase', 'decrease' or 'equal', got {expect!r}")
+    if math.isnan(low) or math.isnan(high):
+        return "not resolved"
+    if expect == "equal":
+        if -margin <= low and high <= margin:
+            return "reproduced"
+        return "not reproduced" if (low > margin or high < -margin) else "not resolved"
+    if expect == "decrease":
+        low, high = -high, -low
+    return "reproduced" if low > 0 else ("not reproduced" if high < 0 else "not resolved")
+
+
+def combine_verdicts(verdicts) -> str:
+    """Reproduced when all are, not reproduced when any is not, else not resolved (none: not resolved)."""
+    verdicts = list(verdicts)
+    if any(v == "not reproduced" for v in verdicts):
+        return "not reproduced"
+    return "reproduced" if verdicts and all(v == "reproduced" for v in verdicts) else "not resolved"
 
 
 def _auc(paper_loss, paper_lr):
     return ((LOSS, f"AUC {paper_loss:.3f}"), (LR, f"AUC {paper_lr:.3f}"))
 
 
-def _a(values, label, attack=LR) -> float:
-    return values[(label, attack)]["auc"]
+def _mean(values, label, attack, key) -> float:
+    return seed_summary(values[(label, attack)][key])[0]
 
 
-def _overlap(values, a, b, attack=LR) -> bool:
-    va, vb = values[(a, attack)], values[(b, attack)]
-    return max(va["auc_ci_low"], vb["auc_ci_low"]) <= min(va["auc_ci_high"], vb["auc_ci_high"])
+def _size_guard(v):
+    default, larger = _mean(v, "default", LR, "heldout_loss"), _mean(v, "larger", LR, "heldout_loss")
+    text = f"held-out loss {default:.3f} (default) vs {larger:.3f} (larger) nats/token"
+    if math.isnan(default) or math.isnan(larger):
+        return "not resolved", "no held-out loss logged: the sizes cannot be compared fairly"
+    if larger > default + HELDOUT_TOLERANCE:
+        return "not resolved", text + f": the larger target is a worse LM (more than {HELDOUT_TOLERANCE} nats)"
+    return None, text
 
 
-def _check_reference(v):
-    ok = _a(v, "in-domain") > max(_a(v, "out-of-domain"), _a(v, "general"))
-    return ok, (f"likelihood-ratio AUC with the in-domain reference {_a(v, 'in-domain'):.3f}, out-of-domain "
-                f"{_a(v, 'out-of-domain'):.3f}, general {_a(v, 'general'):.3f}")
-
-
-def _check_length_of_training(v):
-    ok = _overlap(v, "short", "long")
-    return ok, (f"likelihood-ratio AUC {_a(v, 'short'):.3f} after the short schedule and {_a(v, 'long'):.3f} after "
-                f"2.5x as many steps; the 95 % intervals {'overlap' if ok else 'do not overlap'}")
-
-
-def _check_size(v):
-    ok = _a(v, "larger") > _a(v, "default")
-    return ok, f"likelihood-ratio AUC {_a(v, 'default'):.3f} (2 layers) and {_a(v, 'larger'):.3f} (deeper)"
-
-
-def _check_names(v):
-    ok = _a(v, "names", LOSS) < _a(v, "plain", LOSS) and _a(v, "names") > _a(v, "plain")
-    return ok, (f"loss AUC {_a(v, 'plain', LOSS):.3f} -> {_a(v, 'names', LOSS):.3f}, likelihood-ratio AUC "
-                f"{_a(v, 'plain'):.3f} -> {_a(v, 'names'):.3f} with names inserted")
-
-
-def _both_higher(v, low: str, high: str, low_text: str, high_text: str):
-    """Both attacks' AUCs higher in setting ``high`` than in ``low``."""
-    ok = all(_a(v, high, at) > _a(v, low, at) for at in (LOSS, LR))
-    return ok, (f"loss AUC {_a(v, low, LOSS):.3f} {low_text} / {_a(v, high, LOSS):.3f} {high_text}, "
-                f"likelihood-ratio {_a(v, low):.3f} / {_a(v, high):.3f}")
-
-
-def _check_sample_length(v):
-    return _both_higher(v, "short", "long", "short", "long")
-
-
-def _check_user(v):
-    return _both_higher(v, "sample", "user", "per sentence", "per article")
-
-
-def _check_signal(v):
-    ok = _a(v, "pll") > _a(v, "energy")
-    return ok, f"likelihood-ratio AUC {_a(v, 'energy'):.3f} with the masked energy, {_a(v, 'pll'):.3f} with the PLL"
-
-
-def _vacuous(v, label) -> bool:
-    """True when no outcome of these trial counts could have put the bound above the accountant's epsilon."""
-    ceiling = max(v[(label, at)]["epsilon_lower_bound_max_certifiable"] for at in (LOSS, LR))
-    return ceiling < v[(label, LR)]["dp_epsilon"]  # False when either is unknown (NaN)
-
-
-def _check_dp(v):
-    labels = sorted({label for label, _ in v if label != "non-private"})
-    tpr = "tpr_at_fpr_0.01"
-    falls = all(v[(lab, LR)]["auc"] < v[("non-private", LR)]["auc"]
-                and v[(lab, LR)][tpr] <= v[("non-private", LR)][tpr] for lab in labels)
-    bound_ok = all(v[(lab, at)]["epsilon_lower_bound"] <= v[(lab, at)]["dp_epsilon"]
-                   for lab in labels for at in (LOSS, LR))
-    parts = []
+def _dp_guard(v):
+    labels = sorted({label for label, _ in v if label.startswith("eps ")})
+    parts, bad, idle = [], False, []
     for lab in labels:
-        ceiling = max(v[(lab, at)]["epsilon_lower_bound_max_certifiable"] for at in (LOSS, LR))
-        vacuous = (f" (VACUOUS: these trial counts certify at most {ceiling:.2f}, so the bound cannot exceed the "
-                   "accountant's epsilon)" if _vacuous(v, lab) else "")
-        parts.append(f"{lab}: AUC {v[(lab, LR)]['auc']:.3f}, TPR@1% {v[(lab, LR)][tpr]:.3f}, epsilon lower bound "
-                     f"{max(v[(lab, at)]['epsilon_lower_bound'] for at in (LOSS, LR)):.2f} <= accountant's "
-                     f"{v[(lab, LR)]['dp_epsilon']:.2f}{vacuous}")
-    head = f"non-private AUC {v[('non-private', LR)]['auc']:.3f}, TPR@1% {v[('non-private', LR)][tpr]:.3f}; "
-    if not bound_ok:
-        head = "INCONSISTENT: an empirical epsilon lower bound exceeds the accountant's epsilon; " + head
-    return falls and bound_ok, head + "; ".join(parts)
+        bounds = np.fmax(v[(lab, LOSS)]["epsilon_lower_bound"], v[(lab, LR)]["epsilon_lower_bound"])
+        dp = v[(lab, LR)]["dp_epsilon"]
+        bad |= bool(np.any(bounds > dp))
+        ceiling = np.nanmax(np.r_[v[(lab, LOSS)]["epsilon_lower_bound_max_certifiable"],
+                                  v[(lab, LR)]["epsilon_lower_bound_max_certifiable"], -np.inf])
+        known = dp[~np.isnan(dp)]
+        vacuous = (f" (VACUOUS: these trial counts certify at most {ceiling:.2f})"
+                   if known.size and ceiling < known.min() else "")
+        parts.append(f"{lab}: epsilon lower bound {np.nanmax(np.r_[bounds, 0.0]):.2f} vs accountant's "
+                     f"{seed_summary(dp)[0]:.2f}{vacuous}")
+    for lab in ["sigma 0", *labels]:
+        loss, base = _mean(v, lab, LR, "heldout_loss"), _mean(v, lab, LR, "null_heldout_loss")
+        if not loss < base:  # NaN (not logged) counts as "not shown to learn"
+            idle.append(f"{lab} held-out loss {loss:.3f} >= base {base:.3f}")
+    text = "; ".join(parts)
+    if bad:
+        return "not reproduced", "INCONSISTENT: an empirical epsilon lower bound exceeds the accountant's epsilon; " + text
+    if idle:
+        return "not resolved", f"a DP-SGD model did not learn ({'; '.join(idle)}); {text}"
+    return None, text
 
 
 def _dp_settings(size):
-    mattern = {8.0: "TPR@1% 0.0152 (eps 10)", 1.0: "TPR@1% 0.0129 (eps 5)"}
-    dp = tuple(Setting(f"eps {eps:g}", f"dp-sgd-eps{eps:g}", paper=((LR, mattern.get(eps, "")),))
+    dp = tuple(Setting(f"eps {eps:g}", f"dp-sgd-eps{eps:g}", paper=((LR, NO_DP_FIGURE), (LOSS, NO_DP_FIGURE)))
                for eps in size.dp_epsilons)
-    return (Setting("non-private", "baseline", paper=((LR, "TPR@1% 0.0829"),)), *dp)
+    return (Setting("non-private", "baseline"), Setting("sigma 0", "dp-sgd-sigma0"), *dp)
+
+
+def _dp_comparisons(size):
+    out = [Comparison("non-private", "sigma 0", expect="decrease", decides=False)]
+    for eps in size.dp_epsilons:
+        out += [Comparison("sigma 0", f"eps {eps:g}", expect="decrease"),
+                Comparison("sigma 0", f"eps {eps:g}", metric=TPR, expect="decrease")]
+    return tuple(out)
+
+
+def _both(a, b, expect="increase"):
+    return lambda size: (Comparison(a, b, LOSS, expect=expect), Comparison(a, b, LR, expect=expect))
 
 
 FINDINGS: tuple[Finding, ...] = (
@@ -174,81 +246,144 @@ FINDINGS: tuple[Finding, ...] = (
             lambda size: (Setting("in-domain", "baseline", paper=_auc(0.662, 0.900)),
                           Setting("out-of-domain", "reference-ood"),
                           Setting("general", "reference-general", paper=_auc(0.662, 0.883))),
-            _check_reference),
+            lambda size: (Comparison("out-of-domain", "in-domain"), Comparison("general", "in-domain"))),
     Finding("training_length", "Training 2.5x longer (Base++) leaks about as much as Base.",
             "Mireshghallah et al. 2022, Table 4", (LOSS, LR),
             lambda size: (Setting("short", "short-training", paper=_auc(0.662, 0.900)),
                           Setting("long", "baseline", paper=_auc(0.656, 0.894))),
-            _check_length_of_training),
+            lambda size: (Comparison("short", "long", expect="equal", margin=EQUAL_MARGIN),)),
     Finding("model_size", "A larger model leaks slightly more.", "Mireshghallah et al. 2022, Table 4", (LOSS, LR),
             lambda size: (Setting("default", "baseline", paper=_auc(0.662, 0.900)),
                           Setting("larger", "larger-model", paper=_auc(0.679, 0.904))),
-            _check_size),
+            lambda size: (Comparison("default", "larger"),), _size_guard),
     Finding("name_insertion", "Names prepended to the training samples weaken the loss attack and strengthen "
             "the likelihood ratio.", "Mireshghallah et al. 2022, Table 6", (LOSS, LR),
             lambda size: (Setting("plain", "baseline", paper=_auc(0.662, 0.900)),
                           Setting("names", "name-insertion", paper=_auc(0.561, 0.960))),
-            _check_names),
+            lambda size: (Comparison("plain", "names", LOSS, expect="decrease"), Comparison("plain", "names"))),
     Finding("sample_length", "Long samples (20-60 tokens) leak more than short ones (10-20).",
             "Mireshghallah et al. 2022, Table 3", (LOSS, LR),
             lambda size: (Setting("short", "baseline", "len_short/", paper=_auc(0.516, 0.830)),
                           Setting("long", "baseline", "len_long/", paper=_auc(0.662, 0.900))),
-            _check_sample_length),
+            _both("short", "long")),
     Finding("user_level", "Deciding per user (patient, article) from all their samples leaks more.",
             "Mireshghallah et al. 2022, Table 2", (LOSS, LR),
             lambda size: (Setting("sample", "baseline", paper=_auc(0.662, 0.900)),
                           Setting("user", "baseline", "user/", paper=_auc(0.915, 0.992))),
-            _check_user),
+            _both("sample", "user")),
     Finding("signal", "The pseudo-log-likelihood (normalized energy) gives a higher AUC than the masked energy.",
             "Mireshghallah et al. 2022, Tables 9 and 11", (LOSS, LR),
             lambda size: (Setting("energy", "baseline", paper=_auc(0.662, 0.900)),
+                          Setting("energy mean", "energy-mean"),
                           Setting("pll", "pll", paper=_auc(0.685, 0.916))),
-            _check_signal),
-    Finding("dp_sgd", "DP-SGD lowers the attack's AUC and TPR at 1 % FPR; the empirical epsilon lower bound "
-            "stays below the accountant's epsilon.", "Mattern et al. 2023, Table 6", (LOSS, LR),
-            _dp_settings, _check_dp),
+            lambda size: (Comparison("energy", "pll"), Comparison("energy", "energy mean", decides=False),
+                          Comparison("energy mean", "pll", decides=False))),
+    Finding("dp_sgd", "DP-SGD lowers the attack's AUC and TPR at 1 % FPR below those of the same recipe without "
+            "noise; the empirical epsilon lower bound stays below the accountant's epsilon.",
+            "Mattern et al. 2023, Table 6 (neighbourhood attack; DP recipe of Li et al. 2022)", (LOSS, LR),
+            _dp_settings, _dp_comparisons, _dp_guard),
 )
 
 
-def setting_values(metrics: dict, prefix: str, attack: str) -> dict:
-    """The numbers of one (setting, attack) from a run's logged metrics (NaN where absent).
+def setting_values(seed_metrics, prefix: str, attack: str, null_metrics=None) -> dict:
+    """The numbers of one (setting, attack), seed by seed, from the runs' logged metrics.
 
     Parameters
     ----------
-    metrics : dict of str to float
-        ``run.data.metrics`` of the experiment's run.
+    seed_metrics : sequence of dict
+        ``run.data.metrics`` of the setting's run for each seed (``{}`` for a seed not run).
     prefix : str
         The setting's metric prefix.
     attack : str
+    null_metrics : dict, optional
+        Metrics of the setting's null run (its target's base model audited as the target).
 
     Returns
     -------
-    dict
-        ``auc``, ``auc_ci_low``, ``auc_ci_high``, ``tpr_at_fpr_0.01``, ``epsilon_lower_bound``,
-        ``epsilon_lower_bound_max_certifiable`` (the largest bound the run's trial counts could
-        give), ``dp_epsilon`` (the run's ``dp/epsilon``; NaN for non-private runs).
+    dict of str to numpy.ndarray of shape (n_seeds,)
+        The :data:`METRICS` (``auc``, its 95 % interval, ``tpr_at_fpr_0.01`` and its
+        interval, ``epsilon_lower_bound`` and ``epsilon_lower_bound_max_certifiable``),
+        ``heldout_loss`` (the target's ``heldout/loss``), ``dp_epsilon`` (``dp/epsilon``);
+        ``null_auc``, ``null_tpr_at_fpr_0.01`` and ``null_heldout_loss`` as 1-element
+        arrays. NaN where absent.
     """
     base = f"{prefix}{attack}/"
-    keys = ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.01", "epsilon_lower_bound",
-            "epsilon_lower_bound_max_certifiable")
-    out = {k: float(metrics.get(base + k, NAN)) for k in keys}
-    out["dp_epsilon"] = float(metrics.get("dp/epsilon", NAN))
+    out = {k: np.array([float(m.get(base + k, NAN)) for m in seed_metrics]) for k in METRICS}
+    out["heldout_loss"] = np.array([float(m.get("heldout/loss", NAN)) for m in seed_metrics])
+    out["dp_epsilon"] = np.array([float(m.get("dp/epsilon", NAN)) for m in seed_metrics])
+    null = null_metrics or {}
+    out["null_auc"] = np.array([float(null.get(base + "auc", NAN))])
+    out[f"null_{TPR}"] = np.array([float(null.get(base + TPR, NAN))])
+    out["null_heldout_loss"] = np.array([float(null.get("heldout/loss", NAN))])
     return out
 
 
-def _verdict(finding: Finding, values: dict) -> tuple[str, str]:
-    if any(math.isnan(v["auc"]) for v in values.values()):
-        return "not run", "a setting of this finding has no finished run"
-    ok, why = finding.check(values)
-    return ("yes" if ok else "no"), why
+def _values(finding, runs: dict, size) -> tuple[dict, dict]:
+    """(values by (label, attack), run ids by label) of a finding's settings."""
+    exps = experiments(size)
+    values, ids = {}, {}
+    for s in finding.settings(size):
+        found = [runs.get(run_name(s.experiment, seed), (None, {})) for seed in size.seeds]
+        ids[s.label] = ",".join(r for r, _ in found if r)
+        exp = exps.get(s.experiment)
+        null = runs.get(exp.null, (None, {}))[1] if exp is not None and exp.null else {}
+        for attack in (LOSS, LR):
+            values[(s.label, attack)] = setting_values([m for _, m in found], s.prefix, attack, null)
+    return values, ids
 
 
-def _epsilon_check(values: dict) -> str:
+def _difference(values, c: Comparison):
+    va, vb = values[(c.a, c.attack)], values[(c.b, c.attack)]
+    ci = lambda v: np.c_[v[f"{c.metric}_ci_low"], v[f"{c.metric}_ci_high"]]  # noqa: E731
+    return paired_difference(va[c.metric], vb[c.metric], a_ci=ci(va), b_ci=ci(vb))
+
+
+def _evaluate(finding, comparisons, values) -> tuple[str, str, list]:
+    """(verdict, why, [(comparison, difference, verdict)]) of one finding."""
+    if any(np.isnan(v["auc"]).all() for v in values.values()):
+        return "not run", "a setting of this finding has no finished run", []
+    rows = []
+    for c in comparisons:
+        d = _difference(values, c)
+        rows.append((c, d, comparison_verdict(d.low, d.high, c.expect, c.margin)))
+    verdict = combine_verdicts(v for c, _, v in rows if c.decides)
+    why = "; ".join(f"{c.text()}: {d.text()} {v if c.decides else '(shown, not deciding)'}" for c, d, v in rows)
+    if finding.guard is not None:
+        override, note = finding.guard(values)
+        verdict = override or verdict
+        why = f"{why}; {note}" if note else why
+    return verdict, why, rows
+
+
+def _epsilon_check(v: dict) -> str:
     """How a bound compares with its run's accountant epsilon: vacuous, informative, or "" (nothing to compare)."""
-    ceiling, dp = values["epsilon_lower_bound_max_certifiable"], values["dp_epsilon"]
+    ceiling, dp = seed_summary(v["epsilon_lower_bound_max_certifiable"])[0], seed_summary(v["dp_epsilon"])[0]
     if math.isnan(dp) or math.isnan(ceiling):
         return ""
     return "vacuous" if ceiling < dp else "informative"
+
+
+def _runs_text(v: dict) -> str:
+    """Each seed's AUC with its run's 95 % article-level interval: ``"0.886 [0.871, 0.900]; ..."``."""
+    return "; ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, lo, hi in zip(v["auc"], v["auc_ci_low"], v["auc_ci_high"])
+                     if not math.isnan(a))
+
+
+def _row(finding, s, attack, v, verdict, why, run_ids) -> dict:
+    mean = paired_difference(np.zeros_like(v["auc"]), v["auc"], b_ci=np.c_[v["auc_ci_low"], v["auc_ci_high"]])
+    auc, auc_sd, n = seed_summary(v["auc"])
+    tpr, tpr_sd, _ = seed_summary(v[TPR])
+    return {"finding": finding.name, "setting": s.label, "attack": attack, "n_seeds": n, "auc": auc, "auc_sd": auc_sd,
+            "auc_ci_low": mean.low, "auc_ci_high": mean.high, "auc_runs": _runs_text(v), TPR: tpr, "tpr_sd": tpr_sd,
+            "null_auc": float(v["null_auc"][0]), f"null_{TPR}": float(v[f"null_{TPR}"][0]),
+            "heldout_loss": seed_summary(v["heldout_loss"])[0],
+            "null_heldout_loss": float(v["null_heldout_loss"][0]),
+            "epsilon_lower_bound": float(np.nanmax(np.r_[v["epsilon_lower_bound"], -np.inf]))
+            if not np.isnan(v["epsilon_lower_bound"]).all() else NAN,
+            "epsilon_lower_bound_max_certifiable": seed_summary(v["epsilon_lower_bound_max_certifiable"])[0],
+            "dp_epsilon": seed_summary(v["dp_epsilon"])[0], "epsilon_check": _epsilon_check(v),
+            "paper": s.paper_figure(attack), "source": finding.source, "reproduced": verdict, "why": why,
+            "experiment": s.experiment, "run_id": run_ids}
 
 
 def findings_table(runs: dict, size, findings=FINDINGS):
@@ -257,40 +392,67 @@ def findings_table(runs: dict, size, findings=FINDINGS):
     Parameters
     ----------
     runs : dict of str to (str, dict)
-        Experiment name -> (run id, ``run.data.metrics``) of its finished run; a missing
-        experiment leaves its rows NaN with ``reproduced="not run"``.
+        Run name (:func:`~mlflow_mia.analyze.plan.run_name`: experiment and seed, or a
+        null experiment) -> (run id, ``run.data.metrics``) of its finished run; a missing
+        run leaves its values NaN, a setting with none gives ``reproduced="not run"``.
     size : AnalysisSize
     findings : sequence of Finding
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``finding``, ``setting``, ``attack``, ``auc``, ``auc_ci_low``,
-        ``auc_ci_high``, ``tpr_at_fpr_0.01``, ``epsilon_lower_bound``,
-        ``epsilon_lower_bound_max_certifiable``, ``dp_epsilon``, ``epsilon_check``
-        (``"vacuous"`` where the bound is compared with an accountant's epsilon above
-        the largest value its trial counts could certify, ``"informative"`` where it
-        could have exceeded it, ``""`` where no accountant's epsilon exists),
-        ``paper`` (the paper's figure), ``source``, ``reproduced`` (yes / no / not run),
-        ``why`` (the numbers the verdict rests on), ``experiment``, ``run_id``.
+        Columns ``finding``, ``setting``, ``attack``, ``n_seeds``; ``auc`` (mean over
+        seeds), ``auc_sd`` (sample standard deviation over seeds), ``auc_ci_low`` /
+        ``auc_ci_high`` (95 % interval of the mean: seed spread and the runs'
+        article-level bootstrap, :func:`~mlflow_mia.analyze.paired.paired_difference`),
+        ``auc_runs`` (each seed's AUC with its run's interval); ``tpr_at_fpr_0.01`` and
+        ``tpr_sd``; ``null_auc`` and ``null_tpr_at_fpr_0.01`` (the floor: the setting's
+        base model audited as the target); ``heldout_loss`` and ``null_heldout_loss``
+        (nats per masked token on held-out in-domain text); ``epsilon_lower_bound`` (the
+        largest over seeds), ``epsilon_lower_bound_max_certifiable``, ``dp_epsilon``,
+        ``epsilon_check`` (``"vacuous"``, ``"informative"`` or ``""``), ``paper``,
+        ``source``, ``reproduced`` (reproduced / not reproduced / not resolved / not
+        run), ``why`` (the paired differences the verdict rests on), ``experiment``,
+        ``run_id`` (the seeds' run ids, comma-separated).
     """
     import pandas as pd
 
     rows = []
     for finding in findings:
-        settings = finding.settings(size)
-        values, found = {}, {}
-        for s in settings:
-            run_id, metrics = runs.get(s.experiment, (None, {}))
-            found[s.label] = run_id
-            for attack in (LOSS, LR):
-                values[(s.label, attack)] = setting_values(metrics, s.prefix, attack)
-        verdict, why = _verdict(finding, values)
-        for s in settings:
+        values, ids = _values(finding, runs, size)
+        verdict, why, _ = _evaluate(finding, finding.comparisons(size), values)
+        for s in finding.settings(size):
             for attack in finding.attacks:
-                rows.append({"finding": finding.name, "setting": s.label, "attack": attack,
-                             **values[(s.label, attack)], "epsilon_check": _epsilon_check(values[(s.label, attack)]),
-                             "paper": s.paper_figure(attack), "source": finding.source,
-                             "reproduced": verdict, "why": why, "experiment": s.experiment,
-                             "run_id": found[s.label] or ""})
+                rows.append(_row(finding, s, attack, values[(s.label, attack)], verdict, why, ids[s.label]))
     return pd.DataFrame(rows)
+
+
+def differences_table(runs: dict, size, findings=FINDINGS):
+    """One row per comparison of each finding: the paired difference, its interval and verdict.
+
+    Parameters
+    ----------
+    runs, size, findings
+        As for :func:`findings_table`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``finding``, ``a``, ``b``, ``attack``, ``metric``, ``expect``,
+        ``margin``, ``decides``, ``mean`` (mean over seeds of ``b - a``), ``low``,
+        ``high`` (95 %), ``n_seeds``, ``seed_sd``, ``pool_se``, ``verdict``; empty for a
+        finding not run.
+    """
+    import pandas as pd
+
+    rows = []
+    for finding in findings:
+        values, _ = _values(finding, runs, size)
+        for c, d, v in _evaluate(finding, finding.comparisons(size), values)[2]:
+            rows.append({"finding": finding.name, "a": c.a, "b": c.b, "attack": c.attack, "metric": c.metric,
+                         "expect": c.expect, "margin": c.margin, "decides": c.decides, "mean": d.mean, "low": d.low,
+                         "high": d.high, "n_seeds": d.n_seeds, "seed_sd": d.seed_sd, "pool_se": d.pool_se,
+                         "verdict": v})
+    return pd.DataFrame(rows, columns=["finding", "a", "b", "attack", "metric", "expect", "margin", "decides", "mean",
+                                       "low", "high", "n_seeds", "seed_sd", "pool_se", "verdict"])
+

@@ -1,4 +1,4 @@
-"""What the parent run of ``mlflow-mia analyze`` logs: the findings table, a plot per finding, a summary."""
+"""What the parent run of ``mlflow-mia analyze`` logs: the findings tables, a plot per finding, a summary."""
 
 from __future__ import annotations
 
@@ -13,48 +13,79 @@ def _fmt(value, digits: int = 3) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def render_findings(table, findings) -> str:
-    """``findings.md``: per finding, the claim, the verdict with its numbers, and the rows.
+def _pm(mean, sd, digits: int = 3) -> str:
+    return f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}" if _fmt(sd) else _fmt(mean, digits)
+
+
+def _difference_lines(diffs) -> list[str]:
+    lines = ["| comparison (b - a) | metric | mean over seeds [95 % CI] | seeds | seed sd | pool se | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for _, d in diffs.iterrows():
+        verdict = d["verdict"] if d["decides"] else f"({d['verdict']}; not deciding)"
+        lines.append(f"| {d['a']} -> {d['b']} | {d['attack']} {d['metric']} | {d['mean']:+.3f} "
+                     f"[{d['low']:+.3f}, {d['high']:+.3f}] | {d['n_seeds']} | {_fmt(d['seed_sd'])} | "
+                     f"{_fmt(d['pool_se'])} | {verdict} |")
+    return lines + [""]
+
+
+def render_findings(table, findings, differences=None) -> str:
+    """``findings.md``: per finding, the claim, the verdict with its paired differences, and the rows.
 
     Parameters
     ----------
     table : pandas.DataFrame
         :func:`~mlflow_mia.analyze.findings.findings_table`.
     findings : sequence of Finding
+    differences : pandas.DataFrame, optional
+        :func:`~mlflow_mia.analyze.findings.differences_table`; a table per finding when given.
     """
-    lines = ["# Findings", "", "Each finding of the papers, our numbers next to the paper's, and whether it held.",
-             "AUC with its 95 % bootstrap interval; TPR at 1 % FPR read off the pool's ROC; epsilon lower bound at "
-             "the population thresholds (95 % confidence).", ""]
+    lines = ["# Findings", "", "Each finding of the papers, our numbers next to the paper's, and the verdict its "
+             "paired differences give (reproduced / not reproduced / not resolved; the rule is in "
+             "mlflow_mia/analyze/findings.py).",
+             "AUC: mean ± sd over seeds, [95 % interval of the mean: seed spread and article-level bootstrap]; "
+             "runs: each seed's AUC with its run's article-level interval. Null: the setting's base model audited "
+             "as the target (AUC / TPR at 1 % FPR), the floor. Held-out loss: nats per masked token on the "
+             "population sentences (in-domain, in no training set).", ""]
+    if not table.empty and table["n_seeds"].max() <= 1:
+        lines += ["**One seed per setting** (the quick size): the intervals hold the article-level bootstrap only, "
+                  "not the seed spread, so these verdicts back no claim.", ""]
     for finding in findings:
         rows = table[table["finding"] == finding.name]
         if rows.empty:
             continue
         first = rows.iloc[0]
         lines += [f"## {finding.name}: {finding.claim}", "",
-                  f"Source: {finding.source}. Reproduced: **{first['reproduced']}**: {first['why']}.", "",
-                  "| setting | attack | AUC [95 % CI] | TPR@1% FPR | eps lower bound | DP eps | paper | run |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"Source: {finding.source}. Verdict: **{first['reproduced']}**: {first['why']}.", "",
+                  "| setting | attack | AUC | runs | TPR@1% FPR | null AUC / TPR | held-out loss | eps lower bound | "
+                  "DP eps | paper | run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in rows.iterrows():
             ci = f" [{_fmt(r['auc_ci_low'])}, {_fmt(r['auc_ci_high'])}]" if _fmt(r["auc_ci_low"]) else ""
-            lines.append(f"| {r['setting']} | {r['attack']} | {_fmt(r['auc'])}{ci} | {_fmt(r['tpr_at_fpr_0.01'])} | "
+            null = f"{_fmt(r['null_auc'])} / {_fmt(r['null_tpr_at_fpr_0.01'])}" if _fmt(r["null_auc"]) else ""
+            lines.append(f"| {r['setting']} | {r['attack']} | {_pm(r['auc'], r['auc_sd'])}{ci} | {r['auc_runs']} | "
+                         f"{_pm(r['tpr_at_fpr_0.01'], r['tpr_sd'])} | {null} | {_fmt(r['heldout_loss'])} | "
                          f"{_fmt(r['epsilon_lower_bound'], 2)} | {_fmt(r['dp_epsilon'], 2)} | {r['paper']} | "
-                         f"{r['run_id'][:8]} |")
+                         f"{','.join(i[:8] for i in str(r['run_id']).split(',') if i)} |")
         lines.append("")
+        if differences is not None and not differences[differences["finding"] == finding.name].empty:
+            lines += _difference_lines(differences[differences["finding"] == finding.name])
     return "\n".join(lines)
 
 
-def log_findings(table, findings, *, run_id: str, client) -> None:
-    """Log ``tables/findings.csv``, ``findings.md``, ``plots/findings/<name>.png`` and
-    ``findings/<name>/reproduced`` (1 yes, 0 no; absent when not run) to ``run_id``."""
+def log_findings(table, findings, *, run_id: str, client, differences=None) -> None:
+    """Log ``tables/findings.csv``, ``tables/findings_differences.csv``, ``findings.md``,
+    ``plots/findings/<name>.png`` and ``findings/<name>/reproduced`` (1 reproduced, 0 not
+    reproduced; absent when not resolved or not run) to ``run_id``."""
     from mlflow_mia.plots.findings import plot_finding
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "findings.csv")
-        table.to_csv(path, index=False)
-        client.log_artifact(run_id, path, artifact_path="tables")
+        for name, frame in (("findings.csv", table), ("findings_differences.csv", differences)):
+            if frame is not None:
+                path = os.path.join(tmp, name)
+                frame.to_csv(path, index=False)
+                client.log_artifact(run_id, path, artifact_path="tables")
         path = os.path.join(tmp, "findings.md")
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render_findings(table, findings))
+            fh.write(render_findings(table, findings, differences))
         client.log_artifact(run_id, path)
     for finding in findings:
         rows = table[table["finding"] == finding.name]
@@ -63,5 +94,5 @@ def log_findings(table, findings, *, run_id: str, client) -> None:
         fig = plot_finding(rows, title=f"{finding.name}: {finding.source}")
         client.log_figure(run_id, fig, f"plots/findings/{finding.name}.png")
         verdict = rows.iloc[0]["reproduced"]
-        if verdict in ("yes", "no"):
-            client.log_metric(run_id, f"findings/{finding.name}/reproduced", 1.0 if verdict == "yes" else 0.0)
+        if verdict in ("reproduced", "not reproduced"):
+            client.log_metric(run_id, f"findings/{finding.name}/reproduced", 1.0 if verdict == "reproduced" else 0.0)

@@ -1,18 +1,25 @@
 """``run_analysis``: the suite of audits behind each finding, logged as runs under one parent.
 
-For each :class:`~mlflow_mia.analyze.plan.Experiment` the findings need, in order:
+For each :class:`~mlflow_mia.analyze.plan.Experiment` the findings need, for each seed
+of the size (once for an experiment that is not seeded: the nulls), in order:
 
-1. the target: the demo's own, or a variant found in the registry by its key, else
-   trained from the demo's base model and registered (:mod:`mlflow_mia.analyze.variants`);
-2. a finished run of the same experiment key (experiment, pinned model versions, audit
-   settings, a digest of the pool and population) anywhere in the tracking store is
-   reused as it is; otherwise a nested run
-   audits the target (:func:`mlflow_mia.audits.membership.run_audit`, signals cached), logs it like
-   ``mlflow-mia audit`` does (:func:`mlflow_mia.tracking.audit_log.log_audit`) and adds
-   the subsets the experiment asks for (length bins, paper Table 3);
+1. the target and the reference: a demo role (the demo's target at seed 0, its base,
+   its references), or a variant found in the registry by its key, else trained (in a
+   nested run ``train-<variant>[-seed<n>]``) from the demo's base model or from the
+   variant it starts from, and registered (:mod:`mlflow_mia.analyze.variants`);
+2. a finished run of the same experiment key (experiment, seed, pinned model versions,
+   audit settings, a digest of the pool and population) anywhere in the tracking store
+   is reused as it is; otherwise a nested run named
+   :func:`~mlflow_mia.analyze.plan.run_name` audits the target
+   (:func:`mlflow_mia.audits.membership.run_audit`, signals cached), logs it like
+   ``mlflow-mia audit`` does (:func:`mlflow_mia.tracking.audit_log.log_audit`), adds the
+   subsets the experiment asks for (length bins, paper Table 3) and the target's
+   held-out loss (``heldout/loss``, nats per masked token on the population sentences:
+   in-domain text in no model's training set; :func:`mlflow_mia.demo.train.heldout_loss`);
 3. the parent run gets ``tables/findings.csv`` (:func:`~mlflow_mia.analyze.findings.findings_table`),
-   one plot per finding (``plots/findings/<name>.png``), ``findings.md`` and a
-   ``findings/<name>/reproduced`` metric (1 yes, 0 no) per finding.
+   ``tables/findings_differences.csv`` (the paired differences), one plot per finding
+   (``plots/findings/<name>.png``), ``findings.md`` and a ``findings/<name>/reproduced``
+   metric (1 reproduced, 0 not reproduced, absent when not resolved) per finding.
 
 A stopped suite resumes: finished runs and registered variants are found and skipped,
 so a second call trains and audits nothing.
@@ -25,8 +32,9 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 
-from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR, findings_table
+from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR, differences_table, findings_table
 from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, variants
+from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
 
 __all__ = ["AnalysisResult", "run_analysis", "select_findings"]
@@ -35,6 +43,8 @@ log = logging.getLogger(__name__)
 
 KEY_TAG = "mia.analyze.key"
 EXPERIMENT_TAG = "mia.analyze.experiment"
+SEED_TAG = "mia.analyze.seed"
+DEMO_ROLES = ("reference", "ood_reference", "base")
 
 
 @dataclass
@@ -47,20 +57,24 @@ class AnalysisResult:
         The parent run (``tables/findings.csv``, plots, ``findings.md``).
     table : pandas.DataFrame
         :func:`~mlflow_mia.analyze.findings.findings_table`.
+    differences : pandas.DataFrame
+        :func:`~mlflow_mia.analyze.findings.differences_table`.
     ran, reused : list of str
-        Experiments audited by this call, and those whose finished run was found.
+        Runs (:func:`~mlflow_mia.analyze.plan.run_name`) audited by this call, and those
+        whose finished run was found.
     trained : list of str
         Registered URIs of the variants this call trained.
     runs : dict of str to str
-        Experiment name -> run id holding its metrics.
+        Run name -> run id holding its metrics.
     skipped : dict of str to str
         Experiments not run, and why (e.g. DP-SGD without opacus).
     metrics : dict of str to dict
-        Experiment name -> the logged metrics of its run.
+        Run name -> the logged metrics of its run.
     """
 
     run_id: str
     table: object
+    differences: object = None
     ran: list = field(default_factory=list)
     reused: list = field(default_factory=list)
     trained: list = field(default_factory=list)
@@ -85,10 +99,11 @@ def select_findings(names=None) -> tuple:
     return tuple(f for f in FINDINGS if not names or f.name in names)
 
 
-def _audit_config(size, signal: str):
+def _audit_config(size, exp, seed: int):
     from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 
-    return AuditConfig(attacks=(LOSS, LR), signal=SignalConfig(kind=signal, num_masks=size.num_masks),
+    return AuditConfig(attacks=(LOSS, LR), signal=SignalConfig(kind=exp.signal, num_masks=size.num_masks, seed=seed,
+                                                               energy_reduction=exp.energy_reduction),
                        metrics=MetricConfig(fprs=size.fprs, bootstrap_rounds=size.bootstrap_rounds,
                                             delta=size.dp_delta))
 
@@ -120,20 +135,38 @@ class _Suite:
         self.split_digest = bbc.split_digest(self.split)
         ids = {demo.id_column: str, demo.group_column: str}
         self.pool_frame = pd.read_json(demo.pool_path, lines=True, dtype=ids)
+        self.population_frame = pd.read_json(demo.population_path, lines=True, dtype=ids)
         self.columns = dict(text_column=demo.text_column, label_column=demo.label_column, id_column=demo.id_column,
                             group_column=demo.group_column)
         self.pool = AuditDataset.from_frame(self.pool_frame, **self.columns)
-        self.population = PopulationSet.from_frame(pd.read_json(demo.population_path, lines=True, dtype=ids),
-                                                   text_column=demo.text_column, group_column=demo.group_column)
+        self.population = PopulationSet.from_frame(self.population_frame, text_column=demo.text_column,
+                                                   group_column=demo.group_column)
+        self.named = None
         self.models = {}
-        self.references = {"reference": demo.reference_uri, "ood_reference": demo.ood_reference_uri,
-                           "base": demo.base_uri}
+        self.roles = {"target": demo.target_uri, "reference": demo.reference_uri,
+                      "ood_reference": demo.ood_reference_uri, "base": demo.base_uri}
         self.trained: list[str] = []
+        self.parent_id = None
 
-    def data_digest(self, pool) -> str:
+    def data(self, names: bool):
+        """(pool, population) audited: plain, or every sentence with a name (:func:`~.variants.names_frames`)."""
+        if not names:
+            return self.pool, self.population
+        if self.named is None:
+            from mlflow_mia.analyze.variants import names_frames
+            from mlflow_mia.data import AuditDataset, PopulationSet
+
+            pool, population = names_frames(self.pool_frame, self.population_frame, self.split.target_train)
+            self.named = (AuditDataset.from_frame(pool, **self.columns),
+                          PopulationSet.from_frame(population, text_column=self.demo.text_column,
+                                                   group_column=self.demo.group_column))
+        return self.named
+
+    @staticmethod
+    def data_digest(pool, population) -> str:
         """Digest of the audited data: texts, labels and groups of the pool and of the population."""
         return record_digest({"pool": [pool.text_hashes, pool.labels.tolist(), pool.groups],
-                        "population": [self.population.text_hashes, self.population.groups]})
+                              "population": [population.text_hashes, population.groups]})
 
     def model(self, uri: str, role: str):
         """The resolved model of ``uri``, loaded once per call of the suite."""
@@ -143,43 +176,52 @@ class _Suite:
             self.models[uri] = resolve_model(uri, role=role)
         return self.models[uri]
 
-    def names_pool(self):
-        """The pool whose member sentences carry the names the ``names`` variant was trained with."""
-        from mlflow_mia.analyze.variants import names_pool
-        from mlflow_mia.data import AuditDataset
+    def uri(self, name: str, seed: int) -> str:
+        """Pinned-or-alias URI of a demo role or a variant at a seed; a missing variant is trained first."""
+        if name == "target" and seed == 0:
+            return self.roles["target"]  # the demo's target is the plain recipe at seed 0
+        if name in DEMO_ROLES:
+            return self.roles[name]
+        if name.startswith("shadow-"):  # a shadow reference: built on first use, then reused
+            from mlflow_mia.demo.references import build_references
 
-        return AuditDataset.from_frame(names_pool(self.pool_frame, self.split.target_train), **self.columns)
-
-    def variant_target(self, name: str):
-        """(pinned URI or None, variant, key, settings): None when the variant must be trained."""
+            built = build_references(size=self.size.demo_size, count=int(name.split("-")[1]) + 1,
+                                     progress=self.progress)
+            self.roles.update({f"shadow-{i}": uri for i, uri in enumerate(built.shadow_uris)})
+            return self.roles[name]
         from mlflow_mia.analyze.variants import find_variant, training_settings, variant_key, variant_name
 
         variant = variants(self.size)[name]
-        base = self.model(self.demo.base_uri, "base")
-        settings = training_settings(variant, self.demo_size, self.size, len(self.split.target_train))
-        key = variant_key(variant, base_uri=base.resolved_uri, split_digest=self.split_digest, settings=settings)
+        start = self.model(self.uri(variant.start, 0), "base")
+        settings = training_settings(variant, self.demo_size, self.size, len(self.split.target_train), seed=seed)
+        key = variant_key(variant, base_uri=start.resolved_uri, split_digest=self.split_digest, settings=settings)
         mv = find_variant(self.client, variant_name(self.demo_size.prefix, variant), key)
-        return (f"models:/{mv.name}/{mv.version}" if mv else None), variant, key, settings
+        if mv is not None:
+            return f"models:/{mv.name}/{mv.version}"
+        return self.train(variant, start, key, settings, seed)
 
-    def train(self, variant, key: str, settings: dict) -> str:
-        """Train and register a variant from the active run; its registered, version-pinned URI."""
+    def train(self, variant, start, key: str, settings: dict, seed: int) -> str:
+        """Train and register a variant in its own nested run; its registered, version-pinned URI."""
         import mlflow
 
         from mlflow_mia.analyze.variants import (DP_TAGS, VARIANT_ALIAS, VARIANT_KEY_TAG, train_variant, variant_card,
                                                  variant_name)
         from mlflow_mia.demo.registry import register_model
+        from mlflow_mia.tracking.runs import mlflow_run
 
-        base = self.model(self.demo.base_uri, "base")
-        mlflow.log_params({"variant.name": variant.name, "variant.kind": variant.kind,
-                           "variant.settings": json.dumps(settings, sort_keys=True)[:6000]})
-        model, metrics = train_variant(variant, base.lm, self.split, settings, self.demo_size, progress=self.progress)
-        mlflow.log_metrics(metrics)
-        tags = {VARIANT_KEY_TAG: key, "mia.analyze.variant": variant.name}
-        if "dp/epsilon" in metrics:
-            tags.update({DP_TAGS[0]: metrics["dp/epsilon"], DP_TAGS[1]: metrics["dp/delta"]})
-        name = variant_name(self.demo_size.prefix, variant)
-        uri = register_model(model, base.lm.tokenizer, name=name, alias=VARIANT_ALIAS, artifact_name="target",
-                             tags=tags, client=self.client, model_card=variant_card(name, variant))
+        with mlflow_run(seeded_name(f"train-{variant.name}", seed if variant.seeded else None), nested=True):
+            mlflow.set_tags({"mia.analyze.parent": self.parent_id, "mia.analyze.variant": variant.name})
+            mlflow.log_params({"variant.name": variant.name, "variant.kind": variant.kind, "variant.seed": seed,
+                               "variant.settings": json.dumps(settings, sort_keys=True)[:6000]})
+            model, metrics = train_variant(variant, start.lm, self.split, settings, self.demo_size,
+                                           progress=self.progress)
+            mlflow.log_metrics(metrics)
+            tags = {VARIANT_KEY_TAG: key, "mia.analyze.variant": variant.name}
+            if "dp/epsilon" in metrics:
+                tags.update({DP_TAGS[0]: metrics["dp/epsilon"], DP_TAGS[1]: metrics["dp/delta"]})
+            name = variant_name(self.demo_size.prefix, variant)
+            uri = register_model(model, start.lm.tokenizer, name=name, alias=VARIANT_ALIAS, artifact_name="target",
+                                 tags=tags, client=self.client, model_card=variant_card(name, variant))
         self.trained.append(uri)
         return uri
 
@@ -187,11 +229,19 @@ class _Suite:
         """``dp/epsilon`` and ``dp/delta`` of a registered DP variant (from its version tags)."""
         from mlflow_mia.analyze.variants import DP_TAGS
 
-        name, version = self.model(uri, "target").registry
-        tags = self.client.get_model_version(name, version).tags or {}
+        registry = self.model(uri, "target").registry
+        tags = (self.client.get_model_version(*registry).tags or {}) if registry else {}
         if DP_TAGS[0] not in tags:
             return {}
         return {"dp/epsilon": float(tags[DP_TAGS[0]]), "dp/delta": float(tags[DP_TAGS[1]])}
+
+    def heldout(self, target) -> dict:
+        """``heldout/loss`` (nats per masked token) and ``heldout/n_tokens`` of a target on the population."""
+        from mlflow_mia.demo.train import heldout_loss
+
+        loss, n = heldout_loss(target.lm.model, target.lm.tokenizer, self.population_frame[self.demo.text_column]
+                               .tolist(), max_length=self.demo_size.finetune.max_length)
+        return {"heldout/loss": loss, "heldout/n_tokens": float(n)}
 
 
 def _length_subsets(result, config) -> dict:
@@ -215,65 +265,54 @@ def _length_subsets(result, config) -> dict:
     return out
 
 
-def _audit_into_run(suite, exp, pool, target, reference, config, run_id: str) -> None:
-    """Audit ``target`` on ``pool`` against ``reference`` and log it all to ``run_id``."""
+def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) -> None:
+    """Audit ``target`` on ``data`` (pool, population) against ``reference`` and log it all to ``run_id``."""
+    import mlflow
+
     from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.tracking.audit_run import model_records
     from mlflow_mia.tracking.audit_log import log_audit
 
-    result = run_audit(target.lm, pool, suite.population, reference=reference.lm, config=config, cache=suite.cache,
+    pool, population = data
+    result = run_audit(target.lm, pool, population, reference=reference.lm, config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
     result.models = model_records(result.models, target=target, reference=reference)
-    log_audit(result, run_id=run_id, population=suite.population, group_column=suite.demo.group_column,
+    log_audit(result, run_id=run_id, population=population, group_column=suite.demo.group_column,
               hash_key=suite.hash_key, params={"target_model": target.resolved_uri,
                                                "reference_model": reference.resolved_uri})
+    extra = suite.heldout(target)
     if "length" in exp.subsets:
-        extra = _length_subsets(result, config)
-        if extra:
-            import mlflow
-
-            mlflow.log_metrics(extra, run_id=run_id)
+        extra.update(_length_subsets(result, config))
+    mlflow.log_metrics(extra, run_id=run_id)
 
 
-def _run_experiment(suite, exp, parent) -> tuple[str, dict, bool]:
-    """(run id, metrics, reused) of one experiment: a finished run with its key, else a new nested run."""
-    from mlflow_mia.tracking.runs import mlflow_run
-
+def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
+    """(run id, metrics, reused) of one experiment at one seed: a finished run with its key, else a new nested run."""
     import mlflow
 
-    config = _audit_config(suite.size, exp.signal)
-    if exp.reference not in suite.references:  # a shadow reference: built on first use, then reused
-        from mlflow_mia.demo.references import build_references
+    from mlflow_mia.tracking.runs import mlflow_run
 
-        built = build_references(size=suite.size.demo_size, count=int(exp.reference.split("-")[1]) + 1,
-                                 progress=suite.progress)
-        suite.references.update({f"shadow-{i}": uri for i, uri in enumerate(built.shadow_uris)})
-    reference = suite.model(suite.references[exp.reference], "reference")
-    pool = suite.names_pool() if exp.names_pool else suite.pool
-    data = suite.data_digest(pool)
-    target_uri, variant, vkey, settings = (suite.demo.target_uri, None, None, None)
-    if exp.target != "target":
-        target_uri, variant, vkey, settings = suite.variant_target(exp.target)
-
-    def key_of(uri: str) -> str:
-        target = suite.model(uri, "target")
-        return record_digest({"experiment": asdict(exp), "target": target.resolved_uri, "reference": reference.resolved_uri,
-                        "config": config.to_dict(), "size": asdict(suite.size), "data": data})
-
-    if target_uri is not None:
-        found = _finished_run(suite.client, key_of(target_uri))
-        if found is not None:
-            log.info("analyze: %s already ran (run %s); reusing it", exp.name, found.info.run_id)
-            return found.info.run_id, dict(found.data.metrics), True
-    with mlflow_run(exp.name, nested=True) as child:
+    config = _audit_config(suite.size, exp, seed or 0)
+    data = suite.data(exp.names_pool)
+    target_uri = suite.uri(exp.target, seed or 0)
+    reference = suite.model(suite.uri(exp.reference, 0), "reference")
+    target = suite.model(target_uri, "target")
+    key = record_digest({"experiment": asdict(exp), "seed": seed, "target": target.resolved_uri,
+                         "reference": reference.resolved_uri, "config": config.to_dict(), "size": asdict(suite.size),
+                         "data": suite.data_digest(*data)})
+    found = _finished_run(suite.client, key)
+    name = seeded_name(exp.name, seed)
+    if found is not None:
+        log.info("analyze: %s already ran (run %s); reusing it", name, found.info.run_id)
+        return found.info.run_id, dict(found.data.metrics), True
+    with mlflow_run(name, nested=True) as child:
         run_id = child.info.run_id
-        mlflow.set_tags({EXPERIMENT_TAG: exp.name, "mia.analyze.parent": parent.info.run_id})
-        if target_uri is None:
-            target_uri = suite.train(variant, vkey, settings)
-        elif variant is not None and variant.kind == "dp":
-            mlflow.log_metrics(suite.dp_metrics(target_uri))
-        mlflow.set_tag(KEY_TAG, key_of(target_uri))
-        _audit_into_run(suite, exp, pool, suite.model(target_uri, "target"), reference, config, run_id)
+        mlflow.set_tags({EXPERIMENT_TAG: exp.name, SEED_TAG: "none" if seed is None else str(seed),
+                         "mia.analyze.parent": suite.parent_id, KEY_TAG: key})
+        dp = suite.dp_metrics(target_uri) if exp.target.startswith("dp-") else {}
+        if dp:
+            mlflow.log_metrics(dp)
+        _audit_into_run(suite, exp, data, target, reference, config, run_id)
     return run_id, dict(suite.client.get_run(run_id).data.metrics), False
 
 
@@ -292,8 +331,9 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
     Parameters
     ----------
     quick : bool
-        The ``quick`` size (small demo, a few minutes) instead of ``full`` (default demo,
-        about an hour on 2 CPU cores; :data:`~mlflow_mia.analyze.plan.ANALYSIS_SIZES`).
+        The ``quick`` size (small demo, one seed, a few minutes; backs no claim) instead
+        of ``full`` (default demo, three seeds, hours on 2 CPU cores;
+        :data:`~mlflow_mia.analyze.plan.ANALYSIS_SIZES`).
     findings : sequence of str, optional
         Names of :data:`~mlflow_mia.analyze.findings.FINDINGS` to run; default all.
     demo : DemoSpec, optional
@@ -350,15 +390,21 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
                            "analyze.findings": ",".join(f.name for f in selected)})
         mlflow.set_tag("mia.analyze", size_name)
         suite = _Suite(size, demo, cache=cache, progress=progress, hash_key=hash_key, device=device)
+        suite.parent_id = parent.info.run_id
         out = AnalysisResult(run_id=parent.info.run_id, table=None, skipped=skipped)
-        for exp in tqdm(planned, desc=f"analyze ({size_name})", unit="audit", disable=not progress):
-            run_id, metrics, reused = _run_experiment(suite, exp, parent)
-            out.runs[exp.name] = run_id
-            (out.reused if reused else out.ran).append(exp.name)
-            out.metrics[exp.name] = metrics
+        jobs = [(exp, seed) for exp in planned for seed in (size.seeds if exp.seeded else (None,))]
+        for exp, seed in tqdm(jobs, desc=f"analyze ({size_name})", unit="audit", disable=not progress):
+            run_id, metrics, reused = _run_experiment(suite, exp, seed)
+            name = seeded_name(exp.name, seed)
+            out.runs[name] = run_id
+            (out.reused if reused else out.ran).append(name)
+            out.metrics[name] = metrics
         out.trained = list(suite.trained)
-        out.table = findings_table({n: (out.runs[n], out.metrics[n]) for n in out.runs}, size, selected)
-        log_findings(out.table, selected, run_id=parent.info.run_id, client=suite.client)
+        runs = {n: (out.runs[n], out.metrics[n]) for n in out.runs}
+        out.table = findings_table(runs, size, selected)
+        out.differences = differences_table(runs, size, selected)
+        log_findings(out.table, selected, run_id=parent.info.run_id, client=suite.client,
+                     differences=out.differences)
         mlflow.set_tags({"mia.analyze.ran": ",".join(out.ran)[:5000],
                          "mia.analyze.reused": ",".join(out.reused)[:5000]})
     return out

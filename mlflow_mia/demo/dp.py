@@ -19,6 +19,12 @@ Differences from :func:`~mlflow_mia.demo.train.train_mlm`, all required by DP-SG
 - Batches are Poisson samples (rate ``1 / steps_per_epoch``), not a shuffled partition,
   and not length-bucketed.
 - No global norm clipping: opacus clips per sample.
+- ``DPConfig.freeze`` freezes parameters by name prefix (e.g. the embeddings, which in
+  BERT are tied to the MLM decoder and hold most of a small model's weights): DP noise
+  is spread over the trained parameters only, so fewer of them learn more per step.
+- ``DPConfig.noise_multiplier`` fixes the noise instead of a target epsilon; 0 gives the
+  clip-only control (same clipping, sampling and schedule, no noise, no guarantee:
+  epsilon is infinite), which tells what DP-SGD's noise does from what its recipe does.
 - Parameters held directly by a layer that opacus has no per-sample gradient rule for
   are frozen during training (in BERT: the MLM head's output bias, also the decoder's
   bias; it keeps its initial value). opacus would otherwise fall back on functorch,
@@ -62,8 +68,9 @@ class DPConfig:
 
     Attributes
     ----------
-    target_epsilon : float
-        Budget the planned training may spend, > 0 (the issue's defence runs use about 8 and 1).
+    target_epsilon : float or None
+        Budget the planned training may spend, > 0 (the issue's defence runs use about 8
+        and 1); None when ``noise_multiplier`` is given.
     delta : float
         Delta of the guarantee, in (0, 1); should be below 1 / number of training texts.
     max_grad_norm : float
@@ -73,18 +80,31 @@ class DPConfig:
     secure_mode : bool
         opacus ``secure_mode``: cryptographically strong noise (needs ``torchcsprng``);
         runs are then not reproducible from the seed.
+    noise_multiplier : float or None
+        A fixed noise multiplier (>= 0) instead of ``target_epsilon`` (give one of the
+        two). 0 is the clip-only control: its epsilon is infinite.
+    freeze : tuple of str
+        Names (prefixes) of parameters not trained, e.g. ``("bert.embeddings.",)``.
     """
 
-    target_epsilon: float = 8.0
+    target_epsilon: float | None = 8.0
     delta: float = 1e-5
     max_grad_norm: float = 1.0
     accountant: str = "rdp"
     secure_mode: bool = False
+    noise_multiplier: float | None = None
+    freeze: tuple = ()
 
     def __post_init__(self):
-        if not (isinstance(self.target_epsilon, (int, float)) and self.target_epsilon > 0
-                and math.isfinite(self.target_epsilon)):
+        if self.noise_multiplier is not None:
+            if self.target_epsilon is not None:
+                raise ValueError("give target_epsilon or noise_multiplier, not both (set target_epsilon=None)")
+            if not (isinstance(self.noise_multiplier, (int, float)) and 0 <= self.noise_multiplier < math.inf):
+                raise ValueError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier!r}")
+        elif not (isinstance(self.target_epsilon, (int, float)) and self.target_epsilon > 0
+                  and math.isfinite(self.target_epsilon)):
             raise ValueError(f"target_epsilon must be a finite number > 0, got {self.target_epsilon!r}")
+        object.__setattr__(self, "freeze", tuple(self.freeze))
         if not (isinstance(self.delta, (int, float)) and 0.0 < self.delta < 1.0):
             raise ValueError(f"delta must be in (0, 1), e.g. 1e-5, got {self.delta!r}")
         if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm > 0):
@@ -103,9 +123,9 @@ class DPTrainResult:
         Steps, tokens, time and per-epoch losses (mean per-sample masked-token NLL, nats).
     epsilon : float
         Epsilon spent at ``delta``, as the accountant reports it after the last step
-        (<= ``target_epsilon``).
+        (<= ``target_epsilon``); ``inf`` without noise.
     delta : float
-    target_epsilon : float
+    target_epsilon : float or None
     noise_multiplier : float
         Noise standard deviation divided by ``max_grad_norm``.
     sample_rate : float
@@ -113,7 +133,8 @@ class DPTrainResult:
     max_grad_norm : float
     accountant : str
     frozen : tuple of str
-        Parameters left untrained (see the module notes).
+        Parameters left untrained (``DPConfig.freeze`` and those without a per-sample
+        gradient rule; see the module notes).
     """
 
     train: TrainResult
@@ -127,12 +148,15 @@ class DPTrainResult:
     frozen: tuple = ()
 
     def metrics(self, prefix: str = "dp/") -> dict[str, float]:
-        """``{"dp/epsilon": ..., "dp/delta": ...}`` for MLflow."""
-        return {f"{prefix}epsilon": self.epsilon, f"{prefix}delta": self.delta}
+        """``{"dp/epsilon": ..., "dp/delta": ..., "dp/noise_multiplier": ...}`` for MLflow (no epsilon when infinite)."""
+        out = {f"{prefix}delta": self.delta, f"{prefix}noise_multiplier": self.noise_multiplier}
+        if math.isfinite(self.epsilon):
+            out[f"{prefix}epsilon"] = self.epsilon
+        return out
 
     def to_params(self, prefix: str = "dp") -> dict:
         """Flat MLflow params of the privacy settings."""
-        return {f"{prefix}.target_epsilon": self.target_epsilon, f"{prefix}.noise_multiplier":
+        return {f"{prefix}.target_epsilon": self.target_epsilon or "none", f"{prefix}.noise_multiplier":
                 round(self.noise_multiplier, 6), f"{prefix}.sample_rate": round(self.sample_rate, 6),
                 f"{prefix}.max_grad_norm": self.max_grad_norm, f"{prefix}.accountant": self.accountant}
 
@@ -153,6 +177,16 @@ def _per_sample_loss(model, input_ids, attention_mask, labels, *, explicit_ids: 
                                             reduction="none")
     per_sample = nll.sum(1) / (labels != -100).sum(1).clamp(min=1)
     return per_sample.sum() / max(len(per_sample), 1)
+
+
+def _freeze_named(model, prefixes) -> list:
+    """Freeze the trainable parameters whose names start with one of ``prefixes``; return them."""
+    frozen = []
+    for name, param in model.named_parameters():
+        if param.requires_grad and any(name.startswith(p) for p in prefixes):
+            param.requires_grad_(False)
+            frozen.append((name, param))
+    return frozen
 
 
 def _freeze_unsupported(model) -> list:
@@ -244,14 +278,17 @@ def train_mlm_dp(model, tokenizer, texts: Sequence[str], config: TrainConfig, dp
         torch.manual_seed(config.seed)  # dropout and the Poisson sampler
         noise = None if dp.secure_mode else torch.Generator().manual_seed(config.seed)
         model.train()
-        frozen = _freeze_unsupported(model)
+        frozen = _freeze_named(model, dp.freeze) + _freeze_unsupported(model)
         if frozen:
-            logger.info("%s: frozen for DP-SGD (no per-sample gradient rule): %s", desc, [n for n, _ in frozen])
+            logger.info("%s: frozen for DP-SGD: %s", desc, [n for n, _ in frozen])
         optimizer = _optimizer(model, config)
-        private, optimizer, loader = engine.make_private_with_epsilon(
-            module=model, optimizer=optimizer, data_loader=loader, target_epsilon=dp.target_epsilon,
-            target_delta=dp.delta, epochs=epochs, max_grad_norm=dp.max_grad_norm, poisson_sampling=True,
-            noise_generator=noise)
+        common = dict(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=dp.max_grad_norm,
+                      poisson_sampling=True, noise_generator=noise)
+        if dp.noise_multiplier is None:
+            private, optimizer, loader = engine.make_private_with_epsilon(
+                target_epsilon=dp.target_epsilon, target_delta=dp.delta, epochs=epochs, **common)
+        else:
+            private, optimizer, loader = engine.make_private(noise_multiplier=dp.noise_multiplier, **common)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
         try:
             while step < total_steps:
@@ -280,7 +317,7 @@ def train_mlm_dp(model, tokenizer, texts: Sequence[str], config: TrainConfig, dp
             for _, param in frozen:
                 param.requires_grad_(True)
             model.eval()
-    epsilon = float(engine.get_epsilon(dp.delta))
+    epsilon = float(engine.get_epsilon(dp.delta)) if optimizer.noise_multiplier > 0 else math.inf
     train = TrainResult(steps=step, tokens=tokens, seconds=time.perf_counter() - start,
                         epoch_losses=tuple(epoch_losses))
     result = DPTrainResult(train=train, epsilon=epsilon, delta=dp.delta, target_epsilon=dp.target_epsilon,

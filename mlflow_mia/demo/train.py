@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "train_mlm"]
+__all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "train_mlm", "heldout_loss"]
 
 logger = logging.getLogger(__name__)
 
@@ -343,3 +343,68 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     logger.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
                 seconds, result.tokens_per_second, epoch_losses[-1])
     return result
+
+
+@torch.no_grad()
+def heldout_loss(model, tokenizer, texts: Sequence[str], *, max_length: int = 64, mask_rate: float = 0.15,
+                 seed: int = 0, batch_size: int = 64) -> tuple[float, int]:
+    """Masked-LM loss on held-out text: nats per masked token, with masks that every model shares.
+
+    Each text's maskable tokens (special tokens excluded, read from the tokenizer) get
+    ``ceil(mask_rate * T)`` positions replaced by the mask token, drawn from
+    ``numpy.random.default_rng([seed, i])`` for the ``i``-th text: the same positions for
+    every model with this tokenizer, so two models' losses differ only by the models.
+
+    Parameters
+    ----------
+    model : transformers masked LM
+        Left in eval mode.
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Must define a mask token.
+    texts : sequence of str
+        Held-out text (no training set of the compared models holds it), truncated to ``max_length``.
+    max_length, mask_rate, seed, batch_size
+        Truncation in tokens, share of masked tokens (0, 1), mask seed, texts per forward pass.
+
+    Returns
+    -------
+    (float, int)
+        Mean cross-entropy over all masked tokens of all texts (nats), and their number.
+
+    Raises
+    ------
+    ValueError
+        No texts, no mask token, or ``mask_rate`` outside (0, 1).
+    """
+    if not texts:
+        raise ValueError("heldout_loss needs at least one text")
+    if tokenizer.mask_token is None:
+        raise ValueError("the tokenizer has no mask token; a masked-LM loss needs one")
+    if not 0.0 < mask_rate < 1.0:
+        raise ValueError(f"mask_rate must be in (0, 1), got {mask_rate!r}")
+    model.eval()
+    device = next(model.parameters()).device
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length, return_special_tokens_mask=True)
+    total, count = 0.0, 0
+    for start in range(0, len(texts), batch_size):
+        ids = encoded["input_ids"][start:start + batch_size]
+        special = encoded["special_tokens_mask"][start:start + batch_size]
+        width = max(len(x) for x in ids)
+        input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(ids), width), -100, dtype=torch.long)
+        for row, (x, sm) in enumerate(zip(ids, special)):
+            input_ids[row, :len(x)] = torch.tensor(x)
+            maskable = np.flatnonzero(np.asarray(sm) == 0)
+            if maskable.size == 0:
+                continue
+            k = math.ceil(mask_rate * maskable.size)
+            chosen = np.random.default_rng([seed, start + row]).choice(maskable, size=k, replace=False)
+            labels[row, chosen] = input_ids[row, chosen]
+            input_ids[row, chosen] = tokenizer.mask_token_id
+        attention = (torch.arange(width)[None, :] < torch.tensor([len(x) for x in ids])[:, None]).long()
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.cpu()
+        nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100,
+                                                reduction="sum")
+        total += float(nll)
+        count += int((labels != -100).sum())
+    return (total / count if count else float("nan")), count

@@ -41,7 +41,7 @@ def cmd_analyze(args) -> int:
     table = result.table
     verdicts = table.drop_duplicates("finding")[["finding", "reproduced", "why"]]
     for _, row in verdicts.iterrows():
-        print(f"{row['finding']:<17} reproduced: {row['reproduced']:<7} {row['why']}")
+        print(f"{row['finding']:<17} verdict: {row['reproduced']:<14} {row['why']}")
     print(f"ran {len(result.ran)} audit(s), reused {len(result.reused)}, trained {len(result.trained)} variant(s); "
           f"findings logged to run {result.run_id}: tables/findings.csv, findings.md, plots/findings/")
     for name, why in result.skipped.items():

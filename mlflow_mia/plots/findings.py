@@ -16,14 +16,16 @@ def _paper_auc(text) -> float:
 
 
 def plot_finding(rows, *, title: str):
-    """AUC (error bars: 95 % CI; hollow diamonds: the paper's AUC) and TPR at 1 % FPR by setting and attack.
+    """AUC (mean over seeds; error bars: 95 % CI of the mean; hollow diamonds: the paper's AUC; black
+    ticks: the null target's value, the floor) and TPR at 1 % FPR by setting and attack.
 
     Parameters
     ----------
     rows : pandas.DataFrame
         The finding's rows of :func:`mlflow_mia.analyze.findings.findings_table` (columns
         ``setting``, ``attack``, ``auc``, ``auc_ci_low``, ``auc_ci_high``,
-        ``tpr_at_fpr_0.01``, ``paper``; with ``dp_epsilon`` values a third panel shows the
+        ``tpr_at_fpr_0.01``, ``paper``, and optionally ``null_auc`` and
+        ``null_tpr_at_fpr_0.01`` (drawn as the floor); with ``dp_epsilon`` values a third panel shows the
         empirical epsilon lower bound against the accountant's epsilon).
     title : str
 
@@ -56,10 +58,14 @@ def plot_finding(rows, *, title: str):
             axes[0].scatter(offset, paper, marker="D", facecolors="none", edgecolors="black", zorder=3,
                             label="paper" if i == 0 else None)
         axes[1].bar(offset, sub["tpr_at_fpr_0.01"].to_numpy(float), width, color=color)
+        for ax, column in ((axes[0], "null_auc"), (axes[1], "null_tpr_at_fpr_0.01")):
+            if column in sub and sub[column].notna().any():
+                ax.scatter(offset, sub[column].to_numpy(float), marker="_", s=300, color="black", zorder=4,
+                           label="null target" if (i == 0 and ax is axes[0]) else None)
         if dp:
             axes[2].bar(offset, sub["epsilon_lower_bound"].to_numpy(float), width, color=color)
     axes[0].axhline(0.5, color="0.4", linestyle="--", linewidth=1)
-    axes[0].set(ylim=(0, 1.05), ylabel="AUC", title="AUC (95 % CI)")
+    axes[0].set(ylim=(0, 1.05), ylabel="AUC", title="AUC, mean over seeds (95 % CI)")
     axes[1].set(ylabel="TPR", title="TPR at 1 % FPR")
     if dp:
         eps = rows.drop_duplicates("setting").set_index("setting").reindex(settings)["dp_epsilon"].to_numpy(float)

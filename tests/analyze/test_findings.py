@@ -1,131 +1,274 @@
-"""The findings' checks and table (mlflow_mia/analyze/findings.py), on hand-made metrics: no models."""
+"""The findings' rule, paired differences and tables (mlflow_mia/analyze/findings.py, paired.py), on hand-made
+metrics: no models."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import norm, t
 
 from mlflow_mia.analyze import ANALYSIS_SIZES, FINDINGS, findings_table, select_findings
-from mlflow_mia.analyze.findings import setting_values
+from mlflow_mia.analyze.findings import (combine_verdicts, comparison_verdict, differences_table,
+                                         setting_values)
 from mlflow_mia.analyze.output import render_findings
-from mlflow_mia.analyze.plan import experiments, experiments_for
+from mlflow_mia.analyze.paired import paired_difference, seed_summary
+from mlflow_mia.analyze.plan import experiments, experiments_for, run_name
 from mlflow_mia.plots import plot_finding
 
-SIZE = ANALYSIS_SIZES["quick"]
+FULL, QUICK = ANALYSIS_SIZES["full"], ANALYSIS_SIZES["quick"]
+JITTER = (0.0, 0.004, -0.004)  # per-seed offsets: a small seed spread
 
 
-def _metrics(loss_auc, lr_auc, *, prefix="", eps_lb=0.5, dp=None, tpr=0.1, width=0.03, ceiling=5.32):
+def _metrics(loss_auc, lr_auc, *, prefix="", eps_lb=0.5, dp=None, tpr=0.1, width=0.008, ceiling=5.32, heldout=5.0):
     out = {}
     for attack, auc in (("loss", loss_auc), ("likelihood_ratio", lr_auc)):
         base = f"{prefix}{attack}/"
         out.update({base + "auc": auc, base + "auc_ci_low": auc - width, base + "auc_ci_high": auc + width,
-                    base + "tpr_at_fpr_0.01": tpr, base + "epsilon_lower_bound": eps_lb})
+                    base + "tpr_at_fpr_0.01": tpr, base + "tpr_at_fpr_0.01_ci_low": tpr - width,
+                    base + "tpr_at_fpr_0.01_ci_high": tpr + width, base + "epsilon_lower_bound": eps_lb})
         if ceiling is not None:
             out[base + "epsilon_lower_bound_max_certifiable"] = ceiling
     if dp is not None:
         out["dp/epsilon"] = dp
+    if heldout is not None and not prefix:
+        out["heldout/loss"] = heldout
     return out
 
 
-def _runs(**overrides):
-    """Metrics of every experiment, each finding holding unless overridden."""
-    base = {**_metrics(0.55, 0.85), **_metrics(0.50, 0.80, prefix="len_short/"),
+def _baseline(shift=0.0):
+    return {**_metrics(0.55 + shift, 0.85 + shift, tpr=0.2), **_metrics(0.50, 0.80, prefix="len_short/"),
             **_metrics(0.58, 0.88, prefix="len_long/"), **_metrics(0.60, 0.97, prefix="user/")}
-    runs = {
-        "baseline": base,
-        "reference-ood": _metrics(0.55, 0.75),
-        "reference-general": _metrics(0.55, 0.78),
-        "pll": _metrics(0.56, 0.87),
-        "short-training": _metrics(0.54, 0.84),
-        "name-insertion": _metrics(0.45, 0.95),
-        "larger-model": _metrics(0.56, 0.86),
-        "dp-sgd-eps8": _metrics(0.50, 0.52, eps_lb=0.3, dp=7.9, tpr=0.01),
-        "dp-sgd-eps1": _metrics(0.50, 0.50, eps_lb=0.0, dp=0.99, tpr=0.01),
-    }
-    runs.update(overrides)
-    return {name: (f"run-{name}", metrics) for name, metrics in runs.items()}
+
+
+SETTINGS = {  # experiment -> metrics at seed 0 (later seeds are shifted by JITTER); every finding reproduced
+    "baseline": lambda j: _baseline(j),
+    "reference-ood": lambda j: _metrics(0.55 + j, 0.75 + j),
+    "reference-general": lambda j: _metrics(0.55 + j, 0.78 + j),
+    "energy-mean": lambda j: _metrics(0.56 + j, 0.86 + j),
+    "pll": lambda j: _metrics(0.56 + j, 0.92 + j),
+    "short-training": lambda j: _metrics(0.55 + j, 0.855 + j),
+    "name-insertion": lambda j: _metrics(0.45 + j, 0.95 + j),
+    "larger-model": lambda j: _metrics(0.56 + j, 0.92 + j, heldout=4.9),
+    "dp-sgd-sigma0": lambda j: _metrics(0.55 + j, 0.80 + j, tpr=0.15, heldout=5.2),
+    "dp-sgd-eps8": lambda j: _metrics(0.50, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01, heldout=5.4),
+    "dp-sgd-eps1": lambda j: _metrics(0.50, 0.50 + j, eps_lb=0.0, dp=0.99, tpr=0.01, heldout=5.5),
+}
+NULL = {**_metrics(0.5, 0.5, tpr=0.01, heldout=6.0), **_metrics(0.5, 0.5, prefix="len_short/"),
+        **_metrics(0.5, 0.5, prefix="len_long/"), **_metrics(0.5, 0.49, prefix="user/")}
+
+
+def _runs(size=FULL, **overrides):
+    """Runs of every experiment (each seed) and null; ``overrides`` maps an experiment to a metrics function."""
+    out = {}
+    for name, make in {**SETTINGS, **overrides}.items():
+        for seed in size.seeds:
+            out[run_name(name, seed)] = (f"run-{name}-{seed}", make(JITTER[seed]))
+    for name, exp in experiments(size).items():
+        if not exp.seeded:
+            out[name] = (f"run-{name}", NULL)
+    return out
 
 
 def _verdicts(table) -> dict:
     return dict(zip(table["finding"], table["reproduced"]))
 
 
-def test_every_finding_holds_on_metrics_built_to_hold():
-    table = findings_table(_runs(), SIZE)
-    assert set(_verdicts(table).values()) == {"yes"}
+# ---- paired differences --------------------------------------------------------------------------------------
+
+def test_paired_difference_combines_seed_spread_and_the_shared_pool_error():
+    a, b = np.array([0.80, 0.82, 0.81]), np.array([0.85, 0.86, 0.88])
+    a_ci, b_ci = np.c_[a - 0.02, a + 0.02], np.c_[b - 0.04, b + 0.04]
+    d = paired_difference(a, b, a_ci=a_ci, b_ci=b_ci)
+    diff = b - a
+    se_a, se_b = 0.02 / norm.ppf(0.975), 0.04 / norm.ppf(0.975)
+    half_seed = t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
+    half_pool = norm.ppf(0.975) * math.sqrt(se_a ** 2 + se_b ** 2)  # shared pool: not divided by n
+    half = math.hypot(half_seed, half_pool)
+    assert d.mean == pytest.approx(diff.mean(), abs=1e-15) and d.n_seeds == 3
+    assert d.seed_sd == pytest.approx(diff.std(ddof=1)) and d.pool_se == pytest.approx(math.hypot(se_a, se_b))
+    assert (d.low, d.high) == (pytest.approx(diff.mean() - half), pytest.approx(diff.mean() + half))
+    assert d.text() == f"{diff.mean():+.3f} [{diff.mean() - half:+.3f}, {diff.mean() + half:+.3f}] (3 seeds)"
+
+
+def test_one_seed_uses_the_pool_error_only_and_nan_seeds_are_dropped_in_pairs():
+    d = paired_difference([0.8, math.nan], [0.9, 0.7], a_ci=[[0.78, 0.82], [0, 1]], b_ci=[[0.88, 0.92], [0, 1]])
+    assert d.n_seeds == 1 and math.isnan(d.seed_sd)
+    assert d.high - d.low == pytest.approx(2 * 0.02 * math.sqrt(2))  # z * se of each side, in quadrature
+    assert not d.covers_zero()
+    none = paired_difference([0.8], [0.9], b_ci=[[math.nan, math.nan]])  # one seed, no interval: nothing
+    assert math.isnan(none.low) and none.covers_zero()                    # measures the error
+    # One side exact (None): a single run's interval of its own value is its bootstrap interval.
+    one = paired_difference([0.0], [0.9], b_ci=[[0.85, 0.95]])
+    assert (one.low, one.high) == (pytest.approx(0.85), pytest.approx(0.95))
+    # Without intervals, the seeds alone: the t interval of the mean difference.
+    seeds = paired_difference([0.5, 0.5, 0.5], [0.51, 0.53, 0.52], a_ci=np.full((3, 2), np.nan),
+                              b_ci=np.full((3, 2), np.nan))
+    assert math.isnan(seeds.pool_se)
+    assert seeds.high - seeds.low == pytest.approx(2 * t.ppf(0.975, 2) * 0.01 / math.sqrt(3))
+    assert paired_difference([math.nan], [0.1]).n_seeds == 0
+
+
+def test_paired_difference_rejects_unpaired_input():
+    with pytest.raises(ValueError, match="one value per seed each, got 2 and 3"):
+        paired_difference([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match=r"b_ci needs one \(low, high\) row per seed \(2\), got 1"):
+        paired_difference([1, 2], [1, 2], b_ci=[[0, 1]])
+    with pytest.raises(ValueError, match="level must be in"):
+        paired_difference([1], [1], level=1.0)
+
+
+def test_seed_summary():
+    assert seed_summary([0.8, 0.9, math.nan])[2] == 2
+    assert seed_summary([0.8, 0.9])[1] == pytest.approx(np.std([0.8, 0.9], ddof=1))
+    assert math.isnan(seed_summary([0.8])[1]) and seed_summary([])[2] == 0
+
+
+# ---- the rule ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("low, high, expect, margin, verdict", [
+    (0.01, 0.05, "increase", 0, "reproduced"), (-0.05, -0.01, "increase", 0, "not reproduced"),
+    (-0.01, 0.05, "increase", 0, "not resolved"), (-0.05, -0.01, "decrease", 0, "reproduced"),
+    (0.01, 0.05, "decrease", 0, "not reproduced"), (-0.05, 0.0, "decrease", 0, "not resolved"),
+    (-0.01, 0.015, "equal", 0.02, "reproduced"), (0.03, 0.08, "equal", 0.02, "not reproduced"),
+    (-0.08, -0.021, "equal", 0.02, "not reproduced"), (0.01, 0.05, "equal", 0.02, "not resolved"),
+    (math.nan, math.nan, "increase", 0, "not resolved"),
+])
+def test_comparison_verdict(low, high, expect, margin, verdict):
+    assert comparison_verdict(low, high, expect, margin) == verdict
+
+
+def test_combine_verdicts_and_bad_expectation():
+    assert combine_verdicts(["reproduced", "reproduced"]) == "reproduced"
+    assert combine_verdicts(["reproduced", "not resolved"]) == "not resolved"
+    assert combine_verdicts(["not resolved", "not reproduced"]) == "not reproduced"
+    assert combine_verdicts([]) == "not resolved"
+    with pytest.raises(ValueError, match="expect must be 'increase', 'decrease' or 'equal', got 'more'"):
+        comparison_verdict(0, 1, "more")
+
+
+# ---- findings from constructed runs: each outcome --------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [FULL, QUICK])
+def test_every_finding_reproduced_on_metrics_built_to_hold(size):
+    table = findings_table(_runs(size), size)
+    assert set(_verdicts(table).values()) == {"reproduced"}, table.drop_duplicates("finding")["why"].tolist()
     assert set(table["finding"]) == {f.name for f in FINDINGS}
+    assert set(table["n_seeds"]) == {len(size.seeds)}
 
 
-def test_each_check_fails_when_its_claim_is_broken():
+def test_each_finding_is_not_reproduced_when_its_claim_is_broken():
     broken = {
-        "reference_choice": {"reference-ood": _metrics(0.55, 0.90)},
-        "training_length": {"short-training": _metrics(0.54, 0.60)},  # intervals no longer overlap
-        "model_size": {"larger-model": _metrics(0.56, 0.84)},
-        "name_insertion": {"name-insertion": _metrics(0.60, 0.95)},  # the loss attack got stronger
-        "signal": {"pll": _metrics(0.56, 0.80)},
-        "dp_sgd": {"dp-sgd-eps1": _metrics(0.50, 0.90, dp=0.99)},  # DP did not lower the AUC
+        "reference_choice": {"reference-ood": lambda j: _metrics(0.55, 0.95 + j)},
+        "training_length": {"short-training": lambda j: _metrics(0.54, 0.70 + j)},
+        "model_size": {"larger-model": lambda j: _metrics(0.56, 0.75 + j, heldout=4.9)},
+        "name_insertion": {"name-insertion": lambda j: _metrics(0.70 + j, 0.95 + j)},  # the loss attack got stronger
+        "signal": {"pll": lambda j: _metrics(0.56, 0.70 + j)},
+        "dp_sgd": {"dp-sgd-eps1": lambda j: _metrics(0.5, 0.95 + j, dp=0.99, heldout=5.5)},  # DP raised the AUC
     }
     for finding, override in broken.items():
-        verdicts = _verdicts(findings_table(_runs(**override), SIZE))
-        assert verdicts[finding] == "no", finding
-        assert [v for f, v in verdicts.items() if f != finding] == ["yes"] * (len(verdicts) - 1)
+        verdicts = _verdicts(findings_table(_runs(**override), FULL))
+        assert verdicts[finding] == "not reproduced", finding
+        assert [v for f, v in verdicts.items() if f != finding] == ["reproduced"] * (len(verdicts) - 1)
 
 
-def test_a_lower_bound_above_the_accountants_epsilon_is_flagged_inconsistent():
-    table = findings_table(_runs(**{"dp-sgd-eps1": _metrics(0.5, 0.5, eps_lb=1.5, dp=0.99, tpr=0.0)}), SIZE)
-    row = table[table["finding"] == "dp_sgd"].iloc[0]
-    assert row["reproduced"] == "no"
-    assert row["why"].startswith("INCONSISTENT")
+def test_a_difference_whose_interval_covers_zero_is_not_resolved():
+    # PLL 0.01 above the energy with +-0.03 run intervals: the interval of the difference covers 0.
+    wide = _runs(pll=lambda j: _metrics(0.56, 0.86 + j, width=0.03),
+                 baseline=lambda j: {**_baseline(j), **_metrics(0.55 + j, 0.85 + j, tpr=0.2, width=0.03)})
+    assert _verdicts(findings_table(wide, FULL))["signal"] == "not resolved"
+    diffs = differences_table(wide, FULL)
+    row = diffs[(diffs["finding"] == "signal") & (diffs["a"] == "energy") & (diffs["b"] == "pll")].iloc[0]
+    assert row["mean"] == pytest.approx(0.01) and row["low"] < 0 < row["high"] and row["verdict"] == "not resolved"
+    # The same difference with tight run intervals is resolved.
+    assert _verdicts(findings_table(_runs(pll=lambda j: _metrics(0.56, 0.86 + j, width=0.002)), FULL))[
+        "signal"] == "reproduced"
+    # "About as much": a difference whose interval straddles the margin is not resolved.
+    assert _verdicts(findings_table(_runs(**{"short-training": lambda j: _metrics(0.55, 0.835 + j)}), FULL))[
+        "training_length"] == "not resolved"
+
+
+def test_differences_table_pairs_seeds_and_marks_explanatory_rows():
+    diffs = differences_table(_runs(), FULL)
+    signal = diffs[diffs["finding"] == "signal"].set_index(["a", "b"])
+    assert list(signal["decides"]) == [True, False, False]
+    # Jitter moves both settings alike, so the paired differences have no seed spread at all.
+    assert signal.loc[("energy", "pll"), "mean"] == pytest.approx(0.07) and signal["seed_sd"].max() < 1e-12
+    assert set(diffs["n_seeds"]) == {3}
+    dp = diffs[diffs["finding"] == "dp_sgd"]
+    assert list(zip(dp["a"], dp["b"], dp["metric"])) == [
+        ("non-private", "sigma 0", "auc"), ("sigma 0", "eps 8", "auc"), ("sigma 0", "eps 8", "tpr_at_fpr_0.01"),
+        ("sigma 0", "eps 1", "auc"), ("sigma 0", "eps 1", "tpr_at_fpr_0.01")]
+
+
+def test_sizes_trained_to_different_held_out_losses_are_not_resolved():
+    worse = _runs(**{"larger-model": lambda j: _metrics(0.56, 0.92 + j, heldout=5.2)})
+    table = findings_table(worse, FULL)
+    assert _verdicts(table)["model_size"] == "not resolved"
+    assert "held-out loss 5.000 (default) vs 5.200 (larger) nats/token: the larger target is a worse LM" in (
+        table[table["finding"] == "model_size"].iloc[0]["why"])
+
+
+def test_dp_guards_inconsistent_bounds_and_models_that_did_not_learn():
+    bad = findings_table(_runs(**{"dp-sgd-eps1": lambda j: _metrics(0.5, 0.5, eps_lb=1.5, dp=0.99, tpr=0.0,
+                                                                    heldout=5.5)}), FULL)
+    row = bad[bad["finding"] == "dp_sgd"].iloc[0]
+    assert row["reproduced"] == "not reproduced" and "INCONSISTENT" in row["why"]
+    idle = findings_table(_runs(**{"dp-sgd-eps8": lambda j: _metrics(0.5, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01,
+                                                                     heldout=6.1)}), FULL)
+    row = idle[idle["finding"] == "dp_sgd"].iloc[0]
+    assert row["reproduced"] == "not resolved"
+    assert "a DP-SGD model did not learn (eps 8 held-out loss 6.100 >= base 6.000)" in row["why"]
 
 
 def test_a_bound_check_that_cannot_fail_is_flagged_vacuous():
-    # 985 trials per class certify at most 5.32: a bound can never exceed the accountant's 7.9 at eps 8.
-    table = findings_table(_runs(), SIZE)
+    table = findings_table(_runs(), FULL)
     dp = table[table["finding"] == "dp_sgd"].set_index(["setting", "attack"])
     assert dp.loc[("eps 8", "likelihood_ratio"), "epsilon_check"] == "vacuous"
     assert dp.loc[("eps 1", "likelihood_ratio"), "epsilon_check"] == "informative"
-    assert dp.loc[("non-private", "likelihood_ratio"), "epsilon_check"] == ""  # no accountant's epsilon
-    why = dp.iloc[0]["why"]
-    assert ("eps 8: AUC 0.520, TPR@1% 0.010, epsilon lower bound 0.30 <= accountant's 7.90 (VACUOUS: these trial "
-            "counts certify at most 5.32, so the bound cannot exceed the accountant's epsilon)") in why
-    assert "eps 1: AUC 0.500, TPR@1% 0.010, epsilon lower bound 0.00 <= accountant's 0.99;" in why + ";"
-    assert _verdicts(table)["dp_sgd"] == "yes"  # the claim still holds; the flag says what the check shows
-    # Runs logged before the ceiling existed: nothing to compare, no flag.
-    old = {name: _metrics(0.5, a, eps_lb=e, dp=d, tpr=0.01, ceiling=None)
-           for name, a, e, d in (("dp-sgd-eps8", 0.52, 0.3, 7.9), ("dp-sgd-eps1", 0.50, 0.0, 0.99))}
-    table = findings_table(_runs(**old), SIZE)
-    assert set(table[table["finding"] == "dp_sgd"]["epsilon_check"]) == {""}
-    assert "VACUOUS" not in table[table["finding"] == "dp_sgd"].iloc[0]["why"]
+    assert dp.loc[("non-private", "likelihood_ratio"), "epsilon_check"] == ""
+    assert "eps 8: epsilon lower bound 0.30 vs accountant's 7.90 (VACUOUS: these trial counts certify at most 5.32)" \
+        in dp.iloc[0]["why"]
 
 
-def test_rows_carry_the_logged_values_paper_figures_and_run_ids():
-    table = findings_table(_runs(), SIZE)
+def test_rows_carry_seed_means_spreads_nulls_and_no_paper_figure_from_another_attack():
+    table = findings_table(_runs(), FULL)
     row = table[(table["finding"] == "sample_length") & (table["setting"] == "long")
                 & (table["attack"] == "likelihood_ratio")].iloc[0]
-    assert (row["auc"], row["auc_ci_low"], row["run_id"]) == (0.88, 0.88 - 0.03, "run-baseline")
-    assert row["paper"] == "AUC 0.900"
-    dp = table[(table["finding"] == "dp_sgd") & (table["setting"] == "eps 8")
-               & (table["attack"] == "likelihood_ratio")].iloc[0]
-    assert dp["dp_epsilon"] == 7.9 and dp["paper"] == "TPR@1% 0.0152 (eps 10)"
-    assert math.isnan(table[(table["finding"] == "dp_sgd") & (table["setting"] == "non-private")]
-                      .iloc[0]["dp_epsilon"])
+    assert row["auc"] == pytest.approx(0.88) and row["paper"] == "AUC 0.900"
+    assert row["run_id"] == "run-baseline-0,run-baseline-1,run-baseline-2"
+    assert (row["null_auc"], row["null_tpr_at_fpr_0.01"]) == (0.5, 0.1)  # the null's len_long/ metrics
+    base = table[(table["finding"] == "user_level") & (table["setting"] == "sample")
+                 & (table["attack"] == "likelihood_ratio")].iloc[0]
+    assert base["auc"] == pytest.approx(0.85) and base["auc_sd"] == pytest.approx(0.004)
+    assert base["auc_runs"] == "0.850 [0.842, 0.858]; 0.854 [0.846, 0.862]; 0.846 [0.838, 0.854]"
+    assert base["auc_ci_low"] < 0.85 - 0.008 < 0.85 + 0.008 < base["auc_ci_high"]  # seed and pool error
+    dp = table[table["finding"] == "dp_sgd"]
+    assert list(dict.fromkeys(dp["setting"])) == ["non-private", "sigma 0", "eps 8", "eps 1"]
+    assert not dp["paper"].str.contains("TPR@1%").any()
+    assert set(dp[dp["setting"].str.startswith("eps")]["paper"]) == {
+        "none: Mattern et al. Table 6 reports the neighbourhood attack only"}
+    assert dp.set_index("setting").loc["sigma 0"].iloc[0]["heldout_loss"] == pytest.approx(5.2)
+    assert (dp["null_heldout_loss"] == 6.0).all()
 
 
 def test_a_missing_experiment_leaves_its_finding_not_run():
-    runs = _runs()
-    del runs["dp-sgd-eps1"]
-    table = findings_table(runs, SIZE)
+    runs = {k: v for k, v in _runs().items() if not k.startswith("dp-sgd-eps1")}
+    table = findings_table(runs, FULL)
     assert _verdicts(table)["dp_sgd"] == "not run"
     assert table[(table["finding"] == "dp_sgd") & (table["setting"] == "eps 1")]["auc"].isna().all()
-    assert _verdicts(table)["signal"] == "yes"
+    assert _verdicts(table)["signal"] == "reproduced"
+    assert differences_table(runs, FULL, [f for f in FINDINGS if f.name == "dp_sgd"]).empty
 
 
-def test_setting_values_reads_prefixed_metrics_and_nan_for_absent():
-    values = setting_values({"user/loss/auc": 0.7, "dp/epsilon": 2.0}, "user/", "loss")
-    assert values["auc"] == 0.7 and values["dp_epsilon"] == 2.0
-    assert math.isnan(values["auc_ci_low"]) and math.isnan(values["tpr_at_fpr_0.01"])
+def test_setting_values_reads_prefixed_metrics_per_seed():
+    values = setting_values([{"user/loss/auc": 0.7, "dp/epsilon": 2.0}, {}], "user/", "loss",
+                            {"user/loss/auc": 0.5, "heldout/loss": 6.0})
+    assert values["auc"][0] == 0.7 and math.isnan(values["auc"][1]) and values["dp_epsilon"][0] == 2.0
+    assert values["null_auc"][0] == 0.5 and values["null_heldout_loss"][0] == 6.0
+    assert math.isnan(values["auc_ci_low"][0])
 
 
 def test_select_findings_keeps_the_suite_order_and_names_unknown_ones():
@@ -135,20 +278,35 @@ def test_select_findings_keeps_the_suite_order_and_names_unknown_ones():
         select_findings(["dpsgd"])
 
 
-def test_experiments_for_runs_only_what_the_findings_read():
-    names = [e.name for e in experiments_for(select_findings(["sample_length", "dp_sgd"]), SIZE)]
-    assert names == ["baseline", "dp-sgd-eps8", "dp-sgd-eps1"]
-    assert len(experiments_for(FINDINGS, SIZE)) == len(experiments(SIZE))
+def test_experiments_for_runs_only_what_the_findings_read_and_their_nulls():
+    names = [e.name for e in experiments_for(select_findings(["sample_length", "dp_sgd"]), QUICK)]
+    assert names == ["baseline", "dp-sgd-sigma0", "dp-sgd-eps8", "dp-sgd-eps1", "null"]
+    assert len(experiments_for(FINDINGS, QUICK)) == len(experiments(QUICK))
+    assert run_name("baseline", 2) == "baseline-seed2" and run_name("null", None) == "null"
 
 
-def test_render_and_plot_show_every_setting():
-    table = findings_table(_runs(), SIZE)
-    text = render_findings(table, FINDINGS)
+def test_render_and_plot_show_every_setting_its_null_and_differences():
+    runs = _runs()
+    table, diffs = findings_table(runs, FULL), differences_table(runs, FULL)
+    text = render_findings(table, FINDINGS, diffs)
     assert text.count("## ") == len(FINDINGS)
-    assert "| in-domain | likelihood_ratio | 0.850 [0.820, 0.880] |" in text
+    assert "| in-domain | likelihood_ratio | 0.850 ± 0.004 [" in text
+    assert "| energy -> pll | likelihood_ratio auc | +0.070 [" in text
+    assert "(reproduced; not deciding)" in text
     rows = table[table["finding"] == "dp_sgd"]
     fig = plot_finding(rows, title="dp")
     assert len(fig.axes) == 3  # AUC, TPR and the epsilon panel
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["non-private", "eps 8", "eps 1"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["non-private", "sigma 0", "eps 8", "eps 1"]
+    assert "null target" in [h.get_label() for h in fig.axes[0].get_legend().legend_handles]
     assert len(plot_finding(table[table["finding"] == "signal"], title="s").axes) == 2
     assert isinstance(table, pd.DataFrame)
+
+
+def test_with_one_seed_a_rows_interval_is_its_runs_bootstrap_interval():
+    table = findings_table(_runs(QUICK), QUICK)
+    row = table[(table["finding"] == "signal") & (table["setting"] == "pll")
+                & (table["attack"] == "likelihood_ratio")].iloc[0]
+    assert (row["auc_ci_low"], row["auc_ci_high"]) == (pytest.approx(0.92 - 0.008), pytest.approx(0.92 + 0.008))
+    assert math.isnan(row["auc_sd"]) and row["n_seeds"] == 1
+    assert "**One seed per setting** (the quick size)" in render_findings(table, FINDINGS)
+    assert "One seed per setting" not in render_findings(findings_table(_runs(), FULL), FINDINGS)

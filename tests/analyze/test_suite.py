@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
 from mlflow_mia.analyze import insert_names, names_pool, run_analysis  # noqa: E402
+from mlflow_mia.analyze.variants import names_frames  # noqa: E402
 from mlflow_mia.demo import bbc  # noqa: E402
 from mlflow_mia.demo.build import DEMO_SIZES, build_demo  # noqa: E402
 from mlflow_mia.entrypoints.cli import main  # noqa: E402
@@ -42,10 +43,18 @@ def store(tmp_path_factory):
 
 def test_first_call_trains_the_variants_and_runs_each_audit_once(store):
     first = store["first"]
-    assert first.ran == ["baseline", "name-insertion", "dp-sgd-eps8", "dp-sgd-eps1"]
+    # One seed at the quick size; each setting's null (its base model audited as the target) runs once.
+    assert first.ran == ["baseline-seed0", "name-insertion-seed0", "dp-sgd-sigma0-seed0", "dp-sgd-eps8-seed0",
+                         "dp-sgd-eps1-seed0", "null", "null-names"]
     assert first.reused == [] and first.skipped == {}
-    assert sorted(u.split("/")[1] for u in first.trained) == ["bbc-small-analyze-dp-eps1", "bbc-small-analyze-dp-eps8",
-                                                               "bbc-small-analyze-names"]
+    assert sorted(u.split("/")[1] for u in first.trained) == [
+        "bbc-small-analyze-dp-eps1", "bbc-small-analyze-dp-eps8", "bbc-small-analyze-dp-sigma0",
+        "bbc-small-analyze-names"]
+    training = MlflowClient().search_runs([MlflowClient().get_run(first.run_id).info.experiment_id],
+                                          filter_string="tags.`mia.analyze.variant` = 'dp-sigma0'")
+    assert [r.info.run_name for r in training] == ["train-dp-sigma0-seed0"]
+    metrics = training[0].data.metrics
+    assert metrics["dp/noise_multiplier"] == 0.0 and "dp/epsilon" not in metrics  # the clip-only control
 
 
 def test_second_call_runs_and_trains_nothing_and_gives_the_same_table(store):
@@ -68,19 +77,27 @@ def test_table_rows_equal_the_child_runs_logged_metrics(store):
         metrics = client.get_run(row["run_id"]).data.metrics
         prefix = {"short": "len_short/", "long": "len_long/"}.get(row["setting"], "") \
             if row["finding"] == "sample_length" else ""
-        assert row["auc"] == metrics[f"{prefix}{row['attack']}/auc"]
+        assert row["auc"] == metrics[f"{prefix}{row['attack']}/auc"] and row["n_seeds"] == 1
         assert row["epsilon_lower_bound"] == metrics[f"{prefix}{row['attack']}/epsilon_lower_bound"]
+        assert row["heldout_loss"] == metrics["heldout/loss"] > 0
+        null = first.metrics["null-names" if row["setting"] == "names" else "null"]
+        assert row["null_auc"] == null[f"{prefix}{row['attack']}/auc"]
+        assert row["null_heldout_loss"] == null["heldout/loss"]
     logged = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=first.run_id,
                                                              artifact_path="tables/findings.csv"))
     assert list(logged["auc"].round(12)) == list(table["auc"].round(12))
     artifacts = {a.path for a in client.list_artifacts(first.run_id, "plots/findings")}
     assert artifacts == {f"plots/findings/{f}.png" for f in FINDINGS}
+    diffs = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=first.run_id,
+                                                            artifact_path="tables/findings_differences.csv"))
+    assert set(diffs["finding"]) == set(FINDINGS) and set(diffs["n_seeds"]) == {1}
+    assert set(table["reproduced"]) <= {"reproduced", "not reproduced", "not resolved"}
 
 
 def test_dp_runs_log_the_accountants_epsilon_above_the_empirical_bound(store):
     client = MlflowClient()
     for eps in (8.0, 1.0):
-        run = client.get_run(store["first"].runs[f"dp-sgd-eps{eps:g}"])
+        run = client.get_run(store["first"].runs[f"dp-sgd-eps{eps:g}-seed0"])
         metrics = run.data.metrics
         assert 0 < metrics["dp/epsilon"] <= eps + 1e-6
         assert metrics["dp/delta"] == 1e-5
@@ -100,16 +117,23 @@ def test_no_member_text_or_inserted_name_reaches_the_logged_params(store):
         assert not texts & values
 
 
-def test_names_pool_prepends_one_name_per_member_sentence_and_none_to_non_members(store):
+def test_every_audited_sentence_carries_a_name_and_only_members_their_training_name(store):
     split = bbc.make_split(DEMO_SIZES["small"].split)
     named_train, names = insert_names(split.target_train, seed=0)
-    pool = names_pool(split.pool, split.target_train, seed=0)
+    pool, population = names_frames(split.pool, split.population, split.target_train, seed=0)
+    assert list(names_pool(split.pool, split.target_train, seed=0)["text"]) == list(pool["text"])
     members = split.pool["is_member"] == 1
-    assert (pool.loc[~members, "text"] == split.pool.loc[~members, "text"]).all()
     for (_, old), (_, new) in zip(split.pool[members].iterrows(), pool[members].iterrows()):
-        name = names[str(old["article_id"])]
-        assert new["text"] == f"{name} {old['text']}"
-        assert sum(new["text"].count(n) for n in set(names.values())) >= 1
+        assert new["text"] == f"{names[str(old['article_id'])]} {old['text']}"
+    # Non-members and the population: a fresh name per article in the same slot, none of the members' names.
+    member_names = set(names.values())
+    for frame, named in ((split.pool[~members], pool[~members]), (split.population, population)):
+        prefixes = {}
+        for (_, old), (_, new) in zip(frame.iterrows(), named.iterrows()):
+            assert new["text"].endswith(" " + old["text"])
+            prefix = new["text"][:-len(old["text"]) - 1]
+            assert len(prefix.split()) >= 2 and prefix not in member_names
+            assert prefixes.setdefault(old["article_id"], prefix) == prefix  # one name per article
     assert len(set(names.values())) > 0.9 * len(names)  # names differ between articles
     again, same = insert_names(split.target_train, seed=0)
     assert same == names and list(again["text"]) == list(named_train["text"])
@@ -123,8 +147,8 @@ def test_cli_quick_resumes_and_prints_each_finding(store, capsys):
                      "-q"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "sample_length     reproduced:" in out
-    assert "ran 0 audit(s), reused 1, trained 0 variant(s)" in out
+    assert "sample_length     verdict:" in out
+    assert "ran 0 audit(s), reused 2, trained 0 variant(s)" in out  # the baseline and its null
 
 
 def test_unknown_finding_is_a_usage_error(store, capsys):

@@ -160,13 +160,14 @@ def test_second_call_reuses_without_training(built):
 
 
 def test_analyze_plan_knows_the_demo_references():
-    from mlflow_mia.analyze.plan import REFERENCE_ROLES, Experiment
+    from mlflow_mia.analyze.plan import ANALYSIS_SIZES, REFERENCE_ROLES, Experiment, check_models
 
     assert {"reference", "ood_reference", "base", "shadow-0", "shadow-3"} <= set(REFERENCE_ROLES)
     assert REFERENCE_ROLES["reference"].startswith("oracle reference")
-    assert Experiment("x", reference="shadow-2").reference == "shadow-2"
-    with pytest.raises(ValueError, match="unknown reference role 'shadow-4'; choose from"):
-        Experiment("x", reference="shadow-4")
+    size = ANALYSIS_SIZES["quick"]
+    check_models([Experiment("x", reference="shadow-2")], size)
+    with pytest.raises(ValueError, match="experiment 'x': unknown reference 'shadow-4'; choose a demo role or a"):
+        check_models([Experiment("x", reference="shadow-4")], size)
 
 
 def test_compare_runs_over_demo_reference_words(built, capsys):

@@ -57,7 +57,8 @@ def test_dp_training_spends_at_most_the_target_and_trains(tokenizer):
     assert 0 < result.epsilon <= 8.0
     assert result.epsilon == pytest.approx(_accounted(result), rel=1e-9)
     assert result.noise_multiplier > 0.5
-    assert result.metrics() == {"dp/epsilon": result.epsilon, "dp/delta": 1e-5}
+    assert result.metrics() == {"dp/epsilon": result.epsilon, "dp/delta": 1e-5,
+                                "dp/noise_multiplier": result.noise_multiplier}
     # Training ran: the loss fell and every trainable weight moved; the frozen head bias did not.
     losses = result.train.epoch_losses
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
@@ -80,8 +81,32 @@ def test_smaller_budget_means_more_noise_and_stopping_early_spends_less(tokenize
     assert 0 < result.epsilon < 1.0
 
 
+def test_clip_only_control_adds_no_noise_and_frozen_embeddings_stay_put(tokenizer):
+    config = TrainConfig(epochs=2, batch_size=16, learning_rate=1e-2, warmup_ratio=0.0, max_length=32)
+    dp = DPConfig(target_epsilon=None, noise_multiplier=0.0, freeze=("bert.embeddings.",))
+    model, before, result = _train(tokenizer, config, dp)
+    assert result.noise_multiplier == 0.0 and result.epsilon == math.inf
+    assert result.metrics() == {"dp/delta": 1e-5, "dp/noise_multiplier": 0.0}  # no infinite epsilon logged
+    assert result.to_params()["dp.target_epsilon"] == "none"
+    after = model.state_dict()
+    moved = {k for k in after if not torch.equal(after[k], before[k])}
+    embeddings = {k for k in after if k.startswith("bert.embeddings.")} | {"cls.predictions.decoder.weight"}
+    assert not moved & embeddings  # the word embeddings are tied to the decoder: both stay
+    assert moved == set(after) - embeddings - {"cls.predictions.bias", "cls.predictions.decoder.bias"}
+    assert set(result.frozen) >= {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight"}
+    assert all(p.requires_grad for p in model.parameters())  # unfrozen again afterwards
+    # The same recipe with noise ends elsewhere: the control differs from the private run only by the noise.
+    noisy, _, _ = _train(tokenizer, config, DPConfig(target_epsilon=None, noise_multiplier=1.0,
+                                                     freeze=("bert.embeddings.",)))
+    assert not torch.equal(noisy.state_dict()["bert.encoder.layer.0.output.dense.weight"],
+                           after["bert.encoder.layer.0.output.dense.weight"])
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"target_epsilon": 0}, "target_epsilon"), ({"target_epsilon": math.inf}, "target_epsilon"),
+    ({"noise_multiplier": 1.0}, "give target_epsilon or noise_multiplier, not both"),
+    ({"target_epsilon": None, "noise_multiplier": -1.0}, "noise_multiplier must be a finite number >= 0"),
+    ({"target_epsilon": None}, "target_epsilon must be a finite number > 0, got None"),
     ({"delta": 0.0}, "delta"), ({"max_grad_norm": -1}, "max_grad_norm"), ({"accountant": "moments"}, "accountant"),
 ])
 def test_dp_config_rejects_bad_settings(kwargs, match):

@@ -111,3 +111,23 @@ def test_unk_names_warning_reaches_the_result_and_the_report():
                        config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False))
     assert len(result.warnings) == 1 and result.warnings[0].startswith("1 of 8 PER name(s) contain characters")
     assert f"- {result.warnings[0]}" in render_ner_report(result)
+
+
+def test_prompt_gap_and_sigma_come_with_their_label_permutation_null(audited):
+    from mlflow_mia.audits.ner.report import render_ner_report
+    from mlflow_mia.metrics.permutation import prompt_spread_null
+
+    clf, names, result = audited
+    dev = (result.names.split == "dev").to_numpy()
+    dev_names = list(names.name[dev])
+    conf = np.stack([entity_confidence(clf, [p] * len(dev_names), dev_names, ["PER"] * len(dev_names), progress=False)
+                     for p in result.prompts_table.prompt])
+    null = prompt_spread_null(names.is_member.to_numpy()[dev], conf, seed=0)
+    m = result.metrics
+    assert m["ner/PER/prompt_gap_null_q95"] == pytest.approx(null.gap_null_quantile)
+    assert m["ner/PER/prompt_std_null_q95"] == pytest.approx(null.std_null_quantile)
+    assert m["ner/PER/prompt_gap_null_pvalue"] == pytest.approx(null.gap_pvalue)
+    assert null.gap == pytest.approx(m["ner/PER/prompt_gap"])
+    report = render_ner_report(result)
+    assert "| gap (pp) | gap null 95% (pp) | sigma (pp) | sigma null 95% (pp) |" in report
+    assert f"| {100 * m['ner/PER/prompt_gap']:.1f} | {100 * m['ner/PER/prompt_gap_null_q95']:.1f} |" in report

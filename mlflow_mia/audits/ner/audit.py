@@ -144,6 +144,7 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
         s = pm.prompt_spread(scores)
         out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = (
             s["gap"], s["std"], s["mean"])
+    out.update(_spread_null(y[dev], conf[:, dev], cfg))
     out["kendall_tau_dev_test"], out["kendall_tau_dev_test_pvalue"] = pm.kendall_tau(m_dev, m_test)
     out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length
     for column in ("sentence_type", "slot_position"):  # Sect. 5.4: sentence type, position of the name
@@ -203,6 +204,15 @@ def _ratio_metrics(y, split, conf, ref, none_target, none_reference, cfg) -> tup
         r = pm.tpr_at_dev_fpr(y[dev], score[dev], y[test], score[test], alpha=alpha)
         out[f"ratio_avg_tpr_at_fpr_{alpha:g}"], out[f"ratio_avg_fpr_at_fpr_{alpha:g}"] = r["tpr"], r["fpr"]
     return out, score, best
+def _spread_null(y, conf, cfg) -> dict:
+    """Dev gap and sigma against chance: the label-permutation null's 95th percentile and p-value."""
+    from mlflow_mia.metrics.permutation import prompt_spread_null
+
+    if conf.shape[0] < 2 or y.min() == y.max():
+        return {}
+    null = prompt_spread_null(y, conf, seed=cfg.seed)
+    return {"prompt_gap_null_q95": null.gap_null_quantile, "prompt_gap_null_pvalue": null.gap_pvalue,
+            "prompt_std_null_q95": null.std_null_quantile, "prompt_std_null_pvalue": null.std_pvalue}
 
 
 def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary) -> dict:

@@ -19,7 +19,8 @@ def _row(m: dict, kind: str) -> list[str]:
     ci = f"[{_n(g('best_prompt_mmem_ci_low'), 2)}, {_n(g('best_prompt_mmem_ci_high'), 2)}]"
     return [kind, f"{int(g('n_names_dev'))}/{int(g('n_names_test'))}", f"{_n(g('best_prompt_mmem_dev'))}",
             f"{_n(g('best_prompt_mmem'))} {ci}", _n(g("worst_prompt_mmem_dev")), _n(g("worst_prompt_mmem")),
-            _n(100 * g("prompt_gap"), 1), _n(100 * g("prompt_std"), 2), _n(g("no_pt_mmem")), _n(g("one_pt_mmem")),
+            _n(100 * g("prompt_gap"), 1), _n(100 * g("prompt_gap_null_q95"), 1), _n(100 * g("prompt_std"), 2),
+            _n(100 * g("prompt_std_null_q95"), 2), _n(g("no_pt_mmem")), _n(g("one_pt_mmem")),
             _n(g("mix_pt_mmem")), _n(g("avg_c_mmem")), _n(g("best_modified_mmem")), _n(g("worst_modified_mmem"))]
 
 
@@ -93,9 +94,11 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
              f"{'first subword of each word' if result.config.subword == 'first' else 'mean over all subwords'}"
              " of the name (Xia et al. 2025). M-MEM is the AUC of in-sample vs out-of-sample names (0.5 = no "
              "memorization detected). Best and worst prompts are chosen on dev and scored on test; gap and "
-             "sigma (percentage points) are over all prompts on dev.", ""]
+             "sigma (percentage points) are over all prompts on dev. Beside each, the 95th percentile of its "
+             "label-permutation null (in/out labels shuffled within the dev names, 1,000 times): a gap below it is "
+             "what chance alone gives with this many names.", ""]
     header = ["type", "names dev/test", "best dev", "best test [95% CI]", "worst dev", "worst test", "gap (pp)",
-              "sigma (pp)", "-PT", "One-PT", "Mix-PT", "AVG-C", "BM-PT", "WM-PT"]
+              "gap null 95% (pp)", "sigma (pp)", "sigma null 95% (pp)", "-PT", "One-PT", "Mix-PT", "AVG-C", "BM-PT", "WM-PT"]
     lines += _table(header, [_row(m, k) for k in result.entity_types]) + [""]
     lines += _ratio_lines(result)
     for kind in result.entity_types:

@@ -1,0 +1,167 @@
+"""Label-permutation null of the spread of prompt M-MEMs: is "prompt sensitivity" above chance?
+
+Xia et al. (2025) call a model prompt-sensitive when its prompts' M-MEM (the AUC of
+in-sample vs out-of-sample names under a prompt, :mod:`mlflow_mia.metrics.prompts`)
+spread widely: the gap ``max - min`` and the standard deviation over prompts. With a few
+dozen names per type, prompts spread by chance alone: each prompt's AUC is a noisy
+estimate, and the maximum and minimum of many noisy estimates lie far apart even when
+every prompt is equally good (and when none detects anything).
+
+:func:`prompt_spread_null` gives that chance level. It shuffles the in/out labels
+within the detection set (one permutation for all prompts, so the prompts keep their
+correlation), recomputes every prompt's M-MEM, and takes the gap and standard deviation;
+``rounds`` times. Under the null hypothesis that the labels carry no information for any
+prompt, the observed gap is one draw from this distribution. Reported: the null's
+``quantile`` (95th percentile) beside the observed value, and the permutation p-value
+``(1 + #{null >= observed}) / (1 + rounds)`` (Phipson and Smyth 2010).
+
+Vectorised: an AUC is ``(sum of the positives' ranks - n1 (n1 + 1) / 2) / (n1 n0)`` with
+mid-ranks for ties (Mann-Whitney), and the ranks of a prompt's confidences do not depend
+on the labels. So every prompt's ranks are computed once, and all permutations' AUCs are
+one matrix product ``labels (rounds, n_names) @ ranks.T (n_names, n_prompts)``.
+
+References
+----------
+.. [1] Y. Xia et al., "Exploring prompts to elicit memorization in masked language
+   model-based named entity recognition", PLoS One 20(9), 2025 (gap and sigma of
+   prompt performance, Sect. 5).
+.. [2] B. Phipson and G. K. Smyth, "Permutation P-values Should Never Be Zero",
+   Stat. Appl. Genet. Mol. Biol. 9(1), 2010.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import rankdata
+
+from .validation import check_labels
+
+__all__ = ["PromptSpreadNull", "prompt_spread_null", "permuted_prompt_mmem"]
+
+
+@dataclass(frozen=True)
+class PromptSpreadNull:
+    """Observed spread of prompt M-MEMs and its label-permutation null.
+
+    Attributes
+    ----------
+    gap, std : float
+        Observed ``max - min`` and population standard deviation of the prompts' M-MEM.
+    gap_null_quantile, std_null_quantile : float
+        The null distribution's ``quantile`` (e.g. 95th percentile).
+    gap_pvalue, std_pvalue : float
+        ``(1 + #{null >= observed}) / (1 + rounds)``.
+    rounds : int
+    quantile : float
+    """
+
+    gap: float
+    std: float
+    gap_null_quantile: float
+    std_null_quantile: float
+    gap_pvalue: float
+    std_pvalue: float
+    rounds: int
+    quantile: float
+
+
+def permuted_prompt_mmem(y_true, conf, labels) -> np.ndarray:
+    """Every prompt's M-MEM under each row of ``labels``, at once.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_names,), 0/1
+        Only checked (labels and confidences must agree in length); the rows of ``labels`` are used.
+    conf : array-like of shape (n_prompts, n_names), float
+    labels : ndarray of shape (rounds, n_names), 0/1
+        Label vectors, each with the class counts of ``y_true``.
+
+    Returns
+    -------
+    ndarray of shape (rounds, n_prompts), float64
+        Row ``r``, column ``k``: ``roc_auc_score(labels[r], conf[k])`` (ties count one half).
+
+    Raises
+    ------
+    ValueError
+        Shapes disagree, a confidence is not finite, or one class only.
+    """
+    y = check_labels(y_true)
+    conf = np.asarray(conf, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.float64)
+    if conf.ndim != 2 or conf.shape[1] != y.size:
+        raise ValueError(f"conf must have shape (n_prompts, {y.size}), got {conf.shape}")
+    if labels.ndim != 2 or labels.shape[1] != y.size:
+        raise ValueError(f"labels must have shape (rounds, {y.size}), got {labels.shape}")
+    if not np.isfinite(conf).all():
+        raise ValueError("conf holds NaN or infinite confidences")
+    n1 = int(y.sum())
+    n0 = y.size - n1
+    if n1 == 0 or n0 == 0:
+        raise ValueError("M-MEM needs in-sample (1) and out-of-sample (0) names; got one class only")
+    ranks = rankdata(conf, axis=1)  # mid-ranks: ties count one half
+    return (labels @ ranks.T - n1 * (n1 + 1) / 2) / (n1 * n0)
+
+
+def prompt_spread_null(y_true, conf, *, rounds: int = 1000, quantile: float = 0.95, seed: int = 0,
+                       chunk: int = 250) -> PromptSpreadNull:
+    """Gap and standard deviation of prompt M-MEMs against their label-permutation null.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_names,), 0/1
+        1 = in-sample name (the detection set of one entity type and split).
+    conf : array-like of shape (n_prompts, n_names), float
+        ``C_k(e)`` of each prompt and name.
+    rounds : int
+        Permutations, >= 1.
+    quantile : float
+        Reported quantile of the null, in (0, 1).
+    seed : int
+        Seed of the permutations.
+    chunk : int
+        Permutations per matrix product (memory: ``chunk * n_names`` floats).
+
+    Returns
+    -------
+    PromptSpreadNull
+
+    Raises
+    ------
+    ValueError
+        Bad shapes, one class only, fewer than 2 prompts, ``rounds < 1`` or ``quantile`` outside (0, 1).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.r_[np.ones(20), np.zeros(20)]
+    >>> null = prompt_spread_null(y, rng.random((30, 40)), rounds=200)
+    >>> null.gap_pvalue > 0.05  # random confidences: the spread is what chance gives
+    True
+    """
+    y = check_labels(y_true)
+    conf = np.asarray(conf, dtype=np.float64)
+    if conf.ndim != 2 or conf.shape[0] < 2:
+        raise ValueError(f"conf must have shape (n_prompts >= 2, n_names), got {conf.shape}")
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    if not 0 < quantile < 1:
+        raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+    observed = permuted_prompt_mmem(y, conf, y[None, :])[0]
+    rng = np.random.default_rng(seed)
+    gaps, stds = [], []
+    for start in range(0, rounds, chunk):
+        labels = rng.permuted(np.tile(y, (min(chunk, rounds - start), 1)), axis=1)
+        scores = permuted_prompt_mmem(y, conf, labels)
+        gaps.append(scores.max(axis=1) - scores.min(axis=1))
+        stds.append(scores.std(axis=1))
+    gaps, stds = np.concatenate(gaps), np.concatenate(stds)
+    gap, std = float(observed.max() - observed.min()), float(observed.std())
+    eps = 1e-12  # the observed statistic and a permutation equal to it up to rounding count as ">="
+    return PromptSpreadNull(gap=gap, std=std, gap_null_quantile=float(np.quantile(gaps, quantile)),
+                            std_null_quantile=float(np.quantile(stds, quantile)),
+                            gap_pvalue=float((1 + np.sum(gaps >= gap - eps)) / (1 + rounds)),
+                            std_pvalue=float((1 + np.sum(stds >= std - eps)) / (1 + rounds)),
+                            rounds=rounds, quantile=quantile)
