@@ -26,7 +26,7 @@ audit needs, locally and without downloads:
    differs. That is the paper's setting (target trained on ``D``, reference on disjoint
    data of the same distribution) and its reference-choice comparison (Table 6: a
    domain reference beats a general one).
-3. One MLflow run (experiment ``mlflow-mia-demo``) records the split sizes, seeds,
+3. One MLflow run (experiment ``mlflow-mia``) records the split sizes, seeds,
    categories, training settings, losses and timings (numbers and names only, never
    text) and logs the four models with the transformers flavor (task ``fill-mask``),
    registered with the aliases above (``bbc-small-*`` for ``--size small``).
@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mlflow_mia.demo import bbc
+from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
@@ -55,7 +56,7 @@ __all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
 
 logger = logging.getLogger(__name__)
 
-EXPERIMENT_NAME = "mlflow-mia-demo"
+EXPERIMENT_NAME = DEFAULT_EXPERIMENT  # "mlflow-mia", shared with the audits
 TARGET_ALIAS = "candidate"
 REFERENCE_ALIAS = "champion"
 SPLIT_TAG = "mlflow_mia.demo.split_digest"
@@ -280,7 +281,7 @@ def _params(size_name: str, size: DemoSize, split: bbc.DemoSplit, digest: str) -
 def _build_run(client, size: str):
     """The run that records the build.
 
-    Normally a new run in experiment ``mlflow-mia-demo`` (found or created by id, so the
+    Normally a new run in experiment ``mlflow-mia`` (found or created by id, so the
     caller's active experiment is left alone). Under ``mlflow run`` (``MLFLOW_RUN_ID``
     set) the project's run is resumed, as MLflow projects expect; inside another active
     run the build becomes a nested run.

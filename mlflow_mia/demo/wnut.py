@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.config import record_digest
 from mlflow_mia.audits.ner.names import detection_set, entity_names, read_conll
 
@@ -41,7 +42,7 @@ __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "d
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_NAME = "mlflow-mia-demo"
+EXPERIMENT_NAME = DEFAULT_EXPERIMENT  # "mlflow-mia", shared with the audits
 ALIAS = "candidate"
 CORE_TYPES = ("person", "geo-loc", "company")
 NAMES_TAG = "mlflow_mia.demo.names_digest"

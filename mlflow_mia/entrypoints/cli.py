@@ -26,6 +26,7 @@ from mlflow_mia.options.schema import add_arguments
 from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
+from mlflow_mia.tracking.runs import use_experiment
 from mlflow_mia.options.values import blank as _blank
 
 __all__ = ["main", "build_parser"]
@@ -120,6 +121,7 @@ def _flat_config(args, *, demo=None) -> dict:
 
 def _cmd_audit(args) -> int:
     from mlflow_mia.tracking.audit_run import audit_and_log
+    from mlflow_mia.tracking.verdict import audit_run_name
     from mlflow_mia.models.resolve import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
@@ -134,9 +136,13 @@ def _cmd_audit(args) -> int:
                               trust_remote_code=options.trust_remote_code) if options.reference_model else None
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
-    with mlflow_run(_blank(args.run_name) or f"audit {target.resolved_uri}") as run:
+    sources = {"pool": os.path.basename(str(data))}
+    if isinstance(options.population_data, (str, os.PathLike)):
+        sources["population"] = os.path.basename(str(options.population_data))
+    name = _blank(args.run_name) or audit_run_name(target.resolved_uri, reference.resolved_uri if reference else None)
+    with mlflow_run(name) as run:
         result, gate, _ = audit_and_log(target, pool, population, config, options, reference=reference,
-                                        run_id=run.info.run_id, extra_params=params)
+                                        run_id=run.info.run_id, extra_params=params, run_name=name, sources=sources)
     print(f"audit of {target.resolved_uri}" + (f" against {reference.resolved_uri}" if reference else ""))
     print_result(result, run, gate)
     return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
@@ -158,6 +164,7 @@ def _cmd_build_demo(args) -> int:
         mlflow.set_tracking_uri(uri)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    use_experiment()  # mlflow-mia, opened as a model-training experiment by the UI
     spec = build_demo_for_audit(args.size, progress=not args.quiet, force=args.force, isolate=False,
                                 data_dir=_blank(args.data_dir), num_threads=args.threads)
     if args.json:

@@ -139,8 +139,7 @@ class CommandOptions:
                                   metavar="A[,B]", default_doc="all")
     experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",
                                     used_by=frozenset({"audit", "compare", "ner-audit", "analyze"}), mlproject=False,
-                                    default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia-demo for demo audits, "
-                                                "else the active one")
+                                    default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia")
     run_name: str | None = option(None, "name of the MLflow run", used_by=frozenset({"audit", "compare", "analyze"}),
                                   metavar="NAME", mlproject=False)
     tracking_uri: str | None = option(None, "MLflow tracking URI", used_by=frozenset(COMMANDS), metavar="URI",

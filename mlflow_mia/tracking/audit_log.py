@@ -49,7 +49,7 @@ import time
 
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, keyed_table, log_figures,
                                            log_files, to_json, write_text)
-from mlflow_mia.tracking.registry_tags import tag_model_version
+from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 
 __all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
 
@@ -209,7 +209,8 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
               gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
               clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None,
-              log_samples: bool = False, audit_started: int | None = None) -> dict:
+              log_samples: bool = False, audit_started: int | None = None, run_name: str | None = None,
+              sources: dict | None = None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -261,6 +262,18 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         Key of the logged text and group hashes (:mod:`mlflow_mia.hashing`); never
         logged. Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept
         (a warning says so; the hashes then cannot be looked up).
+    run_name : str, optional
+        New name of the run (``audit <target> vs <reference>``; also renames the run
+        ``mlflow run`` created). Default: the name is left as it is.
+    sources : dict, optional
+        ``{"pool": path, "population": path}``, the sources of the logged datasets.
+
+    The run also gets the verdict (``mia.verdict``, :mod:`~mlflow_mia.tracking.verdict`)
+    and, unless it has one of the user's, the description: the verdict and the report's
+    "In brief" paragraph; the pool and population appear under the run's datasets
+    (:func:`~mlflow_mia.tracking.records.dataset_inputs`), the audited registry
+    versions' logged models as its model inputs, and each version gets ``mia.verdict``
+    and the same description with a link to the run.
 
     Returns
     -------
@@ -280,7 +293,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     from mlflow.entities import Metric, Param, RunTag
 
     from mlflow_mia.hashing import HashKey, resolve_hash_key
-    from mlflow_mia.audits.membership.report import render_report
+    from mlflow_mia.audits.membership.report import in_brief, render_report
+    from mlflow_mia.tracking.records import dataset_inputs, model_inputs
+    from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
     if hash_key is None:
         hash_key = resolve_hash_key()
@@ -310,6 +325,12 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
         tags=[RunTag(k, v) for k, v in tags.items()])
 
+    dataset_inputs(client, run_id, result, hash_key=hash_key, population=population, prefix=prefix,
+                   texts=texts if log_texts else None, sources=sources)
+    verdict = audit_verdict(result, gate)
+    describe_run(client, run_id, verdict=verdict, name=run_name, prefix=prefix,
+                 description=run_description(verdict, in_brief(result), gate=gate))
+
     figures = result.figures()
     logged = [prefix + path for path in figures]
     artifacts = log_figures(client, run_id, figures, prefix=prefix)
@@ -326,11 +347,17 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     }
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
-                           hashing=hash_key.describe(), log_samples=log_samples)
+                           hashing=hash_key.describe(), log_samples=log_samples, verdict=verdict)
     files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
 
     if model_version is not None:
-        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                          clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
+        versions = version_pairs(model_version)
+        model_inputs(client, run_id, versions)
+        try:
+            tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
+                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
+        finally:  # a deleted version raises after the others are tagged: describe those too
+            if tag_headline or (gate is not None and not gate.passed):
+                describe_versions(client, versions, verdict=verdict, paragraph=in_brief(result), run_id=run_id)
     return artifacts
