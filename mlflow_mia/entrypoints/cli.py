@@ -23,7 +23,7 @@ import os
 import sys
 
 from mlflow_mia.options.schema import add_arguments
-from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result
+from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result, quiet_output
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
 from mlflow_mia.tracking.runs import use_experiment
@@ -126,7 +126,7 @@ def _cmd_audit(args) -> int:
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
     if data is None:  # the demo's data (and models, unless given)
-        demo = build_demo_for_audit(args.demo_size, progress=not args.quiet, args=args)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args)
         target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
@@ -165,7 +165,7 @@ def _cmd_build_demo(args) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     use_experiment()  # mlflow-mia, opened as a model-training experiment by the UI
-    spec = build_demo_for_audit(args.size, progress=not args.quiet, force=args.force, isolate=False,
+    spec = build_demo_for_audit(args.size, progress=not args.no_progress, force=args.force, isolate=False,
                                 data_dir=_blank(args.data_dir), num_threads=args.threads)
     if args.json:
         print(json.dumps(spec.to_dict(), indent=2))
@@ -185,6 +185,12 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with quiet_output(args):  # progress bars only on a terminal; -q also silences the libraries
+        return _run(args)
+
+
+def _run(args) -> int:
+    """The parsed command, with its exit code (see the module docstring)."""
     import mlflow
 
     from mlflow_mia.tracking.registry_tags import VersionDeletedError

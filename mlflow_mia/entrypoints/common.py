@@ -2,11 +2,69 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 
 from mlflow_mia.options.values import blank
 
-__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links"]
+__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output"]
+
+
+_QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
+              "DATASETS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+_QUIET_LOGGERS = ("transformers", "datasets", "huggingface_hub", "evaluate", "py.warnings")
+
+
+@contextlib.contextmanager
+def quiet_output(args):
+    """Progress bars off unless stdout is a terminal; with ``-q`` / ``--quiet true`` the libraries are silenced too.
+
+    Sets ``args.no_progress`` (the ``progress`` option every command reads) and, when
+    quiet, for the duration of the command: every tqdm bar off (``TQDM_DISABLE``, also in
+    the workers a Spark audit starts), transformers, datasets (``Generating train split``),
+    huggingface_hub and evaluate at level ERROR, and Python warnings ignored. Restores all
+    of it on exit (the CLI can be called from Python).
+    """
+    import logging
+    import warnings
+
+    quiet = bool(getattr(args, "quiet", False))
+    if quiet or not sys.stdout.isatty():
+        args.no_progress = True
+    if not quiet:
+        yield False
+        return
+    import datasets
+    import transformers
+
+    hf_level = transformers.utils.logging.get_verbosity()
+    ds_level = datasets.utils.logging.get_verbosity()
+    saved_env = {k: os.environ.get(k) for k in _QUIET_ENV}
+    saved_levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    os.environ.update(_QUIET_ENV)
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    transformers.utils.logging.set_verbosity_error()
+    datasets.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield True
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+        transformers.utils.logging.set_verbosity(hf_level)
+        datasets.utils.logging.set_verbosity(ds_level)
+        transformers.utils.logging.enable_progress_bar()
+        datasets.enable_progress_bars()
 
 
 def _demo_missing(exc: ModuleNotFoundError) -> ValueError:

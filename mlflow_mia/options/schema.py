@@ -101,8 +101,8 @@ class CommonOptions:
                                    metavar="DIR", default_doc="$MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia")
     device: str | None = option(None, "torch device, e.g. cpu or cuda:0; checked before any model loads",
                                 parse=_device, used_by=_WITH_ANALYZE, default_doc="CUDA when available")
-    progress: bool = option(True, "show progress bars", flags=("-q", "--quiet", "--no-progress"), invert=True,
-                            flag_help="no progress bars",
+    progress: bool = option(True, "show progress bars (the commands: only when stdout is a terminal)",
+                            flags=("--no-progress",), invert=True, flag_help="no progress bars",
                             used_by=_WITH_ANALYZE | {"build-demo"}, mlproject=False)
 
 
@@ -142,6 +142,9 @@ class CommandOptions:
                                     default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia")
     run_name: str | None = option(None, "name of the MLflow run", used_by=frozenset({"audit", "compare", "analyze"}),
                                   metavar="NAME", mlproject=False)
+    quiet: bool = option(False, "no progress bars, and the libraries' warnings and progress output silenced "
+                         "(transformers, datasets, huggingface_hub, tqdm)", flags=("-q", "--quiet"),
+                         used_by=frozenset(COMMANDS))
     tracking_uri: str | None = option(None, "MLflow tracking URI", used_by=frozenset(COMMANDS), metavar="URI",
                                       mlproject=False, default_doc="$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
 

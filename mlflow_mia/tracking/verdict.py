@@ -31,7 +31,7 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "short_model_name", "run_description", "describe_run",
-           "describe_version", "run_url", "audit_run_name", "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+           "describe_version", "run_url", "audit_run_name", "fmt_interval", "worst_verdict", "ner_verdict", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,52 @@ def audit_verdict(result, gate=None) -> Verdict:
     rep = result.attacks[name]
     return verdict_of(gate_status=None if gate is None else gate.status, auc=rep.roc.auc, auc_ci=rep.ci.get("auc"),
                       attack=name, confidence=result.config.metrics.confidence)
+
+
+#: Severity of the verdicts, mildest first: a combination of audits takes the most severe.
+SEVERITY = (WITHIN_BUDGET, NO_EVIDENCE, INCONCLUSIVE, LEAKS)
+
+
+def worst_verdict(verdicts) -> Verdict:
+    """The most severe of several verdicts (``leaks`` > ``inconclusive`` > ``no evidence of leakage`` >
+    ``within budget``), its reason prefixed by what it belongs to.
+
+    Parameters
+    ----------
+    verdicts : iterable of (str, Verdict)
+        ``(label, verdict)`` pairs: a model version of ``compare``, an entity type of a NER audit.
+
+    Raises
+    ------
+    ValueError
+        ``verdicts`` is empty.
+
+    >>> worst_verdict([("v1", verdict_of(gate_status="pass")), ("v2", verdict_of(gate_status="fail"))]).reason
+    'v2: release gate failed: a measured TPR is over its budget'
+    """
+    pairs = list(verdicts)
+    if not pairs:
+        raise ValueError("worst_verdict needs at least one (label, verdict) pair")
+    label, worst = max(pairs, key=lambda p: SEVERITY.index(p[1].value))
+    return Verdict(worst.value, f"{label}: {worst.reason}")
+
+
+def ner_verdict(metrics: dict, entity_types, *, confidence: float = 0.95) -> Verdict:
+    """:func:`verdict_of` for a NER prompt audit: per entity type, the test M-MEM (an AUC) of the best prompt
+    chosen on the dev names, with its bootstrap interval (Xia et al. 2025); the worst type decides.
+
+    Parameters
+    ----------
+    metrics : dict
+        The audit's metrics (``ner/<type>/best_prompt_mmem`` and ``_ci_low`` / ``_ci_high``).
+    entity_types : iterable of str
+    """
+    out = []
+    for kind in entity_types:
+        key = f"ner/{kind}/best_prompt_mmem"
+        out.append((kind, verdict_of(auc=metrics.get(key), attack="best prompt M-MEM", confidence=confidence,
+                                     auc_ci=(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")))))
+    return worst_verdict(out)
 
 
 def short_model_name(uri) -> str:
