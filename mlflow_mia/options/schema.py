@@ -133,8 +133,8 @@ class CommandOptions:
     demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
                             "small trains in about a minute", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit"}))
-    quick: bool = option(False, "the quick size: the small demo, a few minutes (else the full size, about an "
-                         "hour on 2 CPU cores)", used_by=frozenset({"analyze"}))
+    quick: bool = option(False, "the quick size: the small demo (measured: 29 min on 2 busy CPU cores; the full "
+                         "size: 76 min on 2 CPU cores, README 'mlflow-mia analyze')", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),
                                   metavar="A[,B]", default_doc="all")
     experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",
