@@ -111,7 +111,7 @@ DEMO_SIZES: dict[str, DemoSize] = {
         base=TrainConfig(epochs=6.0, batch_size=32, learning_rate=2e-3),
         finetune=TrainConfig(epochs=15.0, batch_size=32, learning_rate=1e-3),
     ),
-    # Tiny everything: the whole build runs in about a minute (tests, quick looks).
+    # Tiny everything (tests, quick looks): build and audit took 2.5 CPU-minutes (README, first command).
     "small": DemoSize(
         prefix="bbc-small-",
         split=bbc.SplitConfig(member_articles=30, non_member_articles=30, population_articles=60,
@@ -303,7 +303,7 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
     Parameters
     ----------
     size : {"default", "small"}
-        Key of :data:`DEMO_SIZES`. ``"small"`` builds in about a minute (tests, quick
+        Key of :data:`DEMO_SIZES`. ``"small"`` builds and audits in about 2.5 CPU-minutes (tests, quick
         looks); ``"default"`` is the demo of the README (about 10 minutes on 2 cores).
     force : bool
         Train and register new versions even if the aliases already exist.

@@ -11,48 +11,56 @@ from mlflow_mia.options.values import blank
 __all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output"]
 
 
-_QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
-              "DATASETS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+_BARS_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "DATASETS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
 _QUIET_LOGGERS = ("transformers", "datasets", "huggingface_hub", "evaluate", "py.warnings")
 
 
 @contextlib.contextmanager
 def quiet_output(args):
-    """Progress bars off unless stdout is a terminal; with ``-q`` / ``--quiet true`` the libraries are silenced too.
+    """Progress bars only on a terminal; with ``-q`` / ``--quiet true`` the libraries are silenced too.
 
-    Sets ``args.no_progress`` (the ``progress`` option every command reads) and, when
-    quiet, for the duration of the command: every tqdm bar off (``TQDM_DISABLE``, also in
-    the workers a Spark audit starts), transformers, datasets (``Generating train split``),
-    huggingface_hub and evaluate at level ERROR, and Python warnings ignored. Restores all
-    of it on exit (the CLI can be called from Python).
+    When stdout is not a terminal (a log file, ``mlflow run`` in CI) or with ``quiet``:
+    ``args.no_progress`` is set (the ``progress`` option every command reads) and every
+    library bar is off for the duration of the command (tqdm through ``TQDM_DISABLE``, also
+    in the workers a Spark audit starts; transformers' "Loading weights", datasets'
+    "Generating train split", huggingface_hub). With ``quiet`` also transformers, datasets,
+    huggingface_hub and evaluate log at level ERROR and Python warnings are ignored.
+    Everything is restored on exit (the CLI can be called from Python).
+
+    Yields
+    ------
+    bool
+        True when quiet.
     """
     import logging
     import warnings
 
-    quiet = bool(getattr(args, "quiet", False))
-    if quiet or not sys.stdout.isatty():
-        args.no_progress = True
-    if not quiet:
-        yield False
-        return
     import datasets
     import transformers
 
-    hf_level = transformers.utils.logging.get_verbosity()
-    ds_level = datasets.utils.logging.get_verbosity()
-    saved_env = {k: os.environ.get(k) for k in _QUIET_ENV}
+    quiet = bool(getattr(args, "quiet", False))
+    bars_off = quiet or not sys.stdout.isatty()
+    env = {**(_BARS_ENV if bars_off else {}), **(_QUIET_ENV if quiet else {})}
+    saved_env = {k: os.environ.get(k) for k in env}
     saved_levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
-    os.environ.update(_QUIET_ENV)
-    for name in _QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    transformers.utils.logging.set_verbosity_error()
-    datasets.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
+    hf_level, ds_level = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
+    hf_bars, ds_bars = transformers.utils.logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
+    os.environ.update(env)
+    if bars_off:
+        args.no_progress = True
+        transformers.utils.logging.disable_progress_bar()
+        datasets.disable_progress_bars()
+    if quiet:
+        for name in _QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        transformers.utils.logging.set_verbosity_error()
+        datasets.utils.logging.set_verbosity_error()
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield True
+            if quiet:
+                warnings.simplefilter("ignore")
+            yield quiet
     finally:
         for key, value in saved_env.items():
             if value is None:
@@ -63,8 +71,10 @@ def quiet_output(args):
             logging.getLogger(name).setLevel(level)
         transformers.utils.logging.set_verbosity(hf_level)
         datasets.utils.logging.set_verbosity(ds_level)
-        transformers.utils.logging.enable_progress_bar()
-        datasets.enable_progress_bars()
+        if hf_bars:
+            transformers.utils.logging.enable_progress_bar()
+        if ds_bars:
+            datasets.enable_progress_bars()
 
 
 def _demo_missing(exc: ModuleNotFoundError) -> ValueError:

@@ -131,7 +131,7 @@ class CommandOptions:
                                "(1 = in the training data), optional split (dev/test)",
                                used_by=frozenset({"ner-audit"}), metavar="PATH", default_doc="the demo's")
     demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
-                            "small trains in about a minute", choices=("default", "small"),
+                            "small: build and audit take about 2.5 CPU-minutes (README)", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit"}))
     quick: bool = option(False, "the quick size: the small demo (measured: 29 min on 2 busy CPU cores; the full "
                          "size: 76 min on 2 CPU cores, README 'mlflow-mia analyze')", used_by=frozenset({"analyze"}))

@@ -157,9 +157,23 @@ LARGE_TABLE_ROWS = 200_000
 
 
 #: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length).
-SAMPLE_COLUMNS = ("sample_id", "text_hmac", "group", "label")
+#: What a reader looks at comes first, the 64-character keyed hashes last (a CSV grid opens on the left).
+SAMPLE_COLUMNS = ("sample_id", "label", "group", "text_hmac")
 #: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
-RISKY_COLUMNS = ("attack", "flagged_at_fpr", "text_hmac", "group")
+RISKY_COLUMNS = ("attack", "flagged_at_fpr", "group", "text_hmac")
+_FIRST = ("attack", "sample_id", "text", "label", "flagged_at_fpr", "score")
+_LAST = ("n_tokens", "truncated", "group", "text_hmac")
+
+
+def readable_order(table):
+    """``table`` with its columns in reading order: ids, text (only with ``log_texts``), label, scores and
+    flags, then token counts, keyed groups and keyed text hashes (64 hex characters) last."""
+    cols = list(table.columns)
+    scores = [c for c in cols if c.startswith(("score_", "flagged_"))]
+    first = [c for c in _FIRST if c in cols] + scores
+    last = [c for c in _LAST if c in cols and c not in first]
+    middle = [c for c in cols if c not in first and c not in last]
+    return table[first + middle + last]
 
 
 def _without_scores(samples, riskiest):
@@ -189,6 +203,7 @@ def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool 
     if log_texts:
         samples.insert(1, "text", list(texts))
         riskiest.insert(1, "text", [by_hmac.get(h) for h in riskiest["text_hmac"]])
+    samples, riskiest = readable_order(samples), readable_order(riskiest)
     if len(samples) > LARGE_TABLE_ROWS:
         files = {"tables/samples.parquet": ("parquet", "samples", lambda p: samples.to_parquet(p, index=False))}
     else:
@@ -335,14 +350,14 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     logged = [prefix + path for path in figures]
     artifacts = log_figures(client, run_id, figures, prefix=prefix)
 
-    summary = result.summary()
-    summary["gate"] = gate.to_dict() if gate is not None else None
-    summary["log_texts"] = bool(log_texts)
-    summary["log_samples"] = bool(log_samples)
-    summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
+    summary = {"verdict": {"value": verdict.value, "reason": verdict.reason},  # results first, settings last
+               "gate": gate.to_dict() if gate is not None else None, **result.summary(),
+               "log_texts": bool(log_texts), "log_samples": bool(log_samples),
+               "hash_key": {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}}
+    summary["config"] = summary.pop("config")
     files = {  # path -> (artifact kind, artifact name, writer)
         **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key, log_samples=log_samples),
-        "audit_summary.json": ("json", "audit_summary", lambda p: write_text(p, to_json(summary))),
+        "audit_summary.json": ("json", "audit_summary", lambda p: write_text(p, to_json(summary, sort_keys=False))),
         "audit_config.json": ("json", "audit_config", lambda p: write_text(p, to_json(result.config_record()))),
     }
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]

@@ -26,8 +26,10 @@ DIGEST_LENGTH = 32
 def _pool_frame(result, hash_key, *, texts=None):
     from mlflow_mia.tracking.artifacts import keyed_table
 
+    from mlflow_mia.tracking.audit_log import SAMPLE_COLUMNS
+
     samples = keyed_table(result.samples, hash_key)
-    frame = samples[[c for c in ("sample_id", "text_hmac", "group", "label") if c in samples]].copy()
+    frame = samples[[c for c in SAMPLE_COLUMNS if c in samples]].copy()
     if "group" in frame and frame["group"].isna().all():
         frame = frame.drop(columns="group")
     if texts is not None:

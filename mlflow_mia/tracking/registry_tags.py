@@ -342,7 +342,8 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
     from mlflow_mia.tracking.verdict import Verdict, describe_version, run_description, verdict_of
 
     run = client.get_run(run_id)
-    link = f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id})"
+    link = (f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id}"
+            "?workflowType=machine_learning)")
     own_gate = run.data.tags.get(GATE_TAG)
     for name, version in versions:
         try:

@@ -30,8 +30,9 @@ from urllib.parse import quote
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
-__all__ = ["Verdict", "verdict_of", "audit_verdict", "short_model_name", "run_description", "describe_run",
-           "describe_version", "run_url", "audit_run_name", "fmt_interval", "worst_verdict", "ner_verdict", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "worst_verdict", "short_model_name",
+           "audit_run_name", "run_description", "describe_run", "describe_version", "run_url", "fmt_interval",
+           "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
 
@@ -212,16 +213,20 @@ def audit_run_name(target, reference=None) -> str:
     return f"{name} vs {short_model_name(reference)}" if reference else name
 
 
+#: The MLflow 3 UI's query parameter that opens a page in its "Model training" view (not the GenAI one).
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
 def run_url(run_id: str, experiment_id: str, *, tracking_uri: str | None = None, path: str | None = None) -> str:
-    """The MLflow UI address of a run (or of one of its artifacts, ``path``).
+    """The MLflow UI address of a run (or of one of its artifacts, ``path``), in the "Model training" view.
 
     An ``http(s)`` tracking URI is the UI's own address; for a local store (``sqlite:``,
     a folder) the address is the one ``mlflow ui`` serves by default, ``http://127.0.0.1:5000``.
 
     >>> run_url("abc", "1", tracking_uri="http://srv:5000/")
-    'http://srv:5000/#/experiments/1/runs/abc'
+    'http://srv:5000/#/experiments/1/runs/abc?workflowType=machine_learning'
     >>> run_url("abc", "1", tracking_uri="sqlite:///mlflow.db", path="report.md")
-    'http://127.0.0.1:5000/#/experiments/1/runs/abc/artifactPath/report.md'
+    'http://127.0.0.1:5000/#/experiments/1/runs/abc/artifactPath/report.md?workflowType=machine_learning'
     """
     if tracking_uri is None:
         import mlflow
@@ -230,7 +235,7 @@ def run_url(run_id: str, experiment_id: str, *, tracking_uri: str | None = None,
     local = not str(tracking_uri).startswith(("http://", "https://"))
     base = "http://127.0.0.1:5000" if local else str(tracking_uri).rstrip("/")
     url = f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
-    return url + (f"/artifactPath/{quote(path)}" if path else "")
+    return url + (f"/artifactPath/{quote(path)}" if path else "") + f"?{MODEL_TRAINING_VIEW}"
 
 
 def run_description(verdict: Verdict, paragraph: str, *, gate=None, run_link: str | None = None) -> str:

@@ -48,11 +48,17 @@ def test_progress_bars_follow_the_terminal(monkeypatch):
         def isatty(self):
             return True
 
+    import transformers
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     args = argparse.Namespace(quiet=None, no_progress=False)
     with quiet_output(args) as quiet:
-        assert not quiet and args.no_progress  # a log file gets no progress bars
+        assert not quiet and args.no_progress  # a log file gets no progress bars, the libraries' neither
+        assert os.environ["TQDM_DISABLE"] == "1" and not transformers.utils.logging.is_progress_bar_enabled()
+        assert transformers.utils.logging.get_verbosity() != transformers.logging.ERROR  # warnings still shown
     monkeypatch.setattr(sys, "stdout", Tty())
     args = argparse.Namespace(quiet=None, no_progress=False)
     with quiet_output(args):
-        assert not args.no_progress
+        assert not args.no_progress and "TQDM_DISABLE" not in os.environ
+        assert transformers.utils.logging.is_progress_bar_enabled()

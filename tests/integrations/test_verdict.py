@@ -83,7 +83,8 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     # The registered version: verdict tag and description with a link to the run.
     version = client.get_model_version("tgt", "2")
     assert version.tags["mia.verdict"] == LEAKS
-    assert f"(#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in version.description
+    assert (f"(#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning)"
+            in version.description)
     assert brief in version.description
     # The last lines: verdict, headline numbers with intervals, experiment, run and report addresses.
     experiment = client.get_experiment(run.info.experiment_id).name
@@ -92,8 +93,8 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
                     r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-5]), out[-5]
     assert out[-4] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
-                       f"{run.info.run_id}")
-    assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md")
+                       f"{run.info.run_id}?workflowType=machine_learning")
+    assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
     assert out[-1] == f"  (start the UI first: mlflow ui --backend-store-uri {tracking.tracking_uri})"
     # No text under Datasets: pool and population logged with keyed digests, schema and row counts only.
     inputs = {d.dataset.name: d for d in run.inputs.dataset_inputs}
@@ -103,7 +104,7 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     assert population.digest == run.data.params["population.digest"][:32]
     assert '"num_rows": 40' in pool.profile and '"num_rows": 100' in population.profile
     columns = [c["name"] for c in __import__("json").loads(pool.schema)["mlflow_colspec"]]
-    assert columns == ["sample_id", "text_hmac", "group", "label"]
+    assert columns == ["sample_id", "label", "group", "text_hmac"]
     assert {t.key: t.value for t in inputs["pool"].tags}["mlflow.data.context"] == "pool"
     everything = repr((pool, population, tags, run.data.params))
     assert not any(text in everything for text in tracking.pool["text"])
@@ -121,3 +122,35 @@ def test_experiment_defaults_to_mlflow_mia_opened_as_model_training(tracking, mo
     runs = MlflowClient().search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
     assert runs[0].info.run_name == "audit tgt v1 vs ref v1"
     assert "experiment: mlflow-mia;" in capsys.readouterr().out
+
+
+def test_tables_open_on_labels_and_scores_and_the_summary_on_results():
+    import pandas as pd
+
+    from mlflow_mia.tracking.audit_log import readable_order
+
+    table = pd.DataFrame(columns=["sample_id", "text_hmac", "label", "group", "n_tokens", "truncated",
+                                  "score_loss", "score_likelihood_ratio", "flagged_loss_fpr_0.1", "text"])
+    assert list(readable_order(table).columns) == [
+        "sample_id", "text", "label", "score_loss", "score_likelihood_ratio", "flagged_loss_fpr_0.1",
+        "n_tokens", "truncated", "group", "text_hmac"]
+    risky = pd.DataFrame(columns=["attack", "text_hmac", "group", "score", "flagged_at_fpr", "sample_id"])
+    assert list(readable_order(risky).columns) == ["attack", "sample_id", "flagged_at_fpr", "score", "group",
+                                                   "text_hmac"]
+
+
+def test_audit_summary_puts_results_before_config(tracking):
+    import json
+
+    import pandas as pd
+
+    assert main(["audit", "--target", "models:/tgt@champion", *tracking.cli_args("--log-samples")]) == 0
+    client = MlflowClient()
+    run = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
+    with open(client.download_artifacts(run.info.run_id, "audit_summary.json"), encoding="utf-8") as fh:
+        keys = list(json.load(fh))
+    assert keys[:3] == ["verdict", "gate", "info"] and keys[-1] == "config"
+    assert keys.index("metrics") < keys.index("config")
+    samples = pd.read_csv(client.download_artifacts(run.info.run_id, "tables/samples.csv"))
+    columns = list(samples.columns)
+    assert columns[:3] == ["sample_id", "label", "score_loss"] and columns[-2:] == ["group", "text_hmac"]
