@@ -169,7 +169,7 @@ def readable_order(table):
     """``table`` with its columns in reading order: ids, text (only with ``log_texts``), label, scores and
     flags, then token counts, keyed groups and keyed text hashes (64 hex characters) last."""
     cols = list(table.columns)
-    scores = [c for c in cols if c.startswith(("score_", "flagged_"))]
+    scores = [c for c in cols if c.startswith(("score_", "flagged_")) and c not in _FIRST]
     first = [c for c in _FIRST if c in cols] + scores
     last = [c for c in _LAST if c in cols and c not in first]
     middle = [c for c in cols if c not in first and c not in last]
