@@ -35,6 +35,18 @@ def test_without_gate_the_auc_interval_decides(ci, expected):
     assert "likelihood_ratio AUC 0.600" in verdict.reason
 
 
+def test_ner_verdict_takes_the_worst_entity_type():
+    from mlflow_mia.tracking.verdict import ner_verdict
+
+    metrics = {"ner/person/best_prompt_mmem": 0.9, "ner/person/best_prompt_mmem_ci_low": 0.8,
+               "ner/person/best_prompt_mmem_ci_high": 0.95, "ner/loc/best_prompt_mmem": 0.55,
+               "ner/loc/best_prompt_mmem_ci_low": 0.45, "ner/loc/best_prompt_mmem_ci_high": 0.65}
+    verdict = ner_verdict(metrics, ["loc", "person"])
+    assert verdict.value == LEAKS and verdict.reason.startswith("person: best prompt M-MEM AUC 0.900")
+    assert ner_verdict(metrics, ["loc"]).value == NO_EVIDENCE
+    assert ner_verdict({}, ["loc"]).value == INCONCLUSIVE  # no interval: nothing to read
+
+
 def test_unknown_gate_status_is_an_error():
     with pytest.raises(ValueError, match=r"gate_status must be one of \['fail', 'inconclusive', 'pass'\] or None, "
                                          r"not 'ok'"):
@@ -80,6 +92,9 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
         text = fh.read()
     brief = text.split("## In brief\n\n")[1].split("\n")[0]
     assert brief in note  # the description carries the report's paragraph word for word
+    # Readable metrics: no infinity or undefined value logged as a number, no deprecated alias.
+    assert run.data.metrics and all(abs(v) < 1e300 for v in run.data.metrics.values())
+    assert not [k for k in run.data.metrics if k.endswith(("_at_mu", "/mu"))]
     # The registered version: verdict tag and description with a link to the run.
     version = client.get_model_version("tgt", "2")
     assert version.tags["mia.verdict"] == LEAKS
