@@ -6,10 +6,13 @@ attacks in :mod:`mlflow_mia.attacks.base`'s ``ATTACKS`` registry.
 
 from mlflow_mia.attacks import (likelihood_ratio, loss, min_k, neighbourhood,  # noqa: F401  (register)
                                 neighbourhood_local, zlib)
+from mlflow_mia.attacks import min_k_plus_plus  # noqa: F401  (register)
+from mlflow_mia.attacks import lira_offline, rmia  # noqa: F401  (register: attacks over a reference set)
 from mlflow_mia.attacks.base import (ATTACKS, Attack, NoSettings, check_attack_names, get_attack, register_attack,
                                      required_inputs, required_roles)
 from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInput, AttackInputs, declare_input, input_spec
+from mlflow_mia.attacks.inputs import ReferenceSignals, reference_roles
 
 __all__ = ["ATTACKS", "INPUTS", "MODEL_ROLES", "Attack", "AttackInput", "AttackInputs", "NoSettings",
-           "check_attack_names", "declare_input", "get_attack", "input_spec", "register_attack", "required_inputs",
-           "required_roles"]
+           "ReferenceSignals", "check_attack_names", "declare_input", "get_attack", "input_spec", "reference_roles",
+           "register_attack", "required_inputs", "required_roles"]

@@ -53,6 +53,11 @@ class Attack:
         ``{"fraction": "metrics.min_k_fraction"}``: where :meth:`from_config` reads each field.
     settings : Settings
         This instance's settings.
+    per_reference : bool
+        True when, with two or more reference models, the audit reports the attack
+        once against each reference (``likelihood_ratio``): under its own name against
+        the first and as ``<name>.<role>`` (``likelihood_ratio.reference_2``, ...)
+        against the others.
     """
 
     name: ClassVar[str]
@@ -62,6 +67,7 @@ class Attack:
     allows_nan: ClassVar[bool] = False
     Settings: ClassVar[type] = NoSettings
     settings_from_config: ClassVar[Mapping[str, str]] = {}
+    per_reference: ClassVar[bool] = False
 
     def __init__(self, settings=None, **fields_):
         if settings is not None and fields_:
@@ -85,6 +91,14 @@ class Attack:
     def score(self, inputs: AttackInputs) -> np.ndarray:
         """Return scores of shape (n_samples,), dtype float64, higher = member."""
         raise NotImplementedError
+
+    def record(self, inputs: AttackInputs) -> dict:
+        """Settings this attack resolved from ``inputs`` (e.g. a parameter chosen from the data), for the run.
+
+        The audit writes them to ``AuditResult.info["attack_settings"][name]`` (``audit_summary.json``).
+        Default: nothing.
+        """
+        return {}
 
     def __call__(self, inputs: AttackInputs) -> np.ndarray:
         missing = [r for r in self.requires if getattr(inputs, r) is None]

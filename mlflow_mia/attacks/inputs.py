@@ -11,13 +11,21 @@ the missing-input errors and :func:`~mlflow_mia.audits.membership.compute_audit_
 
 Declared here: ``target`` and ``reference`` (the signals of one model, Mireshghallah
 et al. 2022, Eq. 2 or appendix A.3.2), ``neighbour_values`` (the mean signal value of
-a text's neighbours, Mattern et al. 2023, Eq. 3) and ``neighbour_local`` (the
-neighbour difference at the swapped tokens, :mod:`mlflow_mia.signals.neighbour_local`).
+a text's neighbours, Mattern et al. 2023, Eq. 3), ``neighbour_local`` (the
+neighbour difference at the swapped tokens, :mod:`mlflow_mia.signals.neighbour_local`)
+and ``references`` (the signals of every reference model of the audit's reference
+set, :class:`ReferenceSignals`: the input of the attacks over several references).
+
+The model role ``reference`` stands for the audit's reference set: one model or
+several. The first is the role ``reference`` itself (the ``reference`` input, what
+``likelihood_ratio`` reads); the i-th (i >= 2) is ``reference_<i>``
+(:func:`reference_roles`), the name it has in ``audit_config.json``, in the run's
+params and in the metrics of ``likelihood_ratio`` against it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping
 
@@ -26,25 +34,105 @@ import numpy as np
 from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["AttackInput", "AttackInputs", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS", "RENAMED_INPUTS",
-           "declare_input", "input_spec"]
+__all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS",
+           "RENAMED_INPUTS", "declare_input", "input_spec", "reference_roles"]
 
 #: What one row of an input holds, by ``AttackInput.rows``.
 ROW_KINDS = {
     "signal": "the signals of one model: a SignalResult (values, token log-probs, token counts)",
     "values": "one number per row: an ndarray of shape (n_rows,), float64, NaN where a row has no value",
+    "signals": "the signals of every model of a role's set: a ReferenceSignals (one SignalResult per model)",
 }
 
 #: The model roles of an audit and what an attack needing a missing one is told.
 MODEL_ROLES = {
     "target": "the target model: pass target=...",
-    "reference": ("a reference model trained on similar but disjoint data; pass reference=... (or drop them, "
-                  "e.g. attacks=['loss'])"),
+    "reference": ("a reference model trained on similar but disjoint data; pass reference=... (one model) or "
+                  "references=[...] (several), or drop them, e.g. attacks=['loss']"),
     "generator": "a generator masked LM to propose neighbours; " + HOW_TO_GIVE_A_GENERATOR,
 }
 
 #: Former input names, and the name each became.
 RENAMED_INPUTS = {"neighbour_energy": "neighbour_values"}
+
+
+def reference_roles(k: int) -> tuple[str, ...]:
+    """The role names of a reference set of ``k`` models: ``reference``, then ``reference_2`` ... ``reference_<k>``.
+
+    >>> reference_roles(3)
+    ('reference', 'reference_2', 'reference_3')
+    """
+    return tuple("reference" if i == 1 else f"reference_{i}" for i in range(1, int(k) + 1))
+
+
+@dataclass(frozen=True)
+class ReferenceSignals:
+    """The signals of every model of an audit's reference set, each row-aligned with the same texts.
+
+    Attributes
+    ----------
+    signals : tuple of SignalResult, length k >= 1
+        One per reference model, in the order the references were given; every one
+        has n_rows rows (row i of each is the same text).
+    roles : tuple of str, length k
+        Each model's role name (:func:`reference_roles`: ``reference``, ``reference_2``, ...).
+
+    Raises
+    ------
+    ValueError
+        No signals, rows that do not pair up, signals of different kinds, or roles of another length.
+    TypeError
+        An entry that is not a SignalResult.
+
+    Examples
+    --------
+    >>> a = SignalResult.from_arrays([1.0, 2.0], n_tokens=[3, 4])
+    >>> b = SignalResult.from_arrays([3.0, 5.0], n_tokens=[3, 4])
+    >>> refs = ReferenceSignals((a, b))
+    >>> refs.roles, refs.values.tolist(), len(refs.take([1]))
+    (('reference', 'reference_2'), [[1.0, 2.0], [3.0, 5.0]], 1)
+    """
+
+    signals: tuple
+    roles: tuple = ()
+
+    def __post_init__(self):
+        signals = tuple(self.signals)
+        if not signals:
+            raise ValueError("a reference set needs at least one reference model's signals")
+        for s in signals:
+            if not isinstance(s, SignalResult):
+                raise TypeError(f"every reference's signals must be a SignalResult, got {type(s).__name__}")
+        rows = {len(s) for s in signals}
+        if len(rows) > 1:
+            raise ValueError(f"the reference models' signals have different numbers of rows {sorted(rows)}: each "
+                             "must have one row per text, in the same order")
+        kinds = {s.kind for s in signals}
+        if len(kinds) > 1:
+            raise ValueError(f"the reference models' signals are of different kinds {sorted(kinds)}; compute them "
+                             "all with the audit's SignalConfig")
+        roles = tuple(self.roles) or reference_roles(len(signals))
+        if len(roles) != len(signals):
+            raise ValueError(f"{len(roles)} role names for {len(signals)} reference models")
+        object.__setattr__(self, "signals", signals)
+        object.__setattr__(self, "roles", roles)
+
+    def __len__(self) -> int:
+        return len(self.signals[0])
+
+    @property
+    def k(self) -> int:
+        """The number of reference models."""
+        return len(self.signals)
+
+    @property
+    def values(self) -> np.ndarray:
+        """Each reference's signal values: shape (k, n_rows), float64 (energy in nats or PLL in nats/token)."""
+        return np.stack([s.values for s in self.signals])
+
+    def take(self, index) -> "ReferenceSignals":
+        """Rows ``index`` (int array) of every reference, kept aligned."""
+        return ReferenceSignals(tuple(s.take(index) for s in self.signals), self.roles)
 
 
 @dataclass(frozen=True)
@@ -64,6 +152,9 @@ class StageOne:
     neighbours : NeighbourRecipe or None
         The audit's neighbour recipe (:mod:`mlflow_mia.signals.neighbour_recipe`) when an
         input needs the generator: every consumer reads the same neighbours.
+    computed : dict
+        The inputs computed so far in this stage, by name (``references`` reuses the
+        ``reference`` signals for the first reference model instead of computing them again).
     """
 
     models: Any
@@ -73,6 +164,7 @@ class StageOne:
     device: Any = None
     progress: bool = True
     neighbours: Any = None
+    computed: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,8 +207,8 @@ class AttackInput:
         unknown = [r for r in self.roles if r not in MODEL_ROLES]
         if unknown:
             raise ValueError(f"input {self.name!r}: unknown model role(s) {unknown}; roles are {list(MODEL_ROLES)}")
-        if self.rows == "signal" and len(self.roles) != 1:
-            raise ValueError(f"input {self.name!r}: a 'signal' input is the signals of one model role, got "
+        if self.rows in ("signal", "signals") and len(self.roles) != 1:
+            raise ValueError(f"input {self.name!r}: a {self.rows!r} input is the signals of one model role, got "
                              f"{list(self.roles)}")
 
     def checked(self, value):
@@ -125,7 +217,8 @@ class AttackInput:
         Raises
         ------
         TypeError
-            A ``"signal"`` input that is not a :class:`SignalResult`.
+            A ``"signal"`` input that is not a :class:`SignalResult`; a ``"signals"`` input
+            that is neither a :class:`ReferenceSignals` nor a sequence of SignalResults.
         ValueError
             A ``"values"`` input that is not 1-D.
         """
@@ -134,6 +227,13 @@ class AttackInput:
             if value.ndim != 1:
                 raise ValueError(f"signals {self.name!r} must be 1-D of shape (n_rows,), got shape {value.shape}")
             return value
+        if self.rows == "signals":
+            if isinstance(value, ReferenceSignals):
+                return value
+            if isinstance(value, (list, tuple)):
+                return ReferenceSignals(tuple(value))
+            raise TypeError(f"signals {self.name!r} must be a ReferenceSignals or a list of SignalResult (one per "
+                            f"model), got {type(value).__name__}")
         if not isinstance(value, SignalResult):
             raise TypeError(f"signals {self.name!r} must be a SignalResult (SignalResult.from_arrays(values, "
                             f"n_tokens=...)), got {type(value).__name__}")
@@ -191,20 +291,30 @@ class AttackInputs:
     texts : tuple of str, length n_samples
     target, reference : SignalResult or None
         Signals of each model, row-aligned with ``texts``.
+    references : ReferenceSignals or None
+        Signals of every reference model of the audit's set, row-aligned with ``texts``.
     neighbour_values, neighbour_local : ndarray of shape (n_samples,) or None
         See their declarations in :data:`INPUTS`.
+    population : AttackInputs or None
+        The population set's inputs, for attacks that compare a sample with population
+        samples (``rmia``) or estimate a statistic there (``lira_offline``'s global
+        spread), so pool and population scores use the same one. In an audit the
+        scoring passes it to both sample sets; for the population set itself it is
+        that object (:attr:`is_population` is True).
+    is_population : bool
+        These rows are the population set (``population`` is ``self``).
 
     Raises
     ------
     ValueError
         An unknown or former input name, or an input whose rows do not pair up with ``texts``.
     TypeError
-        An input of the wrong type.
+        An input of the wrong type; ``population`` that is not an AttackInputs or ``"self"``.
     """
 
-    __slots__ = ("texts", "_inputs")
+    __slots__ = ("texts", "_inputs", "_population")
 
-    def __init__(self, texts, **inputs):
+    def __init__(self, texts, *, population=None, **inputs):
         texts = tuple(texts)
         checked = {}
         for name, value in inputs.items():
@@ -215,8 +325,11 @@ class AttackInputs:
                 raise ValueError(f"{name} has {len(value)} rows, expected {len(texts)}: rows must pair up with the "
                                  "texts")
             checked[name] = value
+        if not (population is None or population == "self" or isinstance(population, AttackInputs)):
+            raise TypeError(f"population must be an AttackInputs or 'self', got {type(population).__name__}")
         object.__setattr__(self, "texts", texts)
         object.__setattr__(self, "_inputs", checked)
+        object.__setattr__(self, "_population", population)
 
     def __getattr__(self, name):
         if name in INPUTS:
@@ -227,6 +340,19 @@ class AttackInputs:
 
     def __setattr__(self, name, value):
         raise AttributeError("AttackInputs is read-only")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def population(self) -> "AttackInputs | None":
+        """The population set's inputs (``self`` for the population set itself), or None."""
+        return self if isinstance(self._population, str) else self._population
+
+    @property
+    def is_population(self) -> bool:
+        """True when these rows are the population set."""
+        return isinstance(self._population, str)
 
     def given(self) -> Mapping[str, Any]:
         """The inputs present, by name."""
@@ -239,6 +365,23 @@ def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
     kind = stage.config.signal.kind
     return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
                            device=stage.device, progress=stage.progress, desc=f"{kind} of {role}")
+
+
+def _reference_set(stage: StageOne) -> ReferenceSignals:
+    """The signals of every reference model (the first one's reused when the ``reference`` input has them)."""
+    models = stage.models.references or (stage.models.reference,)
+    roles = reference_roles(len(models))
+    out = []
+    for i, role in enumerate(roles):
+        if i == 0 and "reference" in stage.computed:
+            out.append(stage.computed["reference"])
+            continue
+        from mlflow_mia.signals.energy import compute_signals
+
+        out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
+                                   device=stage.device, progress=stage.progress,
+                                   desc=f"{stage.config.signal.kind} of {role}"))
+    return ReferenceSignals(tuple(out), roles)
 
 
 def _neighbour_values(stage: StageOne) -> np.ndarray:
@@ -271,3 +414,8 @@ declare_input(AttackInput(
                    "requested",
     description="Mean per-position neighbour difference (nats) at the swapped tokens "
                 "(mlflow_mia.signals.neighbour_local); NaN where a sample has no neighbours."))
+declare_input(AttackInput(
+    "references", rows="signals", roles=("reference",), compute=_reference_set,
+    how_to_provide="give one or more reference models (references=[...]) trained on similar but disjoint data",
+    description="Signals of every reference model of the audit's reference set (ReferenceSignals), each "
+                "row-aligned with the target's; the first is the 'reference' input."))

@@ -17,6 +17,10 @@ class LikelihoodRatioAttack(Attack):
     (``AttackInputs`` checks the row counts); with agreeing tokenizers they use the
     same masks, which lowers the variance of the ratio.
 
+    With a reference set of k >= 2 models the audit reports it against each
+    (``per_reference``): ``likelihood_ratio`` against the first reference,
+    ``likelihood_ratio.reference_2`` ... ``likelihood_ratio.reference_<k>`` against the others.
+
     Examples
     --------
     >>> import numpy as np
@@ -30,6 +34,7 @@ class LikelihoodRatioAttack(Attack):
     name = "likelihood_ratio"
     citation = "Mireshghallah et al. 2022, Eq. 1-2"
     requires = ("target", "reference")
+    per_reference = True  # with several references: one report per reference
 
     def score(self, inputs):
         return inputs.reference.values - inputs.target.values  # = -L(s)

@@ -84,7 +84,8 @@ class AuditSignals:
     signals : dict of str to SignalResult or ndarray
         One entry per declared input (:data:`mlflow_mia.attacks.INPUTS`) the attacks
         need: a :class:`~mlflow_mia.signals.SignalResult` for a ``"signal"`` input
-        (``"target"``, ``"reference"``), an ndarray of shape (n_rows,), float64, NaN
+        (``"target"``, ``"reference"``), a :class:`~mlflow_mia.attacks.ReferenceSignals` for the
+        ``"signals"`` input ``"references"``, an ndarray of shape (n_rows,), float64, NaN
         for a row without a value, for a ``"values"`` input (``"neighbour_values"``,
         ``"neighbour_local"``). Every entry has ``n_pool + n_population`` rows.
     text_hashes : tuple of str or None
@@ -143,8 +144,12 @@ class AuditSignals:
         """The target model's signals (KeyError when absent)."""
         return self.signals["target"]
 
-    def inputs(self, index, texts: Sequence[str]) -> AttackInputs:
-        """:class:`~mlflow_mia.attacks.AttackInputs` of rows ``index`` (int array); ``texts`` are those rows' texts."""
+    def inputs(self, index, texts: Sequence[str], *, population=None) -> AttackInputs:
+        """:class:`~mlflow_mia.attacks.AttackInputs` of rows ``index`` (int array); ``texts`` are those rows' texts.
+
+        ``population``: the population set's AttackInputs (or ``"self"`` when these rows are
+        the population set), for attacks that read it (:attr:`AttackInputs.population`).
+        """
         index = np.asarray(index, dtype=np.int64)
-        return AttackInputs(tuple(texts), **{name: INPUTS[name].take(value, index)
-                                              for name, value in self.signals.items()})
+        return AttackInputs(tuple(texts), population=population,
+                            **{name: INPUTS[name].take(value, index) for name, value in self.signals.items()})

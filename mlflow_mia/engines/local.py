@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from mlflow_mia.attacks import INPUTS, required_inputs, required_roles
-from mlflow_mia.attacks.inputs import StageOne
+from mlflow_mia.attacks.inputs import StageOne, reference_roles
 from mlflow_mia.engines.audit_signals import EXAMPLE_NEIGHBOURS, AuditExtras, AuditSignals
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
@@ -25,7 +25,7 @@ from mlflow_mia.signals.model import as_masked_lm
 from mlflow_mia.signals.neighbours import choose_generator
 from mlflow_mia.signals.runtime import token_limit
 
-__all__ = ["AuditModels", "AuditSignals", "AuditExtras", "stage_one"]
+__all__ = ["AuditModels", "AuditSignals", "AuditExtras", "needed_inputs", "stage_one"]
 
 
 @dataclass(frozen=True)
@@ -37,19 +37,39 @@ class AuditModels:
     target : MaskedLM or None
         The model under audit (None when scoring signals computed elsewhere).
     reference : MaskedLM or None
-        A model trained on similar but disjoint data (``likelihood_ratio``).
+        The first reference model: trained on similar but disjoint data (``likelihood_ratio``).
     generator : MaskedLM, str or None
         The masked LM proposing neighbours (``neighbourhood``): a model, or a
         local folder loaded when neighbours are generated.
+    references : tuple of MaskedLM
+        Every reference model of the audit's reference set, ``reference`` first
+        (roles :func:`~mlflow_mia.attacks.inputs.reference_roles`); ``(reference,)``
+        with one, empty with none.
+
+    Raises
+    ------
+    ValueError
+        ``references`` given whose first is not ``reference``.
     """
 
     target: MaskedLM | None = None
     reference: MaskedLM | None = None
     generator: object = None
+    references: tuple = ()
+
+    def __post_init__(self):
+        refs = tuple(self.references)
+        if not refs and self.reference is not None:
+            refs = (self.reference,)
+        if refs and self.reference is None:
+            object.__setattr__(self, "reference", refs[0])
+        elif refs and refs[0] is not self.reference:
+            raise ValueError("AuditModels: references[0] must be the reference model")
+        object.__setattr__(self, "references", refs)
 
     @classmethod
     def build(cls, target, *, reference=None, generator=None, config: AuditConfig | None = None,
-              load=None) -> "AuditModels":
+              load=None, references=None) -> "AuditModels":
         """Load each role the audit has and pick the neighbour generator.
 
         Parameters
@@ -65,33 +85,81 @@ class AuditModels:
         load : callable, optional
             ``load(model, role=...) -> MaskedLM``: the engine's loader (default
             :func:`~mlflow_mia.signals.model.as_masked_lm`).
+        references : sequence, optional
+            Several reference models (each what ``load`` accepts), loaded with the roles
+            ``reference``, ``reference_2``, ...; instead of ``reference``.
+
+        Raises
+        ------
+        ValueError
+            Both ``reference`` and ``references``, or an empty ``references``.
         """
         config = config or AuditConfig()
         load = load or as_masked_lm
+        refs = _reference_list(reference, references)
         target = None if target is None else load(target, role="target")
-        reference = None if reference is None else load(reference, role="reference")
+        loaded = tuple(load(m, role=role) for m, role in zip(refs, reference_roles(len(refs))))
+        reference = loaded[0] if loaded else None
         if "generator" in required_roles(config.attacks):
             generator = None if generator is None else load(generator, role="neighbour generator")
             generator = choose_generator(generator, configured=config.neighbourhood.generator_model,
                                          reference=reference)
         else:
             generator = None
-        return cls(target=target, reference=reference, generator=generator)
+        return cls(target=target, reference=reference, generator=generator, references=loaded)
 
     def identities(self) -> dict:
         """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).
 
+        Reference models are ``reference``, ``reference_2``, ... (one key each).
         ``AuditResult.models`` and ``audit_config.json`` hold this record; ``AuditResult.info``
         derives ``target_model``, ``reference_model``, ``neighbour_generator`` from it.
         """
         out = {}
-        for role in ("target", "reference", "generator"):
-            lm = getattr(self, role)
+        roles = [("target", self.target)]
+        roles += list(zip(reference_roles(len(self.references)), self.references))
+        roles.append(("generator", self.generator))
+        for role, lm in roles:
             if isinstance(lm, MaskedLM):
                 out[role] = {"identity": lm.model_id, "name": lm.name}
             elif lm is not None:
                 out[role] = {"identity": str(lm), "name": None}
         return out
+
+
+def _reference_list(reference, references) -> list:
+    """The reference models as a list: ``[reference]``, ``list(references)`` or ``[]``."""
+    if references is None:
+        return [] if reference is None else [reference]
+    if reference is not None:
+        raise ValueError("pass reference=... (one model) or references=[...] (several), not both")
+    if isinstance(references, (str, bytes)) or not hasattr(references, "__iter__"):
+        raise ValueError(f"references must be a list of models, got {type(references).__name__}; pass one model "
+                         "as reference=...")
+    refs = list(references)
+    if not refs:
+        raise ValueError("references is empty: give at least one reference model, or leave it out")
+    return refs
+
+
+def needed_inputs(config: AuditConfig, n_references: int) -> dict[str, tuple[str, ...]]:
+    """The inputs stage 1 computes: :func:`~mlflow_mia.attacks.required_inputs`, plus ``references`` when an
+    attack reported against each reference (``Attack.per_reference``, e.g. ``likelihood_ratio``) runs with
+    two or more reference models.
+
+    >>> from mlflow_mia.config import AuditConfig
+    >>> list(needed_inputs(AuditConfig(attacks=("loss", "likelihood_ratio")), 2))
+    ['target', 'reference', 'references']
+    >>> list(needed_inputs(AuditConfig(attacks=("loss", "likelihood_ratio")), 1))
+    ['target', 'reference']
+    """
+    from mlflow_mia.attacks import ATTACKS
+
+    needs = dict(required_inputs(config.attacks))
+    per_reference = tuple(a for a in config.attacks if getattr(ATTACKS[a], "per_reference", False))
+    if per_reference and n_references > 1 and "references" not in needs:
+        needs["references"] = per_reference
+    return needs
 
 
 def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
@@ -122,7 +190,7 @@ def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet
         (``timings["signals_<input>_s"]``).
     """
     texts = list(pool.texts) + list(population.texts)
-    needs = required_inputs(config.attacks)
+    needs = needed_inputs(config, len(models.references))
     given = dict(given or {})
     recipe = None
     if "generator" in required_roles(config.attacks):
@@ -140,6 +208,8 @@ def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet
             start = time.perf_counter()
             signals[name] = INPUTS[name].compute(stage)
             timings[f"signals_{name}_s"] = round(time.perf_counter() - start, 3)
+        if name in signals:
+            stage.computed[name] = signals[name]
     start = time.perf_counter()
     extras = _extras(stage, pool, population, needs)
     timings["extras_s"] = round(time.perf_counter() - start, 3)

@@ -1,7 +1,8 @@
 """The Spark engine of :func:`mlflow_mia.audits.membership.run_audit` (``engine="spark"``).
 
 Stage 1 (:class:`SparkEngine`, :func:`spark_audit_signals`): the per-text signals of
-each model role the attacks need (target, reference) over the pool texts then the
+each model role the attacks need (target, reference; with a reference set, every
+reference model: ``reference``, ``reference_2``, ...) over the pool texts then the
 population texts, computed on the executors (:mod:`mlflow_mia.engines.spark_executors`);
 only the signals (a few numbers and the masked-token log-probs per text) come back
 to the driver, one :class:`~mlflow_mia.signals.SignalResult` per role, row-aligned
@@ -164,7 +165,10 @@ class SparkEngine:
         """Nothing to check on the driver: ``device`` is the executors' torch device."""
 
     def check_inputs(self, needs) -> None:
-        """Refuse inputs that are not one model's signals (:data:`mlflow_mia.attacks.INPUTS` ``rows="values"``).
+        """Refuse inputs that are not models' signals (:data:`mlflow_mia.attacks.INPUTS` ``rows="values"``).
+
+        Every model's signals run on the executors: one model's (``rows="signal"``) and
+        each model of a reference set (``rows="signals"``).
 
         Raises
         ------
@@ -173,7 +177,7 @@ class SparkEngine:
         """
         from mlflow_mia.attacks import INPUTS
 
-        local = {name: attacks for name, attacks in needs.items() if INPUTS[name].rows != "signal"}
+        local = {name: attacks for name, attacks in needs.items() if INPUTS[name].rows not in ("signal", "signals")}
         if local:
             attacks = list(dict.fromkeys(a for by in local.values() for a in by))
             raise ValueError(f"attack(s) {attacks} do not run on the Spark engine yet: their input(s) {list(local)} "
@@ -200,18 +204,25 @@ class SparkEngine:
         ValueError
             A model the executors cannot load (an in-memory model), before any Spark job.
         """
-        from mlflow_mia.attacks import INPUTS, required_inputs
-        from mlflow_mia.engines.local import stage_one
+        from mlflow_mia.attacks import INPUTS, ReferenceSignals, reference_roles
+        from mlflow_mia.engines.local import needed_inputs, stage_one
 
-        roles = {name: INPUTS[name].roles[0] for name in ["target", *required_inputs(config.attacks)]}
+        ref_roles = reference_roles(len(models.references))
+        needs = ["target", *needed_inputs(config, len(ref_roles))]
+        roles = {name: INPUTS[name].roles[0] for name in needs if INPUTS[name].rows == "signal"}
+        wanted = dict.fromkeys(roles.values())
+        if "references" in needs:
+            wanted.update(dict.fromkeys(ref_roles))  # every reference model's signals, on the executors
         session = self.spark or spark_session(self.spark_master)
         start = time.perf_counter()
         computed = spark_audit_signals(session, list(pool.texts) + list(population.texts),
-                                       {role: self._resolved[role] for role in dict.fromkeys(roles.values())},
+                                       {role: self._resolved[role] for role in wanted},
                                        config.signal, store=self.store, partitions=self.partitions, device=device)
         spark_s = round(time.perf_counter() - start, 3)
-        signals = stage_one(models, pool, population, config, device=device, progress=progress,
-                            given={name: computed[role] for name, role in roles.items()})
+        given = {name: computed[role] for name, role in roles.items()}
+        if "references" in needs:
+            given["references"] = ReferenceSignals(tuple(computed[r] for r in ref_roles), ref_roles)
+        signals = stage_one(models, pool, population, config, device=device, progress=progress, given=given)
         signals.info["engine"] = self.name
         signals.info["timings"]["signals_spark_s"] = spark_s
         return signals

@@ -4,7 +4,7 @@ The distributed counterpart of :func:`mlflow_mia.signals.compute_signals`: a Spa
 DataFrame of texts (an id and a text column, any size) goes in, a DataFrame of
 per-text signals comes out::
 
-    id, text_hash, energy (or pll), n_tokens, truncated, token_logprobs
+    id, text_hash, energy (or pll), n_tokens, truncated, token_logprobs, token_mu, token_sigma
 
 computed by an iterator pandas UDF (``DataFrame.mapInPandas``). Each Python worker
 loads the model once (a module-level cache that survives across tasks while Spark
@@ -46,7 +46,7 @@ import numpy as np
 
 from mlflow_mia.config import SignalConfig, record_digest
 from mlflow_mia.engines.spark_store import (STORE_TAG, SparkJobError, damaged_file_error, fill_store,
-                                                 partition_mac_key, read_store)
+                                                 partition_mac_key, read_store, settings_digests)
 from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.signals.energy import value_settings
 from mlflow_mia.signals.types import SignalResult
@@ -74,8 +74,9 @@ class SignalJob:
         One row per input row: ``id`` (the input's id column, same name and type),
         ``text_hash`` (hex sha256), the signal named by ``config.kind`` (``energy``
         or ``pll``, float64, nats), ``n_tokens`` (int64), ``truncated`` (bool) and
-        ``token_logprobs`` (array<float>, the masked tokens' log-probs in mask order).
-        Lazy without a store; read from the store with one.
+        ``token_logprobs`` (array<float>, the masked tokens' log-probs in mask order),
+        ``token_mu`` and ``token_sigma`` (array<float>, Min-K%++'s statistics of each
+        of those tokens). Lazy without a store; read from the store with one.
     computed : int or None
         Distinct texts computed by this call (store only; None without a store).
     store : str or None
@@ -138,12 +139,14 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     # Keyed by the weights, config and tokenizer, as the local signal cache is: a URI names different weights on
     # different servers, and the same weights compute other values under another config.json.
     identity = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id}
+    digest, before_token_stats = settings_digests(settings)
     return {"role": role, "load_uri": load_uri, "model_id": lm.model_id, "weights_id": lm.weights_id,
             "config_id": lm.config_id, "tokenizer_id": lm.tokenizer_id, "trust_remote_code": _runs_shipped_code(lm),
             "max_length": max_length, "config": _config_dict(config),
             "tracking_uri": _absolute(mlflow.get_tracking_uri()),
             "registry_uri": _absolute(mlflow.get_registry_uri()),
-            "model_key": record_digest(identity), "settings": record_digest(settings)}
+            "model_key": record_digest(identity), "settings": digest,
+            "settings_before_token_stats": before_token_stats}
 
 
 def _runs_shipped_code(lm) -> bool:
@@ -175,7 +178,9 @@ def _output_schema(id_type, kind: str):
     return StructType([StructField("id", id_type, False), StructField("text_hash", StringType(), False),
                        StructField(kind, DoubleType(), False), StructField("n_tokens", LongType(), False),
                        StructField("truncated", BooleanType(), False),
-                       StructField("token_logprobs", ArrayType(FloatType(), False), False)])
+                       StructField("token_logprobs", ArrayType(FloatType(), False), False),
+                       StructField("token_mu", ArrayType(FloatType(), False), False),
+                       StructField("token_sigma", ArrayType(FloatType(), False), False)])
 
 
 def _id(value):
@@ -270,7 +275,8 @@ def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column
             _fail(f"signals of the {spec['role']} model failed{where}: {exc}")
         yield pd.DataFrame({"id": pdf[id_column].to_numpy(), "text_hash": pdf["text_hash"].to_numpy(),
                             kind: res.values, "n_tokens": res.n_tokens, "truncated": res.truncated,
-                            "token_logprobs": list(res.token_logprobs)})
+                            "token_logprobs": list(res.token_logprobs), "token_mu": list(res.token_mu),
+                            "token_sigma": list(res.token_sigma)})
 
 
 def _checked_input(df, id_column: str, text_column: str, *, check_ids: bool):
@@ -430,7 +436,8 @@ def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = 
     -------
     SignalResult
         ``energy`` float64 (the ``kind`` column), ``n_tokens`` int64, ``truncated``
-        bool, ``token_logprobs`` float32 arrays; row i belongs to ``ids[i]``.
+        bool, ``token_logprobs`` (and ``token_mu``, ``token_sigma`` when the frame has
+        them) float32 arrays; row i belongs to ``ids[i]``.
 
     Raises
     ------
@@ -440,7 +447,8 @@ def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = 
     import pandas as pd
 
     with executor_errors():
-        pdf = frame.select(id_column, kind, "n_tokens", "truncated", "token_logprobs").toPandas()
+        stats = [c for c in ("token_mu", "token_sigma") if c in frame.columns]
+        pdf = frame.select(id_column, kind, "n_tokens", "truncated", "token_logprobs", *stats).toPandas()
     pos = pd.Index(pdf[id_column]).get_indexer(pd.Index(list(ids)))
     if (pos < 0).any():
         missing = list(ids)[int(np.flatnonzero(pos < 0)[0])]
@@ -448,4 +456,5 @@ def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = 
     return SignalResult(values=pdf[kind].to_numpy(dtype=np.float64)[pos], kind=kind,
                         token_logprobs=tuple(np.asarray(pdf["token_logprobs"].iat[i], dtype=np.float32) for i in pos),
                         n_tokens=pdf["n_tokens"].to_numpy(dtype=np.int64)[pos],
-                        truncated=pdf["truncated"].to_numpy(dtype=bool)[pos])
+                        truncated=pdf["truncated"].to_numpy(dtype=bool)[pos],
+                        **{c: tuple(np.asarray(pdf[c].iat[i], dtype=np.float32) for i in pos) for c in stats})

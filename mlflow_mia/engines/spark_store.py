@@ -2,7 +2,11 @@
 
 Layout: ``<store>/model_key=<digest>/settings=<digest>/part-*.parquet``, one row per
 text hash (no ids, no raw text) with the signal, ``n_tokens``, ``truncated``, the
-masked-token log-probs, the display ``model_id`` and ``mac``.
+masked-token log-probs and their Min-K%++ statistics (``token_mu``, ``token_sigma``),
+the display ``model_id`` and ``mac``. The ``settings`` digest covers the row layout
+(:data:`ROW_LAYOUT`) besides the signal settings: partitions written before the
+statistics existed are not read (their texts are recomputed into a new partition,
+with a line at INFO).
 
 ``mac`` is ``HMAC-SHA256`` of the row (partition, text hash, values) under a key
 derived from the store key (:mod:`mlflow_mia.signals.store_key`, kept outside the
@@ -28,18 +32,21 @@ from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
+from mlflow_mia.config import record_digest
 from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
 __all__ = ["auto_waves", "partition_mac_key", "read_store", "fill_store", "damaged_file_error", "STORE_TAG",
-           "SparkJobError", "MAX_AUTO_WAVES", "TEXTS_PER_WAVE"]
+           "SparkJobError", "MAX_AUTO_WAVES", "TEXTS_PER_WAVE", "ROW_LAYOUT", "settings_digests"]
 
 log = logging.getLogger(__name__)
 
 STORE_TAG = "[mlflow-mia:store]"  # marks an executor's "this store row does not verify" error
 MAX_AUTO_WAVES = 8
 TEXTS_PER_WAVE = 250
-_COLUMNS = ("text_hash", "signal", "n_tokens", "truncated", "token_logprobs")
+_COLUMNS = ("text_hash", "signal", "n_tokens", "truncated", "token_logprobs", "token_mu", "token_sigma")
+#: The per-token columns of a row beyond the log-probs; part of the partition's settings digest.
+ROW_LAYOUT = ("token_mu", "token_sigma")
 _READ_ERROR = re.compile(r"\[FAILED_READ_FILE[.\w]*\][^\n]*?reading file (\S+?)\.?(?:\s|$)")
 
 
@@ -54,6 +61,11 @@ def auto_waves(n_texts: int) -> int:
     (1, 4, 8)
     """
     return max(1, min(MAX_AUTO_WAVES, math.ceil(n_texts / TEXTS_PER_WAVE)))
+
+
+def settings_digests(settings: Mapping) -> tuple[str, str]:
+    """The partition digest of ``settings`` with :data:`ROW_LAYOUT`, and the one written before it existed."""
+    return record_digest({**settings, "row_layout": list(ROW_LAYOUT)}), record_digest(dict(settings))
 
 
 def partition_mac_key(spec: Mapping, *, store: str) -> str:
@@ -72,9 +84,9 @@ def partition_mac_key(spec: Mapping, *, store: str) -> str:
 
 def _row_macs(pdf, key: bytes, spec: Mapping) -> list[str]:
     return [row_mac(key, ["spark-store", spec["model_key"], spec["settings"], h, float(v), int(n), bool(t),
-                          np.asarray(lp, dtype="<f4").tobytes()])
-            for h, v, n, t, lp in zip(pdf["text_hash"], pdf["signal"], pdf["n_tokens"], pdf["truncated"],
-                                      pdf["token_logprobs"])]
+                          *(np.asarray(x, dtype="<f4").tobytes() for x in (lp, mu, sd))])
+            for h, v, n, t, lp, mu, sd in zip(pdf["text_hash"], pdf["signal"], pdf["n_tokens"], pdf["truncated"],
+                                              pdf["token_logprobs"], pdf["token_mu"], pdf["token_sigma"])]
 
 
 def _sign_batches(batches: Iterator, spec: Mapping, key_hex: str) -> Iterator:
@@ -106,7 +118,9 @@ def _schema(kind: str | None = None, *, mac: bool = False):
 
     fields = [StructField("text_hash", StringType(), False), StructField(kind or "signal", DoubleType(), False),
               StructField("n_tokens", LongType(), False), StructField("truncated", BooleanType(), False),
-              StructField("token_logprobs", ArrayType(FloatType(), False), False)]
+              StructField("token_logprobs", ArrayType(FloatType(), False), False),
+              StructField("token_mu", ArrayType(FloatType(), False), False),
+              StructField("token_sigma", ArrayType(FloatType(), False), False)]
     return StructType(fields + ([StructField("mac", StringType(), False)] if mac else []))
 
 
@@ -156,7 +170,7 @@ def fill_store(checked, spec: Mapping, compute: Callable, store: str, waves: int
         Id, text and ``text_hash`` columns.
     compute : callable
         ``compute(frame) -> DataFrame`` of signals (``text_hash``, the signal,
-        ``n_tokens``, ``truncated``, ``token_logprobs``).
+        ``n_tokens``, ``truncated``, ``token_logprobs``, ``token_mu``, ``token_sigma``).
     waves : int or None
         Append jobs; None: :func:`auto_waves` of the number of texts to compute.
     errors : callable
@@ -174,6 +188,11 @@ def fill_store(checked, spec: Mapping, compute: Callable, store: str, waves: int
     todo = checked.dropDuplicates(["text_hash"])
     with errors():
         stored = read_store(spark, store, spec, key_hex)
+        before = spec.get("settings_before_token_stats")
+        if stored is None and before and _exists(spark, _partition(store, {**spec, "settings": before})):
+            log.info("%s model: the store's rows of these settings were written without Min-K%%++'s per-token "
+                     "statistics (partition settings=%s) and are not read; their texts are recomputed",
+                     spec["role"], before)
         if stored is not None:
             todo = todo.join(stored.select("text_hash"), on="text_hash", how="left_anti")
         # round-robin over the default parallelism: every core busy, and each wave writes that many files at most
@@ -189,7 +208,7 @@ def fill_store(checked, spec: Mapping, compute: Callable, store: str, waves: int
         for wave in range(waves if n else 0):
             part = todo if waves == 1 else todo.where(wave_of == wave)
             out = compute(part).select("text_hash", F.col(kind).alias("signal"), "n_tokens", "truncated",
-                                       "token_logprobs")
+                                       "token_logprobs", *ROW_LAYOUT)
             out = out.mapInPandas(lambda it: _sign_batches(it, spec, key_hex), _schema(mac=True)).select(
                 *_COLUMNS, "mac", F.lit(spec["model_id"]).alias("model_id"),
                 F.lit(spec["model_key"]).alias("model_key"), F.lit(spec["settings"]).alias("settings"))

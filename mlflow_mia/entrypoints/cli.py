@@ -121,8 +121,11 @@ def _flat_config(args, *, demo=None) -> dict:
 
 
 def _cmd_audit(args) -> int:
+    import mlflow
+
     from mlflow_mia.tracking.audit_run import audit_and_log
-    from mlflow_mia.tracking.verdict import audit_run_name
+    from mlflow_mia.tracking.verdict import (audit_run_name, audit_verdict, describe_run, references_label,
+                                             run_description, worst_verdict)
     from mlflow_mia.models.resolve import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
@@ -133,20 +136,46 @@ def _cmd_audit(args) -> int:
         raise ValueError("--data was given without --target: name the model to audit")
     config, options, pool, population = config_and_inputs(_flat_config(args, demo=demo), data, demo)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
-    reference = resolve_model(options.reference_model, role="reference",
-                              trust_remote_code=options.trust_remote_code) if options.reference_model else None
+    sets = [[resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code) for uri in refs]
+            for refs in options.reference_sets("audit")]
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
     sources = {"pool": os.path.basename(str(data))}
     if isinstance(options.population_data, (str, os.PathLike)):
         sources["population"] = os.path.basename(str(options.population_data))
-    name = _blank(args.run_name) or audit_run_name(target.resolved_uri, reference.resolved_uri if reference else None)
-    with mlflow_run(name) as run:
-        result, gate, _ = audit_and_log(target, pool, population, config, options, reference=reference,
-                                        run_id=run.info.run_id, extra_params=params, run_name=name, sources=sources)
-    print(f"audit of {target.resolved_uri}" + (f" against {reference.resolved_uri}" if reference else ""))
+    if len(sets) == 1:
+        name = _blank(args.run_name) or audit_run_name(target.resolved_uri, references_label(sets[0]))
+        with mlflow_run(name) as run:
+            result, gate, _ = audit_and_log(target, pool, population, config, options, references=sets[0],
+                                            run_id=run.info.run_id, extra_params=params, run_name=name,
+                                            sources=sources)
+        _print_audit(target, sets[0], result, run, gate)
+        return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
+    blocked = False  # --reference-mode each: one nested run per reference
+    name = _blank(args.run_name) or audit_run_name(target.resolved_uri, f"{len(sets)} references, each")
+    with mlflow_run(name) as parent:
+        verdicts = []
+        for refs in sets:
+            child = audit_run_name(target.resolved_uri, references_label(refs))
+            with mlflow_run(child, nested=True) as run:
+                result, gate, _ = audit_and_log(target, pool, population, config, options, references=refs,
+                                                run_id=run.info.run_id, extra_params=params, run_name=child,
+                                                sources=sources)
+            _print_audit(target, refs, result, run, gate)
+            verdicts.append((child, audit_verdict(result, gate)))
+            blocked |= gate is not None and not gate.passed
+        verdict = worst_verdict(verdicts)
+        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
+        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict, name=name,
+                     description=run_description(verdict, "One nested run per reference:\n\n" + lines))
+    print(verdict.line())
+    return EXIT_GATE_FAILED if blocked else EXIT_OK
+
+
+def _print_audit(target, references, result, run, gate) -> None:
+    against = ", ".join(r.resolved_uri for r in references)
+    print(f"audit of {target.resolved_uri}" + (f" against {against}" if references else ""))
     print_result(result, run, gate)
-    return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
 
 
 def _cmd_compare(args) -> int:

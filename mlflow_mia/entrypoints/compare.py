@@ -52,8 +52,10 @@ def compare(args, flat_config) -> bool:
     config, options, pool, population = config_and_inputs(flat_config(args, demo=demo), data, demo)
     targets = compare_targets(names, aliases)
     trust = options.trust_remote_code
-    references = [resolve_model(uri, role="reference", trust_remote_code=trust)
-                  for uri in reference_uris(options.reference_model)] or [None]
+    # One entry per audit of each version: a model, a tuple (a reference set, --reference-mode set) or None.
+    references = [tuple(refs) if len(refs) > 1 else refs[0] if refs else None
+                  for refs in ([resolve_model(uri, role="reference", trust_remote_code=trust) for uri in uris]
+                               for uris in options.reference_sets("compare"))]
     generator = resolve_generator(config, trust_remote_code=trust)
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
     with mlflow_run(blank(args.run_name) or f"compare {', '.join(names)}") as parent:
@@ -105,7 +107,9 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
             with mlflow_run(label, nested=True) as child:
                 client.set_tag(child.info.run_id, "mia.compare_parent", parent.info.run_id)
                 result, gate, _ = audit_and_log(
-                    target, pool, population, config, options, reference=reference, generator=generator,
+                    target, pool, population, config, options, generator=generator,
+                    references=list(reference) if isinstance(reference, tuple) else None,
+                    reference=None if isinstance(reference, tuple) else reference,
                     run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)})
             print(f"{label}:")
             print_result(result, child, gate)
@@ -113,7 +117,7 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
             found["verdicts"].append((label, audit_verdict(result, gate)))
             base = {"model": label, "registered_model": name, "version": int(version),
                     "aliases": ",".join(version_aliases),
-                    "reference": reference.resolved_uri if reference is not None else ""}
+                    "reference": _uri(reference)}
             found["rows"] += _rows(result, base, gate, child.info.run_id)
             for attack, rep in result.attacks.items():
                 found["rocs"].setdefault(attack, {})[label] = rep.roc
@@ -155,7 +159,7 @@ def _log_parent(found, names, aliases, targets, references, alpha, population, h
     params.update({"compared_models": ",".join(names), "compared_aliases": ",".join(aliases) or "all",
                    "compared_versions": ",".join(version_label(n, v, a) for n, v, a in targets)[:6000]})
     if len(references) > 1:
-        params["compared_references"] = ",".join(r.resolved_uri for r in references)[:6000]
+        params["compared_references"] = ",".join(_uri(r) for r in references)[:6000]
     mlflow.log_params(params)
     a = fmt_alpha(alpha)
     with _tmp_csv(table) as path:
@@ -177,7 +181,7 @@ def _log_parent(found, names, aliases, targets, references, alpha, population, h
     m = result.metrics
     pool_line = (f"{int(m['n_members'])} members, {int(m['n_non_members'])} non-members; population "
                  f"{int(m['n_population'])} texts")
-    uris = [r.resolved_uri if r is not None else None for r in references]
+    uris = [_uri(r) or None for r in references]
     mlflow.log_text(render_comparison(table, alpha=a, references=uris, pool=pool_line), "report.md")
 
 
@@ -228,10 +232,22 @@ def reference_uris(value) -> list:
         return [value]
     return [uri.strip() for uri in value.split(",") if uri.strip()]
 
+def _uri(reference) -> str:
+    """The reference's URI; a reference set's URIs joined by ``+``; ``""`` for none."""
+    if isinstance(reference, tuple):
+        return "+".join(r.resolved_uri for r in reference)
+    return reference.resolved_uri if reference is not None else ""
+
+
 def reference_label(reference) -> str:
-    """``ref bbc-reference v1 (@champion)``, or the folder / URI of an unregistered reference."""
+    """``ref bbc-reference v1 (@champion)``, or the folder / URI of an unregistered reference.
+
+    A reference set (a tuple): ``ref set of k (<first label> + k-1)``.
+    """
     if reference is None:
         return "no reference"
+    if isinstance(reference, tuple):
+        return f"ref set of {len(reference)} ({reference_label(reference[0])[4:]} + {len(reference) - 1})"
     if reference.registered_name:
         alias = reference.requested.rsplit("@", 1)[1] if "@" in reference.requested else None
         return f"ref {reference.registered_name} v{reference.version}" + (f" (@{alias})" if alias else "")

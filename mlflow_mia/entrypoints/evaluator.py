@@ -162,12 +162,15 @@ class MiaEvaluator(ModelEvaluator):
         trust = options.trust_remote_code
         target, warning = evaluator_target(
             model, options.target_model, resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
-        reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
-                     if options.reference_model else None)
+        sets = options.reference_sets("audit")
+        if len(sets) > 1:
+            raise ValueError("reference_mode='each' runs one audit per reference, and one mlflow.models.evaluate "
+                             "call logs one audit: call it once per reference, or use reference_mode='set'")
+        references = [resolve_model(uri, role="reference", trust_remote_code=trust) for uri in sets[0]]
         # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
         # logging them here too would duplicate every metric's history.
         model_id = kwargs.get("model_id")
-        result, gate, artifacts = audit_and_log(target, pool, population, config, options, reference=reference,
+        result, gate, artifacts = audit_and_log(target, pool, population, config, options, references=references,
                                                 run_id=run_id, log_metrics=model_id is None,
                                                 notes=[warning] if warning else [])
         metrics = mlflow_metrics(result, prefix=options.metric_prefix)

@@ -22,7 +22,7 @@ from mlflow_mia.options.schema import CommonOptions
 from mlflow_mia.options.values import mia_section
 from mlflow_mia.option import option
 
-__all__ = ["CONFIG_KEYS", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
+__all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
 
 
 def __getattr__(name):
@@ -31,6 +31,9 @@ def __getattr__(name):
 
         return {key: e.field.option.help for key, e in options_for("mia").items()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+#: How an audit uses several reference models (``reference_mode``).
+REFERENCE_MODES = ("set", "each")
 
 _MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> or a local folder"
 
@@ -43,11 +46,19 @@ class MiaOptions(CommonOptions):
     plus those of :class:`~mlflow_mia.options.schema.CommonOptions`.
     """
 
-    reference_model: Any = option(None, f"reference model: {_MODEL_FORMS}. Needed by likelihood_ratio: a model "
-                                  "trained on similar data, disjoint from the target's training data; compare "
-                                  "takes several, comma-separated, and audits every version against each",
-                                  flags=("--reference",), metavar="URI[,URI]",
+    reference_model: Any = option(None, f"reference model(s): {_MODEL_FORMS}, comma-separated (or a list) for "
+                                  "several. Needed by likelihood_ratio, lira_offline and rmia: models trained on "
+                                  "similar data, disjoint from the target's training data. Several make a reference "
+                                  "set, used as reference_mode says", flags=("--reference",), metavar="URI[,URI]",
                                   default_doc="the demo's models:/bbc-reference@champion, else none")
+    reference_mode: str | None = option(None, "how several references are used: set = one audit over the set "
+                                        "(lira_offline and rmia use every reference; likelihood_ratio is reported "
+                                        "against each: likelihood_ratio against the first, "
+                                        "likelihood_ratio.reference_2 ... against the others, named in the params "
+                                        "reference_model, reference_2_model, ...); each = one audit per reference "
+                                        "(one run each; with compare, every version against each). One reference: "
+                                        "both are the same audit", choices=REFERENCE_MODES,
+                                  default_doc="set for audit and the evaluator; each for compare")
     population_data: Any = option(None, "population set: texts from the same distribution as the members, "
                                   "disjoint from the pool, only used to set thresholds; a DataFrame or a "
                                   ".csv/.jsonl/.json/.parquet path", flags=("--population",), metavar="PATH",
@@ -89,6 +100,41 @@ class MiaOptions(CommonOptions):
                                       default_doc="the active session, else Spark's default")
     spark_store: str | None = option(None, "Parquet signal store of the spark engine (any path Spark writes); a "
                                      "re-run computes only the texts missing there", metavar="PATH")
+
+    @property
+    def references(self) -> list:
+        """The reference models given, as a list: URIs split at commas (a list or one object kept).
+
+        >>> MiaOptions(reference_model="models:/a@x, models:/b/2").references
+        ['models:/a@x', 'models:/b/2']
+        >>> MiaOptions().references
+        []
+        """
+        value = self.reference_model
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return []
+        if isinstance(value, str):
+            return [uri.strip() for uri in value.split(",") if uri.strip()]
+        if isinstance(value, (list, tuple)):
+            return [v.strip() if isinstance(v, str) else v for v in value if not (isinstance(v, str) and not v.strip())]
+        return [value]
+
+    def reference_sets(self, command: str = "audit") -> list[list]:
+        """The reference sets to audit, one audit each: ``[all references]`` (mode set), ``[[r] for each r]``
+        (mode each), ``[[]]`` without references.
+
+        ``command`` picks the default mode: ``each`` for ``compare``, else ``set``.
+
+        >>> MiaOptions(reference_model="a,b").reference_sets()
+        [['a', 'b']]
+        >>> MiaOptions(reference_model="a,b").reference_sets("compare")
+        [['a'], ['b']]
+        """
+        refs = self.references
+        mode = self.reference_mode or ("each" if command == "compare" else "set")
+        if not refs:
+            return [[]]
+        return [refs] if mode == "set" else [[r] for r in refs]
 
     def require_population(self) -> None:
         """Raise the error that explains how to provide a population set.

@@ -56,7 +56,11 @@ class SqliteSpecStore:
     """A SQLite file with a ``specs`` table and one rows table: the base of the on-disk caches.
 
     Subclasses name their rows table and its value columns (``table``,
-    ``columns``: SQL declarations after ``key`` and ``text_hash``). Rows are keyed
+    ``columns``: SQL declarations after ``key`` and ``text_hash``). Columns added
+    in a later release are listed, last, in ``added_columns`` too: a file made
+    before them gets them on open (``ALTER TABLE ... ADD COLUMN``, NULL in its old
+    rows), and an old row, whose MAC covers only the columns it was written with,
+    verifies with its added columns NULL and reads with them as None. Rows are keyed
     by the digest of a spec (:func:`~mlflow_mia.config.record_digest`, 32 hex);
     :meth:`register` checks that the spec stored under a key is the one asked for.
     :meth:`get_rows` and :meth:`put_rows` read and write value tuples, each with its
@@ -74,6 +78,7 @@ class SqliteSpecStore:
 
     table = ""
     columns: tuple = ()
+    added_columns: tuple = ()
 
     def __init__(self, path: str):
         self.path = path
@@ -91,6 +96,10 @@ class SqliteSpecStore:
             cols = "".join(f", {c}" for c in self.columns)
             self._conn.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (key TEXT NOT NULL, "
                                f"text_hash TEXT NOT NULL{cols}, checksum TEXT NOT NULL, PRIMARY KEY (key, text_hash))")
+            have = {row[1] for row in self._conn.execute(f"PRAGMA table_info({self.table})")}
+            for column in self.added_columns:
+                if column.split()[0] not in have:
+                    self._conn.execute(f"ALTER TABLE {self.table} ADD COLUMN {column}")
             self._conn.commit()
 
     @contextlib.contextmanager
@@ -135,7 +144,7 @@ class SqliteSpecStore:
                     f"SELECT text_hash, {names}, checksum FROM {self.table} "
                     f"WHERE key = ? AND text_hash IN ({','.join('?' * len(part))})", [key, *part]).fetchall()
                 for h, *values, mac in rows:
-                    if mac_matches(mac, self._mac(key, h, values)):
+                    if self._verifies(mac, key, h, values):
                         out[h] = tuple(values)
                     else:
                         damaged += 1
@@ -148,6 +157,14 @@ class SqliteSpecStore:
     def _mac(self, key: str, text_hash: str, values: Sequence) -> str:
         return row_mac(self._mac_key, [self.table, key, text_hash, *values])
 
+    def _verifies(self, mac: str, key: str, text_hash: str, values: Sequence) -> bool:
+        """The row's MAC over all its values, or (a row written before ``added_columns``) over the older ones."""
+        if mac_matches(mac, self._mac(key, text_hash, values)):
+            return True
+        n_added = len(self.added_columns)
+        return bool(n_added) and all(v is None for v in values[-n_added:]) and mac_matches(
+            mac, self._mac(key, text_hash, values[:-n_added]))
+
     def put_rows(self, key: str, rows: Mapping[str, Sequence]) -> None:
         """Store ``text_hash -> value tuple`` (in ``columns`` order) in one transaction."""
         payload = []
@@ -155,8 +172,10 @@ class SqliteSpecStore:
             values = [_stored(v) for v in values]
             payload.append((key, h, *values, self._mac(key, h, values)))
         marks = ",".join("?" * (len(self.columns) + 3))
+        # columns by name: in a file from before added_columns they sit after the checksum
+        names = ", ".join(["key", "text_hash", *(c.split()[0] for c in self.columns), "checksum"])
         with self._lock, self._guard():
-            self._conn.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES ({marks})", payload)
+            self._conn.executemany(f"INSERT OR REPLACE INTO {self.table} ({names}) VALUES ({marks})", payload)
             self._conn.commit()
 
     def count(self, key: str | None = None) -> int:
@@ -183,12 +202,17 @@ class SignalCache(SqliteSpecStore):
     Notes
     -----
     A stored row holds ``energy`` (float64), ``n_tokens`` (int), ``truncated``
-    (bool) and the masked-token log-probs (float32 bytes). Extra per-sample arrays
-    (e.g. neighbour energies) use the same table under their own spec.
+    (bool), the masked-token log-probs (float32 bytes) and ``token_stats``:
+    Min-K%++'s ``mu`` then ``sigma`` of each masked token (float32 bytes, twice as
+    long as the log-probs). Rows of caches written before ``token_stats`` existed
+    read with it None (:func:`~mlflow_mia.signals.energy.compute_signals` recomputes
+    them). Extra per-sample arrays (e.g. neighbour energies) use the same table
+    under their own spec.
     """
 
     table = "signal_rows"
-    columns = ("energy REAL", "n_tokens INTEGER", "truncated INTEGER", "logprobs BLOB")
+    added_columns = ("token_stats BLOB",)
+    columns = ("energy REAL", "n_tokens INTEGER", "truncated INTEGER", "logprobs BLOB", *added_columns)
 
     def __init__(self, path: str | os.PathLike | None = None):
         path = os.fspath(path or default_cache_dir())
@@ -202,13 +226,39 @@ class SignalCache(SqliteSpecStore):
     def __repr__(self) -> str:
         return f"SignalCache({self.path!r})"
 
-    def get_many(self, key: str, text_hashes: Iterable[str]) -> dict[str, tuple[float, int, bool, np.ndarray]]:
-        """Cached rows of ``text_hashes`` under ``key`` (missing or damaged hashes are absent)."""
-        return {h: (float("nan") if energy is None else energy, int(n_tokens), bool(truncated),
-                    np.frombuffer(blob, dtype=np.float32).copy())
-                for h, (energy, n_tokens, truncated, blob) in self.get_rows(key, text_hashes).items()}
+    def get_many(self, key: str, text_hashes: Iterable[str]) -> dict[str, tuple]:
+        """Cached rows of ``text_hashes`` under ``key`` (missing or damaged hashes are absent).
 
-    def put_many(self, key: str, rows: Mapping[str, tuple[float, int, bool, np.ndarray]]) -> None:
-        """Store rows ``text_hash -> (energy, n_tokens, truncated, logprobs)`` in one transaction."""
-        self.put_rows(key, {h: (float(e), int(n), int(bool(t)), np.asarray(lp, dtype=np.float32).tobytes())
-                            for h, (e, n, t, lp) in rows.items()})
+        Each row is ``(energy, n_tokens, truncated, logprobs, token_stats)``:
+        ``logprobs`` float32 of shape (n,), ``token_stats`` float32 of shape (2, n)
+        (Min-K%++'s ``mu`` and ``sigma`` per token), or None in a row written before
+        it was stored.
+        """
+        out = {}
+        for h, (energy, n_tokens, truncated, blob, stats) in self.get_rows(key, text_hashes).items():
+            logprobs = np.frombuffer(blob, dtype=np.float32).copy()
+            if stats is not None:
+                stats = np.frombuffer(stats, dtype=np.float32).copy().reshape(2, len(logprobs))
+            out[h] = (float("nan") if energy is None else energy, int(n_tokens), bool(truncated), logprobs, stats)
+        return out
+
+    def put_many(self, key: str, rows: Mapping[str, tuple]) -> None:
+        """Store rows ``text_hash -> (energy, n_tokens, truncated, logprobs[, token_stats])`` in one transaction.
+
+        Raises
+        ------
+        ValueError
+            ``token_stats`` not of shape (2, len(logprobs)).
+        """
+        payload = {}
+        for h, (e, n, t, lp, *rest) in rows.items():
+            lp = np.asarray(lp, dtype=np.float32)
+            stats = rest[0] if rest else None
+            if stats is not None:
+                stats = np.asarray(stats, dtype=np.float32)
+                if stats.shape != (2, lp.size):
+                    raise ValueError(f"token_stats of {h} has shape {stats.shape}, expected (2, {lp.size}): mu and "
+                                     "sigma of each masked token")
+                stats = stats.tobytes()
+            payload[h] = (float(e), int(n), int(bool(t)), lp.tobytes(), stats)
+        self.put_rows(key, payload)

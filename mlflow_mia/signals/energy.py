@@ -21,7 +21,9 @@ How it is computed (one code path for both signals):
 * the NLL is ``logsumexp(logits) - logit[target]`` in float32: the vocabulary
   projection runs on the masked positions of several batches at once
   (``HEAD_POSITIONS``), a block of the vocabulary at a time with a running
-  log-sum-exp, so no full row of logits is ever held;
+  log-sum-exp, so no full row of logits is ever held; the same pass keeps the first two
+  moments of ``log p`` under the model's distribution (Min-K%++'s ``mu`` and ``sigma``,
+  :mod:`mlflow_mia.signals.token_stats`), stored beside each token's log-prob;
 * the C heap is trimmed when resident memory outgrows its level after the last
   trim (:class:`HeapTrimmer`), so peak memory stays that of one batch;
 * texts stream through in chunks of ``chunk_size`` samples, each chunk written to
@@ -153,8 +155,13 @@ def _energy(per_mask: Sequence[np.ndarray], flat: np.ndarray, config: SignalConf
 
 def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Sequence[tuple[int, np.ndarray]], *,
                           token_budget: int | None = None, device=None, half_precision: bool = False,
-                          progress=None) -> list[np.ndarray]:
+                          progress=None, stats: bool = False) -> list[np.ndarray]:
     """Log-probabilities of the original tokens at the masked positions of each copy.
+
+    With ``stats=True`` each position also gets Min-K%++'s ``mu`` and ``sigma``
+    (the mean and standard deviation of ``log p`` under the model's own distribution
+    there, :mod:`mlflow_mia.signals.token_stats`), reduced from the same logits in
+    the same pass: no second forward pass, one more pair of sums over the vocabulary.
 
     Parameters
     ----------
@@ -168,11 +175,15 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
         Padded tokens per forward pass; default :func:`default_token_budget` of the device.
     progress : tqdm or None
         Updated by the number of copies done after each batch.
+    stats : bool
+        Also return ``mu`` and ``sigma`` of each position (default False).
 
     Returns
     -------
     list of ndarray (float32), one per copy
-        ``log p(s_i | s_{\\I})`` in nats for each masked position, in ``positions`` order.
+        ``log p(s_i | s_{\\I})`` in nats for each masked position, in ``positions`` order:
+        shape (n_positions,); with ``stats``, shape (n_positions, 3), columns
+        ``log p``, ``mu``, ``sigma`` (nats).
     """
     device = resolve_device(device)
     token_budget = token_budget or default_token_budget(device)
@@ -195,7 +206,8 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
 
     def run_head() -> None:
         features, targets = torch.cat([f for _, f, _ in pending]), torch.cat([t for _, _, t in pending])
-        logp = lm.target_logprobs_of_features(features, targets, chunk_rows=HEAD_POSITIONS).cpu().numpy()
+        logp = lm.target_logprobs_of_features(features, targets, chunk_rows=HEAD_POSITIONS,
+                                              stats=stats).cpu().numpy()
         store([c for rows, _, _ in pending for c in rows], logp)
         pending.clear()
 
@@ -215,7 +227,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
                 if sum(len(t) for _, _, t in pending) >= HEAD_POSITIONS:
                     run_head()
             else:
-                store(rows, lm.target_logprobs_at(*inputs, targets).cpu().numpy())
+                store(rows, lm.target_logprobs_at(*inputs, targets, stats=stats).cpu().numpy())
             if progress is not None:
                 progress.update(len(rows))
             trimmer.after_batch(batch.shape)  # freed blocks of other shapes would pile up in the heap
@@ -228,7 +240,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                     cache: SignalCache | None = None, device=None, progress: bool = True,
                     chunk_size: int = 512, desc: str | None = None,
                     mask_keys: Sequence[str] | None = None) -> SignalResult:
-    """Masked energy (or PLL) and masked-token log-probs of every text.
+    """Masked energy (or PLL), masked-token log-probs and their Min-K%++ statistics of every text.
 
     Parameters
     ----------
@@ -259,7 +271,10 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     Returns
     -------
     SignalResult
-        Row-aligned with ``texts``; energies in nats (see :class:`SignalResult`).
+        Row-aligned with ``texts``; energies in nats (see :class:`SignalResult`), with
+        ``token_mu`` and ``token_sigma`` (Min-K%++'s statistics) aligned with
+        ``token_logprobs``, computed in the same forward passes. Cached rows written
+        without them (before they existed) are recomputed, with a line at INFO.
 
     Raises
     ------
@@ -308,6 +323,12 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     key = cache.register(spec) if cache is not None else None
     unique: dict[str, str] = dict(zip(hashes, texts))
     rows = cache.get_many(key, unique) if cache is not None else {}
+    before_stats = [h for h, row in rows.items() if row[4] is None]
+    if before_stats:
+        log.info("%s: %d cached text(s) were stored without the per-token statistics of Min-K%%++ (an older "
+                 "mlflow-mia) and are recomputed", lm.name, len(before_stats))
+        for h in before_stats:
+            del rows[h]
     todo = [h for h in unique if h not in rows]
     if cache is not None:
         log.info("%s: %d of %d unique texts cached, %d to compute", lm.name, len(unique) - len(todo), len(unique),
@@ -331,16 +352,18 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
             for start in range(0, len(order), chunk_size):
                 chunk = order[start:start + chunk_size]
                 copies = [(i, maskable[i][row]) for i in chunk for row in masks[i]]
-                logprobs = masked_token_logprobs(lm, ids, copies, token_budget=config.token_budget, device=device,
-                                                 half_precision=config.half_precision, progress=bar)
+                scored = masked_token_logprobs(lm, ids, copies, token_budget=config.token_budget, device=device,
+                                               half_precision=config.half_precision, progress=bar, stats=True)
                 new, offset = {}, 0
                 for i in chunk:
                     k = len(masks[i])
-                    per_mask = logprobs[offset:offset + k]
+                    per_mask = scored[offset:offset + k]  # (l, 3) each: log p, mu, sigma
                     offset += k
                     flat = np.concatenate(per_mask)
-                    energy = _energy(per_mask, flat, config)
-                    new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), flat)
+                    logprobs = np.ascontiguousarray(flat[:, 0])
+                    energy = _energy([m[:, 0] for m in per_mask], logprobs, config)
+                    new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), logprobs,
+                                    np.ascontiguousarray(flat[:, 1:].T))
                 if cache is not None:
                     cache.put_many(key, new)
                 rows.update(new)
@@ -353,4 +376,6 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
         truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
         kind=config.kind,
+        token_mu=tuple(rows[h][4][0] for h in hashes),
+        token_sigma=tuple(rows[h][4][1] for h in hashes),
     )

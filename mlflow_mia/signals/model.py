@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
+from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
 
 __all__ = ["MaskedLM", "as_masked_lm"]
 
@@ -150,8 +151,12 @@ class MaskedLM(ModelIdentity):
 
     def target_logprobs_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                            cols: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 512,
-                           vocab_block: int = 2048) -> torch.Tensor:
+                           vocab_block: int = 2048, stats: bool = False) -> torch.Tensor:
         """``log p(targets[i] | input)`` at positions ``(rows[i], cols[i])``, shape (n_positions,), float32.
+
+        With ``stats=True``, shape (n_positions, 3): ``log p(target)``, and the mean and
+        standard deviation of ``log p`` under the model's own distribution at the
+        position (Min-K%++; :mod:`mlflow_mia.signals.token_stats`), from the same logits.
 
         Same numbers as ``log_softmax(logits_at(...))`` at the targets (to float32
         rounding), computed as ``logit[target] - logsumexp(logits)`` without ever
@@ -161,9 +166,9 @@ class MaskedLM(ModelIdentity):
         """
         if self.has_projection():
             return self.target_logprobs_of_features(self.features_at(input_ids, attention_mask, rows, cols), targets,
-                                                    chunk_rows=chunk_rows, vocab_block=vocab_block)
+                                                    chunk_rows=chunk_rows, vocab_block=vocab_block, stats=stats)
         return self._target_logprobs_from_logits(self._position_logits(input_ids, attention_mask), rows, cols,
-                                                 targets, chunk_rows)
+                                                 targets, chunk_rows, stats)
 
     def has_projection(self) -> bool:
         """True when the MLM head is ``features -> output embeddings`` (BERT, RoBERTa, ALBERT, ...).
@@ -193,8 +198,11 @@ class MaskedLM(ModelIdentity):
         return _input_of(self._projection, head, hidden[rows, cols])
 
     def target_logprobs_of_features(self, features: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 512,
-                                    vocab_block: int = 2048) -> torch.Tensor:
+                                    vocab_block: int = 2048, stats: bool = False) -> torch.Tensor:
         """``log_softmax(projection(features))[i, targets[i]]``, shape (n,), float32.
+
+        ``stats=True``: shape (n, 3), with Min-K%++'s ``mu`` and ``sigma`` of each row
+        (:func:`~mlflow_mia.signals.token_stats.blocked_logprob_stats`) in the same pass.
 
         The vocabulary projection runs ``vocab_block`` words at a time for
         ``chunk_rows`` positions, each block's log-sum-exp folded into a running one
@@ -206,20 +214,25 @@ class MaskedLM(ModelIdentity):
         """
         self._require_projection()
         decoder = self._projection
-        out = torch.empty(len(features), dtype=torch.float32, device=features.device)
+        kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
+        out = torch.empty((len(features), 3) if stats else len(features), dtype=torch.float32, device=features.device)
         for start in range(0, len(features), chunk_rows):
             stop = start + chunk_rows
-            out[start:stop] = _blocked_target_logprobs(features[start:stop], decoder.weight, decoder.bias,
-                                                       targets[start:stop], vocab_block)
+            out[start:stop] = kernel(features[start:stop], decoder.weight, decoder.bias, targets[start:stop],
+                                     vocab_block)
         return out
 
     @staticmethod
-    def _target_logprobs_from_logits(logits_of, rows, cols, targets, chunk_rows: int) -> torch.Tensor:
+    def _target_logprobs_from_logits(logits_of, rows, cols, targets, chunk_rows: int,
+                                     stats: bool = False) -> torch.Tensor:
         """The fallback of :meth:`target_logprobs_at`: full logits rows, log-sum-exp in place."""
-        out = torch.empty(len(rows), dtype=torch.float32, device=rows.device)
+        out = torch.empty((len(rows), 3) if stats else len(rows), dtype=torch.float32, device=rows.device)
         for start in range(0, len(rows), chunk_rows):
             stop = start + chunk_rows
             logits = logits_of(rows[start:stop], cols[start:stop]).float()
+            if stats:
+                out[start:stop] = logprob_stats_of_logits(logits, targets[start:stop])
+                continue
             target = logits.gather(1, targets[start:stop, None]).squeeze(1)
             top = logits.amax(dim=-1, keepdim=True)
             # logsumexp in place (the logits are not needed again): two passes fewer than torch.logsumexp

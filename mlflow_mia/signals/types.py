@@ -38,6 +38,12 @@ class SignalResult:
         Samples longer than the model limit, scored on their first tokens.
     kind : str
         What ``values`` holds: ``"energy"`` or ``"pll"`` (see :data:`SIGNAL_UNITS`).
+    token_mu, token_sigma : tuple of ndarray (float32), length n_samples, or None
+        At each scored position of :attr:`token_logprobs` (same order and length per
+        sample): the mean (nats, <= 0) and standard deviation (nats, >= 0) of
+        ``log p(v)`` for ``v`` drawn from the model's own distribution there, the
+        normalisers of Min-K%++ (Zhang et al. 2024, Sec. 3). None when the signals
+        were made without them (e.g. :meth:`from_arrays` without them).
     """
 
     values: np.ndarray
@@ -45,6 +51,13 @@ class SignalResult:
     n_tokens: np.ndarray
     truncated: np.ndarray
     kind: str = "energy"
+    token_mu: tuple | None = None
+    token_sigma: tuple | None = None
+
+    @property
+    def has_token_stats(self) -> bool:
+        """True when :attr:`token_mu` and :attr:`token_sigma` are present."""
+        return self.token_mu is not None and self.token_sigma is not None
 
     @property
     def energy(self):
@@ -67,7 +80,7 @@ class SignalResult:
 
     @classmethod
     def from_arrays(cls, values, *, n_tokens, truncated=None, token_logprobs=None,
-                    kind: str = "energy") -> "SignalResult":
+                    kind: str = "energy", token_mu=None, token_sigma=None) -> "SignalResult":
         """A SignalResult from plain arrays, e.g. signals computed on a cluster.
 
         Parameters
@@ -79,14 +92,19 @@ class SignalResult:
         truncated : array-like of shape (n_samples,), optional
             Default: no sample truncated.
         token_logprobs : sequence of arrays, optional
-            Masked-token log-probs per sample; only ``min_k`` reads them. Default:
+            Masked-token log-probs per sample; ``min_k`` and ``min_k_plus_plus`` read them. Default:
             empty arrays (``min_k`` then cannot score).
         kind : {"energy", "pll"}
+        token_mu, token_sigma : sequences of arrays, optional
+            Min-K%++'s per-position statistics, each array as long as the sample's
+            ``token_logprobs`` array; give both or neither (default: none, and
+            ``min_k_plus_plus`` cannot score).
 
         Raises
         ------
         ValueError
-            An array is not 1-D or the lengths differ.
+            An array is not 1-D or the lengths differ; only one of ``token_mu`` and
+            ``token_sigma``; a statistics array of another length than its log-probs.
         """
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 1:
@@ -102,7 +120,8 @@ class SignalResult:
                 raise ValueError(f"{name} has shape {got}, expected ({n},): one entry per value")
         if kind not in SIGNAL_KINDS:
             raise ValueError(f"signal kind must be one of {SIGNAL_KINDS}, got {kind!r}")
-        return cls(values, logprobs, n_tokens, truncated, kind)
+        mu, sigma = _token_stats(token_mu, token_sigma, logprobs)
+        return cls(values, logprobs, n_tokens, truncated, kind, mu, sigma)
 
     def take(self, index) -> "SignalResult":
         """Rows ``index`` (an int array), keeping all fields aligned."""
@@ -113,4 +132,25 @@ class SignalResult:
             n_tokens=self.n_tokens[index],
             truncated=self.truncated[index],
             kind=self.kind,
+            token_mu=None if self.token_mu is None else tuple(self.token_mu[i] for i in index),
+            token_sigma=None if self.token_sigma is None else tuple(self.token_sigma[i] for i in index),
         )
+
+
+def _token_stats(token_mu, token_sigma, logprobs: tuple) -> tuple[tuple | None, tuple | None]:
+    """``token_mu`` and ``token_sigma`` as float32 tuples aligned with ``logprobs``, or (None, None)."""
+    if token_mu is None and token_sigma is None:
+        return None, None
+    if token_mu is None or token_sigma is None:
+        raise ValueError("give token_mu and token_sigma together (Min-K%++ needs both), or neither")
+    out = []
+    for name, arrays in (("token_mu", token_mu), ("token_sigma", token_sigma)):
+        arrays = tuple(np.asarray(x, dtype=np.float32) for x in arrays)
+        if len(arrays) != len(logprobs):
+            raise ValueError(f"{name} has {len(arrays)} rows, expected {len(logprobs)}: one array per value")
+        bad = next((i for i, (a, lp) in enumerate(zip(arrays, logprobs)) if a.shape != lp.shape), None)
+        if bad is not None:
+            raise ValueError(f"{name}[{bad}] has shape {arrays[bad].shape}, but token_logprobs[{bad}] has shape "
+                             f"{logprobs[bad].shape}: one statistic per scored token")
+        out.append(arrays)
+    return out[0], out[1]

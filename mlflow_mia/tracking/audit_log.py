@@ -88,15 +88,17 @@ def _flatten(prefix: str, value, out: dict) -> None:
 def model_params(models: dict) -> dict[str, str]:
     """Run params naming every model of an audit (``AuditResult.models``), each written once.
 
-    ``target_model`` and ``reference_model`` (the version-pinned URI, else the
+    ``target_model`` and ``reference_model`` (``reference_2_model``, ... for a reference
+    set; the version-pinned URI, else the
     model identity), ``{role}_model_requested`` (when it differs),
     ``{role}_registered_model`` and ``{role}_model_version`` (registry models),
     and ``neighbourhood.generator`` (the generator's identity).
     """
     out: dict[str, str] = {}
-    for role in ("target", "reference"):
+    references = [r for r in models if r == "reference" or r.startswith("reference_")]  # reference, reference_2, ...
+    for role in ("target", *references):
         record = models.get(role) or {}
-        if role == "reference" and not record:
+        if role != "target" and not record:
             continue
         uri = record.get("uri") or record.get("identity")
         out[f"{role}_model"] = str(uri)

@@ -20,13 +20,15 @@ log = logging.getLogger(__name__)
 
 def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, generator=None,
                   run_id=None, log_metrics: bool = True, extra_params: dict | None = None, notes=(),
-                  run_name: str | None = None, sources: dict | None = None):
+                  references=None, run_name: str | None = None, sources: dict | None = None):
     """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
 
     Parameters
     ----------
     target, reference : ResolvedModel
         From :func:`mlflow_mia.models.resolve.resolve_model`.
+    references : list of ResolvedModel, optional
+        A reference set (instead of ``reference``): one audit over every model of it.
     generator : ResolvedModel, optional
         Neighbour generator of the ``neighbourhood`` attack. Default: resolved from
         ``config.neighbourhood.generator_model`` (any URI :func:`resolve_model`
@@ -58,10 +60,14 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
     generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
-    result = run_audit(target, pool, population, reference=reference, generator=generator, config=config,
+    from mlflow_mia.attacks import reference_roles
+
+    refs = list(references) if references else ([reference] if reference is not None else [])
+    result = run_audit(target, pool, population, references=refs or None, generator=generator, config=config,
                        engine=options.engine, cache=cache, device=options.device, progress=options.progress,
                        spark_master=options.spark_master, store=options.spark_store)
-    result.models = model_records(result.models, target=target, reference=reference, generator=generator)
+    result.models = model_records(result.models, target=target, generator=generator,
+                                  **dict(zip(reference_roles(len(refs)), refs)))
     result.warnings.extend(notes)
     gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
             if options.gate is not None else None)
@@ -86,7 +92,7 @@ def model_records(models: dict, **resolved) -> dict:
     models : dict
         ``{role: {"identity": ..., "name": ...}}`` from the audit.
     **resolved : ResolvedModel or None
-        By role (``target``, ``reference``, ``generator``). A generator that is the
+        By role (``target``, ``reference``, ``reference_2``, ..., ``generator``). A generator that is the
         reference model (same identity) gets the reference's record.
     """
     out = {role: dict(record) for role, record in models.items()}

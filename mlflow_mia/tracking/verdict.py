@@ -31,8 +31,8 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "worst_verdict", "short_model_name",
-           "audit_run_name", "run_description", "describe_run", "describe_version", "run_url", "fmt_interval",
-           "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+           "audit_run_name", "references_label", "run_description", "describe_run", "describe_version", "run_url",
+           "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
 
@@ -210,11 +210,29 @@ def audit_run_name(target, reference=None) -> str:
     'audit bbc-target v3 vs bbc-reference v1'
     """
     name = f"audit {short_model_name(target)}"
-    return f"{name} vs {short_model_name(reference)}" if reference else name
+    return f"{name} vs {short_model_name(reference)}" if reference else name  # a short name stays as it is
 
 
 #: The MLflow 3 UI's query parameter that opens a page in its "Model training" view (not the GenAI one).
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def references_label(references) -> str | None:
+    """The references of one audit as a run name shows them: one name, or the first and how many more.
+
+    Parameters
+    ----------
+    references : sequence of ResolvedModel or str
+        Resolved models (their ``resolved_uri``) or URIs; empty: None.
+
+    >>> references_label(["models:/r/1"]), references_label(["models:/r/1", "models:/s/2", "models:/t/1"])
+    ('r v1', 'r v1 +2 more')
+    """
+    uris = [getattr(r, "resolved_uri", r) for r in references or ()]
+    if not uris:
+        return None
+    first = short_model_name(uris[0])
+    return first if len(uris) == 1 else f"{first} +{len(uris) - 1} more"
 
 
 def run_url(run_id: str, experiment_id: str, *, tracking_uri: str | None = None, path: str | None = None) -> str:

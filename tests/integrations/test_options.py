@@ -190,11 +190,13 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
             "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.9",
             "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
             "--log-texts", "--log-samples", "true", "--hash-key-file", str(key), "--cache-dir", "c",
-            "--device", "cpu", "--no-progress", "--reference", "models:/r/1", "--population", "p.csv", "--text-column", "t",
+            "--device", "cpu", "--no-progress", "--reference", "models:/r/1,models:/r2/1", "--reference-mode", "each",
+            "--rmia-offline-a", "0.4", "--rmia-gamma", "2", "--population", "p.csv", "--text-column", "t",
             "--id-column", "i", "--group-column", "g", "--population-text-column", "pt",
             "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",
             "--no-tag-model-version", "--clear-gate-fail", "--trust-remote-code", "--engine", "spark",
             "--spark-master", "local[1]", "--spark-store", "s"]
+    argv += ["--min-k-plus-plus-fraction", "0.4"]
     args = build_parser().parse_args(argv)
     flat = _flat_config(args)
     assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
@@ -206,13 +208,16 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
     assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
         (0.2, 0.1, 0.05, 0.01), 0, 0.9, 0.3, 5, 1e-4, 4)
+    assert m.min_k_plus_plus_fraction == 0.4
+    assert (m.rmia_offline_a, m.rmia_gamma) == (0.4, 2.0)
     assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
     assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,
             options.progress) == ("m", True, True, "c", "cpu", False)
     assert options.hash_key.source == "file" and options.hash_key.key == b"k" * 32
     assert (options.reference_model, options.population_data, options.text_column, options.id_column,
             options.group_column, options.population_text_column, options.population_group_column) == (
-        "models:/r/1", "p.csv", "t", "i", "g", "pt", "pg")
+        "models:/r/1,models:/r2/1", "p.csv", "t", "i", "g", "pt", "pg")
+    assert options.reference_mode == "each" and options.reference_sets() == [["models:/r/1"], ["models:/r2/1"]]
     assert (options.tag_model_version, options.clear_gate_fail, options.trust_remote_code) == (False, True, True)
     assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[1]", "s")
 

@@ -94,6 +94,9 @@ def _assert_equal(res, local, rows=None):
     np.testing.assert_array_equal(res.truncated, local.truncated[rows])
     for a, i in zip(res.token_logprobs, rows):
         np.testing.assert_allclose(a, local.token_logprobs[i], atol=1e-5, rtol=0)
+    for name in ("token_mu", "token_sigma"):  # Min-K%++'s statistics travel with the log-probs
+        for a, i in zip(getattr(res, name), rows):
+            np.testing.assert_allclose(a, getattr(local, name)[i], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("partitions,batch", [(1, 10000), (4, 3)])
@@ -107,7 +110,8 @@ def test_spark_energies_equal_compute_signals(spark, model_dir, texts, local, pa
         res = collect_signals(job.frame, order)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert job.frame.columns == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs"]
+    assert job.frame.columns == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs", "token_mu",
+                                 "token_sigma"]
     assert res.truncated[0] and res.n_truncated == 1  # LONG, now first
     _assert_equal(res, local, order)
 
@@ -160,7 +164,8 @@ def test_executor_errors_name_the_text_and_the_model(model_dir):
     with pytest.raises(SparkSignalError, match="text of id 8 is empty"):
         run(spec, batch)
     out = run(spec, batch.iloc[:1])[0]
-    assert list(out.columns) == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs"]
+    assert list(out.columns) == ["id", "text_hash", "energy", "n_tokens", "truncated", "token_logprobs", "token_mu",
+                                 "token_sigma"]
     with pytest.raises(SparkSignalError, match="cannot load the target model '/no/such/model'"):
         run({**spec, "load_uri": "/no/such/model"}, batch)
     with pytest.raises(SparkSignalError, match="another tokenizer than on the driver"):
@@ -293,6 +298,28 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     again = run_audit(model_dir, pool, population, reference=reference_dir, config=config,
                       engine=SparkEngine(spark, store=str(tmp_path / "store")), progress=False)
     assert again.metrics == pytest.approx(remote.metrics, abs=1e-12, nan_ok=True)
+
+
+def test_reference_set_signals_on_the_executors_equal_local(spark, model_dir, reference_dir, audit_data, tmp_path):
+    from mlflow_mia.audits.membership import run_audit
+
+    second = tmp_path / "second_reference"
+    model, tok = tiny_bert(seed=6)
+    model.save_pretrained(second)
+    tok.save_pretrained(second)
+    pool, population = audit_data
+    config = _audit_config(attacks=("likelihood_ratio", "lira_offline", "rmia"))
+    refs = [reference_dir, str(second)]
+    local = run_audit(model_dir, pool, population, references=refs, config=config, progress=False)
+    remote = run_audit(model_dir, pool, population, references=refs, config=config, engine="spark", spark=spark,
+                       progress=False)
+    assert list(remote.attacks) == ["likelihood_ratio", "likelihood_ratio.reference_2", "lira_offline", "rmia"]
+    # Each reference's signals came from the executors: its likelihood ratio equals the local one.
+    for name in remote.attacks:
+        np.testing.assert_allclose(remote.samples[f"score_{name}"], local.samples[f"score_{name}"], atol=1e-5)
+    assert remote.metrics == pytest.approx(local.metrics, abs=1e-5, nan_ok=True)
+    assert {r: m["identity"] for r, m in remote.models.items()} == {r: m["identity"] for r, m in local.models.items()}
+    assert {"reference", "reference_2"} <= set(remote.models)
 
 
 def test_scorer_as_spark_udf_returns_compute_signals(spark, tracking):
@@ -471,3 +498,15 @@ def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_
 def test_waves_must_be_a_positive_int_or_none(waves):
     with pytest.raises(ValueError, match="waves must be a positive int or None"):
         spark_signals(None, None, CONFIG, waves=waves)
+
+
+def test_store_partitions_from_before_the_token_stats_are_not_read(model_dir):
+    """Rows without token_mu/token_sigma live under the former settings digest; the new layout has its own."""
+    from mlflow_mia.config import record_digest
+    from mlflow_mia.engines.spark_store import settings_digests
+    from mlflow_mia.signals.energy import value_settings
+
+    spec = model_spec(model_dir, CONFIG)
+    settings = value_settings(MaskedLM.from_pretrained(model_dir), CONFIG)
+    assert spec["settings_before_token_stats"] == record_digest(settings)  # the digest earlier releases wrote
+    assert spec["settings"] == settings_digests(settings)[0] != spec["settings_before_token_stats"]

@@ -113,7 +113,8 @@ def test_item9_random_overwrites_never_change_a_cached_value_silently(tmp_path):
         except CacheCorruptError:
             detected += 1
             continue
-        for h, (energy, n, truncated, lp) in got.items():
+        for h, (energy, n, truncated, lp, stats) in got.items():
+            assert stats is None  # written without Min-K%++ statistics
             want = rows[h]
             assert (energy, n, truncated) == (want[0], want[1], want[2])
             np.testing.assert_array_equal(lp, want[3])
@@ -156,5 +157,5 @@ def test_nan_energy_round_trips(tmp_path):
     cache = SignalCache(tmp_path)
     key = cache.register({"k": 1})
     cache.put_many(key, {"h": (float("nan"), 0, False, np.zeros(0, dtype=np.float32))})
-    energy, n, truncated, lp = cache.get_many(key, ["h"])["h"]
-    assert np.isnan(energy) and n == 0 and lp.size == 0
+    energy, n, truncated, lp, stats = cache.get_many(key, ["h"])["h"]
+    assert np.isnan(energy) and n == 0 and lp.size == 0 and stats is None

@@ -413,3 +413,183 @@ def test_item10_literal_special_token_strings_are_ordinary_text(lm):
     assert compute_signals(lm, [text], progress=False).n_tokens.tolist() == [len(inner)]
     # Cached rows tokenised the old way are not reused: the tokenisation is part of the cache key.
     assert energy_module.TOKENIZATION == "split_special_tokens"
+
+
+# ---- Min-K%++ statistics (Zhang et al. 2024): mean and spread of log p under the model's own distribution ----
+
+
+def _brute_force_stats(lm, ids, positions):
+    """(log p(target), mu, sigma) at ``positions`` of ``ids`` masked there: full softmax, float64, one pass."""
+    masked = torch.tensor(ids)[None].clone()
+    masked[0, positions] = lm.tokenizer.mask_token_id
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.model(input_ids=masked).logits[0, positions].double(), dim=-1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    sigma = (p * (logp - mu[:, None]) ** 2).sum(-1).sqrt()
+    return np.stack([logp[torch.arange(len(positions)), torch.tensor(ids)[positions]].numpy(), mu.numpy(),
+                     sigma.numpy()])
+
+
+def _spy_copies(monkeypatch):
+    seen = []
+    original = energy_module.masked_token_logprobs
+
+    def spy(lm_, ids, copies, **kw):
+        seen.extend((ids[s], pos) for s, pos in copies)
+        return original(lm_, ids, copies, **kw)
+
+    monkeypatch.setattr(energy_module, "masked_token_logprobs", spy)
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["energy", "pll"])
+def test_token_stats_equal_full_softmax_at_every_masked_position(lm, kind, monkeypatch):
+    seen = _spy_copies(monkeypatch)
+    for text in TEXTS[:3]:
+        seen.clear()
+        res = compute_signals(lm, [text], SignalConfig(kind=kind, num_masks=4), progress=False)
+        expected = np.concatenate([_brute_force_stats(lm, ids, pos) for ids, pos in seen], axis=1)
+        assert res.has_token_stats and res.token_mu[0].dtype == np.float32
+        got = np.stack([res.token_logprobs[0], res.token_mu[0], res.token_sigma[0]])
+        assert got.shape == expected.shape and expected.shape[1] == len(res.token_logprobs[0])
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert (res.token_mu[0] <= 0).all() and (res.token_sigma[0] > 0).all()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("block", [1, 5, 64, 1000])
+def test_blocked_logprob_stats_equal_torch(bias, block):
+    from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
+
+    gen = torch.Generator().manual_seed(block)
+    features = torch.randn(9, 6, generator=gen) * 3
+    weight = torch.randn(64, 6, generator=gen)
+    b = torch.randn(64, generator=gen) * 5 if bias else None
+    targets = torch.randint(0, 64, (9,), generator=gen)
+    logits = torch.nn.functional.linear(features.double(), weight.double(), None if b is None else b.double())
+    logp = torch.log_softmax(logits, dim=-1)
+    mu = (logp.exp() * logp).sum(-1)
+    var = (logp.exp() * (logp - mu[:, None]) ** 2).sum(-1)
+    expected = torch.stack([logp[torch.arange(9), targets], mu, var.sqrt()], dim=1).float()
+    torch.testing.assert_close(blocked_logprob_stats(features, weight, b, targets, block), expected,
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logprob_stats_of_logits(logits.float(), targets), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_token_stats_of_the_full_head_equal_the_blocked_head(lm, monkeypatch):
+    fast = compute_signals(lm, TEXTS, SignalConfig(num_masks=3), progress=False)
+    monkeypatch.setattr(MaskedLM, "split_head", lambda self: None)
+    full = compute_signals(lm, TEXTS, SignalConfig(num_masks=3), progress=False)
+    for name in ("token_logprobs", "token_mu", "token_sigma"):
+        for a, b in zip(getattr(fast, name), getattr(full, name)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_token_stats_cost_no_second_forward_pass(lm):
+    """The statistics come from the logits of the energy's passes: as many encoder passes with them as without."""
+    ids, maskable, _ = tokenize(lm, TEXTS, max_length=64)
+    copies = [(i, m[j:j + 2]) for i, m in enumerate(maskable) for j in range(0, len(m) - 1, 2)]
+    calls = []
+    handle = lm.model.base_model.encoder.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        plain = energy_module.masked_token_logprobs(lm, ids, copies, token_budget=64)
+        without = len(calls)
+        calls.clear()
+        with_stats = energy_module.masked_token_logprobs(lm, ids, copies, token_budget=64, stats=True)
+        assert len(calls) == without > 1
+        calls.clear()
+        compute_signals(lm, TEXTS, SignalConfig(num_masks=3), progress=False)
+        counted = len(calls)
+        calls.clear()
+        config = SignalConfig(num_masks=3)
+        masks = [energy_module._masks(len(m), config, energy_module.text_hash(t)) for m, t in zip(maskable, TEXTS)]
+        energy_module.masked_token_logprobs(lm, ids, [(i, maskable[i][r]) for i in range(len(ids)) for r in masks[i]])
+        assert counted == len(calls)  # compute_signals (statistics included) makes the passes of the log-probs alone
+    finally:
+        handle.remove()
+    for a, b in zip(plain, with_stats):
+        assert b.shape == (len(a), 3)
+        np.testing.assert_allclose(b[:, 0], a, rtol=1e-5, atol=1e-6)
+
+
+def test_token_stats_round_trip_through_the_cache(tmp_path):
+    model, tok = tiny_bert()
+    lm = MaskedLM(model, tok)
+    counter = _ForwardCounter(model)
+    first = compute_signals(lm, TEXTS, cache=SignalCache(tmp_path), progress=False)
+    counter.calls = 0
+    again = compute_signals(lm, TEXTS, cache=SignalCache(tmp_path), progress=False)
+    assert counter.calls == 0
+    for name in ("token_logprobs", "token_mu", "token_sigma"):
+        for a, b in zip(getattr(first, name), getattr(again, name)):
+            np.testing.assert_array_equal(a, b)
+
+
+def _old_cache_rows(path, lm, config, rows):
+    """A signal cache as an mlflow-mia without Min-K%++ wrote it: no token_stats column, MACs over four values."""
+    from mlflow_mia.signals.cache import SqliteSpecStore
+
+    class OldSignalCache(SqliteSpecStore):
+        table = "signal_rows"
+        columns = ("energy REAL", "n_tokens INTEGER", "truncated INTEGER", "logprobs BLOB")
+
+    old = OldSignalCache(str(path / "signals.sqlite"))
+    spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id,
+            **energy_module.value_settings(lm, config)}
+    old.put_rows(old.register(spec), rows)
+    old.close()
+
+
+def test_cache_rows_from_before_the_token_stats_are_recomputed_and_said_at_info(tmp_path, caplog):
+    from mlflow_mia.data import text_hash
+
+    model, tok = tiny_bert()
+    lm = MaskedLM(model, tok)
+    config = SignalConfig(num_masks=2)
+    fresh = compute_signals(lm, TEXTS, config, progress=False)
+    _old_cache_rows(tmp_path, lm, config, {
+        text_hash(t): (float(e), int(n), 0, lp.tobytes())
+        for t, e, n, lp in zip(TEXTS[:3], fresh.values, fresh.n_tokens, fresh.token_logprobs)})
+    counter = _ForwardCounter(model)
+    with caplog.at_level("INFO", logger="mlflow_mia"):
+        res = compute_signals(lm, TEXTS, config, cache=SignalCache(tmp_path), progress=False)
+    assert "3 cached text(s) were stored without the per-token statistics of Min-K%++" in caplog.text
+    assert "failed their MAC" not in caplog.text  # old rows verify; they are only incomplete
+    assert counter.calls > 0
+    for name in ("token_mu", "token_sigma"):
+        for a, b in zip(getattr(res, name), getattr(fresh, name)):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+    counter.calls = 0
+    compute_signals(lm, TEXTS, config, cache=SignalCache(tmp_path), progress=False)
+    assert counter.calls == 0  # rewritten with their statistics
+
+
+def test_cache_row_with_its_token_stats_removed_fails_its_mac(tmp_path, caplog):
+    import sqlite3
+
+    lm = MaskedLM(*tiny_bert())
+    compute_signals(lm, TEXTS[:2], SignalConfig(num_masks=2), cache=SignalCache(tmp_path), progress=False)
+    conn = sqlite3.connect(tmp_path / "signals.sqlite")
+    conn.execute("UPDATE signal_rows SET token_stats = NULL")
+    conn.commit()
+    conn.close()
+    compute_signals(lm, TEXTS[:2], SignalConfig(num_masks=2), cache=SignalCache(tmp_path), progress=False)
+    assert "2 row(s) failed their MAC" in caplog.text
+
+
+def test_signal_result_checks_and_keeps_the_token_stats():
+    from mlflow_mia.signals import SignalResult
+
+    lp = [[-1.0, -2.0], [-3.0]]
+    res = SignalResult.from_arrays([1.0, 2.0], n_tokens=[2, 1], token_logprobs=lp, token_mu=[[-1.5, -1.5], [-2.0]],
+                                   token_sigma=[[1.0, 2.0], [0.5]])
+    taken = res.take([1])
+    assert taken.token_mu[0].tolist() == [-2.0] and taken.token_sigma[0].tolist() == [0.5]
+    assert not SignalResult.from_arrays([1.0], n_tokens=[1]).has_token_stats
+    with pytest.raises(ValueError, match="give token_mu and token_sigma together"):
+        SignalResult.from_arrays([1.0, 2.0], n_tokens=[2, 1], token_logprobs=lp, token_mu=[[0.0, 0.0], [0.0]])
+    with pytest.raises(ValueError, match=r"token_sigma\[1\] has shape \(2,\), but token_logprobs\[1\] has shape "
+                                         r"\(1,\)"):
+        SignalResult.from_arrays([1.0, 2.0], n_tokens=[2, 1], token_logprobs=lp, token_mu=[[0.0, 0.0], [0.0]],
+                                 token_sigma=[[1.0, 1.0], [1.0, 1.0]])

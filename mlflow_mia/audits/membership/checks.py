@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlflow_mia.attacks import MODEL_ROLES, required_inputs, required_roles
+from mlflow_mia.attacks import MODEL_ROLES, reference_roles, required_inputs, required_roles
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet, invisible_variants, near_duplicates
 from mlflow_mia.metrics.thresholds import min_population_size
@@ -54,8 +54,8 @@ def check_models(models, config: AuditConfig) -> list[str]:
     ValueError
         No target; an attack needs a model role that is missing (the message says
         which attacks, and how to give it, from :data:`~mlflow_mia.attacks.MODEL_ROLES`);
-        the reference's tokenizer differs from the target's (the likelihood ratio
-        would compare energies of different tokenisations) and
+        a reference model's tokenizer (each of the reference set's) differs from the
+        target's (the likelihood ratio would compare energies of different tokenisations) and
         ``config.allow_tokenizer_mismatch`` is off.
     """
     roles = required_roles(config.attacks)
@@ -64,17 +64,23 @@ def check_models(models, config: AuditConfig) -> list[str]:
     for role, attacks in roles.items():
         if role != "target" and getattr(models, role) is None:
             raise ValueError(f"attack(s) {list(attacks)} need {MODEL_ROLES[role]}")
-    differ = (tokenizer_difference(models.target.tokenizer, models.reference.tokenizer)
-              if "reference" in roles else None)
-    if differ and not config.allow_tokenizer_mismatch:
-        raise ValueError(
-            f"the reference model's tokenizer differs from the target's ({differ}): the likelihood ratio would "
-            "compare energies of different tokenisations. Use a reference trained with the target's tokenizer, "
-            "or opt in with allow_tokenizer_mismatch=True (--allow-tokenizer-mismatch) and signal='pll'")
-    if not differ:
+    references = tuple(getattr(models, "references", ()) or ((models.reference,) if models.reference else ()))
+    if "reference" not in roles:
         return []
-    return [f"the reference model's tokenizer differs from the target's ({differ}); opted in with "
-            "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the texts"]
+    warnings = []
+    for role, ref in zip(reference_roles(len(references)), references):
+        which = "reference model" if len(references) == 1 else f"reference model {role!r}"
+        differ = tokenizer_difference(models.target.tokenizer, ref.tokenizer)
+        if differ and not config.allow_tokenizer_mismatch:
+            raise ValueError(
+                f"the {which}'s tokenizer differs from the target's ({differ}): the likelihood ratio would "
+                "compare energies of different tokenisations. Use a reference trained with the target's tokenizer, "
+                "or opt in with allow_tokenizer_mismatch=True (--allow-tokenizer-mismatch) and signal='pll'")
+        if differ:
+            warnings.append(f"the {which}'s tokenizer differs from the target's ({differ}); opted in with "
+                            "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the "
+                            "texts")
+    return warnings
 
 
 def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> list[str]:

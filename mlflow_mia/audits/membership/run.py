@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
               config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
               device=None, progress: bool = True, spark=None, spark_master: str | None = None,
-              store: str | None = None) -> AuditResult:
+              store: str | None = None, references=None) -> AuditResult:
     """Audit a target masked LM for membership leakage.
 
     One setup path whatever the engine: the engine checks the device and the inputs
@@ -45,11 +45,18 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         thresholds. Needs at least ``ceil(1 / min(fprs))`` samples.
     reference : MaskedLM, (model, tokenizer) or str, optional
         A model trained on similar but disjoint data; required by ``likelihood_ratio``.
+    references : sequence of MaskedLM, (model, tokenizer) or str, optional
+        Instead of ``reference``: a reference set of several models, one audit over
+        the set. The attacks over the set (``lira_offline``, ``rmia``) use every one;
+        ``likelihood_ratio`` is reported against each (``likelihood_ratio`` against
+        the first, ``likelihood_ratio.reference_<i>`` against the i-th). Every
+        reference gets the checks of one (tokenizer agreement, loading without
+        shipped code) and its signals are cached like one.
     generator : MaskedLM, (model, tokenizer) or str, optional
         The masked LM proposing neighbours for ``neighbourhood`` (Mattern et al.
         2023, Sec. 3). Precedence (:func:`~mlflow_mia.signals.neighbours.choose_generator`):
         this argument, then ``config.neighbourhood.generator_model`` (a local
-        folder), then ``reference``.
+        folder), then ``reference`` (the first of ``references``).
     config : AuditConfig, optional
         Attacks, signal and metric settings (defaults: loss and likelihood ratio,
         energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
@@ -83,8 +90,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     ValueError
         Before any model loads: an unknown engine or an option it does not take, a
         device that does not exist, unknown attacks, attacks whose inputs the engine
-        cannot compute. Before any model runs: a missing reference or generator, a
-        reference whose tokenizer differs from the target's (unless
+        cannot compute, both ``reference`` and ``references``. Before any model runs: a
+        missing reference or generator, a reference whose tokenizer differs from the target's (unless
         ``config.allow_tokenizer_mismatch``), a pool with one class, a missing or too
         small population set, pool and population overlap.
     """
@@ -93,7 +100,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     runner = get_engine(engine, spark=spark, spark_master=spark_master, store=store)
     runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
     runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
-    models = AuditModels.build(target, reference=reference, generator=generator, config=config, load=runner.load)
+    models = AuditModels.build(target, reference=reference, references=references, generator=generator,
+                               config=config, load=runner.load)
     notes = check_audit(models, pool, population, config)
     if isinstance(cache, str):
         cache = SignalCache(cache)

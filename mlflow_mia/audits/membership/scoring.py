@@ -30,7 +30,7 @@ from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_a
                                            population_threshold_metrics, unresolved_reason)
 from mlflow_mia.naming import fmt_alpha, headline_attack
 
-__all__ = ["score_audit", "score_checked", "attack_report"]
+__all__ = ["score_audit", "score_checked", "attack_report", "attack_runs"]
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +142,48 @@ def _intervals(y_true, y_score, tprs, population, mc, groups, level):
                        "rounds": mc.bootstrap_rounds, "stratified_by_label": True}
 
 
-def _attack_scores(name, signals, pool, population, config, warnings, unscored):
-    """Pool and population scores of one attack; NaN rows allowed only where the attack says so."""
+def attack_runs(config: AuditConfig, signals) -> list[tuple[str, str, dict]]:
+    """What the audit reports: ``(report name, attack name, inputs replaced)`` per report, in config order.
+
+    An attack with ``per_reference`` (``likelihood_ratio``) and a reference set of k >= 2
+    models (``signals["references"]``) gives k reports: its own name against the first
+    reference, ``<name>.<role>`` (``likelihood_ratio.reference_2``, ...) against each
+    other one, whose signals replace the ``reference`` input. Every other attack: one.
+    """
+    from mlflow_mia.attacks import ATTACKS
+
+    refs = signals.signals.get("references")
+    runs = []
+    for name in config.attacks:
+        if getattr(ATTACKS[name], "per_reference", False) and refs is not None and refs.k > 1:
+            for role, sig in zip(refs.roles, refs.signals):
+                runs.append((name if role == "reference" else f"{name}.{role}", name, {"reference": sig}))
+        else:
+            runs.append((name, name, {}))
+    return runs
+
+
+def _attack_scores(name, signals, pool, population, config, warnings, unscored, *, report_name=None,
+                   replace=None, settings=None):
+    """Pool and population scores of one attack; NaN rows allowed only where the attack says so.
+
+    ``report_name`` (default ``name``) names the report; ``replace`` (``{input: signals}``)
+    replaces inputs (:func:`attack_runs`); ``settings`` collects what the attack resolved.
+    """
+    report_name = report_name or name
     attack = get_attack(name, config)  # its own settings, read through its declared settings_from_config
     n_pool = len(pool)
-    scores = attack(signals.inputs(np.arange(n_pool), pool.texts))
-    pscores = attack(signals.inputs(np.arange(n_pool, n_pool + len(population)), population.texts))
+    pop_rows = np.arange(n_pool, n_pool + len(population))
+    pop_inputs = _replaced(signals.inputs(pop_rows, population.texts, population="self"), pop_rows, replace)
+    pool_rows = np.arange(n_pool)
+    pool_inputs = _replaced(signals.inputs(pool_rows, pool.texts, population=pop_inputs), pool_rows, replace)
+    scores = attack(pool_inputs)
+    pscores = attack(pop_inputs)
+    resolved = attack.record(pool_inputs)
+    if resolved and settings is not None:
+        settings[report_name] = resolved
+        log.info("attack %s: %s", report_name, resolved)
+    name = report_name
     nan_pool, nan_pop = np.isnan(scores), np.isnan(pscores)
     nan_rows = int(nan_pool.sum() + nan_pop.sum())
     if nan_rows and not attack.allows_nan:
@@ -161,9 +197,22 @@ def _attack_scores(name, signals, pool, population, config, warnings, unscored):
     return scores, pscores
 
 
-def _score_attack(name, signals, pool, population, config, samples, n_tokens, out):
+def _replaced(inputs, rows, replace):
+    """``inputs`` with some inputs replaced by other signals' rows (``{input: SignalResult over every row}``)."""
+    if not replace:
+        return inputs
+    from mlflow_mia.attacks import AttackInputs
+
+    given = {**inputs.given(), **{k: v.take(rows) for k, v in replace.items()}}
+    population = "self" if inputs.is_population else inputs.population
+    return AttackInputs(inputs.texts, population=population, **given)
+
+
+def _score_attack(run, signals, pool, population, config, samples, n_tokens, out):
     """Scores, sample- and user-level reports, flags and riskiest records of one attack, added to ``out``."""
-    scores, pscores = _attack_scores(name, signals, pool, population, config, out["warnings"], out["unscored"])
+    name, attack_name, replace = run
+    scores, pscores = _attack_scores(attack_name, signals, pool, population, config, out["warnings"],
+                                     out["unscored"], report_name=name, replace=replace, settings=out["settings"])
     y = samples["label"].to_numpy()
     keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
     y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
@@ -265,11 +314,11 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
         "group": list(pool.groups) if pool.groups is not None else None,
         "n_tokens": n_tokens, "truncated": target.truncated[:n_pool]})
     n_truncated = target.n_truncated
-    out = {"attacks": {}, "user_attacks": {}, "population_scores": {}, "risky": [], "unscored": {},
+    out = {"attacks": {}, "user_attacks": {}, "population_scores": {}, "risky": [], "unscored": {}, "settings": {},
            "warnings": notes + ([f"{n_truncated} sample(s) longer than the model limit were truncated"]
                                 if n_truncated else [])}
-    for name in config.attacks:
-        _score_attack(name, signals, pool, population, config, samples, n_tokens, out)
+    for run in attack_runs(config, signals):
+        _score_attack(run, signals, pool, population, config, samples, n_tokens, out)
     if pool.groups is not None and population.groups is None:
         out["warnings"].append("user-level thresholds skipped: the population set has no group column")
     metrics = _metrics(out, pool, population, y, n_truncated)
@@ -285,7 +334,8 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
     features = memorization_features(extras, pool, samples, attacks[headline], headline, config, warnings)
     record = dict(signals.info.get("models", {}))
     engine = {"engine": signals.info["engine"]} if signals.info.get("engine") else {}
-    info = {**_identity_info(record), **engine, "n_pool": n_pool, "n_population": len(population),
+    settings = {"attack_settings": out["settings"]} if out["settings"] else {}
+    info = {**_identity_info(record), **engine, **settings, "n_pool": n_pool, "n_population": len(population),
             "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
     riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
         columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])
