@@ -111,6 +111,9 @@ def test_run_and_version_pages_show_the_verdict(tracking, tmp_path):
             assert "The strongest attack" in body  # the report's "In brief" paragraph is the description
             assert "pool" in body and "population" in body  # the datasets
             page.screenshot(path=str(shots / "ui_run_verdict.png"))
+            # The report's address the CLI prints opens report.md in the run's artifact view.
+            _open(page, run_url(run.info.run_id, run.info.experiment_id, tracking_uri=base, path="report.md"),
+                  "In brief")
             _open(page, f"{base}/#/models/tgt/versions/2", f"Verdict: {version.tags['mia.verdict']}")
             body = page.inner_text("body")
             assert "mia.verdict" in body and "Audit run:" in body
