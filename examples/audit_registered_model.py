@@ -18,6 +18,7 @@ from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.demo.build import build_demo
 from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.signals.cache import default_cache_dir
 
@@ -36,13 +37,15 @@ population = PopulationSet.from_frame(spec.population_path, text_column=spec.tex
 fprs = (0.1, 0.01, 0.001) if args.size == "default" else (0.1, 0.01)
 config = AuditConfig(attacks=("loss", "likelihood_ratio"), metrics={"fprs": fprs})
 
-mlflow.set_experiment("mlflow-mia examples")
-with mlflow.start_run(run_name=f"audit {target.resolved_uri}") as run:
+mlflow.set_experiment("mlflow-mia")
+with mlflow.start_run() as run:
     result = run_audit(target.lm, pool, population, reference=reference.lm, config=config,
                        cache=default_cache_dir())  # re-runs and shared references are free
     log_audit(result, model_version=target.registry, population=population,
-              params={**target.params("target"), **reference.params("reference")})
+              params={**target.params("target"), **reference.params("reference")},
+              run_name=audit_run_name(target.resolved_uri, reference.resolved_uri))
 
+print(audit_verdict(result).line())  # no gate here: the headline attack's AUC interval decides
 for name, report in result.attacks.items():
     print(f"{name:>18}: AUC {report.roc.auc:.3f}, TPR at FPR 0.01 {report.tpr_at_fpr[0.01]:.3f}")
 print(f"run {run.info.run_id}; registry tags on {target.registered_name} v{target.version}:",

@@ -9,7 +9,10 @@ One parent run with a nested run per version; the parent holds tables/comparison
 (attack x model version: AUC with CI, TPR at each FPR), plots/comparison.png and one ROC
 overlay per attack. The reference signals are computed once (the signal cache). The same
 from a shell: ``mlflow-mia compare --models bbc-target ...`` or
-``mlflow run . -e compare --env-manager local``.
+``mlflow run . -e compare --env-manager local``. Exit codes as ``mlflow-mia``: 0 done (every
+gate passed or none set), 1 the audit broke, 2 usage or input error, 3 a version's release
+gate did not pass (fail or inconclusive; its registry version is tagged ``mia.gate``, and a
+fail stays there until an audit at least as strong passes with ``--clear-gate-fail``).
 """
 
 import argparse
@@ -33,4 +36,4 @@ if args.aliases:
     argv += ["--aliases", args.aliases]
 if args.max_tpr_at_fpr:
     argv += ["--max-tpr-at-fpr", args.max_tpr_at_fpr]
-sys.exit(main(argv))  # 0 = done, 1 = a version failed the release gate, 2 = usage or input error
+sys.exit(main(argv))  # 0 = done, 1 = the audit broke, 2 = usage or input error, 3 = a version did not pass the gate

@@ -5,9 +5,9 @@ waits for it, opens the comparison of the nested per-version runs in headless
 Chromium, saves a PNG and stops the server.
 
     mlflow-mia compare --models bbc-target ...        # or examples/compare_versions.py
-    python examples/ui_screenshot.py                   # -> docs/images/mlflow_compare.png
-    python examples/ui_screenshot.py --plot-page docs/images/mlflow_compare_plot.png \
-        --report-page docs/images/mlflow_compare_report.png
+    python examples/ui_screenshot.py                   # -> a new temporary folder (the path is printed)
+    python examples/ui_screenshot.py --out docs/images/mlflow_compare.png \
+        --plot-page docs/images/mlflow_compare_plot.png --report-page docs/images/mlflow_compare_report.png
 
 Needs Chromium (Debian: ``apt-get install -y chromium``).
 """
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend-store-uri", default="sqlite:///mlflow.db", help="tracking store to serve")
     parser.add_argument("--parent-run", help="compare run to show (default: the newest)")
-    parser.add_argument("--out", default="docs/images/mlflow_compare.png", help="PNG to write")
+    parser.add_argument("--out", help="PNG to write (default: mlflow_compare.png in a new temporary folder)")
     parser.add_argument("--plot-page", help="also screenshot the parent run's plots/comparison.png to this PNG")
     parser.add_argument("--report-page", help="also screenshot the parent run's report.md to this PNG")
     parser.add_argument("--all-rows", action="store_true",
@@ -183,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--height", type=int, default=1800)
     parser.add_argument("--wait-s", type=float, default=60, help="longest wait for a page to render")
     args = parser.parse_args(argv)
+    if args.out is None:  # never overwrite the repository's images unless asked to
+        args.out = os.path.join(tempfile.mkdtemp(prefix="mlflow_mia_screenshot_"), "mlflow_compare.png")
 
     experiment_id, parent, children = latest_comparison(args.backend_store_uri, args.parent_run)
     port = free_port()

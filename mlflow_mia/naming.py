@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt_alpha", "is_nan", "nan_to_none", "fmt_number", "headline_attack", "HEADLINE_PREFERENCE"]
+__all__ = ["DEFAULT_EXPERIMENT", "fmt_alpha", "is_nan", "nan_to_none", "fmt_number", "headline_attack",
+           "HEADLINE_PREFERENCE"]
 
 #: The attack reported first when it ran; otherwise the first attack of the config.
 HEADLINE_PREFERENCE = "likelihood_ratio"
+
+#: The MLflow experiment of every mlflow-mia command (audits, demo builds, analyses) unless the user names one.
+DEFAULT_EXPERIMENT = "mlflow-mia"
 
 
 def fmt_alpha(alpha: float) -> str:

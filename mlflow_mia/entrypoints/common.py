@@ -2,12 +2,79 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 from mlflow_mia.options.values import blank
 
-__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result"]
+__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output"]
+
+
+_BARS_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+_QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "DATASETS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+_QUIET_LOGGERS = ("transformers", "datasets", "huggingface_hub", "evaluate", "py.warnings")
+
+
+@contextlib.contextmanager
+def quiet_output(args):
+    """Progress bars only on a terminal; with ``-q`` / ``--quiet true`` the libraries are silenced too.
+
+    When stdout is not a terminal (a log file, ``mlflow run`` in CI) or with ``quiet``:
+    ``args.no_progress`` is set (the ``progress`` option every command reads) and every
+    library bar is off for the duration of the command (tqdm through ``TQDM_DISABLE``, also
+    in the workers a Spark audit starts; transformers' "Loading weights", datasets'
+    "Generating train split", huggingface_hub). With ``quiet`` also transformers, datasets,
+    huggingface_hub and evaluate log at level ERROR and Python warnings are ignored.
+    Everything is restored on exit (the CLI can be called from Python).
+
+    Yields
+    ------
+    bool
+        True when quiet.
+    """
+    import logging
+    import warnings
+
+    import datasets
+    import transformers
+
+    quiet = bool(getattr(args, "quiet", False))
+    bars_off = quiet or not sys.stdout.isatty()
+    env = {**(_BARS_ENV if bars_off else {}), **(_QUIET_ENV if quiet else {})}
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved_levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    hf_level, ds_level = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
+    hf_bars, ds_bars = transformers.utils.logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
+    os.environ.update(env)
+    if bars_off:
+        args.no_progress = True
+        transformers.utils.logging.disable_progress_bar()
+        datasets.disable_progress_bars()
+    if quiet:
+        for name in _QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        transformers.utils.logging.set_verbosity_error()
+        datasets.utils.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            yield quiet
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+        transformers.utils.logging.set_verbosity(hf_level)
+        datasets.utils.logging.set_verbosity(ds_level)
+        if hf_bars:
+            transformers.utils.logging.enable_progress_bar()
+        if ds_bars:
+            datasets.enable_progress_bars()
 
 
 def _demo_missing(exc: ModuleNotFoundError) -> ValueError:
@@ -22,13 +89,14 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
     """``build_demo`` in its own run and experiment, then back to the audit's experiment.
 
     Under ``mlflow run`` the project run is in ``MLFLOW_RUN_ID``; the demo's training run
-    must not resume it, so the variable is hidden while the demo builds. Without
-    ``--experiment`` or ``$MLFLOW_EXPERIMENT_*``, the audit joins the demo's experiment
-    (``mlflow-mia-demo``).
+    must not resume it, so the variable is hidden while the demo builds. The build
+    records into ``mlflow-mia``; the audit then goes back to its own experiment
+    (:func:`~mlflow_mia.tracking.runs.use_experiment`: ``--experiment``, else
+    ``$MLFLOW_EXPERIMENT_*``, else ``mlflow-mia``).
     ``isolate=False`` (``build-demo``) lets the build record into the project run.
     ``demo_options`` (``data_dir``, ``num_threads``) go to :func:`mlflow_mia.demo.build.build_demo`.
     """
-    import mlflow
+    from mlflow_mia.tracking.runs import use_experiment
 
     try:
         from mlflow_mia.demo.build import build_demo
@@ -48,16 +116,8 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
-        # build_demo switches to its own experiment; go back to the one asked for, if any.
-        if args is not None and blank(getattr(args, "experiment", None)) and project_run is None:
-            mlflow.set_experiment(blank(args.experiment))
-        elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
-            mlflow.set_experiment(experiment_id=os.environ["MLFLOW_EXPERIMENT_ID"])
-        elif os.environ.get("MLFLOW_EXPERIMENT_NAME"):
-            mlflow.set_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
-        else:  # next to the demo's build run, whether or not this call built it
-            mlflow.set_experiment(getattr(sys.modules.get("mlflow_mia.demo.build"), "EXPERIMENT_NAME",
-                                          "mlflow-mia-demo"))
+        else:  # build_demo switches to its own experiment; go back to the audit's
+            use_experiment(blank(getattr(args, "experiment", None)) if args is not None else None)
 
 
 def config_and_inputs(flat: dict, data, demo):
@@ -82,12 +142,57 @@ def config_and_inputs(flat: dict, data, demo):
     return config, options, pool, population
 
 
+def _with_ci(rep, key: str, value) -> str:
+    from mlflow_mia.tracking.verdict import fmt_interval
+
+    return fmt_interval(value, rep.ci.get(key))
+
+
 def print_result(result, run, gate) -> None:
-    """Each attack's AUC and TPRs, the run, and the gate verdict with what it means, on stdout."""
+    """What the audit found, on stdout: each attack's AUC and TPRs with intervals, the gate, then the last lines.
+
+    The last lines are the verdict (:func:`mlflow_mia.tracking.verdict.audit_verdict`), the
+    headline attack's AUC and TPRs with their intervals, the experiment's name and the
+    UI addresses of the run and of its report.
+    """
+    import mlflow
+
+    from mlflow_mia.naming import fmt_alpha
+    from mlflow_mia.tracking.verdict import audit_verdict
+
+    def tprs(rep) -> str:
+        return ", ".join(f"TPR at FPR {fmt_alpha(a)} {_with_ci(rep, f'tpr_at_fpr_{fmt_alpha(a)}', v)}"
+                         for a, v in rep.tpr_at_fpr.items())
+
     for name, rep in result.attacks.items():
-        tprs = ", ".join(f"TPR@{a:g} {v:.3f}" for a, v in rep.tpr_at_fpr.items())
-        print(f"  {name:<18} AUC {rep.roc.auc:.3f}  {tprs}")
-    print(f"logged to run {run.info.run_id} (experiment {run.info.experiment_id})")
+        print(f"  {name:<18} AUC {_with_ci(rep, 'auc', rep.roc.auc)}; {tprs(rep)}")
+    for name, rep in result.user_attacks.items():
+        print(f"  user/{name:<13} AUC {_with_ci(rep, 'auc', rep.roc.auc)}; {tprs(rep)}")
     if gate is not None:
         print(gate.verdict())
         print(gate.message())  # fail and inconclusive each say why they block, and what would resolve it
+    headline = result.headline_attack
+    rep = result.attacks[headline]
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment(run.info.experiment_id)
+    name = client.get_run(run.info.run_id).info.run_name
+    print(audit_verdict(result, gate).line())
+    print(f"{headline}: AUC {_with_ci(rep, 'auc', rep.roc.auc)}; {tprs(rep)} "
+          f"({result.config.metrics.confidence:.0%} intervals)")
+    print_links(run.info.run_id, experiment.experiment_id, experiment.name, name)
+
+
+def print_links(run_id: str, experiment_id: str, experiment: str, run_name: str | None,
+                report: str | None = "report.md") -> None:
+    """The experiment's name, the run's UI address and its report's, and how to start the UI for a local store."""
+    import mlflow
+
+    from mlflow_mia.tracking.verdict import run_url
+
+    uri = mlflow.get_tracking_uri()
+    print(f"experiment: {experiment}; run: {run_name or run_id} ({run_id})")
+    print(f"run page: {run_url(run_id, experiment_id, tracking_uri=uri)}")
+    if report:
+        print(f"report: {run_url(run_id, experiment_id, tracking_uri=uri, path=report)}")
+    if not uri.startswith(("http://", "https://")):
+        print(f"  (start the UI first: mlflow ui --backend-store-uri {uri})")

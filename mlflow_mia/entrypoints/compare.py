@@ -11,7 +11,7 @@ import contextlib
 import os
 from dataclasses import replace
 
-from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result
+from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_links, print_result
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.options.values import blank
 from mlflow_mia.naming import fmt_alpha
@@ -38,13 +38,14 @@ def compare(args, flat_config) -> bool:
     import mlflow
 
     from mlflow_mia.tracking.audit_run import resolve_generator
+    from mlflow_mia.tracking.verdict import describe_run, run_description, worst_verdict
     from mlflow_mia.models.resolve import resolve_model
 
     names = [n.strip() for n in (blank(args.models) or "").split(",") if n.strip()]
     aliases = [a.strip().lstrip("@") for a in (blank(args.aliases) or "").split(",") if a.strip()]
     data, demo = blank(args.data), None
     if data is None:  # the demo's data (and target model, unless given)
-        demo = build_demo_for_audit(args.demo_size, progress=not args.quiet, args=args)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args)
         names = names or [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]]
         data = str(demo.pool_path)
     elif not names:
@@ -72,6 +73,11 @@ def compare(args, flat_config) -> bool:
         overall = "fail" if failed else "inconclusive" if inconclusive else "pass"  # the worst version decides
         if gates:
             mlflow.set_tag("mia.gate", overall)
+        verdict = worst_verdict(found["verdicts"])
+        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in found["verdicts"])
+        run_name = blank(args.run_name) or f"compare {', '.join(names)}"
+        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict, name=run_name,
+                     description=run_description(verdict, "One nested run per audited version:\n\n" + lines))
     a = fmt_alpha(alpha)
     print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
     table = found["table"]
@@ -80,6 +86,9 @@ def compare(args, flat_config) -> bool:
     if gates:
         print(f"mia.gate={overall}: {len(failed)} of {len(gates)} version(s) over budget, {len(inconclusive)} "
               "inconclusive (the audit too small to show that the budget holds)")
+    print(verdict.line())
+    experiment = mlflow.MlflowClient().get_experiment(parent.info.experiment_id).name
+    print_links(parent.info.run_id, parent.info.experiment_id, experiment, run_name)
     return not failed and not inconclusive
 
 
@@ -89,9 +98,10 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
     import pandas as pd
 
     from mlflow_mia.tracking.audit_run import audit_and_log
+    from mlflow_mia.tracking.verdict import audit_verdict
     from mlflow_mia.models.resolve import resolve_model
 
-    found = {"rows": [], "rocs": {}, "scores": {}, "gates": [], "result": None}
+    found = {"rows": [], "rocs": {}, "scores": {}, "gates": [], "result": None, "verdicts": []}
     client = mlflow.MlflowClient()
     for name, version, version_aliases in targets:
         target = resolve_model(f"models:/{name}/{version}", role="target",
@@ -110,6 +120,7 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
             print(f"{label}:")
             print_result(result, child, gate)
             found["gates"].append(gate)
+            found["verdicts"].append((label, audit_verdict(result, gate)))
             base = {"model": label, "registered_model": name, "version": int(version),
                     "aliases": ",".join(version_aliases),
                     "reference": _uri(reference)}

@@ -57,15 +57,38 @@ def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, t
     return result, run.info.run_id
 
 
+_LEGEND = ("  M-MEM = AUC of in-sample vs out-of-sample names (0.5 = none memorized); best / worst = the prompts "
+           "that were best / worst on the dev names, scored on the test names (a dev-worst prompt can score "
+           "high on test); gap and sigma: spread over prompts on dev; AVG-C: confidences averaged over prompts; "
+           "-PT: no prompt")
+
+
 def _print(result, label: str) -> None:
+    from mlflow_mia.tracking.verdict import fmt_interval
+
     print(f"{label} ({result.model_id}):")
     for kind in result.entity_types:
         g = lambda k: result.metrics.get(f"ner/{kind}/{k}", float("nan"))  # noqa: E731
-        print(f"  {kind:<10} best {g('best_prompt_mmem'):.3f}  worst {g('worst_prompt_mmem'):.3f}  "
+        best = fmt_interval(g("best_prompt_mmem"), (g("best_prompt_mmem_ci_low"), g("best_prompt_mmem_ci_high")))
+        print(f"  {kind:<10} best {best}  worst {g('worst_prompt_mmem'):.3f}  "
               f"gap {100 * g('prompt_gap'):.1f} pp  sigma {100 * g('prompt_std'):.2f} pp  "
               f"AVG-C {g('avg_c_mmem'):.3f}  -PT {g('no_pt_mmem'):.3f}"
               + (f"  ratio {g('ratio_avg_mmem'):.3f} [{g('ratio_avg_mmem_ci_low'):.2f}, "
                  f"{g('ratio_avg_mmem_ci_high'):.2f}]" if f"ner/{kind}/ratio_avg_mmem" in result.metrics else ""))
+    print(_LEGEND)
+
+
+def _last_lines(run_id: str) -> None:
+    """The run's verdict, its experiment and its UI address (:func:`~mlflow_mia.entrypoints.common.print_links`)."""
+    import mlflow
+
+    from mlflow_mia.entrypoints.common import print_links
+
+    run = mlflow.MlflowClient().get_run(run_id)
+    tags = run.data.tags
+    print(f"verdict: {tags.get('mia.verdict')} ({tags.get('mia.verdict.reason')})")
+    experiment = mlflow.MlflowClient().get_experiment(run.info.experiment_id).name
+    print_links(run_id, run.info.experiment_id, experiment, run.info.run_name)
 
 
 def _demo(args, cfg, options):
@@ -77,6 +100,7 @@ def _demo(args, cfg, options):
     from mlflow_mia.tracking.artifacts import to_json
     from mlflow_mia.audits.ner.names import read_private_table
     from mlflow_mia.audits.ner.report import render_ner_report
+    from mlflow_mia.tracking.verdict import describe_run, ner_verdict, run_description, short_model_name, worst_verdict
 
     project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
@@ -92,8 +116,8 @@ def _demo(args, cfg, options):
         results = {}
         for label, uri, names, other in (("A", demo.model_a_uri, names_a, demo.model_b_uri),
                                          ("B", demo.model_b_uri, names_b, demo.model_a_uri)):
-            results[label], _ = _audit_one(uri, names, cfg, options, run_name=f"ner-audit {uri}", nested=True,
-                                           title=f"Model {label}: {uri}", reference_uri=other)
+            results[label], _ = _audit_one(uri, names, cfg, options, run_name=f"ner-audit {short_model_name(uri)}",
+                                           nested=True, title=f"Model {label}: {uri}", reference_uri=other)
             _print(results[label], f"model {label}")
         metrics, taus = compare_models(results, controls={"A": "B"})
         mlflow.log_metrics(metrics)
@@ -118,7 +142,13 @@ def _demo(args, cfg, options):
         mlflow.log_text(to_json(metrics), "ner_comparison.json")
         print("controlled (mean of A and B): " + ", ".join(
             f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items() if k.endswith("controlled/best_prompt_mmem")))
-        print(f"run {parent.info.run_id} at {mlflow.get_tracking_uri()}")
+        verdicts = [(f"model {k}", ner_verdict(r.metrics, r.entity_types)) for k, r in results.items()]
+        verdict = worst_verdict(verdicts)
+        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
+        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict,
+                     description=run_description(verdict, "Two taggers trained on swapped halves of the names.\n\n"
+                                                 + lines))
+    _last_lines(parent.info.run_id)
     return 0
 
 
@@ -131,14 +161,15 @@ def cmd_ner_audit(args) -> int:
     import mlflow
 
     from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
+    from mlflow_mia.tracking.runs import use_experiment
+    from mlflow_mia.tracking.verdict import short_model_name
     from mlflow_mia.options.schema import flat_from_args
     from mlflow_mia.audits.ner.names import check_names_table, read_private_table
 
     cfg, options = parse_ner_config(flat_from_args(args, "ner-audit"))
     if _blank(args.tracking_uri):
         mlflow.set_tracking_uri(args.tracking_uri)
-    if _blank(args.experiment) and not os.environ.get("MLFLOW_RUN_ID"):
-        mlflow.set_experiment(args.experiment)
+    use_experiment(_blank(args.experiment))
     model, names = _blank(args.model), _blank(args.names)
     if model is None and names is None:
         return _demo(args, cfg, options)
@@ -151,7 +182,8 @@ def cmd_ner_audit(args) -> int:
             raise ValueError(f"--label-column {label!r} is not a column of {names}: {list(table.columns)}")
         table = table.rename(columns={label: "is_member"})
     check_names_table(table, entity_types=cfg.entity_types)  # before the model loads
-    result, run_id = _audit_one(model, table, cfg, options, run_name=f"ner-audit {model}", nested=False, title=None)
+    result, run_id = _audit_one(model, table, cfg, options, run_name=f"ner-audit {short_model_name(model)}",
+                                nested=False, title=None)
     _print(result, "model")
-    print(f"run {run_id} at {mlflow.get_tracking_uri()}")
+    _last_lines(run_id)
     return 0

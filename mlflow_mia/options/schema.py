@@ -101,8 +101,8 @@ class CommonOptions:
                                    metavar="DIR", default_doc="$MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia")
     device: str | None = option(None, "torch device, e.g. cpu or cuda:0; checked before any model loads",
                                 parse=_device, used_by=_WITH_ANALYZE, default_doc="CUDA when available")
-    progress: bool = option(True, "show progress bars", flags=("-q", "--quiet", "--no-progress"), invert=True,
-                            flag_help="no progress bars",
+    progress: bool = option(True, "show progress bars (the commands: only when stdout is a terminal)",
+                            flags=("--no-progress",), invert=True, flag_help="no progress bars",
                             used_by=_WITH_ANALYZE | {"build-demo"}, mlproject=False)
 
 
@@ -131,18 +131,21 @@ class CommandOptions:
                                "(1 = in the training data), optional split (dev/test)",
                                used_by=frozenset({"ner-audit"}), metavar="PATH", default_doc="the demo's")
     demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
-                            "small trains in about a minute", choices=("default", "small"),
+                            "small: build and audit take about 2.5 CPU-minutes (README)", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit"}))
-    quick: bool = option(False, "the quick size: the small demo, one seed, a few minutes, backs no claim (else the "
-                         "full size: 3 seeds, hours on 2 CPU cores)", used_by=frozenset({"analyze"}))
+    quick: bool = option(False, "the quick size: the small demo, one seed, backs no claim (measured: 7 min 40 s "
+                         "on 2 busy CPU cores, demo built; README 'mlflow-mia analyze'); else the full size: 3 seeds "
+                         "on the default demo", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),
                                   metavar="A[,B]", default_doc="all")
     experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",
                                     used_by=frozenset({"audit", "compare", "ner-audit", "analyze"}), mlproject=False,
-                                    default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia-demo for demo audits, "
-                                                "else the active one")
+                                    default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia")
     run_name: str | None = option(None, "name of the MLflow run", used_by=frozenset({"audit", "compare", "analyze"}),
                                   metavar="NAME", mlproject=False)
+    quiet: bool = option(False, "no progress bars, and the libraries' warnings and progress output silenced "
+                         "(transformers, datasets, huggingface_hub, tqdm)", flags=("-q", "--quiet"),
+                         used_by=frozenset(COMMANDS))
     tracking_uri: str | None = option(None, "MLflow tracking URI", used_by=frozenset(COMMANDS), metavar="URI",
                                       mlproject=False, default_doc="$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
 

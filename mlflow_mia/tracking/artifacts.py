@@ -94,8 +94,9 @@ def _artifact_name(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def to_json(obj) -> str:
-    return json.dumps(nan_to_none(obj), indent=2, sort_keys=True, default=str)
+def to_json(obj, *, sort_keys: bool = True) -> str:
+    """``obj`` as indented JSON, NaN and infinity as null; ``sort_keys=False`` keeps the insertion order."""
+    return json.dumps(nan_to_none(obj), indent=2, sort_keys=sort_keys, default=str)
 
 
 def write_text(path: str, text: str) -> None:

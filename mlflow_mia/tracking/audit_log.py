@@ -49,7 +49,7 @@ import time
 
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, keyed_table, log_figures,
                                            log_files, to_json, write_text)
-from mlflow_mia.tracking.registry_tags import tag_model_version
+from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 
 __all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
 
@@ -159,9 +159,23 @@ LARGE_TABLE_ROWS = 200_000
 
 
 #: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length).
-SAMPLE_COLUMNS = ("sample_id", "text_hmac", "group", "label")
+#: What a reader looks at comes first, the 64-character keyed hashes last (a CSV grid opens on the left).
+SAMPLE_COLUMNS = ("sample_id", "label", "group", "text_hmac")
 #: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
-RISKY_COLUMNS = ("attack", "flagged_at_fpr", "text_hmac", "group")
+RISKY_COLUMNS = ("attack", "flagged_at_fpr", "group", "text_hmac")
+_FIRST = ("attack", "sample_id", "text", "label", "flagged_at_fpr", "score")
+_LAST = ("n_tokens", "truncated", "group", "text_hmac")
+
+
+def readable_order(table):
+    """``table`` with its columns in reading order: ids, text (only with ``log_texts``), label, scores and
+    flags, then token counts, keyed groups and keyed text hashes (64 hex characters) last."""
+    cols = list(table.columns)
+    scores = [c for c in cols if c.startswith(("score_", "flagged_")) and c not in _FIRST]
+    first = [c for c in _FIRST if c in cols] + scores
+    last = [c for c in _LAST if c in cols and c not in first]
+    middle = [c for c in cols if c not in first and c not in last]
+    return table[first + middle + last]
 
 
 def _without_scores(samples, riskiest):
@@ -191,6 +205,7 @@ def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool 
     if log_texts:
         samples.insert(1, "text", list(texts))
         riskiest.insert(1, "text", [by_hmac.get(h) for h in riskiest["text_hmac"]])
+    samples, riskiest = readable_order(samples), readable_order(riskiest)
     if len(samples) > LARGE_TABLE_ROWS:
         files = {"tables/samples.parquet": ("parquet", "samples", lambda p: samples.to_parquet(p, index=False))}
     else:
@@ -211,7 +226,8 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
               log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
               gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
               clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None,
-              log_samples: bool = False, audit_started: int | None = None) -> dict:
+              log_samples: bool = False, audit_started: int | None = None, run_name: str | None = None,
+              sources: dict | None = None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -263,6 +279,18 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         Key of the logged text and group hashes (:mod:`mlflow_mia.hashing`); never
         logged. Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept
         (a warning says so; the hashes then cannot be looked up).
+    run_name : str, optional
+        New name of the run (``audit <target> vs <reference>``; also renames the run
+        ``mlflow run`` created). Default: the name is left as it is.
+    sources : dict, optional
+        ``{"pool": path, "population": path}``, the sources of the logged datasets.
+
+    The run also gets the verdict (``mia.verdict``, :mod:`~mlflow_mia.tracking.verdict`)
+    and, unless it has one of the user's, the description: the verdict and the report's
+    "In brief" paragraph; the pool and population appear under the run's datasets
+    (:func:`~mlflow_mia.tracking.records.dataset_inputs`), the audited registry
+    versions' logged models as its model inputs, and each version gets ``mia.verdict``
+    and the same description with a link to the run.
 
     Returns
     -------
@@ -282,7 +310,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     from mlflow.entities import Metric, Param, RunTag
 
     from mlflow_mia.hashing import HashKey, resolve_hash_key
-    from mlflow_mia.audits.membership.report import render_report
+    from mlflow_mia.audits.membership.report import in_brief, render_report
+    from mlflow_mia.tracking.records import dataset_inputs, model_inputs
+    from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
     if hash_key is None:
         hash_key = resolve_hash_key()
@@ -312,27 +342,39 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
         tags=[RunTag(k, v) for k, v in tags.items()])
 
+    dataset_inputs(client, run_id, result, hash_key=hash_key, population=population, prefix=prefix,
+                   texts=texts if log_texts else None, sources=sources)
+    verdict = audit_verdict(result, gate)
+    describe_run(client, run_id, verdict=verdict, name=run_name, prefix=prefix,
+                 description=run_description(verdict, in_brief(result), gate=gate))
+
     figures = result.figures()
     logged = [prefix + path for path in figures]
     artifacts = log_figures(client, run_id, figures, prefix=prefix)
 
-    summary = result.summary()
-    summary["gate"] = gate.to_dict() if gate is not None else None
-    summary["log_texts"] = bool(log_texts)
-    summary["log_samples"] = bool(log_samples)
-    summary["hash_key"] = {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}
+    summary = {"verdict": {"value": verdict.value, "reason": verdict.reason},  # results first, settings last
+               "gate": gate.to_dict() if gate is not None else None, **result.summary(),
+               "log_texts": bool(log_texts), "log_samples": bool(log_samples),
+               "hash_key": {"source": hash_key.source, "check": None if hash_key.is_random else hash_key.check}}
+    summary["config"] = summary.pop("config")
     files = {  # path -> (artifact kind, artifact name, writer)
         **_table_files(result, log_texts=log_texts, texts=texts, hash_key=hash_key, log_samples=log_samples),
-        "audit_summary.json": ("json", "audit_summary", lambda p: write_text(p, to_json(summary))),
+        "audit_summary.json": ("json", "audit_summary", lambda p: write_text(p, to_json(summary, sort_keys=False))),
         "audit_config.json": ("json", "audit_config", lambda p: write_text(p, to_json(result.config_record()))),
     }
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
-                           hashing=hash_key.describe(), log_samples=log_samples)
+                           hashing=hash_key.describe(), log_samples=log_samples, verdict=verdict)
     files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
 
     if model_version is not None:
-        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                          clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
+        versions = version_pairs(model_version)
+        model_inputs(client, run_id, versions)
+        try:
+            tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
+                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
+        finally:  # a deleted version raises after the others are tagged: describe those too
+            if tag_headline or (gate is not None and not gate.passed):
+                describe_versions(client, versions, verdict=verdict, paragraph=in_brief(result), run_id=run_id)
     return artifacts

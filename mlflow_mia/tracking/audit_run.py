@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def audit_and_log(target, pool, population, config, options: MiaOptions, *, reference=None, generator=None,
                   run_id=None, log_metrics: bool = True, extra_params: dict | None = None, notes=(),
-                  references=None):
+                  references=None, run_name: str | None = None, sources: dict | None = None):
     """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
 
     Parameters
@@ -44,6 +44,10 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     extra_params : dict, optional
     notes : sequence of str
         Warnings of the caller, added to the result's warnings (and so to the report).
+    run_name : str, optional
+        Name given to the run (:func:`~mlflow_mia.tracking.audit_log.log_audit`).
+    sources : dict, optional
+        ``{"pool": path, "population": path}``: sources of the run's datasets.
 
     Returns
     -------
@@ -72,7 +76,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                           clear_gate_fail=options.clear_gate_fail, weights_id=target.lm.weights_id,
                           log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                           population=population, gate=gate, group_column=options.group_column,
-                          hash_key=options.hash_key, log_samples=options.log_samples, audit_started=started)
+                          hash_key=options.hash_key, log_samples=options.log_samples, audit_started=started,
+                          run_name=run_name, sources=sources)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts

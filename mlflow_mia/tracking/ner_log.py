@@ -61,6 +61,21 @@ def _figures(result) -> dict:
             "plots/ner_roc_best_worst.png": plot_best_worst_roc(rocs), **ratio}
 
 
+def _ner_brief(result) -> str:
+    """One sentence per entity type: the best dev prompt's test M-MEM with its interval (no names)."""
+    from mlflow_mia.tracking.verdict import fmt_interval
+
+    parts = []
+    for kind in result.entity_types:
+        key = f"ner/{kind}/best_prompt_mmem"
+        m = result.metrics
+        parts.append(f"For `{kind}` names, the prompt that best separates in-sample from out-of-sample names on the "
+                     f"dev split reaches M-MEM (an AUC; 0.5 = no memorization) "
+                     f"{fmt_interval(m.get(key), (m.get(key + '_ci_low'), m.get(key + '_ci_high')))} on the test "
+                     "split.")
+    return " ".join(parts)
+
+
 def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False, log_metrics: bool = True,
                   params: dict | None = None, prefix: str = "", title: str | None = None, client=None,
                   log_samples: bool = False) -> dict:
@@ -98,6 +113,7 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     from mlflow.entities import Metric, Param, RunTag
 
     from mlflow_mia.audits.ner.report import render_ner_report
+    from mlflow_mia.tracking.verdict import describe_run, ner_verdict, run_description
 
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_ner_audit")
@@ -109,6 +125,9 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
                      params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
                      tags=[RunTag(f"{prefix}mia.method", "ner_prompts")])
+    verdict = ner_verdict(result.metrics, result.entity_types)
+    describe_run(client, run_id, verdict=verdict, prefix=prefix,
+                 description=run_description(verdict, _ner_brief(result)))
     figures = _figures(result)
     logged = [prefix + path for path in figures]
     artifacts = log_figures(client, run_id, figures, prefix=prefix)

@@ -49,7 +49,7 @@ from dataclasses import replace
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, GateRecord
 from mlflow_mia.models.resolve import WEIGHTS_TAG
 
-__all__ = ["tag_model_version", "GATE_TAG", "WEIGHTS_TAG", "VersionDeletedError"]
+__all__ = ["tag_model_version", "describe_versions", "version_pairs", "GATE_TAG", "WEIGHTS_TAG", "VersionDeletedError"]
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ def _fmt_tag(value) -> str:
     return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4f}"
 
 
-def _versions(registry) -> list[tuple[str, str]]:
+def version_pairs(registry) -> list[tuple[str, str]]:
+    """``(name, version)`` pairs of a ModelVersion, one pair, or an iterable of pairs."""
     if hasattr(registry, "name") and hasattr(registry, "version"):
         return [(registry.name, str(registry.version))]
     if isinstance(registry, tuple) and len(registry) == 2 and isinstance(registry[0], str):
@@ -301,7 +302,7 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     record = GateRecord.of(gate, result.attacks, result.metrics) if gate is not None else None
     written: dict[str, str] = {}
     done, gone = [], []
-    for name, version in _versions(registry):
+    for name, version in version_pairs(registry):
         try:
             written = _tag_version(client, name, version, new, gate, record, run_id=run_id, headline=headline,
                                    clear_gate_fail=clear_gate_fail, weights_id=weights_id, started=audit_started)
@@ -316,3 +317,44 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     if gone:
         raise VersionDeletedError(gone, status=gate.status if gate is not None else None, run_id=run_id)
     return written
+
+
+def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str) -> None:
+    """Write ``mia.verdict`` and the description (with a link to the audit run) on registry versions.
+
+    A version whose ``mia.gate`` tag (after :func:`tag_model_version`) differs from this
+    audit's (a standing fail that a passing audit could not clear, a verdict written by
+    another audit since this one began) gets the verdict of that tag, so ``mia.verdict``
+    and ``mia.gate`` never disagree. A deleted version is skipped.
+
+    Parameters
+    ----------
+    versions : iterable of (str, str)
+    verdict : Verdict
+        This audit's (:func:`mlflow_mia.tracking.verdict.audit_verdict`).
+    paragraph : str
+        The report's "In brief" paragraph.
+    run_id : str
+        The audit run, linked from the description.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from mlflow_mia.tracking.verdict import Verdict, describe_version, run_description, verdict_of
+
+    run = client.get_run(run_id)
+    link = (f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id}"
+            "?workflowType=machine_learning)")
+    own_gate = run.data.tags.get(GATE_TAG)
+    for name, version in versions:
+        try:
+            tags = dict(client.get_model_version(name, version).tags or {})
+            standing, mine = tags.get(GATE_TAG), verdict
+            if standing and standing != own_gate:
+                kept = verdict_of(gate_status=standing)
+                mine = Verdict(kept.value, f"{kept.reason} (mia.gate={standing} kept from run "
+                                           f"{tags.get(RUN_ID_TAG)}; this audit: {verdict.value})")
+            describe_version(client, name, version, verdict=mine,
+                             description=run_description(mine, paragraph, run_link=link))
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise

@@ -127,7 +127,7 @@ def test_no_raw_text_by_default(tracking, tmp_path):
     import pandas as pd
 
     samples = pd.read_csv(pathlib.Path(root) / "tables" / "samples.csv")
-    assert list(samples.columns) == ["sample_id", "text_hmac", "group", "label"]  # no score beside a label
+    assert list(samples.columns) == ["sample_id", "label", "group", "text_hmac"]  # no score beside a label
 
 
 def test_log_samples_adds_scores_flags_and_lengths(tracking, tmp_path):

@@ -159,7 +159,7 @@ def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
         assert all(not options_for(method)[k].field.option.cli for k in evaluator_only)
     assert set(CONFIG_KEYS) == set(options_for("mia"))
     assert set(options_for("audit")) - set(options_for("mia")) == {"target", "data", "demo_size", "experiment",
-                                                                   "run_name", "tracking_uri"}
+                                                                   "run_name", "tracking_uri", "quiet"}
 
 
 @pytest.mark.parametrize("module, method", [("mlflow_mia.entrypoints.evaluator", "mia"),
@@ -190,7 +190,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
             "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.9",
             "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
             "--log-texts", "--log-samples", "true", "--hash-key-file", str(key), "--cache-dir", "c",
-            "--device", "cpu", "-q", "--reference", "models:/r/1,models:/r2/1", "--reference-mode", "each",
+            "--device", "cpu", "--no-progress", "--reference", "models:/r/1,models:/r2/1", "--reference-mode", "each",
             "--rmia-offline-a", "0.4", "--rmia-gamma", "2", "--population", "p.csv", "--text-column", "t",
             "--id-column", "i", "--group-column", "g", "--population-text-column", "pt",
             "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",

@@ -1,6 +1,7 @@
 """mlflow.models.evaluate(method="ner_prompts") and `mlflow-mia ner-audit` on a tiny registered tagger."""
 
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -250,7 +251,7 @@ def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys
               registry["prompts"], "--handwritten-prompts", registry["hand"], "--bootstrap-rounds", "0", "--fprs",
               "0.2", "--no-token-removal", "--cache-dir", str(registry["root"] / "cache"), "-q", "--log-samples"]
     assert main(["ner-audit", *common, "--hash-key-file", str(key_file)]) == 0
-    run_id = capsys.readouterr().out.split("run ")[-1].split()[0]
+    run_id = re.search(r"^experiment: .+; run: .+ \(([0-9a-f]{32})\)$", capsys.readouterr().out, re.M).group(1)
     assert sorted(_logged_names(run_id)["name_hash"]) == expected
     params = mlflow.get_run(run_id).data.params
     assert params["ner.names_digest"] == dataset_digest(expected, key=key.encode())

@@ -13,7 +13,7 @@ import math
 from mlflow_mia.naming import fmt_alpha as _alpha
 from mlflow_mia.naming import fmt_number, is_nan
 
-__all__ = ["render_report", "render_comparison"]
+__all__ = ["render_report", "render_comparison", "in_brief"]
 
 _GLOSSARY = (
     "- **AUC**: the chance that a random member gets a higher attack score than a random non-member. "
@@ -152,6 +152,15 @@ def _summary_sentences(result) -> list[str]:
     return out
 
 
+def in_brief(result) -> str:
+    """The report's "In brief" paragraph: the strongest attack's AUC and TPR in words, and what they mean.
+
+    Also the run's and the audited registry version's description
+    (:func:`mlflow_mia.tracking.verdict.run_description`). No raw text; '' when no attack ran.
+    """
+    return " ".join(_summary_sentences(result))
+
+
 def _epsilon_lines(result) -> list[str]:
     """Empirical epsilon lower bounds (Jagielski et al. 2020) of every attack, at both levels, and their unit."""
     rows = [(name, level, rep) for level, reports in (("sample", result.attacks), ("user", result.user_attacks))
@@ -268,7 +277,7 @@ def _tables_lines(log_samples: bool | None) -> list[str]:
 
 def render_report(result, *, gate=None, title: str | None = None, artifacts=None,
                   group_column: str | None = None, hashing: str | None = None,
-                  log_samples: bool | None = None) -> str:
+                  log_samples: bool | None = None, verdict=None) -> str:
     """Render an audit as Markdown for reviewers.
 
     Parameters
@@ -288,6 +297,8 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     log_samples : bool, optional
         Whether the run's tables hold per-sample scores; adds a section saying what
         the tables expose (none when None: the report is not part of a run).
+    verdict : Verdict, optional
+        The audit's verdict (:func:`mlflow_mia.tracking.verdict.audit_verdict`), shown first.
 
     Returns
     -------
@@ -298,6 +309,8 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     fprs = cfg.metrics.fprs
     target = info.get("target_model") or "target model"
     lines = [f"# {title or 'Membership inference audit of ' + str(target)}", ""]
+    if verdict is not None:
+        lines += [f"**Verdict: {verdict.value}** ({verdict.reason}).", ""]
     lines += _gate_lines(gate)
     sig = cfg.signal
     per_token = ", per masked token" if getattr(sig, "energy_reduction", "sum") == "mean" else ""
@@ -319,9 +332,9 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     if hashing:
         lines.append(f"| Sample and group hashes | HMAC-SHA256 with {hashing} |")
     lines.append("")
-    sentences = _summary_sentences(result)
-    if sentences:
-        lines += ["## In brief", "", " ".join(sentences), ""]
+    brief = in_brief(result)
+    if brief:
+        lines += ["## In brief", "", brief, ""]
     lines += ["## Sample level", "", *_roc_table(result.attacks, fprs), "",
               "Thresholds set on the population set:", "", *_population_table(result.attacks), ""]
     if result.user_attacks:

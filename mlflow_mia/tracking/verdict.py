@@ -1,0 +1,346 @@
+"""The verdict at a glance: one rule for ``mia.verdict``, and the run's name, description and links.
+
+Every audit (membership, NER, canary) ends with one of four verdicts, written as the
+run tag and registry version tag ``mia.verdict`` (:data:`VERDICT_TAG`):
+
+- ``leaks``: the release gate failed (a measured TPR is over its budget), or, without a
+  gate, the lower end of the headline attack's AUC confidence interval is above 0.5;
+- ``within budget``: the release gate passed (every one-sided upper bound of the TPR is
+  within its budget); the model may still leak less than the budget allows;
+- ``no evidence of leakage``: no gate, and the headline attack's AUC interval contains
+  0.5. Not a proof of privacy: a larger audit or a stronger attack may find a leak;
+- ``inconclusive``: the gate was inconclusive (the audit is too small to show that the
+  budget holds), or, without a gate, there is no interval (``bootstrap_rounds=0``, an
+  undefined AUC) or the interval lies below 0.5, which points to a faulty set-up
+  (members and non-members from different sources, a reference trained on the members).
+
+The gate, when one is set, decides (:mod:`mlflow_mia.metrics.gate`); the AUC interval
+only speaks when there is none. :func:`verdict_of` holds that rule;
+:func:`run_description`, :func:`describe_run` and :func:`describe_version` write it where
+a reviewer looks first (the run's name and description, the version's description).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
+from mlflow_mia.naming import fmt_number, is_nan
+
+__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "worst_verdict", "short_model_name",
+           "audit_run_name", "references_label", "run_description", "describe_run", "describe_version", "run_url",
+           "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+
+log = logging.getLogger(__name__)
+
+VERDICT_TAG = "mia.verdict"
+NOTE_TAG = "mlflow.note.content"  # the run's (and experiment's) description in the MLflow UI
+RUN_NAME_TAG = "mlflow.runName"
+LEAKS, WITHIN_BUDGET, NO_EVIDENCE = "leaks", "within budget", "no evidence of leakage"
+#: First words of every description written here: a description that starts otherwise is the user's and is kept.
+DESCRIPTION_START = "**Verdict:"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An audit's verdict and the evidence it rests on.
+
+    Attributes
+    ----------
+    value : {"leaks", "within budget", "no evidence of leakage", "inconclusive"}
+        The ``mia.verdict`` tag.
+    reason : str
+        One sentence: the gate's status or the interval the verdict was read from.
+    """
+
+    value: str
+    reason: str
+
+    def line(self) -> str:
+        """``verdict: <value> (<reason>)``, for a terminal."""
+        return f"verdict: {self.value} ({self.reason})"
+
+
+def verdict_of(*, gate_status: str | None = None, auc=None, auc_ci=None, attack: str = "the headline attack",
+               confidence: float = 0.95) -> Verdict:
+    """The verdict of an audit (the rule of the module docstring).
+
+    Parameters
+    ----------
+    gate_status : {"pass", "fail", "inconclusive"} or None
+        The release gate's verdict (:class:`mlflow_mia.metrics.gate.GateResult`); None without a gate.
+    auc : float, optional
+        The headline attack's AUC (for the reason only).
+    auc_ci : (float, float), optional
+        Its two-sided confidence interval at ``confidence``.
+    attack : str
+        The attack's name, for the reason.
+    confidence : float
+        Level of ``auc_ci``, for the reason.
+
+    Returns
+    -------
+    Verdict
+
+    Raises
+    ------
+    ValueError
+        ``gate_status`` is not one of the gate's three verdicts.
+
+    Examples
+    --------
+    >>> verdict_of(gate_status="fail").value
+    'leaks'
+    >>> verdict_of(auc=0.87, auc_ci=(0.85, 0.88), attack="likelihood_ratio").value
+    'leaks'
+    >>> verdict_of(auc=0.52, auc_ci=(0.49, 0.55)).value
+    'no evidence of leakage'
+    >>> verdict_of(auc=0.52).value
+    'inconclusive'
+    """
+    if gate_status is not None:
+        reasons = {FAIL: (LEAKS, "release gate failed: a measured TPR is over its budget"),
+                   PASS: (WITHIN_BUDGET, "release gate passed: every upper bound of the TPR is within its budget"),
+                   INCONCLUSIVE: (INCONCLUSIVE, "release gate inconclusive: the audit is too small to show "
+                                                "that the budget holds")}
+        if gate_status not in reasons:
+            raise ValueError(f"gate_status must be one of {sorted(reasons)} or None, not {gate_status!r}")
+        return Verdict(*reasons[gate_status])
+    level = f"{confidence:.0%}"
+    if auc_ci is None or len(auc_ci) != 2 or any(is_nan(x) for x in auc_ci):
+        return Verdict(INCONCLUSIVE, f"{attack} AUC {fmt_number(auc)} has no confidence interval (no gate set)")
+    low, high = float(auc_ci[0]), float(auc_ci[1])
+    where = f"{attack} AUC {fmt_number(auc)}, {level} interval [{fmt_number(low)}, {fmt_number(high)}]"
+    if low > 0.5:
+        return Verdict(LEAKS, f"{where} above 0.5")
+    if high < 0.5:
+        return Verdict(INCONCLUSIVE, f"{where} below 0.5: check the audit set-up")
+    return Verdict(NO_EVIDENCE, f"{where} contains 0.5; not a proof of privacy")
+
+
+def audit_verdict(result, gate=None) -> Verdict:
+    """:func:`verdict_of` for a membership audit: its gate, else its headline attack's sample-level AUC interval.
+
+    Parameters
+    ----------
+    result : AuditResult
+    gate : GateResult, optional
+    """
+    name = result.headline_attack
+    rep = result.attacks[name]
+    return verdict_of(gate_status=None if gate is None else gate.status, auc=rep.roc.auc, auc_ci=rep.ci.get("auc"),
+                      attack=name, confidence=result.config.metrics.confidence)
+
+
+#: Severity of the verdicts, mildest first: a combination of audits takes the most severe.
+SEVERITY = (WITHIN_BUDGET, NO_EVIDENCE, INCONCLUSIVE, LEAKS)
+
+
+def worst_verdict(verdicts) -> Verdict:
+    """The most severe of several verdicts (``leaks`` > ``inconclusive`` > ``no evidence of leakage`` >
+    ``within budget``), its reason prefixed by what it belongs to.
+
+    Parameters
+    ----------
+    verdicts : iterable of (str, Verdict)
+        ``(label, verdict)`` pairs: a model version of ``compare``, an entity type of a NER audit.
+
+    Raises
+    ------
+    ValueError
+        ``verdicts`` is empty.
+
+    >>> worst_verdict([("v1", verdict_of(gate_status="pass")), ("v2", verdict_of(gate_status="fail"))]).reason
+    'v2: release gate failed: a measured TPR is over its budget'
+    """
+    pairs = list(verdicts)
+    if not pairs:
+        raise ValueError("worst_verdict needs at least one (label, verdict) pair")
+    label, worst = max(pairs, key=lambda p: SEVERITY.index(p[1].value))
+    return Verdict(worst.value, f"{label}: {worst.reason}")
+
+
+def ner_verdict(metrics: dict, entity_types, *, confidence: float = 0.95) -> Verdict:
+    """:func:`verdict_of` for a NER prompt audit: per entity type, the test M-MEM (an AUC) of the best prompt
+    chosen on the dev names, with its bootstrap interval (Xia et al. 2025); the worst type decides.
+
+    Parameters
+    ----------
+    metrics : dict
+        The audit's metrics (``ner/<type>/best_prompt_mmem`` and ``_ci_low`` / ``_ci_high``).
+    entity_types : iterable of str
+    """
+    out = []
+    for kind in entity_types:
+        key = f"ner/{kind}/best_prompt_mmem"
+        out.append((kind, verdict_of(auc=metrics.get(key), attack="best prompt M-MEM", confidence=confidence,
+                                     auc_ci=(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")))))
+    return worst_verdict(out)
+
+
+def short_model_name(uri) -> str:
+    """A model URI as a run name shows it: ``models:/bbc-target/3`` -> ``bbc-target v3``.
+
+    ``models:/name@alias`` stays as ``name@alias``, ``runs:/<id>/<path>`` becomes
+    ``run <first 8 hex>/<path>``, a folder its last component.
+
+    >>> short_model_name("models:/bbc-target/3"), short_model_name("models:/bbc-reference@champion")
+    ('bbc-target v3', 'bbc-reference@champion')
+    >>> short_model_name("runs:/0123456789abcdef/model"), short_model_name("/data/models/my-bert/")
+    ('run 01234567/model', 'my-bert')
+    """
+    text = str(uri)
+    if text.startswith("models:/"):
+        parts = text[len("models:/"):].strip("/").split("/")
+        return f"{parts[0]} v{parts[1]}" if len(parts) == 2 and parts[1].isdigit() else "/".join(parts)
+    if text.startswith("runs:/"):
+        run_id, _, path = text[len("runs:/"):].partition("/")
+        return f"run {run_id[:8]}/{path}".rstrip("/")
+    stripped = text.rstrip("/\\")
+    return stripped.replace("\\", "/").rsplit("/", 1)[-1] or text
+
+
+def audit_run_name(target, reference=None) -> str:
+    """``audit <target> vs <reference>`` (or ``audit <target>``), with :func:`short_model_name`.
+
+    >>> audit_run_name("models:/bbc-target/3", "models:/bbc-reference/1")
+    'audit bbc-target v3 vs bbc-reference v1'
+    """
+    name = f"audit {short_model_name(target)}"
+    return f"{name} vs {short_model_name(reference)}" if reference else name  # a short name stays as it is
+
+
+#: The MLflow 3 UI's query parameter that opens a page in its "Model training" view (not the GenAI one).
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def references_label(references) -> str | None:
+    """The references of one audit as a run name shows them: one name, or the first and how many more.
+
+    Parameters
+    ----------
+    references : sequence of ResolvedModel or str
+        Resolved models (their ``resolved_uri``) or URIs; empty: None.
+
+    >>> references_label(["models:/r/1"]), references_label(["models:/r/1", "models:/s/2", "models:/t/1"])
+    ('r v1', 'r v1 +2 more')
+    """
+    uris = [getattr(r, "resolved_uri", r) for r in references or ()]
+    if not uris:
+        return None
+    first = short_model_name(uris[0])
+    return first if len(uris) == 1 else f"{first} +{len(uris) - 1} more"
+
+
+def run_url(run_id: str, experiment_id: str, *, tracking_uri: str | None = None, path: str | None = None) -> str:
+    """The MLflow UI address of a run (or of one of its artifacts, ``path``), in the "Model training" view.
+
+    An ``http(s)`` tracking URI is the UI's own address; for a local store (``sqlite:``,
+    a folder) the address is the one ``mlflow ui`` serves by default, ``http://127.0.0.1:5000``.
+
+    >>> run_url("abc", "1", tracking_uri="http://srv:5000/")
+    'http://srv:5000/#/experiments/1/runs/abc?workflowType=machine_learning'
+    >>> run_url("abc", "1", tracking_uri="sqlite:///mlflow.db", path="report.md")
+    'http://127.0.0.1:5000/#/experiments/1/runs/abc/artifactPath/report.md?workflowType=machine_learning'
+    """
+    if tracking_uri is None:
+        import mlflow
+
+        tracking_uri = mlflow.get_tracking_uri()
+    local = not str(tracking_uri).startswith(("http://", "https://"))
+    base = "http://127.0.0.1:5000" if local else str(tracking_uri).rstrip("/")
+    url = f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+    return url + (f"/artifactPath/{quote(path)}" if path else "") + f"?{MODEL_TRAINING_VIEW}"
+
+
+def run_description(verdict: Verdict, paragraph: str, *, gate=None, run_link: str | None = None) -> str:
+    """The Markdown description of an audit run (and, with ``run_link``, of the audited registry version).
+
+    Parameters
+    ----------
+    verdict : Verdict
+    paragraph : str
+        The report's "In brief" paragraph (:func:`mlflow_mia.audits.membership.report.in_brief`).
+    gate : GateResult, optional
+        Adds the gate's message (what the verdict means for a release).
+    run_link : str, optional
+        Markdown link to the audit run, added last (the version's description).
+
+    Returns
+    -------
+    str
+        Starts with :data:`DESCRIPTION_START`; no raw text.
+    """
+    lines = [f"{DESCRIPTION_START} {verdict.value}** ({verdict.reason}).", ""]
+    if gate is not None:
+        message = gate.message()
+        lines += [f"**Release gate: {gate.status.upper()}**: {message}.", ""]
+    if paragraph:
+        lines += [paragraph, ""]
+    lines.append("The full report is the run's `report.md` artifact.")
+    if run_link:
+        lines.append(f"Audit run: {run_link}.")
+    return "\n".join(lines)
+
+
+def describe_run(client, run_id: str, *, verdict: Verdict, description: str, name: str | None = None,
+                 prefix: str = "") -> dict[str, str]:
+    """Write the verdict tag, the description and (when given) the name of a run.
+
+    The description replaces one this module wrote (it starts with
+    :data:`DESCRIPTION_START`) and never the user's own. The name sets the run's
+    ``mlflow.runName`` tag, so it also renames the run ``mlflow run`` created.
+
+    Parameters
+    ----------
+    client : MlflowClient
+    run_id : str
+    verdict : Verdict
+    description : str
+        From :func:`run_description`.
+    name : str, optional
+        New run name.
+    prefix : str
+        Prefix of the verdict tags (``metric_prefix``: several audits in one run).
+
+    Returns
+    -------
+    dict of str to str
+        The tags written.
+    """
+    current = client.get_run(run_id).data.tags
+    tags = {f"{prefix}{VERDICT_TAG}": verdict.value, f"{prefix}{VERDICT_TAG}.reason": verdict.reason}
+    note = current.get(NOTE_TAG)
+    if not note or note.startswith(DESCRIPTION_START):
+        tags[NOTE_TAG] = description
+    else:
+        log.info("run %s keeps its own description; the verdict is in the %s tag", run_id, VERDICT_TAG)
+    if name:
+        tags[RUN_NAME_TAG] = name
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+    return tags
+
+
+def describe_version(client, name: str, version: str, *, verdict: Verdict, description: str) -> None:
+    """Tag a registry version ``mia.verdict`` and set its description (unless the user wrote one).
+
+    ``description`` comes from :func:`run_description` with a ``run_link``. A version whose
+    description does not start with :data:`DESCRIPTION_START` keeps it.
+    """
+    client.set_model_version_tag(name, version, VERDICT_TAG, verdict.value)
+    current = client.get_model_version(name, version).description
+    if not current or current.startswith(DESCRIPTION_START):
+        client.update_model_version(name, version, description=description)
+    else:
+        log.info("models:/%s/%s keeps its own description; the verdict is in the %s tag", name, version, VERDICT_TAG)
+
+
+def fmt_interval(value, ci) -> str:
+    """``0.866 [0.846, 0.884]``, or the value alone without a finite interval."""
+    if ci is None or any(is_nan(x) or (isinstance(x, float) and math.isinf(x)) for x in ci):
+        return fmt_number(value)
+    return f"{fmt_number(value)} [{fmt_number(ci[0])}, {fmt_number(ci[1])}]"

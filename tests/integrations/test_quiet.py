@@ -1,0 +1,64 @@
+"""``-q`` / ``--quiet``: progress bars off (also whenever stdout is no terminal), the libraries silenced."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import sys
+import warnings
+
+from mlflow_mia.entrypoints.cli import build_parser
+from mlflow_mia.entrypoints.common import quiet_output
+
+
+def test_quiet_takes_a_value_for_mlproject_and_none_on_the_command_line():
+    parse = build_parser().parse_args
+    assert parse(["audit", "-q"]).quiet is True
+    assert parse(["audit", "--quiet", "false"]).quiet is False
+    assert parse(["audit", "--quiet", "true", "--num-masks", "3"]).quiet is True
+    assert parse(["analyze", "--quiet", "true"]).quiet is True and parse(["build-demo", "-q"]).quiet is True
+
+
+def test_quiet_silences_the_libraries_and_restores_them(monkeypatch):
+    import datasets
+    import transformers
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    level = transformers.utils.logging.get_verbosity()
+    args = argparse.Namespace(quiet=True, no_progress=False)
+    with quiet_output(args) as quiet:
+        assert quiet and args.no_progress
+        assert os.environ["TQDM_DISABLE"] == "1"  # every tqdm bar, also in worker processes
+        assert transformers.utils.logging.get_verbosity() == transformers.logging.ERROR
+        assert datasets.utils.logging.get_verbosity() == datasets.logging.ERROR
+        assert not datasets.is_progress_bar_enabled()
+        assert logging.getLogger("huggingface_hub").level == logging.ERROR
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.warn("library noise", UserWarning)
+        assert caught == []  # ignored, not recorded
+    assert "TQDM_DISABLE" not in os.environ
+    assert transformers.utils.logging.get_verbosity() == level
+    assert datasets.is_progress_bar_enabled()
+
+
+def test_progress_bars_follow_the_terminal(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    import transformers
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    args = argparse.Namespace(quiet=None, no_progress=False)
+    with quiet_output(args) as quiet:
+        assert not quiet and args.no_progress  # a log file gets no progress bars, the libraries' neither
+        assert os.environ["TQDM_DISABLE"] == "1" and not transformers.utils.logging.is_progress_bar_enabled()
+        assert transformers.utils.logging.get_verbosity() != transformers.logging.ERROR  # warnings still shown
+    monkeypatch.setattr(sys, "stdout", Tty())
+    args = argparse.Namespace(quiet=None, no_progress=False)
+    with quiet_output(args):
+        assert not args.no_progress and "TQDM_DISABLE" not in os.environ
+        assert transformers.utils.logging.is_progress_bar_enabled()

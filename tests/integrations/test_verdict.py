@@ -1,0 +1,171 @@
+"""The verdict at a glance: the rule, and where an audit writes it (run name, description, tags, datasets, CLI)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_mia.entrypoints.cli import main
+from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
+from mlflow_mia.tracking.verdict import (DESCRIPTION_START, LEAKS, NO_EVIDENCE, WITHIN_BUDGET, describe_run,
+                                         run_description, verdict_of)
+
+
+@pytest.mark.parametrize("status, expected", [(FAIL, LEAKS), (PASS, WITHIN_BUDGET), (INCONCLUSIVE, INCONCLUSIVE)])
+def test_the_gate_decides_when_set(status, expected):
+    # Whatever the AUC interval says, a gate's verdict wins.
+    assert verdict_of(gate_status=status, auc=0.99, auc_ci=(0.98, 1.0)).value == expected
+    assert verdict_of(gate_status=status, auc=0.5, auc_ci=(0.4, 0.6)).value == expected
+
+
+@pytest.mark.parametrize("ci, expected", [
+    ((0.5001, 0.7), LEAKS),
+    ((0.5, 0.7), NO_EVIDENCE),  # a lower bound at 0.5 is not above it
+    ((0.3, 0.5), NO_EVIDENCE),
+    ((0.3, 0.4999), INCONCLUSIVE),  # below chance: the set-up, not privacy
+    (None, INCONCLUSIVE),
+    ((float("nan"), float("nan")), INCONCLUSIVE),
+])
+def test_without_gate_the_auc_interval_decides(ci, expected):
+    verdict = verdict_of(auc=0.6, auc_ci=ci, attack="likelihood_ratio")
+    assert verdict.value == expected
+    assert "likelihood_ratio AUC 0.600" in verdict.reason
+
+
+def test_ner_verdict_takes_the_worst_entity_type():
+    from mlflow_mia.tracking.verdict import ner_verdict
+
+    metrics = {"ner/person/best_prompt_mmem": 0.9, "ner/person/best_prompt_mmem_ci_low": 0.8,
+               "ner/person/best_prompt_mmem_ci_high": 0.95, "ner/loc/best_prompt_mmem": 0.55,
+               "ner/loc/best_prompt_mmem_ci_low": 0.45, "ner/loc/best_prompt_mmem_ci_high": 0.65}
+    verdict = ner_verdict(metrics, ["loc", "person"])
+    assert verdict.value == LEAKS and verdict.reason.startswith("person: best prompt M-MEM AUC 0.900")
+    assert ner_verdict(metrics, ["loc"]).value == NO_EVIDENCE
+    assert ner_verdict({}, ["loc"]).value == INCONCLUSIVE  # no interval: nothing to read
+
+
+def test_unknown_gate_status_is_an_error():
+    with pytest.raises(ValueError, match=r"gate_status must be one of \['fail', 'inconclusive', 'pass'\] or None, "
+                                         r"not 'ok'"):
+        verdict_of(gate_status="ok")
+
+
+def test_describe_run_keeps_the_users_description(tracking):
+    import mlflow
+
+    client = MlflowClient()
+    verdict = verdict_of(auc=0.9, auc_ci=(0.8, 0.95))
+    with mlflow.start_run() as run:
+        mlflow.set_tag("mlflow.note.content", "my own notes")
+        written = describe_run(client, run.info.run_id, verdict=verdict, description="**Verdict: x**", name="n1")
+    tags = client.get_run(run.info.run_id).data.tags
+    assert "mlflow.note.content" not in written
+    assert tags["mlflow.note.content"] == "my own notes"
+    assert tags["mia.verdict"] == LEAKS and tags["mlflow.runName"] == "n1"
+    with mlflow.start_run() as run:
+        describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p1"))
+        describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p2"))
+    note = client.get_run(run.info.run_id).data.tags["mlflow.note.content"]
+    assert note.startswith(DESCRIPTION_START) and "p2" in note and "p1" not in note  # ours is replaced
+
+
+def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
+    from mlflow_mia.audits.membership.report import in_brief  # noqa: F401  (the paragraph the run must carry)
+
+    args = ["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]
+    assert main([*args, "--max-tpr-at-fpr", "0.05:0.5"]) == 3
+    out = capsys.readouterr().out.strip().splitlines()
+    client = MlflowClient()
+    run = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
+    tags = run.data.tags
+    # The run's name says what was audited; the verdict follows the failed gate.
+    assert run.info.run_name == "audit tgt v2 vs ref v1"
+    assert tags["mia.verdict"] == LEAKS and tags["mia.gate"] == FAIL
+    note = tags["mlflow.note.content"]
+    assert note.startswith("**Verdict: leaks** (release gate failed")
+    assert "**Release gate: FAIL**" in note and "The strongest attack" in note
+    report = client.download_artifacts(run.info.run_id, "report.md")
+    with open(report, encoding="utf-8") as fh:
+        text = fh.read()
+    brief = text.split("## In brief\n\n")[1].split("\n")[0]
+    assert brief in note  # the description carries the report's paragraph word for word
+    # Readable metrics: no infinity or undefined value logged as a number, no deprecated alias.
+    assert run.data.metrics and all(abs(v) < 1e300 for v in run.data.metrics.values())
+    assert not [k for k in run.data.metrics if k.endswith(("_at_mu", "/mu"))]
+    # The registered version: verdict tag and description with a link to the run.
+    version = client.get_model_version("tgt", "2")
+    assert version.tags["mia.verdict"] == LEAKS
+    assert (f"(#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning)"
+            in version.description)
+    assert brief in version.description
+    # The last lines: verdict, headline numbers with intervals, experiment, run and report addresses.
+    experiment = client.get_experiment(run.info.experiment_id).name
+    assert out[-6].startswith("verdict: leaks (release gate failed")
+    assert re.match(r"likelihood_ratio: AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; TPR at FPR 0\.1 \d\.\d{3} "
+                    r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-5]), out[-5]
+    assert out[-4] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
+    assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
+                       f"{run.info.run_id}?workflowType=machine_learning")
+    assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
+    assert out[-1] == f"  (start the UI first: mlflow ui --backend-store-uri {tracking.tracking_uri})"
+    # No text under Datasets: pool and population logged with keyed digests, schema and row counts only.
+    inputs = {d.dataset.name: d for d in run.inputs.dataset_inputs}
+    assert set(inputs) == {"pool", "population"}
+    pool, population = inputs["pool"].dataset, inputs["population"].dataset
+    assert pool.digest == run.data.params["pool.digest"][:32]
+    assert population.digest == run.data.params["population.digest"][:32]
+    assert '"num_rows": 40' in pool.profile and '"num_rows": 100' in population.profile
+    columns = [c["name"] for c in __import__("json").loads(pool.schema)["mlflow_colspec"]]
+    assert columns == ["sample_id", "label", "group", "text_hmac"]
+    assert {t.key: t.value for t in inputs["pool"].tags}["mlflow.data.context"] == "pool"
+    everything = repr((pool, population, tags, run.data.params))
+    assert not any(text in everything for text in tracking.pool["text"])
+    # The audited version's logged model is an input of the run.
+    linked = client.get_run(run.info.run_id).inputs.model_inputs
+    assert [m.model_id for m in linked] == [tracking.model_ids["tgt/2"]]
+
+
+def test_experiment_defaults_to_mlflow_mia_opened_as_model_training(tracking, monkeypatch, capsys):
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    assert main(["audit", "--target", "models:/tgt@champion", *tracking.cli_args()]) == 0
+    experiment = MlflowClient().get_experiment_by_name("mlflow-mia")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = MlflowClient().search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
+    assert runs[0].info.run_name == "audit tgt v1 vs ref v1"
+    assert "experiment: mlflow-mia;" in capsys.readouterr().out
+
+
+def test_tables_open_on_labels_and_scores_and_the_summary_on_results():
+    import pandas as pd
+
+    from mlflow_mia.tracking.audit_log import readable_order
+
+    table = pd.DataFrame(columns=["sample_id", "text_hmac", "label", "group", "n_tokens", "truncated",
+                                  "score_loss", "score_likelihood_ratio", "flagged_loss_fpr_0.1", "text"])
+    assert list(readable_order(table).columns) == [
+        "sample_id", "text", "label", "score_loss", "score_likelihood_ratio", "flagged_loss_fpr_0.1",
+        "n_tokens", "truncated", "group", "text_hmac"]
+    risky = pd.DataFrame(columns=["attack", "text_hmac", "group", "score", "flagged_at_fpr", "sample_id"])
+    assert list(readable_order(risky).columns) == ["attack", "sample_id", "flagged_at_fpr", "score", "group",
+                                                   "text_hmac"]
+
+
+def test_audit_summary_puts_results_before_config(tracking):
+    import json
+
+    import pandas as pd
+
+    assert main(["audit", "--target", "models:/tgt@champion", *tracking.cli_args("--log-samples")]) == 0
+    client = MlflowClient()
+    run = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
+    with open(client.download_artifacts(run.info.run_id, "audit_summary.json"), encoding="utf-8") as fh:
+        keys = list(json.load(fh))
+    assert keys[:3] == ["verdict", "gate", "info"] and keys[-1] == "config"
+    assert keys.index("metrics") < keys.index("config")
+    samples = pd.read_csv(client.download_artifacts(run.info.run_id, "tables/samples.csv"))
+    columns = list(samples.columns)
+    assert columns[:3] == ["sample_id", "label", "score_loss"] and columns[-2:] == ["group", "text_hmac"]
