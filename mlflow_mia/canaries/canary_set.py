@@ -133,6 +133,15 @@ class CanarySet:
             out[f"r{r}/n_included"] = int((sel & self.included).sum())
         return out
 
+    def id_frame(self):
+        """A DataFrame safe to hand to MLflow: ``canary_id``, ``template``, ``repetitions`` (no text, secret or bit).
+
+        The ``data`` of ``mlflow.models.evaluate(..., evaluator_config={"mia": {"method": "canaries", ...}})``.
+        """
+        import pandas as pd
+
+        return pd.DataFrame({"canary_id": self.ids, "template": self.template_ids, "repetitions": self.repetitions})
+
     def to_dict(self) -> dict:
         return {"format": FILE_FORMAT, "seed": self.seed, "p_include": self.p_include,
                 "templates": [{"id": t.id, "text": t.text} for t in self.templates],

@@ -157,8 +157,14 @@ def _upper_mean(values: np.ndarray, *, rounds: int, confidence: float, seed: int
     return float(np.quantile(means, confidence))
 
 
-def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAuditConfig, **run) -> tuple:
-    """Exposure of every secret-format canary: candidates of each template scored under the target."""
+def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAuditConfig, warnings: list,
+               **run) -> tuple:
+    """Exposure of every secret-format canary: candidates of each template scored under the target.
+
+    A template whose candidates all score the same (a tokenizer that maps every secret to
+    the same tokens, e.g. [UNK]) gets no exposure (nan) and a warning: with ties resolved
+    in the secret's favour it would read as the largest exposure, about nothing.
+    """
     m = len(canaries)
     values, extra, found = np.full(m, np.nan), np.full(m, np.nan), {}
     tids = np.array(canaries.template_ids)
@@ -169,6 +175,10 @@ def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAu
         secrets, exact = candidate_secrets(template, config.n_candidates, seed=config.seed + 1 + i)
         cand = score_texts(target, [template.render(s) for s in secrets], config,
                            desc=f"candidates {template.id}", **run)
+        if np.ptp(cand) == 0:
+            warnings.append(f"template {template.id}: every candidate secret has the same score (the tokenizer "
+                            "does not tell the secrets apart, e.g. digits read as [UNK]); no exposure for it")
+            continue
         res: ExposureResult = exposure(signal[rows], cand, space_size=template.space_size, exact=exact)
         values[rows], extra[rows], found[template.id] = res.exposure, res.extrapolated, res
     return values, extra, found
@@ -222,9 +232,10 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         attack = "likelihood_ratio"
         scores = score_texts(reference, canaries.texts, config, desc="canaries reference", **run) - signal
         models["reference"] = {"identity": reference.model_id, "name": reference.name}
-    expo, extra, found = _exposures(target, canaries, signal, config, **run)
-    secret = canaries.is_secret_format
-    metrics, rows, bounds, rocs, warnings = {}, [], {}, {}, []
+    warnings: list = []
+    expo, extra, found = _exposures(target, canaries, signal, config, warnings, **run)
+    secret = canaries.is_secret_format & np.isfinite(expo)
+    metrics, rows, bounds, rocs = {}, [], {}, {}
     for k, (name, sel) in enumerate(_groups(canaries)):
         prefix = f"canary/{name}"
         row = {"group": name, "n_canaries": int(sel.sum()), "n_included": int(bits[sel].sum())}
