@@ -5,7 +5,8 @@ demo's base model (:mod:`mlflow_mia.demo.build`), trained on the same data: the 
 target's training sentences plus the included canaries' copies
 (:func:`mlflow_mia.canaries.insert`) of a set of about 1,000 canaries
 (:func:`mlflow_mia.canaries.make_canaries`: the default secret-format and PII-like
-templates, repetitions 1, 2, 4, 8, 16, inclusion probability 1/2):
+templates, half of them at repetition count 1 and the rest at 2, 4, 8, 16,
+inclusion probability 1/2):
 
 - ``<prefix>canary-target@candidate``: ordinary fine-tuning (:func:`~mlflow_mia.demo.train.train_mlm`);
 - ``<prefix>canary-target-dp@candidate``: the same recipe with DP-SGD
@@ -43,8 +44,17 @@ class CanaryDemoSize:
         The BBC demo size whose base model and member sentences are used.
     m : int
         Canaries (each included with probability 1/2).
+    repetitions : tuple of int
+        The mix of repetition counts (:func:`~mlflow_mia.canaries.make_canaries` cycles
+        through it, so a count listed k times gets k shares): ``(1, 1, 1, 1, 2, 4, 8, 16)``
+        puts half the canaries (500 of 1,000) at r = 1 and 125 at each of 2, 4, 8, 16.
+        Only the r = 1 canaries give the record-level bound, and both its ceiling and its
+        power grow with their number (200 at the even mix 1, 2, 4, 8, 16); 125 canaries per
+        larger count still show exposure growing with repetitions.
     epochs, batch_size, learning_rate : float, int, float
-        Non-private fine-tuning (passes over the members plus the canary copies).
+        Non-private fine-tuning (passes over the members plus the canary copies). 40
+        passes, as a clinical fine-tune on a small corpus runs many: a canary inserted
+        once is seen 40 times (at 8 passes the 2 x 64 model told no r = 1 canary apart).
     dp_epochs, dp_batch_size, dp_learning_rate : float, int, float
         DP-SGD fine-tuning of the same data (larger Poisson batches, as DP-SGD needs).
     dp_epsilon, dp_delta : float
@@ -55,7 +65,8 @@ class CanaryDemoSize:
 
     demo_size: str
     m: int = 1000
-    epochs: float = 8.0
+    repetitions: tuple = (1, 1, 1, 1, 2, 4, 8, 16)
+    epochs: float = 40.0
     batch_size: int = 32
     learning_rate: float = 2e-3
     dp_epochs: float = 4.0
@@ -154,7 +165,7 @@ def build_canary_demo(*, size: str = "small", force: bool = False, progress: boo
     base_cfg = DEMO_SIZES[cfg.demo_size]
     folder = Path(data_dir or Path(demo.pool_path).parent)
     path = folder / "canaries.json"
-    canaries = make_canaries(cfg.m, seed=cfg.seed)
+    canaries = make_canaries(cfg.m, repetitions=cfg.repetitions, seed=cfg.seed)
     canaries.save(path)  # deterministic from the seed: the same file every time
     digest = _digest(path)
     prefix = base_cfg.prefix

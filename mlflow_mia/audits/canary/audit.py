@@ -2,7 +2,8 @@
 
 :func:`canary_audit` scores every canary of a :class:`~mlflow_mia.canaries.CanarySet`
 under the target (energy or pseudo-log-likelihood; with a reference model, the
-likelihood ratio of Mireshghallah et al. 2022), then reports per repetition count r
+likelihood ratio of Mireshghallah et al. 2022), centred on its template's median score
+(:func:`centre_by_template`), then reports per repetition count r
 (and over all canaries):
 
 - included vs excluded canaries: AUC and TPR at each FPR, with percentile bootstrap
@@ -12,7 +13,8 @@ likelihood ratio of Mireshghallah et al. 2022), then reports per repetition coun
   most ``n_candidates`` secrets, else a uniform sample, plus the skew-normal
   extrapolation of Sec. 4.3); mean and median over included and excluded canaries;
 - the one-run epsilon lower bound (Steinke, Nasr, Jagielski 2023) of the canaries with
-  that r; its unit is one canary, i.e. a group of r records. The canaries inserted once
+  that r over the numbers of guesses of :func:`~mlflow_mia.metrics.one_run.sparse_guess_grid`
+  (5 %, 20 % and 100 % of the canaries, fixed in advance); its unit is one canary, i.e. a group of r records. The canaries inserted once
   give the record-level bound (``canary/epsilon_lower_bound``).
 
 References
@@ -35,11 +37,11 @@ from mlflow_mia.canaries import CanarySet
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
 from mlflow_mia.metrics.exposure import ExposureResult, exposure
-from mlflow_mia.metrics.one_run import OneRunBound, one_run_audit
+from mlflow_mia.metrics.one_run import OneRunBound, one_run_audit, sparse_guess_grid
 from mlflow_mia.metrics.roc import RocResult, auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.naming import fmt_alpha
 
-__all__ = ["CanaryAuditResult", "canary_audit", "candidate_secrets", "score_texts"]
+__all__ = ["CanaryAuditResult", "canary_audit", "candidate_secrets", "centre_by_template", "score_texts"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +186,36 @@ def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAu
     return values, extra, found
 
 
+def centre_by_template(scores: np.ndarray, template_ids) -> np.ndarray:
+    """Scores minus the median score of their template's canaries (included and excluded alike).
+
+    The fine-tune learns each template's fixed words from every included canary of it,
+    so a template's canaries all move together; which template a canary comes from says
+    nothing about its own inclusion bit, and ranking canaries of different templates on
+    the raw score mixes that shared offset into the guesses. Centring removes it. It uses
+    the scores of all canaries and never the bits, so the guesses stay a function of the
+    trained model and the (public to the auditor) canary texts, as the one-run bound
+    requires (Steinke et al. 2023, Sec. 3). Within a template the order is unchanged
+    (exposure is not affected).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (m,), float
+    template_ids : sequence of str, length m
+
+    Returns
+    -------
+    ndarray of shape (m,), float64
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    tids = np.asarray(template_ids)
+    out = scores.copy()
+    for tid in np.unique(tids):
+        sel = tids == tid
+        out[sel] -= np.median(scores[sel])
+    return out
+
+
 def _groups(canaries: CanarySet) -> list[tuple[str, np.ndarray]]:
     reps = canaries.repetitions
     groups = [(f"r{r}", reps == r) for r in sorted(set(reps.tolist()))]
@@ -202,7 +234,8 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         The auditor's secret set (texts, repetition counts, inclusion bits).
     reference : MaskedLM, optional
         A model that never saw any canary: the score becomes the likelihood ratio
-        ``E_ref - E_target`` instead of ``-E_target``.
+        ``E_ref - E_target`` instead of ``-E_target``. Either is then centred per template
+        (:func:`centre_by_template`).
     config : CanaryAuditConfig, optional
     cache : SignalCache, optional
     device : str, optional
@@ -232,6 +265,7 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         attack = "likelihood_ratio"
         scores = score_texts(reference, canaries.texts, config, desc="canaries reference", **run) - signal
         models["reference"] = {"identity": reference.model_id, "name": reference.name}
+    scores = centre_by_template(scores, canaries.template_ids)
     warnings: list = []
     expo, extra, found = _exposures(target, canaries, signal, config, warnings, **run)
     secret = canaries.is_secret_format & np.isfinite(expo)
@@ -257,7 +291,8 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
             metrics[f"{prefix}/exposure_excluded_mean"] = float(np.mean(expo[exc]))
         if name != "all":  # a bound's unit is one canary of r records: never mix repetition counts
             bound: OneRunBound = one_run_audit(bits[sel], scores[sel], delta=config.delta,
-                                               confidence=config.confidence, seed=config.seed + k)
+                                               confidence=config.confidence, seed=config.seed + k,
+                                               grid=sparse_guess_grid(int(sel.sum())))
             bounds[name] = bound
             metrics[f"{prefix}/epsilon_lower_bound"] = bound.epsilon
             metrics[f"{prefix}/epsilon_n_guesses"] = float(bound.n_guesses)
