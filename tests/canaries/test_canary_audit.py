@@ -9,6 +9,8 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from mlflow_mia.audits.canary import canary_audit, candidate_secrets
+from mlflow_mia.audits.canary.audit import centre_by_template
+from mlflow_mia.metrics.one_run import sparse_guess_grid
 from mlflow_mia.canaries import Template, make_canaries
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.signals import MaskedLM, compute_signals
@@ -68,7 +70,9 @@ def test_metrics_per_repetition_count_match_sklearn_and_the_bound_has_its_unit(d
     assert result.attack == "likelihood_ratio"
     target = compute_signals(digit_lm, list(canaries.texts), config.signal_config(), progress=False).values
     ref = compute_signals(reference_lm, list(canaries.texts), config.signal_config(), progress=False).values
-    assert result.scores == pytest.approx(ref - target)
+    tids = np.array(canaries.template_ids)
+    medians = {t: np.median((ref - target)[tids == t]) for t in set(tids)}
+    assert result.scores == pytest.approx(ref - target - np.array([medians[t] for t in tids]))
     for r in (1, 2):
         sel = canaries.repetitions == r
         assert result.metrics[f"canary/r{r}/auc"] == pytest.approx(
@@ -88,3 +92,19 @@ def test_the_audit_refuses_a_set_without_both_kinds(digit_lm):
                          repetitions=cs.repetitions, included=np.ones(4, dtype=bool), templates=cs.templates)
     with pytest.raises(ValueError, match="at least 2 included and 2 excluded"):
         canary_audit(digit_lm, one_sided)
+
+
+def test_centring_by_template_removes_each_templates_median_and_keeps_its_order():
+    scores = np.array([5.0, 1.0, 7.0, -2.0, 0.0, 3.0, 100.0])
+    tids = ["a", "b", "a", "b", "b", "a", "c"]
+    out = centre_by_template(scores, tids)
+    assert out.tolist() == [0.0, 1.0, 2.0, -2.0, 0.0, -2.0, 0.0]  # medians a: 5, b: 0, c: 100
+    for t in set(tids):
+        sel = np.array(tids) == t
+        assert (np.argsort(out[sel]) == np.argsort(scores[sel])).all()
+
+
+def test_the_bound_uses_the_sparse_grid_of_each_group(digit_lm, canaries):
+    result = canary_audit(digit_lm, canaries, config=CanaryAuditConfig(bootstrap_rounds=0, n_candidates=100))
+    for name, bound in result.bounds.items():
+        assert bound.grid == sparse_guess_grid(bound.m)

@@ -10,7 +10,7 @@ from scipy import stats
 from scipy.special import expit
 
 from mlflow_mia.metrics.one_run import (default_guess_grid, guesses_at, one_run_audit, one_run_epsilon,
-                                        one_run_p_value)
+                                        one_run_p_value, sparse_guess_grid)
 
 
 @pytest.mark.parametrize(("m", "r", "v", "delta", "published"), [
@@ -114,3 +114,12 @@ def test_the_audit_refuses_bad_input():
 
 def test_scipy_binomial_tail_agrees():
     assert one_run_p_value(50, 40, 30, 0.5, delta=0.0) == pytest.approx(stats.binom.sf(29, 40, expit(0.5)))
+
+
+def test_the_sparse_grid_is_three_fractions_of_m_with_at_least_ten_guesses():
+    assert sparse_guess_grid(500) == (25, 100, 500)
+    assert sparse_guess_grid(1000) == (50, 200, 1000)
+    assert sparse_guess_grid(60) == (10, 12, 60)
+    assert sparse_guess_grid(8) == (8,)
+    with pytest.raises(ValueError, match="m must be >= 1"):
+        sparse_guess_grid(0)
