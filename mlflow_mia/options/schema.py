@@ -137,7 +137,7 @@ class CommandOptions:
     quick: bool = option(False, "the quick size: the small demo, a few minutes (else the full size, about an "
                          "hour on 2 CPU cores)", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),
-                                  metavar="A[,B]", default_doc="all")
+                                  metavar="A[,B]", default_doc="all but canaries (it trains the canary demo)")
     experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",
                                     used_by=frozenset({"audit", "compare", "ner-audit", "analyze", "canary-audit"}),
                                     mlproject=False,
