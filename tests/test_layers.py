@@ -1,6 +1,6 @@
 """The package's layers import downwards only: the folder layout reads top to bottom.
 
-data and configs -> signals (per model) -> attacks -> metrics -> plots -> options ->
+data and configs -> canaries (planted records) -> signals (per model) -> attacks -> metrics -> plots -> options ->
 models (where models come from) -> engines (where stage 1 runs) -> audits (membership,
 NER) -> tracking (MLflow logging and registry tags) -> demo -> analyze -> entry points.
 A module may import its own layer and the ones below it, never one above (not even
@@ -17,7 +17,7 @@ import mlflow_mia
 ROOT = Path(mlflow_mia.__file__).parent
 
 #: Bottom to top. Top-level modules of the package count as the bottom layer.
-LAYERS = ("core", "signals", "attacks", "metrics", "plots", "options", "models", "engines", "audits", "tracking",
+LAYERS = ("core", "canaries", "signals", "attacks", "metrics", "plots", "options", "models", "engines", "audits", "tracking",
           "demo", "analyze", "entrypoints")
 CORE = {"__init__", "config", "data", "hashing", "naming", "option"}
 

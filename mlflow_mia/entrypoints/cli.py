@@ -1,4 +1,5 @@
-"""The ``mlflow-mia`` command line: ``audit``, ``compare``, ``build-demo``, ``ner-audit`` and ``analyze``.
+"""The ``mlflow-mia`` command line: ``audit``, ``compare``, ``build-demo``, ``ner-audit``, ``analyze`` and
+``canary-audit``.
 
 Each subcommand's options are derived from the option declarations
 (:mod:`mlflow_mia.options.schema`) and turned into the flat
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Membership inference audits of masked language models, logged to MLflow.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
-    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit,analyze}")
+    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit,analyze,canary-audit}")
     sub.required = True
 
     audit = sub.add_parser(
@@ -103,8 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     from mlflow_mia.entrypoints.analyze_cli import add_analyze_parser
     from mlflow_mia.entrypoints.ner_cli import add_ner_parser
 
+    from mlflow_mia.entrypoints.canary_cli import add_canary_parser
+
     add_ner_parser(sub)
     add_analyze_parser(sub)
+    add_canary_parser(sub)
     return parser
 
 
@@ -252,6 +256,10 @@ def _run(args) -> int:
             from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
 
             return cmd_ner_audit(args)
+        if args.command == "canary-audit":
+            from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
+
+            return cmd_canary_audit(args)
         if args.command == "analyze":
             from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
 

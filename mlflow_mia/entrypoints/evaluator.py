@@ -144,7 +144,15 @@ class MiaEvaluator(ModelEvaluator):
             unsupported ``extra_metrics`` / ``custom_artifacts``.
         """
         from mlflow_mia.entrypoints.ner_evaluator import evaluate_ner, is_ner_config
+        from mlflow_mia.options.canary import is_canary_config
 
+        if is_canary_config(evaluator_config):  # method="canaries": the canary audit
+            from mlflow_mia.entrypoints.canary_cli import evaluate_canaries
+
+            if extra_metrics or custom_artifacts:
+                raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
+            return evaluate_canaries(model=model, dataset=dataset, run_id=run_id, evaluator_config=evaluator_config,
+                                     model_id=kwargs.get("model_id"))
         if is_ner_config(evaluator_config):  # method="ner_prompts": the NER prompt audit
             if extra_metrics or custom_artifacts:
                 raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")

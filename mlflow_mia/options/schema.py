@@ -35,9 +35,9 @@ __all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "COMMANDS", "METHODS",
            "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
            "mlproject_parameters", "dest"]
 
-COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo")
-METHODS = ("mia", "ner_prompts")
-_AUDITS = frozenset({"audit", "compare", "ner-audit", *METHODS})
+COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo", "canary-audit")
+METHODS = ("mia", "ner_prompts", "canaries")
+_AUDITS = frozenset({"audit", "compare", "ner-audit", "canary-audit", *METHODS})
 _WITH_ANALYZE = _AUDITS | {"analyze"}
 
 
@@ -76,8 +76,9 @@ class CommonOptions:
     is its documentation.
     """
 
-    method: str = option("mia", "which audit: mia (membership inference) or ner_prompts (NER prompt "
-                         "memorization, Xia et al. 2025)", choices=METHODS, used_by=frozenset(METHODS), cli=False)
+    method: str = option("mia", "which audit: mia (membership inference), ner_prompts (NER prompt "
+                         "memorization, Xia et al. 2025) or canaries (planted canaries: exposure and the one-run "
+                         "epsilon bound)", choices=METHODS, used_by=frozenset(METHODS), cli=False)
     target_model: Any = option(None, "URI of the model to audit when mlflow.models.evaluate(model=None, ...) is "
                                "used (loaded by the audit's own loader, so no model code runs)",
                                used_by=frozenset(METHODS), cli=False)
@@ -112,7 +113,7 @@ class CommandOptions:
 
     target: str | None = option(None, "model under audit: models:/name/version, models:/name@alias, "
                                 "runs:/<run_id>/<path> or a local folder; required with --data",
-                                used_by=frozenset({"audit"}), metavar="URI",
+                                used_by=frozenset({"audit", "canary-audit"}), metavar="URI",
                                 default_doc="the demo's models:/bbc-target@candidate")
     models: str | None = option(None, "registered model name(s) to compare, comma-separated; required with --data",
                                 used_by=frozenset({"compare"}), metavar="NAME[,NAME]",
@@ -132,16 +133,17 @@ class CommandOptions:
                                used_by=frozenset({"ner-audit"}), metavar="PATH", default_doc="the demo's")
     demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
                             "small: build and audit take about 2.5 CPU-minutes (README)", choices=("default", "small"),
-                            used_by=frozenset({"audit", "compare", "ner-audit"}))
+                            used_by=frozenset({"audit", "compare", "ner-audit", "canary-audit"}))
     quick: bool = option(False, "the quick size: the small demo, one seed, backs no claim (measured: 7 min 40 s "
                          "on 2 busy CPU cores, demo built; README 'mlflow-mia analyze'); else the full size: 3 seeds "
                          "on the default demo", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),
-                                  metavar="A[,B]", default_doc="all")
+                                  metavar="A[,B]", default_doc="all but canaries (it trains the canary demo)")
     experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",
-                                    used_by=frozenset({"audit", "compare", "ner-audit", "analyze"}), mlproject=False,
-                                    default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia")
-    run_name: str | None = option(None, "name of the MLflow run", used_by=frozenset({"audit", "compare", "analyze"}),
+                                    used_by=frozenset({"audit", "compare", "ner-audit", "analyze", "canary-audit"}),
+                                    mlproject=False, default_doc="$MLFLOW_EXPERIMENT_NAME, else mlflow-mia")
+    run_name: str | None = option(None, "name of the MLflow run",
+                                  used_by=frozenset({"audit", "compare", "analyze", "canary-audit"}),
                                   metavar="NAME", mlproject=False)
     quiet: bool = option(False, "no progress bars, and the libraries' warnings and progress output silenced "
                          "(transformers, datasets, huggingface_hub, tqdm)", flags=("-q", "--quiet"),
@@ -164,14 +166,23 @@ def _ner_classes():
     return (NerAuditConfig, NerOptions)
 
 
+def _canary_classes():
+    from mlflow_mia.canaries.config import CanaryAuditConfig
+    from mlflow_mia.options.canary import CanaryOptions
+
+    return (CanaryAuditConfig, CanaryOptions)
+
+
 #: Config families: the classes one audit is parsed into and the commands / methods that take its options.
 FAMILIES = {
     "mia": (_mia_classes, frozenset({"audit", "compare", "mia"})),
     "ner": (_ner_classes, frozenset({"ner-audit", "ner_prompts"})),
+    "canary": (_canary_classes, frozenset({"canary-audit", "canaries"})),
 }
 #: ``--help`` groups, in this order, by the class that declares the option.
 _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release gate",
-           "NerOptions": "prompts", "AuditConfig": "attacks", "SignalConfig": "signals",
+           "NerOptions": "prompts", "CanaryOptions": "canaries, models and release gate",
+           "CanaryAuditConfig": "canary audit", "AuditConfig": "attacks", "SignalConfig": "signals",
            "NeighbourhoodConfig": "neighbourhood attack", "MetricConfig": "metrics", "NerAuditConfig": "NER audit",
            "CommonOptions": "logging and execution"}
 

@@ -57,7 +57,8 @@ GATE_TAG = "mia.gate"
 ATTACKS_TAG, RUN_ID_TAG = f"{GATE_TAG}.attacks", f"{GATE_TAG}.run_id"
 WRITTEN_TAG, REQUIRES_TAG = f"{GATE_TAG}.written_at", f"{GATE_TAG}.requires"
 INHERITED_TAG = f"{GATE_TAG}.inherited_from"
-_KEPT = (GATE_TAG, WEIGHTS_TAG)  # prefixes a new audit never deletes
+CANARY_PREFIX = "mia.canary."  # headline tags of canary audits (tracking/canary_log.py)
+_KEPT = (GATE_TAG, WEIGHTS_TAG, CANARY_PREFIX)  # prefixes a membership audit never deletes
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -233,7 +234,7 @@ def _propagate_fail(client, weights_id: str | None, record: GateRecord, *, done,
 
 
 def _tag_version(client, name: str, version: str, new: dict, gate, record, *, run_id: str, headline: bool,
-                 clear_gate_fail: bool, weights_id: str | None, started: int) -> dict[str, str]:
+                 clear_gate_fail: bool, weights_id: str | None, started: int, scope: str = "mia.") -> dict[str, str]:
     """Re-read one version's tags and write this audit's tags on it; returns what was written."""
     current = dict(client.get_model_version(name, version).tags or {})
     written = dict(new)
@@ -243,7 +244,8 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
                                      now=int(time.time() * 1000)))
         if weights_id:
             written[WEIGHTS_TAG] = weights_id
-    stale = [key for key in current if headline and key.startswith("mia.") and not key.startswith(_KEPT)
+    kept = _KEPT if scope == "mia." else (GATE_TAG, WEIGHTS_TAG)
+    stale = [key for key in current if headline and key.startswith(scope) and not key.startswith(kept)
              and key not in written]  # the headline describes this audit only
     if written.get(RUN_ID_TAG) == run_id and INHERITED_TAG in current:
         stale.append(INHERITED_TAG)  # this audit's own verdict replaces an inherited one
@@ -257,7 +259,8 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
 
 def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, headline: bool = True,
                       clear_gate_fail: bool = False, weights_id: str | None = None,
-                      audit_started: int | None = None) -> dict[str, str]:
+                      audit_started: int | None = None, headline_tags_=None, record=None,
+                      scope: str = "mia.") -> dict[str, str]:
     """Tag registry version(s) with an audit's evidence (see the module docstring).
 
     Parameters
@@ -279,6 +282,9 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     audit_started : int, optional
         When the audit began, ms since the epoch; a verdict written later is not
         overwritten (default: the run's start time).
+    headline_tags_, record, scope : optional
+        Another audit's headline tags, gate record and tag prefix (the canary audit:
+        ``mia.canary.*`` tags, whose stale ones alone it replaces).
 
     Returns
     -------
@@ -296,16 +302,19 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     client = client or MlflowClient()
     if audit_started is None:
         audit_started = client.get_run(run_id).info.start_time
-    new = headline_tags(result, run_id=run_id) if headline else {}
+    new = ((headline_tags(result, run_id=run_id) if headline_tags_ is None else dict(headline_tags_))
+           if headline else {})
     if weights_id and headline:
         new[WEIGHTS_TAG] = weights_id
-    record = GateRecord.of(gate, result.attacks, result.metrics) if gate is not None else None
+    if record is None and gate is not None:
+        record = GateRecord.of(gate, result.attacks, result.metrics)
     written: dict[str, str] = {}
     done, gone = [], []
     for name, version in version_pairs(registry):
         try:
             written = _tag_version(client, name, version, new, gate, record, run_id=run_id, headline=headline,
-                                   clear_gate_fail=clear_gate_fail, weights_id=weights_id, started=audit_started)
+                                   clear_gate_fail=clear_gate_fail, weights_id=weights_id, started=audit_started,
+                                   scope=scope)
             done.append((name, version))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":

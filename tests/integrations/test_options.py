@@ -16,7 +16,7 @@ from mlflow_mia.options.schema import (FAMILIES, dest, entries, flag_of, key_tab
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "mlflow_mia"
-CLI_COMMANDS = ("audit", "compare", "ner-audit", "analyze")
+CLI_COMMANDS = ("audit", "compare", "ner-audit", "analyze", "canary-audit")
 
 
 def _family_of_class() -> dict[str, str]:
@@ -75,7 +75,7 @@ def _declarations(package: Path = PACKAGE) -> dict:
 
 def test_each_option_is_declared_once():
     found = _declarations()
-    by_option = {k: v for k, v in found.items() if k[0] in ("mia", "ner", "common", "command")}
+    by_option = {k: v for k, v in found.items() if k[0] in ("mia", "ner", "canary", "common", "command")}
     # The scan sees exactly the declarations the schema is built from ...
     assert set(by_option) == {(_family_of_class()[e.field.owner.__name__], e.key) for e in entries()}
     # ... each in one place, and nowhere else: no hand-written flag, no hand-kept key list.
@@ -85,9 +85,9 @@ def test_each_option_is_declared_once():
     assert not elsewhere, f"options declared outside their field: {elsewhere}"
     # A key of the common options is not declared again by an audit's own config.
     common = {key for fam, key in by_option if fam == "common"}
-    assert not common & {key for fam, key in by_option if fam in ("mia", "ner")}
+    assert not common & {key for fam, key in by_option if fam in ("mia", "ner", "canary")}
     # No surface sees one key twice (options_for raises if it does).
-    for surface in (*CLI_COMMANDS, "build-demo", "mia", "ner_prompts"):
+    for surface in (*CLI_COMMANDS, "build-demo", "mia", "ner_prompts", "canaries"):
         options_for(surface)
 
 

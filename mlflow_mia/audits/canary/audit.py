@@ -1,0 +1,313 @@
+"""The canary audit: how much a model leaks about records planted with independent inclusion bits.
+
+:func:`canary_audit` scores every canary of a :class:`~mlflow_mia.canaries.CanarySet`
+under the target (energy or pseudo-log-likelihood; with a reference model, the
+likelihood ratio of Mireshghallah et al. 2022), centred on its template's median score
+(:func:`centre_by_template`), then reports per repetition count r
+(and over all canaries):
+
+- included vs excluded canaries: AUC and TPR at each FPR, with percentile bootstrap
+  intervals that resample canaries by inclusion bit (the unit: one canary);
+- exposure of the secret-format canaries (Carlini et al. 2019, Sec. 4): the rank of the
+  true secret among candidates of its format (every candidate when the space has at
+  most ``n_candidates`` secrets, else a uniform sample, plus the skew-normal
+  extrapolation of Sec. 4.3); mean and median over included and excluded canaries;
+- the one-run epsilon lower bound (Steinke, Nasr, Jagielski 2023) of the canaries with
+  that r over the numbers of guesses of :func:`~mlflow_mia.metrics.one_run.sparse_guess_grid`
+  (5 %, 20 % and 100 % of the canaries, fixed in advance); its unit is one canary, i.e. a group of r records. The canaries inserted once
+  give the record-level bound (``canary/epsilon_lower_bound``).
+
+References
+----------
+.. [1] N. Carlini et al., "The Secret Sharer", USENIX Security 2019, Sec. 4.
+.. [2] T. Steinke, M. Nasr, M. Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023.
+.. [3] F. Mireshghallah et al., "Quantifying Privacy Risks of Masked Language Models Using Membership
+   Inference Attacks", EMNLP 2022.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mlflow_mia.canaries import CanarySet
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
+from mlflow_mia.metrics.exposure import ExposureResult, exposure
+from mlflow_mia.metrics.one_run import OneRunBound, one_run_audit, sparse_guess_grid
+from mlflow_mia.metrics.roc import RocResult, auc_statistic, roc, tpr_at_fpr_from_roc
+from mlflow_mia.naming import fmt_alpha
+
+__all__ = ["CanaryAuditResult", "canary_audit", "candidate_secrets", "centre_by_template", "score_texts"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CanaryAuditResult:
+    """What :func:`canary_audit` found.
+
+    Attributes
+    ----------
+    metrics : dict of str to float
+        ``canary/auc``, ``canary/r{r}/auc``, ``canary/r{r}/tpr_at_fpr_{alpha}`` (+ ``_ci_low``,
+        ``_ci_high``), ``canary/r{r}/exposure_mean`` (included secret-format canaries;
+        ``exposure_excluded_mean``, ``exposure_median``, ``exposure_extrapolated_mean``),
+        ``canary/r{r}/epsilon_lower_bound`` (unit: one canary of r records) with
+        ``epsilon_n_guesses``, ``epsilon_n_correct``, ``epsilon_max``, and the
+        record-level ``canary/epsilon_lower_bound`` (the r = 1 canaries).
+    table : pandas.DataFrame
+        One row per repetition count (and ``all``): the same numbers.
+    scores : ndarray of shape (m,)
+        Attack score of each canary (higher = more likely included).
+    exposure : ndarray of shape (m,)
+        Exposure (bits) of each secret-format canary, nan for the others.
+    exposure_extrapolated : ndarray of shape (m,)
+    exposures : dict of str to ExposureResult
+        By template id.
+    bounds : dict of str to OneRunBound
+        ``"r1"``, ``"r2"``, ... and ``"all"``.
+    rocs : dict of str to RocResult
+        Included vs excluded canaries, same keys.
+    attack : {"loss", "likelihood_ratio"}
+    config : CanaryAuditConfig
+    counts : dict of str to int
+        :meth:`CanarySet.counts`.
+    models : dict
+        ``{role: {"identity": ..., "name": ...}}``.
+    warnings : list of str
+    """
+
+    metrics: dict
+    table: object
+    scores: np.ndarray
+    exposure: np.ndarray
+    exposure_extrapolated: np.ndarray
+    exposures: dict
+    bounds: dict
+    rocs: dict
+    attack: str
+    config: CanaryAuditConfig
+    counts: dict
+    models: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def record_level_epsilon(self) -> float:
+        """The one-run bound of the canaries inserted once (nan when there are none)."""
+        return float(self.metrics.get("canary/epsilon_lower_bound", math.nan))
+
+
+def score_texts(lm, texts, config: CanaryAuditConfig, *, cache=None, device=None, progress: bool = False,
+                desc: str | None = None) -> np.ndarray:
+    """The signal (energy or PLL, nats; lower = likelier) of every text, in order."""
+    from mlflow_mia.signals import compute_signals
+
+    return compute_signals(lm, list(texts), config.signal_config(), cache=cache, device=device, progress=progress,
+                           desc=desc).values
+
+
+def candidate_secrets(template, n_candidates: int, *, seed: int) -> tuple[list[str], bool]:
+    """Candidate secrets of a secret-format template: ``(secrets, exact)``.
+
+    Every secret of the space (zero-padded, in order) when ``10 ** N <= n_candidates``
+    (``exact=True``), else ``n_candidates`` secrets drawn uniformly at random with
+    replacement, digit by digit (``numpy.random.default_rng(seed)``).
+
+    Examples
+    --------
+    >>> from mlflow_mia.canaries import Template
+    >>> secrets, exact = candidate_secrets(Template("t", "pin {digits:2}"), 100, seed=0)
+    >>> exact, len(secrets), secrets[:3]
+    (True, 100, ['00', '01', '02'])
+    >>> candidate_secrets(Template("t", "pin {digits:6}"), 50, seed=0)[1]
+    False
+    """
+    n = template.secret_length
+    if template.space_size <= n_candidates:
+        return [f"{i:0{n}d}" for i in range(template.space_size)], True
+    digits = np.random.default_rng(seed).integers(0, 10, size=(n_candidates, n))
+    return ["".join(map(str, row)) for row in digits], False
+
+
+def _roc_metrics(prefix: str, bits, scores, config: CanaryAuditConfig, seed: int, out: dict) -> RocResult:
+    result = roc(bits, scores)
+    out[f"{prefix}/auc"] = result.auc
+    stats = {"auc": auc_statistic}
+    for alpha in config.fprs:
+        out[f"{prefix}/tpr_at_fpr_{fmt_alpha(alpha)}"] = tpr_at_fpr_from_roc(result, alpha)
+        stats[f"tpr_at_fpr_{fmt_alpha(alpha)}"] = tpr_at_fpr_statistic(alpha)
+    if config.bootstrap_rounds and bits.min() != bits.max():
+        cis = bootstrap_ci(bits, scores, statistics=stats, rounds=config.bootstrap_rounds,
+                           confidence=config.confidence, seed=seed)
+        for name, (low, high) in cis.items():
+            out[f"{prefix}/{name}_ci_low"], out[f"{prefix}/{name}_ci_high"] = low, high
+    return result
+
+
+def _upper_mean(values: np.ndarray, *, rounds: int, confidence: float, seed: int) -> float:
+    """One-sided percentile-bootstrap upper bound of the mean (resampling canaries)."""
+    if values.size == 0:
+        return math.nan
+    if values.size == 1 or rounds == 0:
+        return float(values.max())
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(rounds, values.size))].mean(axis=1)
+    return float(np.quantile(means, confidence))
+
+
+def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAuditConfig, warnings: list,
+               **run) -> tuple:
+    """Exposure of every secret-format canary: candidates of each template scored under the target.
+
+    A template whose candidates all score the same (a tokenizer that maps every secret to
+    the same tokens, e.g. [UNK]) gets no exposure (nan) and a warning: with ties resolved
+    in the secret's favour it would read as the largest exposure, about nothing.
+    """
+    m = len(canaries)
+    values, extra, found = np.full(m, np.nan), np.full(m, np.nan), {}
+    tids = np.array(canaries.template_ids)
+    for i, template in enumerate(t for t in canaries.templates if t.is_secret_format):
+        rows = np.flatnonzero((tids == template.id) & canaries.is_secret_format)
+        if rows.size == 0:
+            continue
+        secrets, exact = candidate_secrets(template, config.n_candidates, seed=config.seed + 1 + i)
+        cand = score_texts(target, [template.render(s) for s in secrets], config,
+                           desc=f"candidates {template.id}", **run)
+        if np.ptp(cand) == 0:
+            warnings.append(f"template {template.id}: every candidate secret has the same score (the tokenizer "
+                            "does not tell the secrets apart, e.g. digits read as [UNK]); no exposure for it")
+            continue
+        res: ExposureResult = exposure(signal[rows], cand, space_size=template.space_size, exact=exact)
+        values[rows], extra[rows], found[template.id] = res.exposure, res.extrapolated, res
+    return values, extra, found
+
+
+def centre_by_template(scores: np.ndarray, template_ids) -> np.ndarray:
+    """Scores minus the median score of their template's canaries (included and excluded alike).
+
+    The fine-tune learns each template's fixed words from every included canary of it,
+    so a template's canaries all move together; which template a canary comes from says
+    nothing about its own inclusion bit, and ranking canaries of different templates on
+    the raw score mixes that shared offset into the guesses. Centring removes it. It uses
+    the scores of all canaries and never the bits, so the guesses stay a function of the
+    trained model and the (public to the auditor) canary texts, as the one-run bound
+    requires (Steinke et al. 2023, Sec. 3). Within a template the order is unchanged
+    (exposure is not affected).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (m,), float
+    template_ids : sequence of str, length m
+
+    Returns
+    -------
+    ndarray of shape (m,), float64
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    tids = np.asarray(template_ids)
+    out = scores.copy()
+    for tid in np.unique(tids):
+        sel = tids == tid
+        out[sel] -= np.median(scores[sel])
+    return out
+
+
+def _groups(canaries: CanarySet) -> list[tuple[str, np.ndarray]]:
+    reps = canaries.repetitions
+    groups = [(f"r{r}", reps == r) for r in sorted(set(reps.tolist()))]
+    return groups + [("all", np.ones(len(canaries), dtype=bool))]
+
+
+def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryAuditConfig | None = None,
+                 cache=None, device=None, progress: bool = False) -> CanaryAuditResult:
+    """Audit ``target`` with a planted canary set (see the module docstring).
+
+    Parameters
+    ----------
+    target : MaskedLM
+        The model fine-tuned on data holding the included canaries' copies.
+    canaries : CanarySet
+        The auditor's secret set (texts, repetition counts, inclusion bits).
+    reference : MaskedLM, optional
+        A model that never saw any canary: the score becomes the likelihood ratio
+        ``E_ref - E_target`` instead of ``-E_target``. Either is then centred per template
+        (:func:`centre_by_template`).
+    config : CanaryAuditConfig, optional
+    cache : SignalCache, optional
+    device : str, optional
+    progress : bool
+
+    Returns
+    -------
+    CanaryAuditResult
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 included or 2 excluded canaries (nothing to compare).
+    """
+    import pandas as pd
+
+    config = config or CanaryAuditConfig()
+    bits = canaries.included.astype(np.int64)
+    if min(bits.sum(), len(bits) - bits.sum()) < 2:
+        raise ValueError(f"the canary audit needs at least 2 included and 2 excluded canaries; this set has "
+                         f"{int(bits.sum())} included of {len(bits)}")
+    run = {"cache": cache, "device": device, "progress": progress}
+    signal = score_texts(target, canaries.texts, config, desc="canaries target", **run)
+    attack, scores = "loss", -signal  # energies: lower = likelier, so negate (higher = included)
+    models = {"target": {"identity": target.model_id, "name": target.name}}
+    if reference is not None:
+        attack = "likelihood_ratio"
+        scores = score_texts(reference, canaries.texts, config, desc="canaries reference", **run) - signal
+        models["reference"] = {"identity": reference.model_id, "name": reference.name}
+    scores = centre_by_template(scores, canaries.template_ids)
+    warnings: list = []
+    expo, extra, found = _exposures(target, canaries, signal, config, warnings, **run)
+    secret = canaries.is_secret_format & np.isfinite(expo)
+    metrics, rows, bounds, rocs = {}, [], {}, {}
+    for k, (name, sel) in enumerate(_groups(canaries)):
+        prefix = f"canary/{name}"
+        row = {"group": name, "n_canaries": int(sel.sum()), "n_included": int(bits[sel].sum())}
+        if min(row["n_included"], row["n_canaries"] - row["n_included"]) == 0:
+            warnings.append(f"{name}: every canary is {'included' if row['n_included'] else 'excluded'}; no "
+                            "comparison or bound")
+            rows.append(row)
+            continue
+        rocs[name] = _roc_metrics(prefix, bits[sel], scores[sel], config, config.seed + k, metrics)
+        inc, exc = sel & secret & (bits == 1), sel & secret & (bits == 0)
+        if inc.any():
+            metrics[f"{prefix}/exposure_mean"] = float(np.mean(expo[inc]))
+            metrics[f"{prefix}/exposure_median"] = float(np.median(expo[inc]))
+            metrics[f"{prefix}/exposure_upper"] = _upper_mean(expo[inc], rounds=config.bootstrap_rounds,
+                                                              confidence=config.confidence, seed=config.seed + k)
+            metrics[f"{prefix}/exposure_extrapolated_mean"] = float(np.nanmean(extra[inc])) if np.isfinite(
+                extra[inc]).any() else math.nan
+        if exc.any():
+            metrics[f"{prefix}/exposure_excluded_mean"] = float(np.mean(expo[exc]))
+        if name != "all":  # a bound's unit is one canary of r records: never mix repetition counts
+            bound: OneRunBound = one_run_audit(bits[sel], scores[sel], delta=config.delta,
+                                               confidence=config.confidence, seed=config.seed + k,
+                                               grid=sparse_guess_grid(int(sel.sum())))
+            bounds[name] = bound
+            metrics[f"{prefix}/epsilon_lower_bound"] = bound.epsilon
+            metrics[f"{prefix}/epsilon_n_guesses"] = float(bound.n_guesses)
+            metrics[f"{prefix}/epsilon_n_correct"] = float(bound.n_correct)
+            metrics[f"{prefix}/epsilon_max"] = bound.max_epsilon
+        row.update({key.split("/", 2)[2]: v for key, v in metrics.items() if key.startswith(prefix + "/")})
+        rows.append(row)
+    for key in [k for k in metrics if k.startswith("canary/all/")]:
+        metrics["canary/" + key[len("canary/all/"):]] = metrics.pop(key)
+    if "r1" in bounds:  # record level: a canary inserted once is one record
+        for stat in ("epsilon_lower_bound", "epsilon_n_guesses", "epsilon_n_correct", "epsilon_max"):
+            metrics[f"canary/{stat}"] = metrics[f"canary/r1/{stat}"]
+    else:
+        warnings.append("no canary inserted once (repetition count 1): no record-level epsilon bound")
+    metrics.update({f"canary/{k}": float(v) for k, v in canaries.counts().items()})
+    return CanaryAuditResult(metrics=metrics, table=pd.DataFrame(rows), scores=scores, exposure=expo,
+                             exposure_extrapolated=extra, exposures=found, bounds=bounds, rocs=rocs, attack=attack,
+                             config=config, counts=canaries.counts(), models=models, warnings=warnings)

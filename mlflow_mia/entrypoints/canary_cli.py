@@ -1,0 +1,186 @@
+"""``mlflow-mia canary-audit`` and ``method="canaries"`` of the ``mia`` evaluator: the canary audit's front ends.
+
+With ``--target`` and ``--canaries`` it audits one model fine-tuned with the canary set
+inserted; without them, the built-in canary demo (:mod:`mlflow_mia.demo.canary`: a
+target fine-tuned with about 1,000 canaries planted, built on first use). Exit codes
+as the membership audit: 0 done (gate passed or none), 2 bad input, 3 the gate did not
+pass (``fail`` or ``inconclusive``).
+
+Evaluator form (``data`` is the set's id table, which holds no text, secret or bit)::
+
+    mlflow.models.evaluate(model=None, data=canary_set.id_frame(), model_type="mia", evaluators=["mia"],
+                           evaluator_config={"mia": {"method": "canaries", "target_model": "models:/m@candidate",
+                                                     "canaries": "canaries.json", "max_exposure": 4}})
+
+Keys (unknown keys are an error; generated from their declarations, :mod:`mlflow_mia.options.schema`):
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from mlflow_mia.options.schema import key_table
+from mlflow_mia.options.values import blank as _blank
+
+if __doc__:
+    __doc__ += key_table("canaries") + "\n"
+
+__all__ = ["add_canary_parser", "cmd_canary_audit", "evaluate_canaries", "load_canary_set"]
+
+EXIT_OK, EXIT_GATE_FAILED = 0, 3
+
+
+def add_canary_parser(sub) -> argparse.ArgumentParser:
+    """Add the ``canary-audit`` subcommand (its options: the declarations) to an ``argparse`` subparsers object."""
+    from mlflow_mia.options.schema import add_arguments
+
+    p = sub.add_parser(
+        "canary-audit", help="canary audit: exposure and the one-run epsilon bound of planted canaries",
+        description="Score every canary of the auditor's canary set under a model fine-tuned with the included "
+                    "canaries inserted: included vs excluded AUC and TPR per repetition count, exposure of the "
+                    "secret-format canaries (Carlini et al. 2019) and the one-run epsilon lower bound (Steinke et al. "
+                    "2023), record-level for the canaries inserted once. Without --target and --canaries, builds "
+                    "and audits the canary demo (a non-private and a DP-SGD target).")
+    add_arguments(p, "canary-audit")
+    return p
+
+
+def load_canary_set(source):
+    """A :class:`~mlflow_mia.canaries.CanarySet` from one, or from the path of its secret file.
+
+    Raises
+    ------
+    ValueError
+        No canary set given.
+    """
+    from mlflow_mia.canaries import CanarySet
+
+    if isinstance(source, CanarySet):
+        return source
+    if source is None or (isinstance(source, str) and not source.strip()):
+        raise ValueError("the canary audit needs the auditor's canary set: --canaries PATH (the file written by "
+                         "CanarySet.save), or evaluator key 'canaries'")
+    return CanarySet.load(str(source))
+
+
+def _print(result, verdict, run_id: str, label: str) -> None:
+    import math
+
+    import mlflow
+
+    print(f"canary audit of {label} ({result.attack}):")
+    for _, row in result.table.iterrows():
+        g = lambda k: row.get(k, math.nan)  # noqa: E731
+        print(f"  {row['group']:<4} canaries {row['n_canaries']:>5}  AUC {g('auc'):.3f}  exposure "
+              f"{g('exposure_mean'):.2f} bits (excluded {g('exposure_excluded_mean'):.2f})  epsilon >= "
+              f"{g('epsilon_lower_bound'):.3f}")
+    print(f"  record-level epsilon lower bound {result.record_level_epsilon:.3f} (one canary = one record, delta "
+          f"{result.config.delta:g}, {result.config.confidence:.0%})")
+    print(f"logged to run {run_id} at {mlflow.get_tracking_uri()}")
+    if verdict is not None:
+        print(verdict.verdict())
+        print(verdict.message())
+
+
+def _audit(target_uri, canaries, cfg, options, *, run_name: str, nested: bool = False, extra_params=None):
+    import mlflow
+
+    from mlflow_mia.models.resolve import resolve_model
+    from mlflow_mia.tracking.canary_log import canary_audit_and_log
+
+    trust = options.trust_remote_code
+    target = resolve_model(target_uri, role="target", trust_remote_code=trust)
+    reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
+                 if options.reference_model else None)
+    with mlflow.start_run(run_name=run_name, nested=nested) as run:
+        result, verdict, _ = canary_audit_and_log(target, canaries, cfg, options, reference=reference,
+                                                  run_id=run.info.run_id, extra_params=extra_params)
+    _print(result, verdict, run.info.run_id, target.resolved_uri)
+    return result, verdict
+
+
+def cmd_canary_audit(args) -> int:
+    """Run ``mlflow-mia canary-audit``; returns 0, or 3 when a gate did not pass (errors raise ValueError)."""
+    import mlflow
+
+    from mlflow_mia.options.canary import parse_canary_config
+    from mlflow_mia.options.schema import flat_from_args
+
+    cfg, options = parse_canary_config(flat_from_args(args, "canary-audit"))
+    if _blank(args.tracking_uri):
+        mlflow.set_tracking_uri(args.tracking_uri)
+    target, source = _blank(args.target), options.canaries
+    if target is None and source is None:
+        return _demo(args, cfg, options)
+    if target is None:
+        raise ValueError("--canaries was given without --target: name the model fine-tuned with them")
+    canaries = load_canary_set(source)  # before the model loads
+    if _blank(args.experiment) and not os.environ.get("MLFLOW_RUN_ID"):
+        mlflow.set_experiment(args.experiment)
+    _, verdict = _audit(target, canaries, cfg, options, run_name=_blank(args.run_name) or f"canary-audit {target}")
+    return EXIT_GATE_FAILED if verdict is not None and not verdict.passed else EXIT_OK
+
+
+def _demo(args, cfg, options) -> int:
+    """Build (or reuse) the canary demo and audit its non-private and DP-SGD targets, one run each."""
+    import mlflow
+
+    try:
+        from mlflow_mia.demo.canary import build_canary_demo
+    except ImportError as exc:
+        raise ValueError(f"the canary demo is not available ({exc}); give --target and --canaries") from None
+    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
+    try:
+        demo = build_canary_demo(size=args.demo_size, progress=options.progress)
+    finally:
+        if project_run is not None:
+            os.environ["MLFLOW_RUN_ID"] = project_run
+    mlflow.set_experiment(_blank(args.experiment) or demo.experiment)
+    canaries = load_canary_set(demo.canaries_path)
+    blocked = False
+    for label, uri in demo.targets().items():
+        params = {"canary.demo_target": label, **demo.params(label)}
+        _, verdict = _audit(uri, canaries, cfg, options, run_name=f"canary-audit {label}", extra_params=params)
+        blocked = blocked or (verdict is not None and not verdict.passed)
+    return EXIT_GATE_FAILED if blocked else EXIT_OK
+
+
+def evaluate_canaries(*, model, dataset, run_id, evaluator_config, model_id=None):
+    """The ``mia`` evaluator's body for ``method="canaries"``; returns an ``EvaluationResult``.
+
+    ``dataset`` must be the canary set's id table (:meth:`CanarySet.id_frame`): its
+    ``canary_id`` column must list the set's ids in order, so the audited data is the
+    set named by the ``canaries`` key.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~mlflow_mia.options.canary.parse_canary_config`, or data that is not
+        the set's id table.
+    """
+    import pandas as pd
+    from mlflow.models.evaluation import EvaluationResult
+
+    from mlflow_mia.entrypoints.evaluator import evaluator_target
+    from mlflow_mia.models.resolve import resolve_model
+    from mlflow_mia.options.canary import parse_canary_config
+    from mlflow_mia.tracking.canary_log import canary_audit_and_log
+
+    cfg, options = parse_canary_config(evaluator_config)
+    canaries = load_canary_set(options.canaries)
+    frame = dataset.features_data
+    if not isinstance(frame, pd.DataFrame) or "canary_id" not in frame or list(frame["canary_id"]) != list(
+            canaries.ids):
+        raise ValueError("method='canaries' takes data=canary_set.id_frame() (the set's canary ids in order, no texts "
+                         "or bits), for the set named by the 'canaries' key")
+    trust = options.trust_remote_code
+    target, warning = evaluator_target(model, options.target_model, command="canary-audit --target",
+                                       resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
+    reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
+                 if options.reference_model else None)
+    result, _, artifacts = canary_audit_and_log(target, canaries, cfg, options, reference=reference, run_id=run_id,
+                                                log_metrics=model_id is None, notes=[warning] if warning else [])
+    metrics = {f"{options.metric_prefix}{k}": v for k, v in result.metrics.items()}
+    return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

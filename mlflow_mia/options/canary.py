@@ -1,0 +1,86 @@
+"""The canary audit's options beyond :class:`~mlflow_mia.canaries.config.CanaryAuditConfig`, and their parser.
+
+Declared once, here (:func:`mlflow_mia.option.option`); the ``canary-audit`` flags,
+the ``method="canaries"`` evaluator keys and the MLproject parameters derive from
+these declarations (:mod:`mlflow_mia.options.schema`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mlflow_mia.option import option
+from mlflow_mia.options.schema import CommonOptions
+from mlflow_mia.options.values import mia_section
+
+__all__ = ["CanaryOptions", "parse_canary_config", "is_canary_config"]
+
+_MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> or a local folder"
+
+
+@dataclass(frozen=True)
+class CanaryOptions(CommonOptions):
+    """Where the canaries and models come from, the release budgets, and logging (plus :class:`CommonOptions`)."""
+
+    canaries: Any = option(None, "the auditor's canary set file (written by CanarySet.save: texts, secrets, "
+                           "repetition counts and inclusion bits; keep it private)", metavar="PATH",
+                           default_doc="required, except for the built-in demo")
+    reference_model: Any = option(None, f"reference model that never saw a canary ({_MODEL_FORMS}): the score "
+                                  "becomes the likelihood ratio instead of the target's signal alone",
+                                  flags=("--reference",), metavar="URI", default_doc="none")
+    max_exposure: float | None = option(None, "release budget on the mean exposure (bits) of the included "
+                                        "secret-format canaries at every repetition count: pass when every one-sided "
+                                        "upper bound is within it, fail when a mean exceeds it, else inconclusive",
+                                        gt=0, metavar="BITS", default_doc="no budget")
+    max_epsilon_lower_bound: float | None = option(None, "release budget on the record-level one-run epsilon lower "
+                                                   "bound (canaries inserted once): fail when the bound exceeds it, "
+                                                   "pass when it does not and the canaries could have shown more, "
+                                                   "else inconclusive", ge=0, metavar="EPS", default_doc="no budget")
+    tag_model_version: bool = option(True, "tag the audited registry version with mia.canary.* headline numbers (a "
+                                     "failing gate verdict is written regardless)", flags=("--no-tag-model-version",),
+                                     invert=True, mlproject=False,
+                                     flag_help="do not tag the audited registry version with mia.canary.* numbers")
+    clear_gate_fail: bool = option(False, "let a passing canary gate replace an earlier mia.gate=fail when this "
+                                   "audit is at least as strong (the same gated metrics and as many canaries)",
+                                   mlproject=False)
+    trust_remote_code: bool = option(False, "let a model the audit loads run the code shipped with it or load pickle "
+                                     "weights (else such a model is refused)", mlproject=False)
+
+    def gate(self):
+        """The :class:`~mlflow_mia.metrics.canary_gate.CanaryGate` of the budgets, or None without one."""
+        from mlflow_mia.metrics.canary_gate import CanaryGate
+
+        if self.max_exposure is None and self.max_epsilon_lower_bound is None:
+            return None
+        return CanaryGate(max_exposure=self.max_exposure, max_epsilon=self.max_epsilon_lower_bound)
+
+
+def is_canary_config(config) -> bool:
+    """True when ``evaluator_config`` selects ``method="canaries"``."""
+    return mia_section(config).get("method") == "canaries"
+
+
+def parse_canary_config(config: Mapping[str, Any] | None, *, targets: str | None = None) -> tuple:
+    """``(CanaryAuditConfig, CanaryOptions)`` from a flat ``evaluator_config["mia"]`` or the ``canary-audit`` flags.
+
+    Every value is read and checked before any model loads (the gate too); the hash
+    key is resolved here (``hash_key_file``, else ``$MLFLOW_MIA_HASH_KEY``, else random).
+
+    Raises
+    ------
+    ValueError
+        Unknown keys, invalid values, or a budget the gate refuses.
+    FileNotFoundError
+        ``hash_key_file`` does not exist.
+    """
+    from mlflow_mia.canaries.config import CanaryAuditConfig
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.options.schema import build, parse_values
+
+    values = parse_values("canaries", mia_section(config))
+    cfg = build(CanaryAuditConfig, values)
+    options = build(CanaryOptions, values, label_column=values.get("label_column") or targets or "included",
+                    hash_key=values.get("hash_key_file") or resolve_hash_key())
+    options.gate()  # a bad budget fails here, before anything loads
+    return cfg, options

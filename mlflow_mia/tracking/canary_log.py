@@ -1,0 +1,234 @@
+"""Log a :class:`~mlflow_mia.audits.canary.CanaryAuditResult` to an MLflow run.
+
+What one canary audit writes (``prefix`` is prepended to every name):
+
+- params: the settings (``canary.*``), counts (canaries, included, copies, per
+  repetition count), the set's keyed digest and the hash key's check value;
+- metrics: ``canary/...`` (see :func:`~mlflow_mia.audits.canary.canary_audit`) in one batch;
+- ``tables/canary_summary.csv`` (one row per repetition count), ``canary_audit.json``
+  (metrics, bounds with their guess grids and units, exposure settings, the gate);
+  ``tables/canaries.csv`` only with ``log_samples=True`` (canary id, keyed hash,
+  template, repetitions, inclusion bit, score, exposure; the text only with
+  ``log_texts=True``);
+- ``plots/canary_exposure.png``, ``plots/canary_roc.png``, ``plots/canary_bound_vs_guesses.png``;
+- ``report.md``; run tags ``mia.method=canaries`` and, with a gate, ``mia.gate``;
+- on the target's registry version(s): ``mia.canary.*`` headline tags and the gate verdict
+  under the same ``mia.gate`` tags as the membership gate (:mod:`.registry_tags`).
+
+The canaries are the auditor's secret: no canary text, secret or inclusion bit reaches
+MLflow unless ``log_samples`` / ``log_texts`` asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
+                                           write_text)
+
+__all__ = ["log_canary_audit", "canary_audit_and_log", "canary_params", "canary_headline_tags", "gate_points"]
+
+log = logging.getLogger(__name__)
+
+
+def canary_params(result, canaries, hash_key) -> dict[str, str]:
+    """Run params: settings, counts, the keyed digest of the set, the hash key's check, the models."""
+    out = {**result.config.to_params(), "canary.attack": result.attack, "canary.set_digest": canaries.digest(hash_key),
+           "canary.hash_key_check": "random (not kept)" if hash_key.is_random else hash_key.check,
+           "canary.templates": ",".join(t.id for t in canaries.templates)}
+    out.update({f"canary.{k.replace('/', '.')}": str(v) for k, v in result.counts.items()})
+    for role, record in result.models.items():
+        out[f"canary.{role}_model"] = str(record.get("uri") or record.get("identity"))
+    return out
+
+
+def gate_points(result) -> tuple[list[dict], dict | None]:
+    """The gate's inputs: mean exposure per repetition count, and the record-level bound."""
+    points = [{"metric": f"canary/{g}/exposure_mean", "value": result.metrics[f"canary/{g}/exposure_mean"],
+               "upper": result.metrics[f"canary/{g}/exposure_upper"]}
+              for g in (f"r{r}" for r in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:])))
+              if f"canary/{g}/exposure_mean" in result.metrics]
+    bound = result.bounds.get("r1")
+    eps = None if bound is None else {"metric": "canary/epsilon_lower_bound", "value": bound.epsilon,
+                                      "ceiling": bound.max_epsilon, "m": bound.m}
+    return points, eps
+
+
+def canary_headline_tags(result, *, run_id: str) -> dict[str, str]:
+    """``mia.canary.*`` registry tags: AUC, record-level bound and the largest mean exposure."""
+    def fmt(x):
+        return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{float(x):.4f}"
+
+    exposures = [v for k, v in result.metrics.items() if k.endswith("/exposure_mean") and not k.startswith(
+        "canary/exposure")]
+    return {"mia.canary.audit_run_id": run_id, "mia.canary.auc": fmt(result.metrics.get("canary/auc")),
+            "mia.canary.epsilon_lower_bound": fmt(result.metrics.get("canary/epsilon_lower_bound")),
+            "mia.canary.max_mean_exposure": fmt(max(exposures) if exposures else None)}
+
+
+def _figures(result, canaries) -> dict:
+    from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot_exposure_by_repetition
+
+    spaces = [r.space_size for r in result.exposures.values()]
+    figs = {}
+    if result.exposures:
+        figs["plots/canary_exposure.png"] = plot_exposure_by_repetition(
+            canaries.repetitions, result.exposure, canaries.included,
+            space_bits=math.log2(min(spaces)) if spaces else None)
+    rocs = {k: v for k, v in result.rocs.items() if k != "all"}
+    if rocs:
+        figs["plots/canary_roc.png"] = plot_canary_roc(rocs)
+    if result.bounds:
+        figs["plots/canary_bound_vs_guesses.png"] = plot_bound_vs_guesses(result.bounds)
+    return figs
+
+
+def _samples_table(result, canaries, hash_key, log_texts: bool):
+    import pandas as pd
+
+    table = pd.DataFrame({"canary_id": canaries.ids, "text_hmac": canaries.keyed_hashes(hash_key),
+                          "template": canaries.template_ids, "repetitions": canaries.repetitions,
+                          "included": canaries.included.astype(int), "score": result.scores,
+                          "exposure": result.exposure})
+    if log_texts:
+        table["text"] = list(canaries.texts)
+    return table
+
+
+def _report(result, gate, canaries) -> str:
+    lines = [f"# Canary audit ({result.attack})", "",
+             f"{len(canaries)} canaries, {int(canaries.included.sum())} included ({canaries.n_copies} records "
+             "inserted); inclusion bits drawn independently with probability "
+             f"{canaries.p_include:g}. Intervals resample canaries (the unit) within each inclusion class.", "",
+             "| repetitions | canaries | included | AUC | mean exposure (included) | excluded | epsilon lower bound "
+             "(unit: one canary = r records) | guesses r / correct v |", "|---|---|---|---|---|---|---|---|"]
+    for _, row in result.table.iterrows():
+        g = lambda k: row.get(k, math.nan)  # noqa: E731
+        guesses = (f"{int(g('epsilon_n_guesses'))} / {int(g('epsilon_n_correct'))}"
+                   if not math.isnan(g("epsilon_n_guesses")) else "")
+        lines.append(f"| {row['group']} | {row['n_canaries']} | {row['n_included']} | {g('auc'):.3f} | "
+                     f"{g('exposure_mean'):.2f} | {g('exposure_excluded_mean'):.2f} | "
+                     f"{g('epsilon_lower_bound'):.3f} | {guesses} |")
+    eps = result.record_level_epsilon
+    lines += ["", f"Record-level epsilon lower bound (canaries inserted once, delta {result.config.delta:g}, "
+              f"{result.config.confidence:.0%} confidence, Steinke et al. 2023): {eps:.3f}. A lower bound: a small "
+              "value is not a privacy guarantee."]
+    if gate is not None:
+        lines += ["", "## Release gate", "", gate.verdict(), "", gate.message()]
+    if result.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=None, gate=None,
+                     log_texts: bool = False, log_samples: bool = False, log_metrics: bool = True, prefix: str = "",
+                     params: dict | None = None, model_version=None, weights_id: str | None = None,
+                     tag_headline: bool = True, clear_gate_fail: bool = False, audit_started: int | None = None,
+                     client=None) -> dict:
+    """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
+
+    Raises
+    ------
+    ValueError
+        No active run and no ``run_id``; ``log_texts`` without ``log_samples``; a metric name MLflow rejects.
+    VersionDeletedError
+        A registry version was deleted during the audit (after everything else is logged).
+    """
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag
+
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, tag_model_version
+
+    if log_texts and not log_samples:
+        raise ValueError("log_texts writes canary texts into the per-canary table, which only log_samples=True "
+                         "writes; set both")
+    hash_key = hash_key or resolve_hash_key()
+    client = client or MlflowClient()
+    run_id = active_run_id(run_id, "log_canary_audit")
+    metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items() if v is not None and not math.isnan(v)}
+    check_metric_names(metrics)
+    all_params = {**canary_params(result, canaries, hash_key), **(params or {}),
+                  "canary.log_texts": str(bool(log_texts)), "canary.log_samples": str(bool(log_samples))}
+    tags = {f"{prefix}mia.method": "canaries"}
+    if gate is not None:
+        tags[f"{prefix}mia.gate"] = gate.status
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
+                     params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])
+    artifacts = log_figures(client, run_id, _figures(result, canaries), prefix=prefix)
+    summary = {"attack": result.attack, "metrics": result.metrics, "counts": result.counts,
+               "units": {"bounds": "one canary (a canary repeated r times is a group of r records); canary/"
+                                   "epsilon_lower_bound is the record-level bound of the canaries inserted once",
+                         "intervals": "percentile bootstrap over canaries, stratified by inclusion bit",
+                         "exposure": "bits; rank among the candidates of the canary's format"},
+               "bounds": {k: b.to_dict() for k, b in result.bounds.items()},
+               "exposure": {k: {"space_size": r.space_size, "n_candidates": r.n_candidates, "exact": r.exact,
+                                "resolution_bits": r.resolution} for k, r in result.exposures.items()},
+               "gate": gate.to_dict() if gate is not None else None, "warnings": result.warnings}
+    files = {"tables/canary_summary.csv": ("csv", "canary_summary",
+                                           lambda p: result.table.to_csv(p, index=False)),
+             "canary_audit.json": ("json", "canary_audit", lambda p: write_text(p, to_json(summary))),
+             "report.md": ("text", "report", lambda p: write_text(p, _report(result, gate, canaries)))}
+    if log_samples:
+        table = _samples_table(result, canaries, hash_key, log_texts)
+        files["tables/canaries.csv"] = ("csv", "canaries", lambda p: table.to_csv(p, index=False))
+    artifacts.update(log_files(client, run_id, files, prefix=prefix))
+    if model_version is not None:
+        record = gate.record(n_included=int(canaries.included.sum()),
+                             n_excluded=int((~canaries.included).sum())) if gate is not None else None
+        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
+                          clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
+                          headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
+                          scope=CANARY_PREFIX)
+    return artifacts
+
+
+def canary_audit_and_log(target, canaries, config, options, *, reference=None, run_id=None, log_metrics: bool = True,
+                         notes=(), extra_params: dict | None = None):
+    """Run one canary audit, decide its gate and log it: the shared core of the CLI and the evaluator.
+
+    Parameters
+    ----------
+    target, reference : ResolvedModel
+        From :func:`mlflow_mia.models.resolve.resolve_model`.
+    canaries : CanarySet
+    config : CanaryAuditConfig
+    options : CanaryOptions
+    run_id : str, optional
+    log_metrics : bool
+        False when ``mlflow.models.evaluate`` logs the returned metrics itself.
+    notes : sequence of str
+        Warnings of the caller, added to the report.
+
+    Returns
+    -------
+    (CanaryAuditResult, CanaryGateResult or None, dict of artifacts)
+    """
+    from mlflow_mia.audits.canary import canary_audit
+    from mlflow_mia.signals import SignalCache
+
+    started = int(time.time() * 1000)
+    result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
+                          config=config, cache=SignalCache(options.cache_dir), device=options.device,
+                          progress=options.progress)
+    result.warnings.extend(notes)
+    for role, resolved in (("target", target), ("reference", reference)):
+        if resolved is not None:
+            result.models[role]["uri"] = resolved.resolved_uri
+    gate = options.gate()
+    verdict = None
+    if gate is not None:
+        points, eps = gate_points(result)
+        verdict = gate.check(points, eps, confidence=config.confidence)
+        log.info(verdict.verdict())
+    artifacts = log_canary_audit(result, canaries, run_id=run_id, hash_key=options.hash_key, gate=verdict,
+                                 log_texts=options.log_texts, log_samples=options.log_samples,
+                                 log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
+                                 model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
+                                 tag_headline=options.tag_model_version, clear_gate_fail=options.clear_gate_fail,
+                                 audit_started=started)
+    return result, verdict, artifacts

@@ -1,0 +1,110 @@
+"""The canary audit on tiny models: exposure against a brute-force rank, metrics against sklearn."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from mlflow_mia.audits.canary import canary_audit, candidate_secrets
+from mlflow_mia.audits.canary.audit import centre_by_template
+from mlflow_mia.metrics.one_run import sparse_guess_grid
+from mlflow_mia.canaries import Template, make_canaries
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.signals import MaskedLM, compute_signals
+from mlflow_mia.signals.testing import tiny_bert, tiny_bert_tokenizer
+
+
+@pytest.fixture(scope="module")
+def digit_lm():
+    tok = tiny_bert_tokenizer()
+    tok.add_tokens([str(d) for d in range(10)])  # one token per digit
+    model, tok = tiny_bert(tok, seed=0)
+    return MaskedLM(model, tok, name="tiny")
+
+
+@pytest.fixture(scope="module")
+def reference_lm(digit_lm):
+    model, tok = tiny_bert(digit_lm.tokenizer, seed=1)
+    return MaskedLM(model, tok, name="tiny-ref")
+
+
+TEMPLATES = [Template("record", "the record is {digits:3}"), Template("dose", "the dose was {digits:3} mg")]
+
+
+@pytest.fixture(scope="module")
+def canaries():
+    return make_canaries(40, TEMPLATES, repetitions=(1, 2), seed=0)
+
+
+def test_exposure_equals_a_brute_force_rank_over_the_full_space(digit_lm, canaries):
+    config = CanaryAuditConfig(n_candidates=1000, bootstrap_rounds=0)
+    result = canary_audit(digit_lm, canaries, config=config)
+    for template in TEMPLATES:
+        space = [f"{i:03d}" for i in range(1000)]
+        energy = compute_signals(digit_lm, [template.render(s) for s in space], config.signal_config(),
+                                 progress=False).values
+        order = np.argsort(energy, kind="stable")
+        for row in np.flatnonzero(np.array(canaries.template_ids) == template.id):
+            own = energy[int(canaries.secrets[row])]
+            position = next(p for p, i in enumerate(order) if energy[i] == own)  # first of its ties
+            assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(position + 1))
+        assert result.exposures[template.id].exact
+
+
+def test_sampled_candidates_estimate_the_rank_and_say_so(digit_lm, canaries):
+    config = CanaryAuditConfig(n_candidates=200, bootstrap_rounds=0)
+    result = canary_audit(digit_lm, canaries, config=config)
+    res = result.exposures["record"]
+    assert not res.exact and res.n_candidates == 200 and res.resolution < math.log2(1000)
+    assert np.isfinite(result.exposure).all()  # every canary is secret-format here
+    secrets, exact = candidate_secrets(TEMPLATES[0], 200, seed=config.seed + 1)
+    assert not exact and len(secrets) == 200 and all(len(s) == 3 for s in secrets)
+
+
+def test_metrics_per_repetition_count_match_sklearn_and_the_bound_has_its_unit(digit_lm, reference_lm, canaries):
+    config = CanaryAuditConfig(bootstrap_rounds=50, n_candidates=100)
+    result = canary_audit(digit_lm, canaries, reference=reference_lm, config=config)
+    assert result.attack == "likelihood_ratio"
+    target = compute_signals(digit_lm, list(canaries.texts), config.signal_config(), progress=False).values
+    ref = compute_signals(reference_lm, list(canaries.texts), config.signal_config(), progress=False).values
+    tids = np.array(canaries.template_ids)
+    medians = {t: np.median((ref - target)[tids == t]) for t in set(tids)}
+    assert result.scores == pytest.approx(ref - target - np.array([medians[t] for t in tids]))
+    for r in (1, 2):
+        sel = canaries.repetitions == r
+        assert result.metrics[f"canary/r{r}/auc"] == pytest.approx(
+            roc_auc_score(canaries.included[sel], result.scores[sel]))
+        assert result.bounds[f"r{r}"].m == int(sel.sum())
+    assert result.metrics["canary/auc"] == pytest.approx(roc_auc_score(canaries.included, result.scores))
+    assert result.metrics["canary/epsilon_lower_bound"] == result.bounds["r1"].epsilon
+    assert "all" not in result.bounds  # units of different sizes are never pooled
+    low, high = result.metrics["canary/r1/auc_ci_low"], result.metrics["canary/r1/auc_ci_high"]
+    assert low <= result.metrics["canary/r1/auc"] <= high
+    assert set(result.table["group"]) == {"r1", "r2", "all"}
+
+
+def test_the_audit_refuses_a_set_without_both_kinds(digit_lm):
+    cs = make_canaries(4, TEMPLATES, seed=0)
+    one_sided = type(cs)(texts=cs.texts, template_ids=cs.template_ids, secrets=cs.secrets,
+                         repetitions=cs.repetitions, included=np.ones(4, dtype=bool), templates=cs.templates)
+    with pytest.raises(ValueError, match="at least 2 included and 2 excluded"):
+        canary_audit(digit_lm, one_sided)
+
+
+def test_centring_by_template_removes_each_templates_median_and_keeps_its_order():
+    scores = np.array([5.0, 1.0, 7.0, -2.0, 0.0, 3.0, 100.0])
+    tids = ["a", "b", "a", "b", "b", "a", "c"]
+    out = centre_by_template(scores, tids)
+    assert out.tolist() == [0.0, 1.0, 2.0, -2.0, 0.0, -2.0, 0.0]  # medians a: 5, b: 0, c: 100
+    for t in set(tids):
+        sel = np.array(tids) == t
+        assert (np.argsort(out[sel]) == np.argsort(scores[sel])).all()
+
+
+def test_the_bound_uses_the_sparse_grid_of_each_group(digit_lm, canaries):
+    result = canary_audit(digit_lm, canaries, config=CanaryAuditConfig(bootstrap_rounds=0, n_candidates=100))
+    for name, bound in result.bounds.items():
+        assert bound.grid == sparse_guess_grid(bound.m)
