@@ -214,13 +214,10 @@ def run_canary_finding(size, *, progress: bool = False, bootstrap_rounds: int | 
                        run_ids=(found["non-private"][0], found["dp-sgd"][0]))
 
 
-def _no_membership_check(values):
-    return False, "read from the canary audits (canary_verdict), not from membership audits"
-
-
 #: The finding as :func:`mlflow_mia.analyze.suite.select_findings` lists it; it needs no membership
 #: experiment (``settings`` is empty): its rows come from :func:`run_canary_finding`.
-CANARY_FINDING_SPEC = Finding(CANARY_FINDING, CLAIM, SOURCE, ("loss",), lambda size: (), _no_membership_check)
+CANARY_FINDING_SPEC = Finding(CANARY_FINDING, CLAIM, SOURCE, ("loss",), settings=lambda size: (),
+                              comparisons=lambda size: ())
 
 
 def add_canary_rows(table, size, *, progress: bool, skipped: dict):
