@@ -13,11 +13,11 @@ read the logged metrics only, so they are tested on constructed inputs.
 
 **The verdict, by rule** (units: one canary; the r = 1 canaries give the record-level bound):
 
-- ``no`` (not reproduced) when the DP model's record-level bound exceeds its accountant's
+- ``not reproduced`` when the DP model's record-level bound exceeds its accountant's
   epsilon (a contradiction: the accounting or the training is wrong), or the non-private
   model's mean exposure of the included canaries at the largest repetition count is not
   above that at r = 1;
-- ``yes`` (reproduced) when the DP bound is at or under the accountant's epsilon, the
+- ``reproduced`` when the DP bound is at or under the accountant's epsilon, the
   non-private record-level bound is above 0, and the non-private mean exposure grows with r:
   its Spearman correlation with r is positive and the mean at the largest r exceeds the
   one-sided upper confidence bound of the mean at r = 1 (resampling canaries);
@@ -88,7 +88,8 @@ def canary_verdict(non_private: dict, dp: dict, dp_epsilon: float) -> tuple[str,
     Returns
     -------
     (str, str)
-        ``"yes"``, ``"no"``, ``"not resolved"`` or ``"not run"``, and the numbers it rests on.
+        ``"reproduced"``, ``"not reproduced"``, ``"not resolved"`` or ``"not run"`` (the
+        vocabulary of :func:`mlflow_mia.analyze.findings.comparison_verdict`), and the numbers it rests on.
     """
     if "canary/epsilon_lower_bound" not in non_private or "canary/epsilon_lower_bound" not in dp:
         return "not run", "a canary audit of this finding has no finished run"
@@ -101,11 +102,11 @@ def canary_verdict(non_private: dict, dp: dict, dp_epsilon: float) -> tuple[str,
     if not math.isfinite(dp_epsilon):
         return "not resolved", why + "; no accountant's epsilon to compare with"
     if dp_bound > dp_epsilon:
-        return "no", "INCONSISTENT: the DP bound exceeds the accountant's epsilon; " + why
+        return "not reproduced", "INCONSISTENT: the DP bound exceeds the accountant's epsilon; " + why
     if grows is False:
-        return "no", why
+        return "not reproduced", why
     if np_bound > 0 and grows:
-        return "yes", why
+        return "reproduced", why
     return "not resolved", why
 
 
@@ -138,8 +139,9 @@ def canary_rows(non_private: dict, dp: dict, dp_epsilon: float, *, run_ids=("", 
         for r in _repetitions(metrics):
             g = lambda k: float(metrics.get(f"canary/r{r}/{k}", NAN))  # noqa: E731
             ceiling = g("epsilon_max")
-            rows.append({"finding": CANARY_FINDING, "setting": f"{label} r{r}", "attack": attack,
-                         "auc": g("auc"), "auc_ci_low": g("auc_ci_low"), "auc_ci_high": g("auc_ci_high"),
+            rows.append({"finding": CANARY_FINDING, "setting": f"{label} r{r}", "attack": attack, "n_seeds": 1,
+                         "auc_sd": NAN, "auc_runs": "", "tpr_sd": NAN, "null_auc": NAN, "null_tpr_at_fpr_0.01": NAN,
+                         "heldout_loss": NAN, "null_heldout_loss": NAN, "auc": g("auc"), "auc_ci_low": g("auc_ci_low"), "auc_ci_high": g("auc_ci_high"),
                          "tpr_at_fpr_0.01": g("tpr_at_fpr_0.01"), "epsilon_lower_bound": g("epsilon_lower_bound"),
                          "epsilon_lower_bound_max_certifiable": ceiling, "dp_epsilon": eps,
                          "epsilon_check": "" if math.isnan(eps) else ("vacuous" if ceiling < eps else "informative"),

@@ -29,7 +29,7 @@ DP = _metrics(0.0, {1: 1.4, 2: 1.5, 4: 1.4, 8: 1.6, 16: 1.5}, r1_upper=1.7, ceil
 
 def test_reproduced_when_the_bound_is_above_zero_exposure_grows_and_dp_stays_under():
     verdict, why = canary_verdict(_metrics(0.4, GROWING, r1_upper=2.2), DP, 7.99)
-    assert verdict == "yes"
+    assert verdict == "reproduced"
     assert "record-level bound 0.400" in why and "accountant's epsilon 7.99" in why
     assert "r1 1.80, r2 2.10, r4 2.90, r8 4.00, r16 6.50" in why
 
@@ -44,13 +44,13 @@ def test_growth_inside_the_r1_interval_is_not_resolved():
 
 
 def test_no_growth_with_repetitions_is_not_reproduced():
-    assert canary_verdict(_metrics(0.4, FLAT, r1_upper=2.2), DP, 7.99)[0] == "no"
+    assert canary_verdict(_metrics(0.4, FLAT, r1_upper=2.2), DP, 7.99)[0] == "not reproduced"
 
 
 def test_a_dp_bound_above_the_accountant_is_an_inconsistency():
     dp = _metrics(9.0, {1: 5.0, 16: 9.0}, r1_upper=6.0, ceiling=12.0)
     verdict, why = canary_verdict(_metrics(0.4, GROWING, r1_upper=2.2), dp, 7.99)
-    assert verdict == "no" and why.startswith("INCONSISTENT")
+    assert verdict == "not reproduced" and why.startswith("INCONSISTENT")
 
 
 def test_vacuous_dp_comparison_is_named_and_missing_runs_are_not_run():
@@ -63,7 +63,7 @@ def test_vacuous_dp_comparison_is_named_and_missing_runs_are_not_run():
 def test_rows_carry_each_target_and_repetition_with_the_accountant_beside_dp_only():
     table = canary_rows(_metrics(0.4, GROWING, r1_upper=2.2), DP, 7.99, run_ids=("aaaa1111", "bbbb2222"))
     assert list(table["setting"]) == [f"{t} r{r}" for t in ("non-private", "dp-sgd") for r in (1, 2, 4, 8, 16)]
-    assert set(table["reproduced"]) == {"yes"}
+    assert set(table["reproduced"]) == {"reproduced"}
     np_rows, dp_rows = table[table["setting"].str.startswith("non")], table[table["setting"].str.startswith("dp")]
     assert np_rows["dp_epsilon"].isna().all() and (dp_rows["dp_epsilon"] == 7.99).all()
     assert (dp_rows["epsilon_check"] == "informative").all() and (np_rows["epsilon_check"] == "").all()
@@ -71,7 +71,7 @@ def test_rows_carry_each_target_and_repetition_with_the_accountant_beside_dp_onl
     assert row["exposure_mean"] == 6.5 and row["epsilon_lower_bound"] == pytest.approx(6.4)
     assert math.isnan(row["auc_ci_low"])
     text = render_findings(table, [CANARY_FINDING_SPEC])
-    assert "## canaries:" in text and "Reproduced: **yes**" in text and "| non-private r16 | loss |" in text
+    assert "## canaries:" in text and "Verdict: **reproduced**" in text and "| non-private r16 | loss |" in text
 
 
 def test_the_canary_finding_runs_only_when_named():
