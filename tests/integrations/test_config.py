@@ -53,7 +53,7 @@ def test_defaults_match_the_library():
     ({"num_masks": True}, "num_masks must be an int >= 1, got True"),
     ({"bootstrap_rounds": "-1"}, "bootstrap_rounds must be an int >= 0, got '-1'"),
     ({"energy_reduction": "max"}, "energy_reduction must be one of 'sum', 'mean', got 'max'"),
-    ({"method": "other"}, "method must be one of 'mia', 'ner_prompts', got 'other'"),
+    ({"method": "other"}, "method must be one of 'mia', 'ner_prompts', 'canaries', got 'other'"),
     ({"metric_prefix": "a@b"}, "metric_prefix"),
 ])
 def test_invalid_config_is_rejected(bad, match):
