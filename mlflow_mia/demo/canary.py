@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mlflow_mia.naming import DEFAULT_EXPERIMENT
+
 __all__ = ["CanaryDemoSize", "CanaryDemoSpec", "CANARY_DEMO_SIZES", "build_canary_demo"]
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,7 @@ class CanaryDemoSpec:
     canaries_path: str
     dp_epsilon: float
     dp_delta: float
-    experiment: str = "mlflow-mia-demo"
+    experiment: str = DEFAULT_EXPERIMENT
     size: str = "small"
     seconds: dict = field(default_factory=dict)
 
@@ -152,7 +154,7 @@ def build_canary_demo(*, size: str = "small", force: bool = False, progress: boo
 
     from mlflow_mia.canaries import insert, make_canaries
     from mlflow_mia.demo import bbc
-    from mlflow_mia.demo.build import DEMO_SIZES, EXPERIMENT_NAME, SIZE_TAG, build_demo
+    from mlflow_mia.demo.build import DEMO_SIZES, SIZE_TAG, build_demo
     from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
     from mlflow_mia.demo.registry import register_model, torch_threads
     from mlflow_mia.demo.train import TrainConfig, train_mlm
@@ -171,14 +173,14 @@ def build_canary_demo(*, size: str = "small", force: bool = False, progress: boo
     prefix = base_cfg.prefix
     names = {"target": f"{prefix}canary-target", "dp": f"{prefix}canary-target-dp"}
     client = MlflowClient()
-    mlflow.set_experiment(EXPERIMENT_NAME)
+    mlflow.set_experiment(DEFAULT_EXPERIMENT)
     found = None if force else _existing(client, names, digest)
     if found is not None:
         tags = found["dp"].tags
         return CanaryDemoSpec(target_uri=f"models:/{names['target']}@candidate",
                               dp_target_uri=f"models:/{names['dp']}@candidate", canaries_path=str(path),
                               dp_epsilon=float(tags[EPSILON_TAG]), dp_delta=float(tags[DELTA_TAG]),
-                              experiment=EXPERIMENT_NAME, size=size)
+                              experiment=DEFAULT_EXPERIMENT, size=size)
     texts = bbc.make_split(base_cfg.split).target_train["text"].tolist()
     train_texts = insert(texts, canaries, seed=cfg.seed)
     base = resolve_model(demo.base_uri, role="base").lm
@@ -212,5 +214,5 @@ def build_canary_demo(*, size: str = "small", force: bool = False, progress: boo
     log.info("canary demo %r built: %s", size, seconds)
     return replace(CanaryDemoSpec(target_uri=f"models:/{names['target']}@candidate",
                                   dp_target_uri=f"models:/{names['dp']}@candidate", canaries_path=str(path),
-                                  dp_epsilon=dp.epsilon, dp_delta=dp.delta, experiment=EXPERIMENT_NAME,
+                                  dp_epsilon=dp.epsilon, dp_delta=dp.delta, experiment=DEFAULT_EXPERIMENT,
                                   size=size), seconds=seconds)

@@ -24,8 +24,9 @@ of the split, the base version, the article half and the training settings. A se
 call finds every alias with its key and trains nothing.
 
 Training goes through :func:`mlflow_mia.demo.train.train_mlm`, in one MLflow run
-(``build-<size>-references`` in experiment ``mlflow-mia-demo``) that records the seeds,
-article counts, settings, per-epoch losses and timings (never text).
+(``build-<size>-references`` in experiment ``mlflow-mia``, :data:`mlflow_mia.naming.DEFAULT_EXPERIMENT`,
+shared with the audits) that records the seeds, article counts, settings, per-epoch losses
+and timings (never text).
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ import numpy as np
 
 from mlflow_mia.config import record_digest
 from mlflow_mia.demo import bbc
-from mlflow_mia.demo.build import (DEMO_SIZES, EXPERIMENT_NAME, REFERENCE_ALIAS, ROLE_TAG, SIZE_TAG, SPLIT_TAG,
-                                   build_demo, demo_spec)
+from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, SIZE_TAG, SPLIT_TAG, build_demo,
+                                   demo_spec)
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import train_mlm
+from mlflow_mia.naming import DEFAULT_EXPERIMENT
 
 __all__ = ["DEMO_REFERENCE_WORDS", "SHADOW_COUNT", "SHADOW_KEY_TAG", "ReferenceSpec", "build_references",
            "expand_demo_references", "shadow_halves", "shadow_names", "shadow_uris"]
@@ -190,8 +192,8 @@ def _card(name: str, index: int, size, n_articles: int, steps: int):
 def _start_run(client, size: str):
     import mlflow
 
-    experiment = client.get_experiment_by_name(EXPERIMENT_NAME)
-    experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(EXPERIMENT_NAME)
+    experiment = client.get_experiment_by_name(DEFAULT_EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(DEFAULT_EXPERIMENT)
     return mlflow.start_run(experiment_id=experiment_id, run_name=f"build-{size}-references",
                             nested=mlflow.active_run() is not None)
 

@@ -19,6 +19,7 @@ Keys (unknown keys are an error; generated from their declarations, :mod:`mlflow
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 from mlflow_mia.options.schema import key_table
@@ -65,10 +66,28 @@ def load_canary_set(source):
     return CanarySet.load(str(source))
 
 
-def _print(result, verdict, run_id: str, label: str) -> None:
+def _headline(result) -> str:
+    """One line: the record-level bound, then AUC (with interval) and mean exposure at r = 1 and the largest r."""
+    from mlflow_mia.naming import fmt_number
+    from mlflow_mia.tracking.canary_log import auc_text, headline_repetitions
+
+    m = result.metrics
+    shown = headline_repetitions(result)
+    auc = ", ".join(f"r = {r} {auc_text(m, r)}" for r in shown)
+    expo = ", ".join(f"r = {r} {fmt_number(m[f'canary/r{r}/exposure_mean'], 2)} bits" for r in shown
+                     if f"canary/r{r}/exposure_mean" in m)
+    return (f"canaries: record-level epsilon lower bound {fmt_number(m.get('canary/epsilon_lower_bound'))} (one "
+            f"canary = one record); AUC {auc or 'n/a'}; mean exposure {expo or 'n/a'} "
+            f"({result.config.confidence:.0%} intervals)")
+
+
+def _print(result, gate, run_id: str, label: str) -> None:
+    """The table per repetition count and the gate, then the last lines: verdict, headline numbers, links."""
     import math
 
     import mlflow
+
+    from mlflow_mia.entrypoints.common import print_links
 
     print(f"canary audit of {label} ({result.attack}):")
     for _, row in result.table.iterrows():
@@ -78,25 +97,34 @@ def _print(result, verdict, run_id: str, label: str) -> None:
               f"{g('epsilon_lower_bound'):.3f}")
     print(f"  record-level epsilon lower bound {result.record_level_epsilon:.3f} (one canary = one record, delta "
           f"{result.config.delta:g}, {result.config.confidence:.0%})")
-    print(f"logged to run {run_id} at {mlflow.get_tracking_uri()}")
-    if verdict is not None:
-        print(verdict.verdict())
-        print(verdict.message())
+    if gate is not None:
+        print(gate.verdict())
+        print(gate.message())
+    run = mlflow.MlflowClient().get_run(run_id)
+    tags = run.data.tags
+    print(f"verdict: {tags.get('mia.verdict')} ({tags.get('mia.verdict.reason')})")
+    print(_headline(result))
+    experiment = mlflow.MlflowClient().get_experiment(run.info.experiment_id).name
+    print_links(run_id, run.info.experiment_id, experiment, run.info.run_name)
 
 
-def _audit(target_uri, canaries, cfg, options, *, run_name: str, nested: bool = False, extra_params=None):
+def _audit(target_uri, canaries, cfg, options, *, run_name: str | None = None, nested: bool = False,
+           extra_params=None):
+    """Resolve the models and audit in a run named ``run_name`` (default ``canary-audit <model>``)."""
     import mlflow
 
     from mlflow_mia.models.resolve import resolve_model
     from mlflow_mia.tracking.canary_log import canary_audit_and_log
+    from mlflow_mia.tracking.verdict import short_model_name
 
     trust = options.trust_remote_code
     target = resolve_model(target_uri, role="target", trust_remote_code=trust)
     reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
                  if options.reference_model else None)
-    with mlflow.start_run(run_name=run_name, nested=nested) as run:
+    name = run_name or f"canary-audit {short_model_name(target.resolved_uri)}"
+    with mlflow.start_run(run_name=name, nested=nested) as run:
         result, verdict, _ = canary_audit_and_log(target, canaries, cfg, options, reference=reference,
-                                                  run_id=run.info.run_id, extra_params=extra_params)
+                                                  run_id=run.info.run_id, extra_params=extra_params, run_name=name)
     _print(result, verdict, run.info.run_id, target.resolved_uri)
     return result, verdict
 
@@ -107,6 +135,7 @@ def cmd_canary_audit(args) -> int:
 
     from mlflow_mia.options.canary import parse_canary_config
     from mlflow_mia.options.schema import flat_from_args
+    from mlflow_mia.tracking.runs import use_experiment
 
     cfg, options = parse_canary_config(flat_from_args(args, "canary-audit"))
     if _blank(args.tracking_uri):
@@ -117,15 +146,21 @@ def cmd_canary_audit(args) -> int:
     if target is None:
         raise ValueError("--canaries was given without --target: name the model fine-tuned with them")
     canaries = load_canary_set(source)  # before the model loads
-    if _blank(args.experiment) and not os.environ.get("MLFLOW_RUN_ID"):
-        mlflow.set_experiment(args.experiment)
-    _, verdict = _audit(target, canaries, cfg, options, run_name=_blank(args.run_name) or f"canary-audit {target}")
+    use_experiment(_blank(args.experiment))
+    _, verdict = _audit(target, canaries, cfg, options, run_name=_blank(args.run_name))
     return EXIT_GATE_FAILED if verdict is not None and not verdict.passed else EXIT_OK
 
 
 def _demo(args, cfg, options) -> int:
-    """Build (or reuse) the canary demo and audit its non-private and DP-SGD targets, one run each."""
+    """Build (or reuse) the canary demo and audit its non-private and DP-SGD targets, one run each.
+
+    Under ``mlflow run`` the two audits are nested runs of the project run, which is named
+    ``canary-audit demo-<size>`` and gets the more severe of their verdicts.
+    """
     import mlflow
+
+    from mlflow_mia.tracking.runs import use_experiment
+    from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description, worst_verdict
 
     try:
         from mlflow_mia.demo.canary import build_canary_demo
@@ -137,13 +172,22 @@ def _demo(args, cfg, options) -> int:
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
-    mlflow.set_experiment(_blank(args.experiment) or demo.experiment)
+    use_experiment(_blank(args.experiment))
     canaries = load_canary_set(demo.canaries_path)
-    blocked = False
-    for label, uri in demo.targets().items():
-        params = {"canary.demo_target": label, **demo.params(label)}
-        _, verdict = _audit(uri, canaries, cfg, options, run_name=f"canary-audit {label}", extra_params=params)
-        blocked = blocked or (verdict is not None and not verdict.passed)
+    blocked, verdicts = False, []
+    with contextlib.ExitStack() as stack:
+        parent = stack.enter_context(mlflow.start_run()) if project_run is not None else None
+        for label, uri in demo.targets().items():
+            params = {"canary.demo_target": label, **demo.params(label)}
+            result, gate = _audit(uri, canaries, cfg, options, nested=parent is not None, extra_params=params)
+            blocked = blocked or (gate is not None and not gate.passed)
+            verdicts.append((label, canary_verdict(result.metrics, gate, confidence=cfg.confidence)))
+        if parent is not None:
+            verdict = worst_verdict(verdicts)
+            lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
+            describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict,
+                         name=f"canary-audit demo-{args.demo_size}",
+                         description=run_description(verdict, "One nested run per demo target:\n\n" + lines))
     return EXIT_GATE_FAILED if blocked else EXIT_OK
 
 

@@ -28,7 +28,8 @@ import time
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
                                            write_text)
 
-__all__ = ["log_canary_audit", "canary_audit_and_log", "canary_params", "canary_headline_tags", "gate_points"]
+__all__ = ["log_canary_audit", "canary_audit_and_log", "canary_params", "canary_headline_tags", "gate_points",
+           "canary_brief", "headline_repetitions", "auc_text"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,50 @@ def canary_headline_tags(result, *, run_id: str) -> dict[str, str]:
             "mia.canary.max_mean_exposure": fmt(max(exposures) if exposures else None)}
 
 
+def headline_repetitions(result) -> list[int]:
+    """The repetition counts a summary shows: 1 and the largest, among those with an AUC."""
+    reps = sorted(int(g[1:]) for g in set(result.table["group"]) - {"all"} if f"canary/{g}/auc" in result.metrics)
+    return list(dict.fromkeys(r for r in (1, max(reps, default=1)) if r in reps))
+
+
+def auc_text(metrics: dict, r: int) -> str:
+    """``0.563 [0.511, 0.612]``: the included-vs-excluded AUC of the canaries repeated r times, with its interval."""
+    from mlflow_mia.tracking.verdict import fmt_interval
+
+    key = f"canary/r{r}/auc"
+    return fmt_interval(metrics[key], (metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")))
+
+
+def canary_brief(result) -> str:
+    """The report's "In brief" paragraph (also the run's description): the record-level bound with its unit, the
+    mean exposure at r = 1 and at the largest r, and the included-vs-excluded AUC with its interval at both.
+
+    No canary text, secret or inclusion bit: only aggregates over canaries.
+    """
+    from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE
+    from mlflow_mia.naming import fmt_number
+
+    m, cfg = result.metrics, result.config
+    level = f"{cfg.confidence:.0%}"
+    shown = headline_repetitions(result)
+    eps = m.get("canary/epsilon_lower_bound")
+    parts = [f"Record-level epsilon lower bound {fmt_number(eps)} (unit: one canary inserted once = one record; "
+             f"delta {cfg.delta:g}, {level} confidence; largest these canaries can show: "
+             f"{fmt_number(m.get('canary/epsilon_max'))}); a lower bound, not a privacy guarantee."
+             if "canary/epsilon_lower_bound" in m else "No canary was inserted once: no record-level bound."]
+    exposures = [f"{fmt_number(m[f'canary/r{r}/exposure_mean'], 2)} bits at r = {r} (excluded "
+                 f"{fmt_number(m.get(f'canary/r{r}/exposure_excluded_mean'), 2)})"
+                 for r in shown if f"canary/r{r}/exposure_mean" in m]
+    if exposures:
+        parts.append(f"Mean exposure of the included secret-format canaries: {' and '.join(exposures)}; a canary "
+                     f"the model never saw averages {NULL_EXPOSURE:.2f} bits.")
+    aucs = [f"{auc_text(m, r)} at r = {r}" for r in shown]
+    if aucs:
+        parts.append(f"Included vs excluded canaries ({result.attack} score): AUC {' and '.join(aucs)} ({level} "
+                     "intervals, bootstrap over canaries; 0.5 = no separation).")
+    return " ".join(parts)
+
+
 def _figures(result, canaries) -> dict:
     from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot_exposure_by_repetition
 
@@ -97,8 +142,9 @@ def _samples_table(result, canaries, hash_key, log_texts: bool):
     return table
 
 
-def _report(result, gate, canaries) -> str:
-    lines = [f"# Canary audit ({result.attack})", "",
+def _report(result, gate, canaries, verdict) -> str:
+    lines = [f"# Canary audit ({result.attack})", "", "## In brief", "", canary_brief(result), "",
+             f"Verdict: **{verdict.value}** ({verdict.reason}).", "", "## Results", "",
              f"{len(canaries)} canaries, {int(canaries.included.sum())} included ({canaries.n_copies} records "
              "inserted); inclusion bits drawn independently with probability "
              f"{canaries.p_include:g}. Intervals resample canaries (the unit) within each inclusion class.", "",
@@ -126,8 +172,14 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
                      log_texts: bool = False, log_samples: bool = False, log_metrics: bool = True, prefix: str = "",
                      params: dict | None = None, model_version=None, weights_id: str | None = None,
                      tag_headline: bool = True, clear_gate_fail: bool = False, audit_started: int | None = None,
-                     client=None) -> dict:
+                     client=None, run_name: str | None = None) -> dict:
     """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
+
+    The run also gets the verdict (``mia.verdict`` and ``mia.verdict.reason``,
+    :func:`~mlflow_mia.tracking.verdict.canary_verdict`), ``run_name`` when given, and,
+    unless it has one of the user's, the description: the verdict and the report's "In
+    brief" paragraph (:func:`canary_brief`). Registry versions tagged here (headline tags,
+    or a gate that did not pass) get ``mia.verdict`` and that description with a link to the run.
 
     Raises
     ------
@@ -140,7 +192,8 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     from mlflow.entities import Metric, Param, RunTag
 
     from mlflow_mia.hashing import resolve_hash_key
-    from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, tag_model_version
+    from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
+    from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description
 
     if log_texts and not log_samples:
         raise ValueError("log_texts writes canary texts into the per-canary table, which only log_samples=True "
@@ -159,8 +212,12 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
                      params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
                      tags=[RunTag(k, v) for k, v in tags.items()])
+    verdict, brief = canary_verdict(result.metrics, gate, confidence=result.config.confidence), canary_brief(result)
+    describe_run(client, run_id, verdict=verdict, name=run_name, prefix=prefix,
+                 description=run_description(verdict, brief, gate=gate))
     artifacts = log_figures(client, run_id, _figures(result, canaries), prefix=prefix)
-    summary = {"attack": result.attack, "metrics": result.metrics, "counts": result.counts,
+    summary = {"verdict": {"value": verdict.value, "reason": verdict.reason}, "attack": result.attack,
+               "metrics": result.metrics, "counts": result.counts,
                "units": {"bounds": "one canary (a canary repeated r times is a group of r records); canary/"
                                    "epsilon_lower_bound is the record-level bound of the canaries inserted once",
                          "intervals": "percentile bootstrap over canaries, stratified by inclusion bit",
@@ -172,7 +229,7 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     files = {"tables/canary_summary.csv": ("csv", "canary_summary",
                                            lambda p: result.table.to_csv(p, index=False)),
              "canary_audit.json": ("json", "canary_audit", lambda p: write_text(p, to_json(summary))),
-             "report.md": ("text", "report", lambda p: write_text(p, _report(result, gate, canaries)))}
+             "report.md": ("text", "report", lambda p: write_text(p, _report(result, gate, canaries, verdict)))}
     if log_samples:
         table = _samples_table(result, canaries, hash_key, log_texts)
         files["tables/canaries.csv"] = ("csv", "canaries", lambda p: table.to_csv(p, index=False))
@@ -180,15 +237,20 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     if model_version is not None:
         record = gate.record(n_included=int(canaries.included.sum()),
                              n_excluded=int((~canaries.included).sum())) if gate is not None else None
-        tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                          clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
-                          headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
-                          scope=CANARY_PREFIX)
+        try:
+            tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
+                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
+                              headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
+                              scope=CANARY_PREFIX)
+        finally:  # a deleted version raises after the others are tagged: describe those too
+            if tag_headline or (gate is not None and not gate.passed):
+                describe_versions(client, version_pairs(model_version), verdict=verdict, paragraph=brief,
+                                  run_id=run_id)
     return artifacts
 
 
 def canary_audit_and_log(target, canaries, config, options, *, reference=None, run_id=None, log_metrics: bool = True,
-                         notes=(), extra_params: dict | None = None):
+                         notes=(), extra_params: dict | None = None, run_name: str | None = None):
     """Run one canary audit, decide its gate and log it: the shared core of the CLI and the evaluator.
 
     Parameters
@@ -203,6 +265,8 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
         False when ``mlflow.models.evaluate`` logs the returned metrics itself.
     notes : sequence of str
         Warnings of the caller, added to the report.
+    run_name : str, optional
+        Name the run (also a run ``mlflow run`` created).
 
     Returns
     -------
@@ -230,5 +294,5 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
                                  log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                                  model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
                                  tag_headline=options.tag_model_version, clear_gate_fail=options.clear_gate_fail,
-                                 audit_started=started)
+                                 audit_started=started, run_name=run_name)
     return result, verdict, artifacts

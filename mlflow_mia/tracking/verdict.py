@@ -15,7 +15,15 @@ run tag and registry version tag ``mia.verdict`` (:data:`VERDICT_TAG`):
   (members and non-members from different sources, a reference trained on the members).
 
 The gate, when one is set, decides (:mod:`mlflow_mia.metrics.gate`); the AUC interval
-only speaks when there is none. :func:`verdict_of` holds that rule;
+only speaks when there is none.
+
+A canary audit (:func:`canary_verdict`) reads its own gate (:mod:`mlflow_mia.metrics.canary_gate`)
+the same way; without one, the canaries inserted once (r = 1; one canary = one record) decide:
+``leaks`` when their one-run epsilon lower bound is above 0 or their included-vs-excluded AUC
+interval lies above 0.5; ``no evidence of leakage`` when neither and the bound could have been
+positive (its largest value for these canaries, every guess right, is above 0); else
+``inconclusive`` (no canary inserted once, too few of them to show any bound, or an AUC
+interval below 0.5). :func:`verdict_of` holds that rule;
 :func:`run_description`, :func:`describe_run` and :func:`describe_version` write it where
 a reviewer looks first (the run's name and description, the version's description).
 """
@@ -30,9 +38,9 @@ from urllib.parse import quote
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
-__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "worst_verdict", "short_model_name",
-           "audit_run_name", "references_label", "run_description", "describe_run", "describe_version", "run_url",
-           "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
+           "short_model_name", "audit_run_name", "references_label", "run_description", "describe_run",
+           "describe_version", "run_url", "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +187,64 @@ def ner_verdict(metrics: dict, entity_types, *, confidence: float = 0.95) -> Ver
         out.append((kind, verdict_of(auc=metrics.get(key), attack="best prompt M-MEM", confidence=confidence,
                                      auc_ci=(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")))))
     return worst_verdict(out)
+
+
+def canary_verdict(metrics: dict, gate=None, *, confidence: float = 0.95) -> Verdict:
+    """The verdict of a canary audit: its gate, else the canaries inserted once (the rule of the module docstring).
+
+    Parameters
+    ----------
+    metrics : dict
+        The audit's metrics (:class:`~mlflow_mia.audits.canary.CanaryAuditResult`): the
+        record-level ``canary/epsilon_lower_bound`` and ``canary/epsilon_max`` (its largest
+        possible value), ``canary/r1/auc`` with ``_ci_low`` / ``_ci_high``.
+    gate : CanaryGateResult, optional
+        :class:`mlflow_mia.metrics.canary_gate.CanaryGateResult`; when given it decides.
+    confidence : float
+        Level of the bound and of the AUC interval, for the reason.
+
+    Returns
+    -------
+    Verdict
+
+    Examples
+    --------
+    >>> canary_verdict({"canary/epsilon_lower_bound": 0.06, "canary/epsilon_max": 4.8}).value
+    'leaks'
+    >>> canary_verdict({"canary/epsilon_lower_bound": 0.0, "canary/epsilon_max": 4.8, "canary/r1/auc": 0.48,
+    ...                 "canary/r1/auc_ci_low": 0.43, "canary/r1/auc_ci_high": 0.54}).value
+    'no evidence of leakage'
+    >>> canary_verdict({"canary/epsilon_lower_bound": 0.0, "canary/epsilon_max": 0.0}).value
+    'inconclusive'
+    """
+    level = f"{confidence:.0%}"
+    if gate is not None:
+        value = verdict_of(gate_status=gate.status).value  # checks the status
+        failed = [c for c in gate.checks if c["status"] == FAIL]
+        reason = {FAIL: "canary gate failed: " + ", ".join(f"{c['metric']} = {fmt_number(c['value'])} over its "
+                                                            f"budget {c['budget']:g}" for c in failed),
+                  PASS: f"canary gate passed: every canary budget holds at {level} confidence",
+                  INCONCLUSIVE: "canary gate inconclusive: the audit cannot show that the budgets hold"}[gate.status]
+        return Verdict(value, reason)
+    eps, ceiling = metrics.get("canary/epsilon_lower_bound"), metrics.get("canary/epsilon_max")
+    if is_nan(eps):
+        return Verdict(INCONCLUSIVE, "no canary inserted once: no record-level epsilon bound (no gate set)")
+    bound = f"record-level epsilon lower bound {fmt_number(eps)} ({level}, one canary = one record)"
+    auc, ci = metrics.get("canary/r1/auc"), (metrics.get("canary/r1/auc_ci_low"), metrics.get("canary/r1/auc_ci_high"))
+    has_ci = not any(is_nan(x) for x in ci)
+    where = f"r = 1 AUC {fmt_number(auc)}" + (f", {level} interval [{fmt_number(ci[0])}, {fmt_number(ci[1])}]"
+                                              if has_ci else " (no interval)")
+    if float(eps) > 0:
+        return Verdict(LEAKS, f"{bound} above 0")
+    if has_ci and float(ci[0]) > 0.5:
+        return Verdict(LEAKS, f"{where} above 0.5")
+    if has_ci and float(ci[1]) < 0.5:
+        return Verdict(INCONCLUSIVE, f"{where} below 0.5: check the audit set-up")
+    if is_nan(ceiling) or not float(ceiling) > 0:
+        return Verdict(INCONCLUSIVE, f"{bound}, and these canaries could not show more than "
+                                     f"{fmt_number(ceiling)}: plant more canaries inserted once")
+    return Verdict(NO_EVIDENCE, f"{bound} (these canaries could show up to {fmt_number(ceiling)}) and {where}; "
+                                "not a proof of privacy")
 
 
 def short_model_name(uri) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 from pathlib import Path
 
 import mlflow
@@ -100,3 +102,91 @@ def test_the_evaluator_method_canaries(tracking, canary_file):
         mlflow.models.evaluate(model=None, data=cs.id_frame(), model_type="mia", evaluators=["mia"],
                                evaluator_config={"mia": {"method": "canaries", "canaries": str(path), "attacks": "x"}})
     assert run.info.run_id
+
+
+def _last_run():
+    return MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
+
+
+def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary_file, capsys, monkeypatch):
+    from mlflow_mia.tracking.verdict import canary_verdict
+
+    _, path = canary_file
+    version = fresh_weights("tgt/2", "canary-seen")
+    target = f"models:/canary-seen/{version}"
+    client = MlflowClient()
+    # Under `mlflow run` the project run (random name) is the audit run: it gets the audit's name.
+    tracking_experiment = os.environ["MLFLOW_EXPERIMENT_ID"]
+    project = client.create_run(tracking_experiment)
+    monkeypatch.setenv("MLFLOW_RUN_ID", project.info.run_id)
+    assert main(["canary-audit", "--target", target, *_args(tracking, path)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    run = client.get_run(project.info.run_id)
+    tags = run.data.tags
+    assert run.info.run_name == f"canary-audit canary-seen v{version}"
+    # The verdict is the rule's, read from the logged metrics (NaN metrics are not logged, as the rule reads them).
+    expected = canary_verdict(run.data.metrics)
+    assert (tags["mia.verdict"], tags["mia.verdict.reason"]) == (expected.value, expected.reason)
+    note = tags["mlflow.note.content"]
+    assert note.startswith(f"**Verdict: {expected.value}** ({expected.reason}).")
+    with open(client.download_artifacts(run.info.run_id, "report.md"), encoding="utf-8") as fh:
+        report = fh.read()
+    brief = report.split("## In brief\n\n")[1].split("\n")[0]
+    assert brief.startswith("Record-level epsilon lower bound ")
+    assert "(unit: one canary inserted once = one record" in brief
+    assert re.search(r"AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] at r = 1 and \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] at r = 4 "
+                     r"\(95% intervals", brief), brief
+    assert brief in note and f"Verdict: **{expected.value}**" in report
+    # The registered version: the verdict tag and the same paragraph, with a link to the run.
+    registered = client.get_model_version("canary-seen", version)
+    assert registered.tags["mia.verdict"] == expected.value
+    assert brief in registered.description
+    assert (f"(#/experiments/{tracking_experiment}/runs/{run.info.run_id}?workflowType=machine_learning)"
+            in registered.description)
+    # The last lines: verdict, headline numbers with intervals, experiment, run and report addresses.
+    experiment = client.get_experiment(tracking_experiment).name
+    assert out[-6] == f"verdict: {expected.value} ({expected.reason})"
+    assert re.fullmatch(r"canaries: record-level epsilon lower bound \d\.\d{3} \(one canary = one record\); AUC "
+                        r"r = 1 \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\], r = 4 \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; "
+                        r"mean exposure (?:r = 1 \d+\.\d{2} bits, r = 4 \d+\.\d{2} bits|n/a) \(95% intervals\)",
+                        out[-5]), out[-5]  # the tiny tokenizer may leave no exposure to measure: n/a, never a number
+    assert out[-4] == f"experiment: {experiment}; run: canary-audit canary-seen v{version} ({run.info.run_id})"
+    assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{tracking_experiment}/runs/"
+                       f"{run.info.run_id}?workflowType=machine_learning")
+    assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
+    assert out[-1] == f"  (start the UI first: mlflow ui --backend-store-uri {tracking.tracking_uri})"
+    # With a budget the canary gate decides, on the run and on the version.
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)  # end_run clears it, as after `mlflow run`
+    assert main(["canary-audit", "--target", target, *_args(tracking, path, "--max-epsilon-lower-bound", "5")]) == 3
+    out = capsys.readouterr().out.strip().splitlines()
+    gated = _last_run()
+    reason = "canary gate inconclusive: the audit cannot show that the budgets hold"
+    assert (gated.data.tags["mia.verdict"], gated.data.tags["mia.verdict.reason"]) == ("inconclusive", reason)
+    assert "**Release gate: INCONCLUSIVE**" in gated.data.tags["mlflow.note.content"]
+    assert out[-6] == f"verdict: inconclusive ({reason})"
+    assert client.get_model_version("canary-seen", version).tags["mia.verdict"] == "inconclusive"
+
+
+def test_canary_demo_under_mlflow_run_nests_one_run_per_target(tracking, canary_file, capsys, monkeypatch):
+    import mlflow_mia.demo.canary as demo_module
+    from mlflow_mia.demo.canary import CanaryDemoSpec
+
+    _, path = canary_file
+    spec = CanaryDemoSpec(target_uri="models:/tgt@champion", dp_target_uri="models:/tgt@candidate",
+                          canaries_path=str(path), dp_epsilon=8.0, dp_delta=1e-5)
+    monkeypatch.setattr(demo_module, "build_canary_demo", lambda **kwargs: spec)
+    client = MlflowClient()
+    project = client.create_run(os.environ["MLFLOW_EXPERIMENT_ID"])
+    monkeypatch.setenv("MLFLOW_RUN_ID", project.info.run_id)
+    args = ["--n-candidates", "50", "--bootstrap-rounds", "20", "--cache-dir", str(tracking.cache_dir), "--quiet",
+            "--no-tag-model-version"]
+    assert main(["canary-audit", "--demo-size", "small", *args]) == 0
+    parent = client.get_run(project.info.run_id)
+    assert parent.info.run_name == "canary-audit demo-small"
+    children = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]],
+                                  filter_string=f"tags.mlflow.parentRunId = '{project.info.run_id}'")
+    assert sorted(c.info.run_name for c in children) == ["canary-audit tgt v1", "canary-audit tgt v2"]
+    severity = ["within budget", "no evidence of leakage", "inconclusive", "leaks"]
+    worst = max((c.data.tags["mia.verdict"] for c in children), key=severity.index)
+    assert parent.data.tags["mia.verdict"] == worst
+    assert "One nested run per demo target:" in parent.data.tags["mlflow.note.content"]

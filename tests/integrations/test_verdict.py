@@ -169,3 +169,57 @@ def test_audit_summary_puts_results_before_config(tracking):
     samples = pd.read_csv(client.download_artifacts(run.info.run_id, "tables/samples.csv"))
     columns = list(samples.columns)
     assert columns[:3] == ["sample_id", "label", "score_loss"] and columns[-2:] == ["group", "text_hmac"]
+
+
+def _canary_metrics(eps, ceiling=4.78, ci=(0.45, 0.55)):
+    metrics = {"canary/epsilon_lower_bound": eps, "canary/epsilon_max": ceiling, "canary/r1/auc": 0.5}
+    if ci is not None:
+        metrics["canary/r1/auc_ci_low"], metrics["canary/r1/auc_ci_high"] = ci
+    return metrics
+
+
+@pytest.mark.parametrize("metrics, expected, reason", [
+    (_canary_metrics(0.062, ci=(0.45, 0.55)), LEAKS,
+     "record-level epsilon lower bound 0.062 (95%, one canary = one record) above 0"),
+    (_canary_metrics(0.0, ci=(0.5001, 0.6)), LEAKS, "r = 1 AUC 0.500, 95% interval [0.500, 0.600] above 0.5"),
+    (_canary_metrics(0.0), NO_EVIDENCE,
+     "record-level epsilon lower bound 0.000 (95%, one canary = one record) (these canaries could show up to "
+     "4.780) and r = 1 AUC 0.500, 95% interval [0.450, 0.550]; not a proof of privacy"),
+    (_canary_metrics(0.0, ci=None), NO_EVIDENCE, None),  # no interval: the bound alone could have spoken
+    (_canary_metrics(0.0, ci=(0.5, 0.6)), NO_EVIDENCE, None),  # a lower end at 0.5 is not above it
+    (_canary_metrics(0.0, ci=(0.3, 0.45)), INCONCLUSIVE, "r = 1 AUC 0.500, 95% interval [0.300, 0.450] below 0.5: "
+                                                         "check the audit set-up"),
+    (_canary_metrics(0.0, ceiling=0.0), INCONCLUSIVE,
+     "record-level epsilon lower bound 0.000 (95%, one canary = one record), and these canaries could not show "
+     "more than 0.000: plant more canaries inserted once"),
+    (_canary_metrics(float("nan")), INCONCLUSIVE,
+     "no canary inserted once: no record-level epsilon bound (no gate set)"),
+    ({}, INCONCLUSIVE, "no canary inserted once: no record-level epsilon bound (no gate set)"),
+])
+def test_canary_verdict_without_gate_reads_the_canaries_inserted_once(metrics, expected, reason):
+    from mlflow_mia.tracking.verdict import canary_verdict
+
+    verdict = canary_verdict(metrics)
+    assert verdict.value == expected
+    if reason is not None:
+        assert verdict.reason == reason
+
+
+def test_canary_verdict_follows_the_canary_gate_whatever_the_bound():
+    from mlflow_mia.metrics.canary_gate import CanaryGate
+    from mlflow_mia.tracking.verdict import canary_verdict
+
+    leaky = _canary_metrics(0.9, ci=(0.7, 0.8))  # without a gate: leaks
+    point = {"metric": "canary/epsilon_lower_bound", "value": 0.9, "ceiling": 4.78, "m": 500}
+    gates = {"fail": CanaryGate(max_epsilon=0.5), "pass": CanaryGate(max_epsilon=2.0),
+             "inconclusive": CanaryGate(max_epsilon=6.0)}
+    results = {k: g.check([], point, confidence=0.95) for k, g in gates.items()}
+    assert {k: r.status for k, r in results.items()} == {k: k for k in gates}
+    assert canary_verdict(leaky, results["fail"]) == canary_verdict({}, results["fail"])  # the gate alone decides
+    assert canary_verdict(leaky, results["fail"]).value == LEAKS
+    assert canary_verdict(leaky, results["fail"]).reason == ("canary gate failed: canary/epsilon_lower_bound = "
+                                                             "0.900 over its budget 0.5")
+    assert canary_verdict(leaky, results["pass"]).value == WITHIN_BUDGET
+    assert canary_verdict(leaky, results["pass"]).reason == ("canary gate passed: every canary budget holds at 95% "
+                                                             "confidence")
+    assert canary_verdict(_canary_metrics(0.0), results["inconclusive"]).value == INCONCLUSIVE
