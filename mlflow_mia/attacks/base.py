@@ -16,7 +16,10 @@ from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, RENAMED_INPUTS, Attac
 from mlflow_mia.config import AuditConfig
 
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
-           "check_attack_names", "required_inputs", "required_roles"]
+           "check_attack_names", "gate_attacks", "required_inputs", "required_roles"]
+
+#: Reference-free attacks, weakest to strongest on the default demo (docs/attacks.md).
+REFERENCE_FREE_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,47 @@ def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
         return c
 
     return deco(cls) if cls is not None else deco
+
+
+def gate_attacks(n_references: int) -> tuple[str, ...]:
+    """The attacks a release gate runs when none are named: every attack the reference models allow.
+
+    A gate is only as strong as the strongest attack it runs, and it covers every attack
+    that ran (each one's confidence bound is checked), so a gated audit runs them all:
+    the reference-free ones always, ``likelihood_ratio`` and ``rmia`` with one reference or
+    more, and ``lira_offline`` with two or more (with one it ranks as the likelihood
+    ratio). On the default demo the strongest at 1 % FPR were ``lira_offline`` with 4
+    shadow references, the likelihood ratio with one, ``min_k_plus_plus`` with none
+    (``docs/attacks.md``, ``benchmarks/attacks_table.py``).
+
+    Parameters
+    ----------
+    n_references : int
+        Reference models of the audit (>= 0).
+
+    Returns
+    -------
+    tuple of str
+        Attack registry names.
+
+    Raises
+    ------
+    ValueError
+        ``n_references`` below 0.
+
+    Examples
+    --------
+    >>> gate_attacks(0)
+    ('loss', 'zlib', 'min_k', 'min_k_plus_plus')
+    >>> gate_attacks(4)[-3:]
+    ('likelihood_ratio', 'lira_offline', 'rmia')
+    """
+    if n_references < 0:
+        raise ValueError(f"n_references must be >= 0, got {n_references}")
+    if n_references == 0:
+        return REFERENCE_FREE_ATTACKS
+    with_set = ("likelihood_ratio", "lira_offline", "rmia") if n_references >= 2 else ("likelihood_ratio", "rmia")
+    return REFERENCE_FREE_ATTACKS + with_set
 
 
 def check_attack_names(names) -> tuple[str, ...]:

@@ -78,7 +78,9 @@ class MiaOptions(CommonOptions):
                                "one-sided upper confidence bound of the TPR at FPR ALPHA, at sample and user level, "
                                "is at most MAX; fail when a measured TPR exceeds MAX; otherwise inconclusive (the "
                                "audit is too small to show the budget holds). Tags mia.gate=pass|fail|inconclusive; "
-                               "the command exits with 3 unless it passes. Each ALPHA is added to fprs",
+                               "the command exits with 3 unless it passes. Each ALPHA is added to fprs. Without --attacks a gated "
+                               "audit runs every attack its references allow (mlflow_mia.attacks.gate_attacks; "
+                               "docs/attacks.md)",
                                key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (a failing "
                                      "gate verdict is written regardless)", flags=("--no-tag-model-version",),
@@ -180,7 +182,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     FileNotFoundError
         ``hash_key_file`` does not exist.
     """
-    from mlflow_mia.attacks import check_attack_names
+    from mlflow_mia.attacks import check_attack_names, gate_attacks
     from mlflow_mia.hashing import resolve_hash_key
     from mlflow_mia.options.schema import build, parse_values
 
@@ -188,9 +190,11 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if values.get("method", "mia") != "mia":
         raise ValueError(f"method {values['method']!r} is not read by parse_options (it reads method 'mia'); "
                          "use mlflow_mia.entrypoints.ner_evaluator.parse_ner_config")
+    gate = values.get("max_tpr_at_fpr")
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])
-    gate = values.get("max_tpr_at_fpr")
+    elif gate is not None:  # a gate runs every attack the references allow (docs/attacks.md)
+        values["attacks"] = gate_attacks(len(MiaOptions(reference_model=values.get("reference_model")).references))
     if gate is not None:  # every gate alpha is reported
         values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
     audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),

@@ -291,7 +291,8 @@ def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, aud
 def test_item2_an_audit_too_small_for_its_budget_is_inconclusive_exits_3_and_says_what_resolves_it(
         tracking, fresh_weights, capsys):
     version = fresh_weights("tgt/1", "gate-small")
-    code = _audit(tracking, "gate-small", version, "--max-tpr-at-fpr", "0.1:0.3", "--run-name", "small")
+    code = _audit(tracking, "gate-small", version, "--max-tpr-at-fpr", "0.1:0.3", "--run-name", "small",
+                  "--attacks", "loss,likelihood_ratio")
     out = capsys.readouterr().out
     run = _runs()["small"]
     metrics = run.data.metrics
@@ -353,7 +354,8 @@ def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(trackin
     from mlflow_mia.entrypoints.cli import main
 
     version = fresh_weights("tgt/2", "gate-wash")
-    assert _audit(tracking, "gate-wash", version, "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "fail") == 3
+    assert _audit(tracking, "gate-wash", version, "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "fail",
+                  "--attacks", "loss,likelihood_ratio") == 3
     failed = _runs()["fail"].info.run_id
     small = tmp_path / "small.csv"
     pool = tracking.pool

@@ -303,3 +303,18 @@ def test_energy_reduction_changes_the_cache_key_only_when_not_sum():
         SignalConfig(energy_reduction="max")
     config, _ = parse_options(_flat_config(build_parser().parse_args(["audit", "--energy-reduction", "mean"])))
     assert config.signal.energy_reduction == "mean"
+
+
+@pytest.mark.parametrize("references, expected", [
+    (None, ("loss", "zlib", "min_k", "min_k_plus_plus")),
+    ("models:/r@x", ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "rmia")),
+    ("models:/r@x,models:/s@x", ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline",
+                                 "rmia"))])
+def test_a_gate_without_named_attacks_runs_every_attack_the_references_allow(references, expected):
+    from mlflow_mia.options.audit import parse_options
+
+    base = {"reference_model": references} if references else {}
+    assert parse_options({**base, "max_tpr_at_fpr": "0.01:0.05"})[0].attacks == expected
+    assert parse_options(base)[0].attacks == ("loss", "likelihood_ratio")  # no gate: the default
+    named = parse_options({**base, "max_tpr_at_fpr": "0.01:0.05", "attacks": ["loss"]})[0].attacks
+    assert named == ("loss",)  # attacks the user names are kept
