@@ -6,6 +6,7 @@ positions of the energy masks (or every token for the PLL signal).
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,10 +43,11 @@ class MinKSettings:
     """
 
     fraction: float = 0.2
+    attack: ClassVar[str] = "min_k"  # named in the error
 
     def __post_init__(self):
         if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"min_k fraction must be in (0, 1], got {self.fraction!r}")
+            raise ValueError(f"{self.attack} fraction must be in (0, 1], got {self.fraction!r}")
         object.__setattr__(self, "fraction", float(self.fraction))
 
 

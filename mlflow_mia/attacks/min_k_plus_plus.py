@@ -19,11 +19,12 @@ the energy's token log-probs, from the same logits in the same forward pass
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
-from mlflow_mia.attacks.min_k import min_k_mean
+from mlflow_mia.attacks.min_k import MinKSettings, min_k_mean
 
 __all__ = ["MinKPlusPlusAttack", "MinKPlusPlusSettings", "token_scores", "SIGMA_FLOOR"]
 
@@ -55,7 +56,7 @@ def token_scores(logprobs, mu, sigma) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MinKPlusPlusSettings:
+class MinKPlusPlusSettings(MinKSettings):
     """Settings of :class:`MinKPlusPlusAttack`.
 
     Attributes
@@ -71,12 +72,7 @@ class MinKPlusPlusSettings:
         ``fraction`` outside (0, 1].
     """
 
-    fraction: float = 0.2
-
-    def __post_init__(self):
-        if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"min_k_plus_plus fraction must be in (0, 1], got {self.fraction!r}")
-        object.__setattr__(self, "fraction", float(self.fraction))
+    attack: ClassVar[str] = "min_k_plus_plus"
 
 
 @register_attack

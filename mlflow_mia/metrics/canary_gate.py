@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, GateRecord
+from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, GateRecord, ThreeStateResult
 from mlflow_mia.naming import fmt_number, nan_to_none
 
 __all__ = ["CanaryGate", "CanaryGateResult", "NULL_EXPOSURE", "EXPOSURE", "EPSILON"]
@@ -40,7 +40,7 @@ def _fmt(x) -> str:
 
 
 @dataclass(frozen=True)
-class CanaryGateResult:
+class CanaryGateResult(ThreeStateResult):
     """Verdict of a canary gate.
 
     Attributes
@@ -53,14 +53,6 @@ class CanaryGateResult:
         exposure, or the ceiling of the epsilon bound), ``budget``, ``status``, ``unit``.
     confidence : float
     """
-
-    status: str
-    checks: tuple
-    confidence: float = 0.95
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASS
 
     def verdict(self) -> str:
         """One line: ``mia.gate=<status>: <metric> = <value> ... ok | OVER BUDGET | INCONCLUSIVE``."""

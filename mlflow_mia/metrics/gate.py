@@ -30,7 +30,7 @@ from typing import Mapping
 from mlflow_mia.metrics.epsilon import clopper_pearson_upper
 from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
 
-__all__ = ["Gate", "GateResult", "GateRecord", "members_needed",
+__all__ = ["Gate", "GateResult", "GateRecord", "ThreeStateResult", "members_needed",
            "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "CLOPPER_PEARSON"]
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -120,7 +120,21 @@ def _fmt(value, digits: int = 3) -> str:
 
 
 @dataclass(frozen=True)
-class GateResult:
+class ThreeStateResult:
+    """A gate's three-state verdict: ``status`` (pass, fail or inconclusive), its ``checks``, the ``confidence``."""
+
+    status: str
+    checks: tuple
+    confidence: float = 0.95
+
+    @property
+    def passed(self) -> bool:
+        """True only for ``pass``: ``fail`` and ``inconclusive`` both block a release."""
+        return self.status == PASS
+
+
+@dataclass(frozen=True)
+class GateResult(ThreeStateResult):
     """Verdict of a release gate.
 
     Attributes
@@ -137,14 +151,6 @@ class GateResult:
         One-sided level of the upper bounds.
     """
 
-    status: str
-    checks: tuple
-    confidence: float = 0.95
-
-    @property
-    def passed(self) -> bool:
-        """True only for ``pass``: ``fail`` and ``inconclusive`` both block a release."""
-        return self.status == PASS
 
     def _part(self, c: dict) -> str:
         if math.isnan(c["value"]):
