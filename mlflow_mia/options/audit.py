@@ -50,7 +50,7 @@ class MiaOptions(CommonOptions):
                                   "several. Needed by likelihood_ratio, lira_offline and rmia: models trained on "
                                   "similar data, disjoint from the target's training data. Several make a reference "
                                   "set, used as reference_mode says", flags=("--reference",), metavar="URI[,URI]",
-                                  default_doc="the demo's models:/bbc-reference@champion, else none")
+                                  default_doc="the demo's oracle reference models:/bbc-reference@champion, else none")
     reference_mode: str | None = option(None, "how several references are used: set = one audit over the set "
                                         "(lira_offline and rmia use every reference; likelihood_ratio is reported "
                                         "against each: likelihood_ratio against the first, "
