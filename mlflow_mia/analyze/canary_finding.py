@@ -33,6 +33,7 @@ import math
 from pathlib import Path
 
 from mlflow_mia.analyze.findings import Finding
+from mlflow_mia.tracking.runs import finished_run
 
 __all__ = ["CANARY_FINDING", "CANARY_FINDING_SPEC", "CLAIM", "SOURCE", "add_canary_rows", "canary_rows", "canary_verdict",
            "run_canary_finding"]
@@ -151,13 +152,6 @@ def canary_rows(non_private: dict, dp: dict, dp_epsilon: float, *, run_ids=("", 
     return pd.DataFrame(rows)
 
 
-def _finished(client, key: str):
-    ids = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(ids, filter_string=f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
-                              max_results=1, order_by=["attributes.start_time DESC"])
-    return runs[0] if runs else None
-
-
 def run_canary_finding(size, *, progress: bool = False, bootstrap_rounds: int | None = None):
     """Build (or find) the canary demo of ``size.demo_size``, audit both targets, return the rows.
 
@@ -202,7 +196,7 @@ def run_canary_finding(size, *, progress: bool = False, bootstrap_rounds: int | 
         target = resolve_model(uri, role="target")
         key = record_digest({"finding": CANARY_FINDING, "target": target.resolved_uri, "config": cfg.to_params(),
                              "canaries": digest})
-        run = _finished(client, key)
+        run = finished_run(client, KEY_TAG, key)
         if run is None:
             with mlflow.start_run(run_name=f"canaries-{label}", nested=True) as child:
                 mlflow.set_tag(KEY_TAG, key)

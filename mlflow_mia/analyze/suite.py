@@ -36,6 +36,7 @@ from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR, differences_table, f
 from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, variants
 from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
+from mlflow_mia.tracking.runs import finished_run
 
 __all__ = ["AnalysisResult", "run_analysis", "select_findings"]
 
@@ -109,14 +110,6 @@ def _audit_config(size, exp, seed: int):
                                                                energy_reduction=exp.energy_reduction),
                        metrics=MetricConfig(fprs=size.fprs, bootstrap_rounds=size.bootstrap_rounds,
                                             delta=size.dp_delta))
-
-
-def _finished_run(client, key: str):
-    """The newest finished run of any experiment in the store tagged with this experiment key, or None."""
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiment_ids, filter_string=f"tags.`{KEY_TAG}` = '{key}' and "
-                              "attributes.status = 'FINISHED'", max_results=1, order_by=["attributes.start_time DESC"])
-    return runs[0] if runs else None
 
 
 class _Suite:
@@ -303,7 +296,7 @@ def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
     key = record_digest({"experiment": asdict(exp), "seed": seed, "target": target.resolved_uri,
                          "reference": reference.resolved_uri, "config": config.to_dict(), "size": asdict(suite.size),
                          "data": suite.data_digest(*data)})
-    found = _finished_run(suite.client, key)
+    found = finished_run(suite.client, KEY_TAG, key)
     name = seeded_name(exp.name, seed)
     if found is not None:
         log.info("analyze: %s already ran (run %s); reusing it", name, found.info.run_id)

@@ -9,7 +9,7 @@ import os
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.options.values import blank
 
-__all__ = ["setup_tracking", "mlflow_run", "use_experiment", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
+__all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +71,14 @@ def mlflow_run(name: str | None, *, nested: bool = False):
         return
     with mlflow.start_run(run_name=name) as run:
         yield run
+
+
+def finished_run(client, tag: str, value: str):
+    """The newest FINISHED run, in any experiment of the store, whose tag ``tag`` equals ``value``; else None.
+
+    How resumable commands (``analyze``, the canary finding) find a run they already made.
+    """
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiment_ids, filter_string=f"tags.`{tag}` = '{value}' and "
+                              "attributes.status = 'FINISHED'", max_results=1, order_by=["attributes.start_time DESC"])
+    return runs[0] if runs else None
