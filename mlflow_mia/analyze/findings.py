@@ -338,21 +338,22 @@ def _difference(values, c: Comparison):
     return paired_difference(va[c.metric], vb[c.metric], a_ci=ci(va), b_ci=ci(vb))
 
 
-def _evaluate(finding, comparisons, values) -> tuple[str, str, list]:
-    """(verdict, why, [(comparison, difference, verdict)]) of one finding."""
+def _evaluate(finding, comparisons, values) -> tuple[str, str, list, str]:
+    """(verdict, why, [(comparison, difference, verdict)], the guard's note) of one finding."""
     if any(np.isnan(v["auc"]).all() for v in values.values()):
-        return "not run", "a setting of this finding has no finished run", []
+        return "not run", "a setting of this finding has no finished run", [], ""
     rows = []
     for c in comparisons:
         d = _difference(values, c)
         rows.append((c, d, comparison_verdict(d.low, d.high, c.expect, c.margin)))
     verdict = combine_verdicts(v for c, _, v in rows if c.decides)
     why = "; ".join(f"{c.text()}: {d.text()} {v if c.decides else '(shown, not deciding)'}" for c, d, v in rows)
+    note = ""
     if finding.guard is not None:
         override, note = finding.guard(values)
         verdict = override or verdict
         why = f"{why}; {note}" if note else why
-    return verdict, why, rows
+    return verdict, why, rows, note or ""
 
 
 def _epsilon_check(v: dict) -> str:
@@ -412,7 +413,8 @@ def findings_table(runs: dict, size, findings=FINDINGS):
         largest over seeds), ``epsilon_lower_bound_max_certifiable``, ``dp_epsilon``,
         ``epsilon_check`` (``"vacuous"``, ``"informative"`` or ``""``), ``paper``,
         ``source``, ``reproduced`` (reproduced / not reproduced / not resolved / not
-        run), ``why`` (the paired differences the verdict rests on), ``experiment``,
+        run), ``why`` (the paired differences the verdict rests on), ``guard`` (the
+        finding's guard note: held-out losses, epsilon bounds; "" for none), ``experiment``,
         ``run_id`` (the seeds' run ids, comma-separated).
     """
     import pandas as pd
@@ -420,10 +422,11 @@ def findings_table(runs: dict, size, findings=FINDINGS):
     rows = []
     for finding in findings:
         values, ids = _values(finding, runs, size)
-        verdict, why, _ = _evaluate(finding, finding.comparisons(size), values)
+        verdict, why, _, note = _evaluate(finding, finding.comparisons(size), values)
         for s in finding.settings(size):
             for attack in finding.attacks:
-                rows.append(_row(finding, s, attack, values[(s.label, attack)], verdict, why, ids[s.label]))
+                rows.append({**_row(finding, s, attack, values[(s.label, attack)], verdict, why, ids[s.label]),
+                             "guard": note})
     return pd.DataFrame(rows)
 
 

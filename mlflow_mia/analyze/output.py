@@ -17,6 +17,12 @@ def _pm(mean, sd, digits: int = 3) -> str:
     return f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}" if _fmt(sd) else _fmt(mean, digits)
 
 
+def _heldout(row) -> str:
+    """The target's held-out loss, and its null's in parentheses: ``"6.558 (6.612)"``."""
+    null = _fmt(row.get("null_heldout_loss"))
+    return f"{_fmt(row['heldout_loss'])} ({null})" if null else _fmt(row["heldout_loss"])
+
+
 def _difference_lines(diffs) -> list[str]:
     lines = ["| comparison (b - a) | metric | mean over seeds [95 % CI] | seeds | seed sd | pool se | verdict |",
              "|---|---|---|---|---|---|---|"]
@@ -25,6 +31,26 @@ def _difference_lines(diffs) -> list[str]:
         lines.append(f"| {d['a']} -> {d['b']} | {d['attack']} {d['metric']} | {d['mean']:+.3f} "
                      f"[{d['low']:+.3f}, {d['high']:+.3f}] | {d['n_seeds']} | {_fmt(d['seed_sd'])} | "
                      f"{_fmt(d['pool_se'])} | {verdict} |")
+    return lines + [""]
+
+
+def _summary_lines(table, findings, differences) -> list[str]:
+    """The verdicts first: one row per finding with the paired differences it was decided on."""
+    lines = ["| finding | source | verdict | decided on (paired difference b - a, mean over seeds [95 % CI]) |",
+             "|---|---|---|---|"]
+    for finding in findings:
+        rows = table[table["finding"] == finding.name]
+        if rows.empty:
+            continue
+        deciding = []
+        if differences is not None:
+            for _, d in differences[(differences["finding"] == finding.name) & differences["decides"]].iterrows():
+                deciding.append(f"{d['attack']} {d['metric']} {d['a']} -> {d['b']}: {d['mean']:+.3f} "
+                                f"[{d['low']:+.3f}, {d['high']:+.3f}]")
+        guard = rows.iloc[0].get("guard")
+        guard = guard if isinstance(guard, str) and guard else ""
+        lines.append(f"| {finding.name} | {finding.source} | **{rows.iloc[0]['reproduced']}** | "
+                     f"{'; '.join(deciding + [guard] if guard else deciding) or rows.iloc[0]['why']} |")
     return lines + [""]
 
 
@@ -45,10 +71,12 @@ def render_findings(table, findings, differences=None) -> str:
              "AUC: mean ± sd over seeds, [95 % interval of the mean: seed spread and article-level bootstrap]; "
              "runs: each seed's AUC with its run's article-level interval. Null: the setting's base model audited "
              "as the target (AUC / TPR at 1 % FPR), the floor. Held-out loss: nats per masked token on the "
-             "population sentences (in-domain, in no training set).", ""]
+             "population sentences (in-domain, in no training set); in parentheses, the null's (its base model's).",
+             ""]
     if not table.empty and table["n_seeds"].max() <= 1:
         lines += ["**One seed per setting** (the quick size): the intervals hold the article-level bootstrap only, "
                   "not the seed spread, so these verdicts back no claim.", ""]
+    lines += _summary_lines(table, findings, differences)
     for finding in findings:
         rows = table[table["finding"] == finding.name]
         if rows.empty:
@@ -62,7 +90,7 @@ def render_findings(table, findings, differences=None) -> str:
             ci = f" [{_fmt(r['auc_ci_low'])}, {_fmt(r['auc_ci_high'])}]" if _fmt(r["auc_ci_low"]) else ""
             null = f"{_fmt(r['null_auc'])} / {_fmt(r['null_tpr_at_fpr_0.01'])}" if _fmt(r["null_auc"]) else ""
             lines.append(f"| {r['setting']} | {r['attack']} | {_pm(r['auc'], r['auc_sd'])}{ci} | {r['auc_runs']} | "
-                         f"{_pm(r['tpr_at_fpr_0.01'], r['tpr_sd'])} | {null} | {_fmt(r['heldout_loss'])} | "
+                         f"{_pm(r['tpr_at_fpr_0.01'], r['tpr_sd'])} | {null} | {_heldout(r)} | "
                          f"{_fmt(r['epsilon_lower_bound'], 2)} | {_fmt(r['dp_epsilon'], 2)} | {r['paper']} | "
                          f"{','.join(i[:8] for i in str(r['run_id']).split(',') if i)} |")
         lines.append("")

@@ -293,6 +293,13 @@ def test_render_and_plot_show_every_setting_its_null_and_differences():
     assert "| in-domain | likelihood_ratio | 0.850 ± 0.004 [" in text
     assert "| energy -> pll | likelihood_ratio auc | +0.070 [" in text
     assert "(reproduced; not deciding)" in text
+    summary = text[:text.index("## ")]  # the verdicts come first, each with the differences it was decided on
+    assert summary.count("| **reproduced** |") == len(FINDINGS)
+    assert ("| signal | Mireshghallah et al. 2022, Tables 9 and 11 | **reproduced** | "
+            "likelihood_ratio auc energy -> pll: +0.070 [") in summary
+    assert "held-out loss 5.000 (default) vs 4.900 (larger) nats/token |" in summary  # the guard's note
+    assert "non-private -> sigma 0" not in summary  # shown in its finding's table, not deciding
+    assert "| 5.200 (6.000) |" in text  # the sigma = 0 control's held-out loss beside its null's
     rows = table[table["finding"] == "dp_sgd"]
     fig = plot_finding(rows, title="dp")
     assert len(fig.axes) == 3  # AUC, TPR and the epsilon panel
