@@ -50,7 +50,7 @@ LR, LOSS = "likelihood_ratio", "loss"
 TPR = "tpr_at_fpr_0.01"
 NAN = float("nan")
 VERDICTS = ("reproduced", "not reproduced", "not resolved")
-HELDOUT_TOLERANCE = 0.05  # nats per token: two sizes' targets count as trained to a comparable held-out loss
+HELDOUT_TOLERANCE = 0.05  # nats per token a larger target may be worse than the default and still count as trained
 EQUAL_MARGIN = 0.02  # AUC: "about as much" (the paper's Base vs Base++ differ by 0.006)
 METRICS = ("auc", "auc_ci_low", "auc_ci_high", TPR, f"{TPR}_ci_low", f"{TPR}_ci_high", "epsilon_lower_bound",
            "epsilon_lower_bound_max_certifiable")

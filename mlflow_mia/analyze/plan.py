@@ -64,8 +64,9 @@ class AnalysisSize:
         Learning rates of the larger base, reference and target are the demo's times
         this: a deeper post-LayerNorm BERT diverges or stalls at the 2-layer rates (the
         previous build's 4-layer base ended at 6.77 nats against 6.12). Each size's
-        held-out loss is logged, and the model-size finding stays unresolved unless the
-        larger target's is within ``HELDOUT_TOLERANCE`` of the default's.
+        held-out loss is logged, and the model-size finding stays unresolved when the
+        larger target's is worse than the default's by more than ``HELDOUT_TOLERANCE``
+        (under-trained, not larger); a lower loss is what a larger model is expected to reach.
     dp_epsilons : tuple of float
         Target epsilons of the DP-SGD runs (8 and 1); a sigma = 0 control runs the same
         recipe without noise.
