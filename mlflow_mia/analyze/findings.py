@@ -370,7 +370,7 @@ def _runs_text(v: dict) -> str:
                      if not math.isnan(a))
 
 
-def _row(finding, s, attack, v, verdict, why, run_ids) -> dict:
+def _row(finding, s, attack, v, verdict, why, guard, run_ids) -> dict:
     mean = paired_difference(np.zeros_like(v["auc"]), v["auc"], b_ci=np.c_[v["auc_ci_low"], v["auc_ci_high"]])
     auc, auc_sd, n = seed_summary(v["auc"])
     tpr, tpr_sd, _ = seed_summary(v[TPR])
@@ -384,7 +384,7 @@ def _row(finding, s, attack, v, verdict, why, run_ids) -> dict:
             "epsilon_lower_bound_max_certifiable": seed_summary(v["epsilon_lower_bound_max_certifiable"])[0],
             "dp_epsilon": seed_summary(v["dp_epsilon"])[0], "epsilon_check": _epsilon_check(v),
             "paper": s.paper_figure(attack), "source": finding.source, "reproduced": verdict, "why": why,
-            "experiment": s.experiment, "run_id": run_ids}
+            "guard": guard, "experiment": s.experiment, "run_id": run_ids}
 
 
 def findings_table(runs: dict, size, findings=FINDINGS):
@@ -425,8 +425,7 @@ def findings_table(runs: dict, size, findings=FINDINGS):
         verdict, why, _, note = _evaluate(finding, finding.comparisons(size), values)
         for s in finding.settings(size):
             for attack in finding.attacks:
-                rows.append({**_row(finding, s, attack, values[(s.label, attack)], verdict, why, ids[s.label]),
-                             "guard": note})
+                rows.append(_row(finding, s, attack, values[(s.label, attack)], verdict, why, note, ids[s.label]))
     return pd.DataFrame(rows)
 
 

@@ -48,9 +48,10 @@ def _summary_lines(table, findings, differences) -> list[str]:
                 deciding.append(f"{d['attack']} {d['metric']} {d['a']} -> {d['b']}: {d['mean']:+.3f} "
                                 f"[{d['low']:+.3f}, {d['high']:+.3f}]")
         guard = rows.iloc[0].get("guard")
-        guard = guard if isinstance(guard, str) and guard else ""
+        if isinstance(guard, str) and guard:  # NaN when read back from a CSV
+            deciding.append(guard)
         lines.append(f"| {finding.name} | {finding.source} | **{rows.iloc[0]['reproduced']}** | "
-                     f"{'; '.join(deciding + [guard] if guard else deciding) or rows.iloc[0]['why']} |")
+                     f"{'; '.join(deciding) or rows.iloc[0]['why']} |")
     return lines + [""]
 
 
