@@ -126,7 +126,7 @@ def canary_rows(non_private: dict, dp: dict, dp_epsilon: float, *, run_ids=("", 
     Returns
     -------
     pandas.DataFrame
-        Columns of :func:`mlflow_mia.analyze.findings.findings_table` (``setting`` is
+        Columns of :func:`mlflow_mia.analyze.output.findings_table` (``setting`` is
         ``"<target> r<r>"``; ``epsilon_lower_bound`` the bound of the r-canaries, unit one
         canary of r records) plus ``repetitions``, ``exposure_mean``,
         ``exposure_excluded_mean``.

@@ -4,9 +4,9 @@ Each :class:`Finding` names the settings it compares (an experiment of
 :mod:`mlflow_mia.analyze.plan` and a metric prefix: sample level, ``user/`` or a length
 subset), the paper's figure for each, and its :class:`Comparison`\\ s: the paired
 differences (same seeds, same pool; :mod:`mlflow_mia.analyze.paired`) its verdict is
-decided on. :func:`findings_table` and :func:`differences_table` read the metrics of
-finished runs (never recompute them), so a resumed suite and a fresh one give the same
-tables.
+decided on. :func:`finding_values` reads a finding's numbers from finished runs and
+:func:`evaluate_finding` applies the rule to them; the tables built from these are in
+:mod:`mlflow_mia.analyze.output`.
 
 The rule (:func:`comparison_verdict`, :func:`combine_verdicts`)
 -----------------------------------------------------------------
@@ -44,7 +44,7 @@ from mlflow_mia.analyze.paired import paired_difference, seed_summary
 from mlflow_mia.analyze.plan import experiments, run_name
 
 __all__ = ["FINDINGS", "VERDICTS", "Comparison", "Finding", "Setting", "combine_verdicts", "comparison_verdict",
-           "differences_table", "findings_table", "setting_values"]
+           "evaluate_finding", "finding_values", "setting_values"]
 
 LR, LOSS = "likelihood_ratio", "loss"
 TPR = "tpr_at_fpr_0.01"
@@ -318,8 +318,24 @@ def setting_values(seed_metrics, prefix: str, attack: str, null_metrics=None) ->
     return out
 
 
-def _values(finding, runs: dict, size) -> tuple[dict, dict]:
-    """(values by (label, attack), run ids by label) of a finding's settings."""
+def finding_values(finding, runs: dict, size) -> tuple[dict, dict]:
+    """A finding's numbers from finished runs: ``(values, run_ids)``.
+
+    Parameters
+    ----------
+    finding : Finding
+    runs : dict of str to (str, dict)
+        As for :func:`mlflow_mia.analyze.output.findings_table`.
+    size : AnalysisSize
+
+    Returns
+    -------
+    values : dict of (str, str) to dict
+        ``values[(setting label, attack)]`` is :func:`setting_values` (loss and
+        likelihood ratio for every setting).
+    run_ids : dict of str to str
+        Setting label -> its seeds' run ids, comma-separated ("" for none).
+    """
     exps = experiments(size)
     values, ids = {}, {}
     for s in finding.settings(size):
@@ -338,8 +354,28 @@ def _difference(values, c: Comparison):
     return paired_difference(va[c.metric], vb[c.metric], a_ci=ci(va), b_ci=ci(vb))
 
 
-def _evaluate(finding, comparisons, values) -> tuple[str, str, list, str]:
-    """(verdict, why, [(comparison, difference, verdict)], the guard's note) of one finding."""
+def evaluate_finding(finding, comparisons, values) -> tuple[str, str, list, str]:
+    """Apply the rule to one finding: its paired differences, their verdicts, the guard.
+
+    Parameters
+    ----------
+    finding : Finding
+    comparisons : sequence of Comparison
+        ``finding.comparisons(size)``.
+    values : dict
+        The first item of :func:`finding_values`.
+
+    Returns
+    -------
+    verdict : str
+        One of :data:`VERDICTS`, or ``"not run"`` when a setting has no finished run.
+    why : str
+        Every comparison's difference and verdict, then the guard's note.
+    rows : list of (Comparison, PairedDifference, str)
+        Each comparison, its paired difference and its own verdict.
+    guard : str
+        The guard's note ("" for none).
+    """
     if any(np.isnan(v["auc"]).all() for v in values.values()):
         return "not run", "a setting of this finding has no finished run", [], ""
     rows = []
@@ -354,107 +390,3 @@ def _evaluate(finding, comparisons, values) -> tuple[str, str, list, str]:
         verdict = override or verdict
         why = f"{why}; {note}" if note else why
     return verdict, why, rows, note or ""
-
-
-def _epsilon_check(v: dict) -> str:
-    """How a bound compares with its run's accountant epsilon: vacuous, informative, or "" (nothing to compare)."""
-    ceiling, dp = seed_summary(v["epsilon_lower_bound_max_certifiable"])[0], seed_summary(v["dp_epsilon"])[0]
-    if math.isnan(dp) or math.isnan(ceiling):
-        return ""
-    return "vacuous" if ceiling < dp else "informative"
-
-
-def _runs_text(v: dict) -> str:
-    """Each seed's AUC with its run's 95 % article-level interval: ``"0.886 [0.871, 0.900]; ..."``."""
-    return "; ".join(f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, lo, hi in zip(v["auc"], v["auc_ci_low"], v["auc_ci_high"])
-                     if not math.isnan(a))
-
-
-def _row(finding, s, attack, v, verdict, why, guard, run_ids) -> dict:
-    mean = paired_difference(np.zeros_like(v["auc"]), v["auc"], b_ci=np.c_[v["auc_ci_low"], v["auc_ci_high"]])
-    auc, auc_sd, n = seed_summary(v["auc"])
-    tpr, tpr_sd, _ = seed_summary(v[TPR])
-    return {"finding": finding.name, "setting": s.label, "attack": attack, "n_seeds": n, "auc": auc, "auc_sd": auc_sd,
-            "auc_ci_low": mean.low, "auc_ci_high": mean.high, "auc_runs": _runs_text(v), TPR: tpr, "tpr_sd": tpr_sd,
-            "null_auc": float(v["null_auc"][0]), f"null_{TPR}": float(v[f"null_{TPR}"][0]),
-            "heldout_loss": seed_summary(v["heldout_loss"])[0],
-            "null_heldout_loss": float(v["null_heldout_loss"][0]),
-            "epsilon_lower_bound": float(np.nanmax(np.r_[v["epsilon_lower_bound"], -np.inf]))
-            if not np.isnan(v["epsilon_lower_bound"]).all() else NAN,
-            "epsilon_lower_bound_max_certifiable": seed_summary(v["epsilon_lower_bound_max_certifiable"])[0],
-            "dp_epsilon": seed_summary(v["dp_epsilon"])[0], "epsilon_check": _epsilon_check(v),
-            "paper": s.paper_figure(attack), "source": finding.source, "reproduced": verdict, "why": why,
-            "guard": guard, "experiment": s.experiment, "run_id": run_ids}
-
-
-def findings_table(runs: dict, size, findings=FINDINGS):
-    """One row per finding, setting and attack, from the experiments' logged metrics.
-
-    Parameters
-    ----------
-    runs : dict of str to (str, dict)
-        Run name (:func:`~mlflow_mia.analyze.plan.run_name`: experiment and seed, or a
-        null experiment) -> (run id, ``run.data.metrics``) of its finished run; a missing
-        run leaves its values NaN, a setting with none gives ``reproduced="not run"``.
-    size : AnalysisSize
-    findings : sequence of Finding
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``finding``, ``setting``, ``attack``, ``n_seeds``; ``auc`` (mean over
-        seeds), ``auc_sd`` (sample standard deviation over seeds), ``auc_ci_low`` /
-        ``auc_ci_high`` (95 % interval of the mean: seed spread and the runs'
-        article-level bootstrap, :func:`~mlflow_mia.analyze.paired.paired_difference`),
-        ``auc_runs`` (each seed's AUC with its run's interval); ``tpr_at_fpr_0.01`` and
-        ``tpr_sd``; ``null_auc`` and ``null_tpr_at_fpr_0.01`` (the floor: the setting's
-        base model audited as the target); ``heldout_loss`` and ``null_heldout_loss``
-        (nats per masked token on held-out in-domain text); ``epsilon_lower_bound`` (the
-        largest over seeds), ``epsilon_lower_bound_max_certifiable``, ``dp_epsilon``,
-        ``epsilon_check`` (``"vacuous"``, ``"informative"`` or ``""``), ``paper``,
-        ``source``, ``reproduced`` (reproduced / not reproduced / not resolved / not
-        run), ``why`` (the paired differences the verdict rests on), ``guard`` (the
-        finding's guard note: held-out losses, epsilon bounds; "" for none), ``experiment``,
-        ``run_id`` (the seeds' run ids, comma-separated).
-    """
-    import pandas as pd
-
-    rows = []
-    for finding in findings:
-        values, ids = _values(finding, runs, size)
-        verdict, why, _, note = _evaluate(finding, finding.comparisons(size), values)
-        for s in finding.settings(size):
-            for attack in finding.attacks:
-                rows.append(_row(finding, s, attack, values[(s.label, attack)], verdict, why, note, ids[s.label]))
-    return pd.DataFrame(rows)
-
-
-def differences_table(runs: dict, size, findings=FINDINGS):
-    """One row per comparison of each finding: the paired difference, its interval and verdict.
-
-    Parameters
-    ----------
-    runs, size, findings
-        As for :func:`findings_table`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``finding``, ``a``, ``b``, ``attack``, ``metric``, ``expect``,
-        ``margin``, ``decides``, ``mean`` (mean over seeds of ``b - a``), ``low``,
-        ``high`` (95 %), ``n_seeds``, ``seed_sd``, ``pool_se``, ``verdict``; empty for a
-        finding not run.
-    """
-    import pandas as pd
-
-    rows = []
-    for finding in findings:
-        values, _ = _values(finding, runs, size)
-        for c, d, v in _evaluate(finding, finding.comparisons(size), values)[2]:
-            rows.append({"finding": finding.name, "a": c.a, "b": c.b, "attack": c.attack, "metric": c.metric,
-                         "expect": c.expect, "margin": c.margin, "decides": c.decides, "mean": d.mean, "low": d.low,
-                         "high": d.high, "n_seeds": d.n_seeds, "seed_sd": d.seed_sd, "pool_se": d.pool_se,
-                         "verdict": v})
-    return pd.DataFrame(rows, columns=["finding", "a", "b", "attack", "metric", "expect", "margin", "decides", "mean",
-                                       "low", "high", "n_seeds", "seed_sd", "pool_se", "verdict"])
-

@@ -16,7 +16,7 @@ of the size (once for an experiment that is not seeded: the nulls), in order:
    subsets the experiment asks for (length bins, paper Table 3) and the target's
    held-out loss (``heldout/loss``, nats per masked token on the population sentences:
    in-domain text in no model's training set; :func:`mlflow_mia.demo.train.heldout_loss`);
-3. the parent run gets ``tables/findings.csv`` (:func:`~mlflow_mia.analyze.findings.findings_table`),
+3. the parent run gets ``tables/findings.csv`` (:func:`~mlflow_mia.analyze.output.findings_table`),
    ``tables/findings_differences.csv`` (the paired differences), one plot per finding
    (``plots/findings/<name>.png``), ``findings.md`` and a ``findings/<name>/reproduced``
    metric (1 reproduced, 0 not reproduced, absent when not resolved) per finding.
@@ -32,7 +32,8 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 
-from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR, differences_table, findings_table
+from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR
+from mlflow_mia.analyze.output import differences_table, findings_table
 from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, variants
 from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
@@ -57,9 +58,9 @@ class AnalysisResult:
     run_id : str
         The parent run (``tables/findings.csv``, plots, ``findings.md``).
     table : pandas.DataFrame
-        :func:`~mlflow_mia.analyze.findings.findings_table`.
+        :func:`~mlflow_mia.analyze.output.findings_table`.
     differences : pandas.DataFrame
-        :func:`~mlflow_mia.analyze.findings.differences_table`.
+        :func:`~mlflow_mia.analyze.output.differences_table`.
     ran, reused : list of str
         Runs (:func:`~mlflow_mia.analyze.plan.run_name`) audited by this call, and those
         whose finished run was found.

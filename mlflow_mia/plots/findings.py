@@ -22,7 +22,7 @@ def plot_finding(rows, *, title: str):
     Parameters
     ----------
     rows : pandas.DataFrame
-        The finding's rows of :func:`mlflow_mia.analyze.findings.findings_table` (columns
+        The finding's rows of :func:`mlflow_mia.analyze.output.findings_table` (columns
         ``setting``, ``attack``, ``auc``, ``auc_ci_low``, ``auc_ci_high``,
         ``tpr_at_fpr_0.01``, ``paper``, and optionally ``null_auc`` and
         ``null_tpr_at_fpr_0.01`` (drawn as the floor); with ``dp_epsilon`` values a third panel shows the

@@ -1,5 +1,5 @@
-"""The findings' rule, paired differences and tables (mlflow_mia/analyze/findings.py, paired.py), on hand-made
-metrics: no models."""
+"""The findings' rule, paired differences and tables (mlflow_mia/analyze/findings.py, paired.py, output.py), on
+hand-made metrics: no models."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 from scipy.stats import norm, t
 
 from mlflow_mia.analyze import ANALYSIS_SIZES, FINDINGS, findings_table, select_findings
-from mlflow_mia.analyze.findings import (combine_verdicts, comparison_verdict, differences_table,
-                                         setting_values)
-from mlflow_mia.analyze.output import render_findings
+from mlflow_mia.analyze.findings import combine_verdicts, comparison_verdict, setting_values
+from mlflow_mia.analyze.output import differences_table, render_findings
 from mlflow_mia.analyze.paired import paired_difference, seed_summary
 from mlflow_mia.analyze.plan import experiments, experiments_for, run_name
 from mlflow_mia.plots import plot_finding
