@@ -236,6 +236,24 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
     return out  # type: ignore[return-value]
 
 
+def _row_keys(texts: list, mask_keys) -> tuple[list, dict]:
+    """(one row hash per text, row hash -> the mask key its masks are drawn from).
+
+    Without ``mask_keys`` a row is its text's sha256 and draws its own masks (empty
+    map); with them, a row is the hash of (mask key, text) and draws the key's masks.
+    """
+    if mask_keys is None:
+        return [text_hash(t) for t in texts], {}
+    mask_keys = list(mask_keys)
+    if len(mask_keys) != len(texts):
+        raise ValueError(f"mask_keys has {len(mask_keys)} entries for {len(texts)} texts; give one per text")
+    bad = next((k for k in mask_keys if not _is_hex(k)), None)
+    if bad is not None:
+        raise ValueError(f"mask_keys must be hex text hashes (mlflow_mia.data.text_hash(sample)), got {bad!r}")
+    hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
+    return hashes, dict(zip(hashes, mask_keys))
+
+
 def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | None = None, *,
                     cache: SignalCache | None = None, device=None, progress: bool = True,
                     chunk_size: int = 512, desc: str | None = None,
@@ -303,18 +321,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     texts = list(texts)
     if config.kind != "energy":
         mask_keys = None  # PLL masks every token once: nothing random to share
-    if mask_keys is None:
-        hashes = [text_hash(t) for t in texts]
-        mask_of: dict[str, str] = {}
-    else:
-        mask_keys = list(mask_keys)
-        if len(mask_keys) != len(texts):
-            raise ValueError(f"mask_keys has {len(mask_keys)} entries for {len(texts)} texts; give one per text")
-        bad = next((k for k in mask_keys if not _is_hex(k)), None)
-        if bad is not None:
-            raise ValueError(f"mask_keys must be hex text hashes (mlflow_mia.data.text_hash(sample)), got {bad!r}")
-        hashes = [text_hash(f"{k}\n{t}") for k, t in zip(mask_keys, texts)]
-        mask_of = dict(zip(hashes, mask_keys))
+    hashes, mask_of = _row_keys(texts, mask_keys)
     settings = value_settings(lm, config)
     max_length = settings["max_length"]
     spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id, **settings}
