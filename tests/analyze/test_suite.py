@@ -156,3 +156,33 @@ def test_unknown_finding_is_a_usage_error(store, capsys):
         mp.chdir(store["tmp"])
         assert main(["analyze", "--quick", "--findings", "nope", "-q"]) == 2
     assert "unknown finding(s) ['nope']" in capsys.readouterr().err
+
+
+def test_a_custom_size_trains_its_own_recipe_and_reuses_no_run_of_a_named_size(store):
+    import json
+    from dataclasses import replace
+
+    from mlflow_mia.analyze import ANALYSIS_SIZES
+
+    client = MlflowClient()
+    probe = replace(ANALYSIS_SIZES["quick"], dp_learning_rate=3e-3, dp_epsilons=())
+    out = run_analysis(size=probe, findings=["dp_sgd"], demo=store["demo"], cache=str(store["tmp"] / "cache"),
+                       progress=False)
+    # Audits are keyed by the size: the demo target and the null's base model are reused, their audits rerun.
+    assert out.ran == ["baseline-seed0", "dp-sgd-sigma0-seed0", "null"] and out.reused == []
+    assert [u.split("/")[1] for u in out.trained] == ["bbc-small-analyze-dp-sigma0"]
+    assert out.trained[0] not in store["first"].trained  # a new version, not the quick size's control
+    train = client.search_runs([client.get_run(out.run_id).info.experiment_id],
+                               filter_string=f"tags.`mia.analyze.parent` = '{out.run_id}' and "
+                                             "tags.`mia.analyze.variant` = 'dp-sigma0'")
+    assert [r.info.run_name for r in train] == ["train-dp-sigma0-seed0"]
+    assert json.loads(train[0].data.params["variant.settings"])["finetune"]["learning_rate"] == 3e-3
+    parent = client.get_run(out.run_id)
+    assert parent.data.tags["mia.analyze"] == "custom" and parent.info.run_name == "analyze-custom"
+    assert parent.data.params["analyze.dp_learning_rate"] == "0.003"
+    assert list(out.table["setting"].unique()) == ["non-private", "sigma 0"]
+
+
+def test_a_size_that_is_not_an_analysis_size_is_a_type_error():
+    with pytest.raises(TypeError, match="size must be an AnalysisSize"):
+        run_analysis(size="full")
