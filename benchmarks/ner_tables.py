@@ -131,8 +131,9 @@ def main(argv=None) -> int:
           f"sigma above: {sum(a[3] for a in above)} "
           f"({', '.join(f'{t} {lab} p={ps:.3f}' for t, lab, _, sa, _, ps in above if sa) or 'none'}); "
           f"p < 0.05/{n} (Bonferroni): gap {sum(a[4] < 0.05 / n for a in above)}, sigma {sum(a[5] < 0.05 / n for a in above)}")
-    print(f"- dev gap range {min(_pct(x['prompt_gap']) for *_, x in pairs)} to {max(_pct(x['prompt_gap']) for *_, x in pairs)}"
-          f" pp (by value: {sorted(round(100 * x['prompt_gap'], 1) for *_, x in pairs)}); "
+    gaps_dev = [x["prompt_gap"] for *_, x in pairs]
+    print(f"- dev gap range {_pct(min(gaps_dev))} to {_pct(max(gaps_dev))}"
+          f" pp (by value: {sorted(round(100 * g, 1) for g in gaps_dev)}); "
           f"sigma {sorted(round(100 * x['prompt_std'], 1) for *_, x in pairs)}; "
           f"null q95 of the gap {sorted(round(100 * x['prompt_gap_null_q95'], 1) for *_, x in pairs)}")
     print(f"- Kendall tau dev-test: {sorted(round(x['kendall_tau_dev_test'], 2) for *_, x in pairs)}")
