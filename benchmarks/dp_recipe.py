@@ -22,7 +22,8 @@ Examples
 ::
 
     python benchmarks/dp_recipe.py --learning-rates 2e-3,5e-3
-    python benchmarks/dp_recipe.py --learning-rates 5e-3 --epsilons 8
+    python benchmarks/dp_recipe.py --learning-rates 2e-3 --freeze ''   # train the embeddings too
+    python benchmarks/dp_recipe.py --learning-rates 2e-3 --freeze '' --epsilons 8
 
 Needs the ``demo`` and ``dp`` extras. About 8 minutes of DP-SGD training per model on 2
 CPU cores, plus the default demo's build (7 minutes) when the store has none.
@@ -52,6 +53,9 @@ def main(argv=None) -> int:
     parser.add_argument("--epsilons", type=_floats, default=(),
                         help="target epsilons trained beside the sigma = 0 control (default: none)")
     parser.add_argument("--epochs", type=float, default=None, help="DP-SGD epochs (the full size's 15 by default)")
+    parser.add_argument("--freeze", default=None,
+                        help="parameter-name prefixes frozen during DP-SGD, comma-separated; '' trains every "
+                             "parameter (default: the full size's, the embeddings)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -60,13 +64,15 @@ def main(argv=None) -> int:
 
     full = ANALYSIS_SIZES["full"]
     for lr in args.learning_rates:
+        freeze = full.dp_freeze if args.freeze is None else tuple(x for x in args.freeze.split(",") if x)
         size = dataclasses.replace(full, seeds=(args.seed,), dp_epsilons=args.epsilons, dp_learning_rate=lr,
-                                   dp_epochs=args.epochs if args.epochs is not None else full.dp_epochs)
+                                   dp_epochs=args.epochs if args.epochs is not None else full.dp_epochs,
+                                   dp_freeze=freeze)
         start = time.perf_counter()
         result = run_analysis(size=size, findings=["dp_sgd"], progress=False, run_name=f"dp-recipe lr {lr:g}")
         rows = result.table[result.table["attack"] == "likelihood_ratio"]
         for _, r in rows.iterrows():
-            print(json.dumps({"learning_rate": lr, "epochs": size.dp_epochs, "seed": args.seed,
+            print(json.dumps({"learning_rate": lr, "epochs": size.dp_epochs, "freeze": list(freeze), "seed": args.seed,
                               "setting": r["setting"], "lr_auc": round(r["auc"], 3),
                               "lr_auc_ci": [round(r["auc_ci_low"], 3), round(r["auc_ci_high"], 3)],
                               "tpr_at_fpr_0.01": round(r["tpr_at_fpr_0.01"], 3),
