@@ -81,6 +81,10 @@ class AnalysisSize:
         of about 1.5M at full size) leaves the noise fewer dimensions to spread over,
         so the DP targets learn (held-out loss below the base's) where the full update
         did not (training loss 6.48 / 6.53 against the base's 6.12 in the previous build).
+        It also removes what the target memorises: with the embeddings frozen the sigma = 0
+        control does not leak, with every parameter trained (``()``, lr 2e-3) it leaks like
+        the non-private target (one-seed probe, ``benchmarks/dp_recipe.py``,
+        docs/findings.md), so the DP-SGD finding can only be decided on the latter.
     """
 
     demo_size: str
