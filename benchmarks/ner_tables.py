@@ -60,14 +60,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import mlflow
 
-    if not mlflow.get_tracking_uri().startswith(("sqlite", "http", "databricks", "postgresql", "mysql")):
-        mlflow.set_tracking_uri("sqlite:///mlflow.db")
-    client = mlflow.MlflowClient()
+    client = mlflow.MlflowClient()  # MLFLOW_TRACKING_URI, else MLflow's default sqlite:///mlflow.db
     parent, runs = _runs(client, args.run_id)
     m = {k: r.data.metrics for k, r in runs.items()}
     pm = parent.data.metrics
-    types = [t for t in parent.data.params.get("ner.entity_types", "").split(",") if t] or sorted(
-        {k.split("/")[1] for k in m["A"] if k.startswith("ner/") and k.endswith("/best_prompt_mmem")})
+    types = parent.data.params["ner.entity_types"].split(",")  # logged by the two-tagger demo
     print(f"parent run {parent.info.run_id} ({parent.info.run_name}); A: {runs['A'].info.run_id}, "
           f"B: {runs['B'].info.run_id}\n")
 
