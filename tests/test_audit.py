@@ -114,6 +114,7 @@ def test_epsilon_lower_bound_from_pool_counts_at_population_thresholds(setup):
 
 def test_intervals_resample_groups_and_unresolved_rates_are_nan_with_their_reason(setup):
     from mlflow_mia.metrics import auc_statistic, bootstrap_distribution, tpr_at_fpr, tpr_at_fpr_statistic
+    from mlflow_mia.metrics.binomial import tpr_bounds_at_fpr
     from mlflow_mia.metrics.epsilon import epsilon_lower_bound_from_counts, max_certifiable_epsilon
 
     target, reference, pool, population = setup
@@ -128,13 +129,21 @@ def test_intervals_resample_groups_and_unresolved_rates_are_nan_with_their_reaso
         dist = bootstrap_distribution(y, scores, statistics={"auc": auc_statistic, "t": tpr_at_fpr_statistic(0.1)},
                                       rounds=50, seed=0, groups=pool.groups)
         assert (m[f"{name}/auc_ci_low"], m[f"{name}/auc_ci_high"]) == dist.interval("auc", confidence=0.95)
-        assert m[f"{name}/tpr_at_fpr_0.1_upper"] == dist.upper("t", confidence=0.95)
+        assert m[f"{name}/tpr_at_fpr_0.1_upper_bootstrap"] == dist.upper("t", confidence=0.95)
+        assert m[f"{name}/tpr_at_fpr_0.1_lower_bootstrap"] == dist.lower("t", confidence=0.95)
+        # The binomial bounds count the groups as trials and include the threshold's noise.
+        binomial = tpr_bounds_at_fpr(y, scores, alpha=0.1, confidence=0.95, groups=pool.groups)
+        assert m[f"{name}/tpr_at_fpr_0.1_upper_binomial"] == binomial.upper
+        assert m[f"{name}/tpr_at_fpr_0.1_lower_binomial"] == binomial.lower
+        assert m[f"{name}/tpr_at_fpr_0.1_upper"] == max(binomial.upper, dist.upper("t", confidence=0.95))
+        assert m[f"{name}/tpr_at_fpr_0.1_lower"] == min(binomial.lower, dist.lower("t", confidence=0.95))
         assert stats["sample"][name]["bootstrap"] == {"unit": "group", "n_members": 10, "n_non_members": 10,
-                                                      "rounds": 50, "stratified_by_label": True}
+                                                      "rounds": 50, "stratified_by_label": True,
+                                                      "population": "groups"}
         assert stats["user"][name]["bootstrap"]["unit"] == "user"
         # 30 non-members resolve FPR 0.05 but not 0.02: nan, no interval, and the reason.
         assert m[f"{name}/tpr_at_fpr_0.05"] == tpr_at_fpr(y, scores, alpha=0.05)
-        assert math.isnan(m[f"{name}/tpr_at_fpr_0.02"]) and math.isnan(m[f"{name}/tpr_at_fpr_0.02_upper"])
+        assert math.isnan(m[f"{name}/tpr_at_fpr_0.02"]) and f"{name}/tpr_at_fpr_0.02_upper" not in m
         assert f"{name}/tpr_at_fpr_0.02_ci_low" not in m
         assert stats["sample"][name]["unresolved"] == {"tpr_at_fpr_0.02": "30 non-members < 50 needed for FPR 0.02"}
         # User level: 10 non-member users resolve only FPR 0.1; the population's 10 articles give a threshold

@@ -9,9 +9,9 @@ one logging path.
 
 Exit codes: 0 success (gate passed or no gate), 1 the audit broke (a bug or an
 environment fault such as a tracking server that cannot be reached), 2 a usage or
-input error (bad option, missing column, missing population set), 3 the release gate did not pass: ``fail`` (the model leaks more
-than its budget) or ``inconclusive`` (the audit is too small to show that the budget
-holds), each with its own message; also 3 when the audited registry version was
+input error (bad option, missing column, missing population set), 3 the release gate did not pass: ``fail`` (a lower confidence
+bound shows the model leaks more than its budget) or ``inconclusive`` (the audit shows
+neither that the budget holds nor that it is exceeded), each with its own message; also 3 when the audited registry version was
 deleted during the audit and a blocking verdict could not be recorded on it (2 when
 the verdict was a pass or there was no gate).
 """
@@ -50,8 +50,8 @@ examples:
 
 exit codes: 0 = done (gate passed or none set), 1 = the audit broke (a bug or an environment fault),
 2 = usage or input error, 3 = release gate did not pass: fail (the model leaks more than its budget) or
-inconclusive (the audit is too small to show that the budget holds; the message says how many more
-members / non-members would resolve it), or a registry version deleted mid-audit kept a blocking
+inconclusive (the audit shows neither that the budget holds nor that it is exceeded; the message says
+how many more members / non-members would resolve it), or a registry version deleted mid-audit kept a blocking
 verdict from being recorded.
 """
 

@@ -85,7 +85,7 @@ def compare(args, flat_config) -> bool:
     print(sample.to_string(index=False, float_format="{:.3f}".format))
     if gates:
         print(f"mia.gate={overall}: {len(failed)} of {len(gates)} version(s) over budget, {len(inconclusive)} "
-              "inconclusive (the audit too small to show that the budget holds)")
+              "inconclusive (the audit shows neither that the budget holds nor that it is exceeded)")
     print(verdict.line())
     experiment = mlflow.MlflowClient().get_experiment(parent.info.experiment_id).name
     print_links(parent.info.run_id, parent.info.experiment_id, experiment, run_name)

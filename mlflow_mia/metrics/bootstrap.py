@@ -43,6 +43,8 @@ import numpy as np
 
 from .roc import auc_statistic, tpr_at_fpr
 from .validation import as_1d, check_pair, check_rate, warn_one_class
+from .population_resampling import (PopulationThresholds, precision_at_population_threshold_statistic,
+                                    recall_at_population_threshold_statistic)
 from .weighted_roc import (WeightedResamples, batch_auc, batch_tpr_at_fpr, named_statistic,
                            precision_at_threshold_statistic, recall_at_threshold_statistic)
 
@@ -50,7 +52,8 @@ from .weighted_roc import (WeightedResamples, batch_auc, batch_tpr_at_fpr, named
 _BATCH_FORMS = {auc_statistic: batch_auc}
 
 __all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
-           "recall_at_threshold_statistic", "precision_at_threshold_statistic"]
+           "recall_at_threshold_statistic", "precision_at_threshold_statistic",
+           "recall_at_population_threshold_statistic", "precision_at_population_threshold_statistic"]
 
 Statistic = Callable[[np.ndarray, np.ndarray], float]
 
@@ -131,10 +134,18 @@ class BootstrapDistribution:
     def upper(self, name: str, *, confidence: float) -> float:
         """One-sided percentile upper bound: the ``confidence`` quantile; nan when some resample gave nan."""
         confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+        return self._quantile(name, confidence)
+
+    def lower(self, name: str, *, confidence: float) -> float:
+        """One-sided percentile lower bound: the ``1 - confidence`` quantile; nan when some resample gave nan."""
+        confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
+        return self._quantile(name, 1.0 - confidence)
+
+    def _quantile(self, name: str, q: float) -> float:
         vals = self.values[name]
         if vals.size == 0 or np.isnan(vals).any():
             return math.nan
-        return float(np.quantile(vals, confidence))
+        return float(np.quantile(vals, q))
 
 
 def _check_statistics(statistics) -> None:
@@ -206,7 +217,8 @@ def _per_round(fn, labels, scores, member_rows, non_member_rows, weights) -> np.
 
 
 def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,
-                           seed: int = 0, groups=None) -> BootstrapDistribution:
+                           seed: int = 0, groups=None, population=None,
+                           population_groups=None) -> BootstrapDistribution:
     """Bootstrap values of each statistic, resampling samples or groups by class.
 
     Parameters
@@ -230,6 +242,16 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
         Group id of each sample (article, user), when membership was decided
         per group. Then whole groups are resampled (a cluster bootstrap); each
         group's samples must share one label.
+    population : array-like of shape (n_population,), float, optional
+        Population scores. Needed by the statistics read at a population
+        threshold (:func:`recall_at_population_threshold_statistic`,
+        :func:`precision_at_population_threshold_statistic`): each round also
+        resamples the population (its rows, or its groups) and sets that
+        round's thresholds from it, so their intervals carry the thresholds'
+        noise. Drawn from a generator of its own (``default_rng([seed, 1])``),
+        so the pool's draws do not depend on it.
+    population_groups : array-like of shape (n_population,), optional
+        Group of each population score: whole groups are resampled.
 
     Returns
     -------
@@ -263,6 +285,7 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
     """
     labels, scores = check_pair(y_true, y_score)
     _check_statistics(statistics)
+    thresholds = PopulationThresholds.of(statistics, population, population_groups, seed)
     if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
     unit_of_row, unit_labels = _units(labels, groups)
@@ -287,6 +310,10 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
         resamples = WeightedResamples(sorted_scores, sorted_labels, unit_of_row[order], counts)
         in_pool_order = None
         for name, fn in statistics.items():
+            alpha = getattr(fn, "population_alpha", None)
+            if alpha is not None:
+                values[name][start:stop] = fn.batch(resamples, thresholds=thresholds.draw(alpha, start, stop))
+                continue
             batch = getattr(fn, "batch", None) or _BATCH_FORMS.get(fn)
             if batch is not None:
                 values[name][start:stop] = batch(resamples)

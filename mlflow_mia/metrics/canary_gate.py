@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, GateRecord, ThreeStateResult
+from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, ThreeStateResult
+from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.naming import fmt_number, nan_to_none
 
 __all__ = ["CanaryGate", "CanaryGateResult", "NULL_EXPOSURE", "EXPOSURE", "EPSILON"]
@@ -118,7 +119,7 @@ class CanaryGate:
     Raises
     ------
     ValueError
-        Neither budget, ``max_exposure <= 1 / ln 2``, or ``max_epsilon < 0``.
+        Neither budget, a budget that is not finite or not > 0, or ``max_exposure <= 1 / ln 2``.
     """
 
     max_exposure: float | None = None
@@ -127,12 +128,14 @@ class CanaryGate:
     def __post_init__(self):
         if self.max_exposure is None and self.max_epsilon is None:
             raise ValueError("a canary gate needs max_exposure and/or max_epsilon_lower_bound")
+        for name, value in (("max_exposure", self.max_exposure), ("max_epsilon_lower_bound", self.max_epsilon)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}: an infinite budget lets every "
+                                 "model pass")
         if self.max_exposure is not None and not self.max_exposure > NULL_EXPOSURE:
             raise ValueError(f"max_exposure {self.max_exposure:g} is at or below {NULL_EXPOSURE:.3f} bits, the mean "
                              "exposure of a canary the model never saw (1 / ln 2): every model would fail; give a "
                              "budget above it, e.g. 4")
-        if self.max_epsilon is not None and not self.max_epsilon >= 0:
-            raise ValueError(f"max_epsilon_lower_bound must be >= 0, got {self.max_epsilon!r}")
 
     def check(self, exposure_points, epsilon_point, *, confidence: float) -> CanaryGateResult:
         """Decide the budgets.

@@ -49,15 +49,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import beta
 
+from .binomial import check_counts, clopper_pearson_upper
 from .validation import check_rate
 from .thresholds import ThresholdMetrics
 
 __all__ = [
     "DEFAULT_DELTA",
     "EpsilonLowerBound",
-    "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
@@ -66,77 +65,6 @@ __all__ = [
 
 #: Default delta of the (eps, delta) guarantee tested against.
 DEFAULT_DELTA = 1e-5
-
-
-def _check_counts(k, n, what: str, *, whole: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    k_arr, n_arr = np.asarray(k), np.asarray(n)
-    for name, arr in ((f"{what} count", k_arr), (f"{what} trials", n_arr)):
-        if not whole and arr.dtype.kind in "iuf":
-            continue
-        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
-            raise ValueError(f"{name} must hold whole numbers, got {arr!r}")
-    dtype = np.int64 if whole else np.float64
-    k_arr, n_arr = np.broadcast_arrays(k_arr.astype(dtype), n_arr.astype(dtype))
-    if np.any(n_arr < 1):
-        raise ValueError(f"{what}: the number of trials must be >= 1, got {n_arr!r}")
-    if np.any((k_arr < 0) | (k_arr > n_arr)):
-        raise ValueError(f"{what}: counts must lie in [0, trials], got {k_arr!r} of {n_arr!r}")
-    return k_arr, n_arr
-
-
-def clopper_pearson_upper(k, n, *, confidence: float = 0.95, whole: bool = True):
-    """One-sided Clopper-Pearson upper confidence bound on a binomial rate.
-
-    Parameters
-    ----------
-    k : int or array-like of int
-        Observed events (e.g. false positives), ``0 <= k <= n``.
-    n : int or array-like of int
-        Trials (e.g. non-members), ``n >= 1``; broadcast against ``k``.
-    confidence : float in (0, 1), default 0.95
-        One-sided level: ``P(rate <= bound) >= confidence`` for every true rate.
-    whole : bool, default True
-        Require whole counts. False lets ``k`` and ``n`` be fractional (the Beta
-        quantile interpolates between counts): for solving the pool size at which the
-        bound at an observed rate reaches a budget (:func:`mlflow_mia.metrics.gate.members_needed`).
-
-    Returns
-    -------
-    float or ndarray of float
-        ``beta.ppf(confidence, k + 1, n - k)`` (the exact bound), and 1.0 where
-        ``k == n``. A float for scalar inputs. Always > 0, also for ``k = 0``
-        (then ``1 - (1 - confidence) ** (1 / n)``).
-
-    Raises
-    ------
-    ValueError
-        If ``confidence`` is not in (0, 1), a count is not a whole number,
-        ``n < 1`` or ``k`` lies outside ``[0, n]``.
-
-    Notes
-    -----
-    This is the upper end of the one-sided exact interval, the same as
-    ``scipy.stats.binomtest(k, n, alternative="less").proportion_ci(
-    confidence_level=confidence, method="exact").high``, and the upper end of
-    the two-sided exact interval at level ``2 * confidence - 1``.
-
-    References
-    ----------
-    .. [1] Clopper and Pearson, Biometrika 26(4), 1934.
-
-    Examples
-    --------
-    >>> round(clopper_pearson_upper(0, 10, confidence=0.95), 6)
-    0.258866
-    >>> clopper_pearson_upper(10, 10)
-    1.0
-    """
-    confidence = check_rate(confidence, "confidence", low_closed=False, high_closed=False)
-    k_arr, n_arr = _check_counts(k, n, "clopper_pearson_upper", whole=whole)
-    full = k_arr >= n_arr
-    # Shape parameters must be > 0: put a placeholder where k == n (answer 1.0 there).
-    upper = np.where(full, 1.0, beta.ppf(confidence, k_arr + 1, np.where(full, 1, n_arr - k_arr)))
-    return float(upper) if upper.ndim == 0 else upper
 
 
 def _log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -325,9 +253,9 @@ def epsilon_lower_bound_from_counts(tp, fp, *, n_members: int, n_non_members: in
     for name, n in (("n_members", n_members), ("n_non_members", n_non_members)):
         if isinstance(n, bool) or int(n) != n or n < 1:
             raise ValueError(f"{name} must be an int >= 1 (the pool needs both classes), got {n!r}")
-    tp_arr, _ = _check_counts(tp_arr, n_members, "true positive")
+    tp_arr, _ = check_counts(tp_arr, n_members, "true positive")
     fn_arr = n_members - tp_arr
-    fp_arr, _ = _check_counts(fp_arr, n_non_members, "false positive")
+    fp_arr, _ = check_counts(fp_arr, n_non_members, "false positive")
     alphas = np.full(tp_arr.shape, np.nan) if alphas is None else np.asarray(alphas, dtype=float)
     if alphas.shape != tp_arr.shape:
         raise ValueError(f"alphas has shape {alphas.shape}, the counts have {tp_arr.shape}")

@@ -76,11 +76,12 @@ class MiaOptions(CommonOptions):
     gate: Gate | None = option(None, "release gate, budget(s) ALPHA:MAX with MAX above ALPHA (a string, a list or "
                                "a dict {alpha: max}; repeatable on the command line): pass when every attack's "
                                "one-sided upper confidence bound of the TPR at FPR ALPHA, at sample and user level, "
-                               "is at most MAX; fail when a measured TPR exceeds MAX; otherwise inconclusive (the "
-                               "audit is too small to show the budget holds). Tags mia.gate=pass|fail|inconclusive; "
-                               "the command exits with 3 unless it passes. Each ALPHA is added to fprs. Without --attacks a gated "
-                               "audit runs every attack its references allow (mlflow_mia.attacks.gate_attacks; "
-                               "docs/attacks.md)",
+                               "is at most MAX; fail when some one-sided lower confidence bound exceeds MAX; otherwise "
+                               "inconclusive (the audit shows neither). Tags mia.gate=pass|fail|inconclusive; the "
+                               "command exits with 3 unless it passes. Each ALPHA is added to fprs. A gated audit always "
+                               "runs every attack its references allow (mlflow_mia.attacks.gate_attacks; "
+                               "docs/attacks.md); attacks named with attacks are added to them. Needs confidence "
+                               ">= 0.95 and MAX < 1",
                                key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (a failing "
                                      "gate verdict is written regardless)", flags=("--no-tag-model-version",),
@@ -183,6 +184,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         ``hash_key_file`` does not exist.
     """
     from mlflow_mia.attacks import check_attack_names, gate_attacks
+    from mlflow_mia.metrics.gate import check_gate_confidence
     from mlflow_mia.hashing import resolve_hash_key
     from mlflow_mia.options.schema import build, parse_values
 
@@ -193,9 +195,12 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     gate = values.get("max_tpr_at_fpr")
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])
-    elif gate is not None:  # a gate runs every attack the references allow (docs/attacks.md)
-        values["attacks"] = gate_attacks(len(MiaOptions(reference_model=values.get("reference_model")).references))
-    if gate is not None:  # every gate alpha is reported
+    if gate is not None:
+        # A gate always runs every attack the references allow (docs/attacks.md); named attacks add to that set.
+        n_refs = len(MiaOptions(reference_model=values.get("reference_model")).references)
+        values["attacks"] = tuple(dict.fromkeys(gate_attacks(n_refs) + tuple(values.get("attacks", ()))))
+        check_gate_confidence(values.get("confidence", MetricConfig.confidence), option="confidence")
+        # every gate alpha is reported
         values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
     audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),
                          metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values))

@@ -36,7 +36,7 @@ class CanaryOptions(CommonOptions):
     max_epsilon_lower_bound: float | None = option(None, "release budget on the record-level one-run epsilon lower "
                                                    "bound (canaries inserted once): fail when the bound exceeds it, "
                                                    "pass when it does not and the canaries could have shown more, "
-                                                   "else inconclusive", ge=0, metavar="EPS", default_doc="no budget")
+                                                   "else inconclusive", gt=0, metavar="EPS", default_doc="no budget")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.canary.* headline numbers (a "
                                      "failing gate verdict is written regardless)", flags=("--no-tag-model-version",),
                                      invert=True, mlproject=False,
@@ -76,11 +76,13 @@ def parse_canary_config(config: Mapping[str, Any] | None, *, targets: str | None
     """
     from mlflow_mia.canaries.config import CanaryAuditConfig
     from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.metrics.gate import check_gate_confidence
     from mlflow_mia.options.schema import build, parse_values
 
     values = parse_values("canaries", mia_section(config))
     cfg = build(CanaryAuditConfig, values)
     options = build(CanaryOptions, values, label_column=values.get("label_column") or targets or "included",
                     hash_key=values.get("hash_key_file") or resolve_hash_key())
-    options.gate()  # a bad budget fails here, before anything loads
+    if options.gate() is not None:  # a bad budget or confidence fails here, before anything loads
+        check_gate_confidence(cfg.confidence, option="confidence")
     return cfg, options

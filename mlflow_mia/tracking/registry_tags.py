@@ -46,7 +46,8 @@ import re
 import time
 from dataclasses import replace
 
-from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, GateRecord
+from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
+from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.models.resolve import WEIGHTS_TAG
 
 __all__ = ["tag_model_version", "describe_versions", "version_pairs", "GATE_TAG", "WEIGHTS_TAG", "VersionDeletedError"]

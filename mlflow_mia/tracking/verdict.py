@@ -3,14 +3,14 @@
 Every audit (membership, NER, canary) ends with one of four verdicts, written as the
 run tag and registry version tag ``mia.verdict`` (:data:`VERDICT_TAG`):
 
-- ``leaks``: the release gate failed (a measured TPR is over its budget), or, without a
+- ``leaks``: the release gate failed (a lower confidence bound of a TPR is over its budget), or, without a
   gate, the lower end of the headline attack's AUC confidence interval is above 0.5;
 - ``within budget``: the release gate passed (every one-sided upper bound of the TPR is
   within its budget); the model may still leak less than the budget allows;
 - ``no evidence of leakage``: no gate, and the headline attack's AUC interval contains
   0.5. Not a proof of privacy: a larger audit or a stronger attack may find a leak;
-- ``inconclusive``: the gate was inconclusive (the audit is too small to show that the
-  budget holds), or, without a gate, there is no interval (``bootstrap_rounds=0``, an
+- ``inconclusive``: the gate was inconclusive (the audit shows neither that the budget
+  holds nor that it is exceeded), or, without a gate, there is no interval (``bootstrap_rounds=0``, an
   undefined AUC) or the interval lies below 0.5, which points to a faulty set-up
   (members and non-members from different sources, a reference trained on the members).
 
@@ -110,10 +110,10 @@ def verdict_of(*, gate_status: str | None = None, auc=None, auc_ci=None, attack:
     'inconclusive'
     """
     if gate_status is not None:
-        reasons = {FAIL: (LEAKS, "release gate failed: a measured TPR is over its budget"),
+        reasons = {FAIL: (LEAKS, "release gate failed: a lower confidence bound of a TPR is over its budget"),
                    PASS: (WITHIN_BUDGET, "release gate passed: every upper bound of the TPR is within its budget"),
-                   INCONCLUSIVE: (INCONCLUSIVE, "release gate inconclusive: the audit is too small to show "
-                                                "that the budget holds")}
+                   INCONCLUSIVE: (INCONCLUSIVE, "release gate inconclusive: the audit shows neither that the "
+                                                "budget holds nor that it is exceeded")}
         if gate_status not in reasons:
             raise ValueError(f"gate_status must be one of {sorted(reasons)} or None, not {gate_status!r}")
         return Verdict(*reasons[gate_status])
@@ -162,7 +162,7 @@ def worst_verdict(verdicts) -> Verdict:
         ``verdicts`` is empty.
 
     >>> worst_verdict([("v1", verdict_of(gate_status="pass")), ("v2", verdict_of(gate_status="fail"))]).reason
-    'v2: release gate failed: a measured TPR is over its budget'
+    'v2: release gate failed: a lower confidence bound of a TPR is over its budget'
     """
     pairs = list(verdicts)
     if not pairs:

@@ -223,18 +223,20 @@ def _gate_lines(gate) -> list[str]:
     conf = data.get("confidence", 0.95)
     lines = [f"**Release gate: {data['status'].upper()}**", "",
              f"A budget passes only when the {conf:.0%} one-sided upper confidence bound of the TPR is within it for "
-             "every attack and level; it fails when a measured TPR is over it; otherwise it is inconclusive (the "
-             "audit is too small to show that the budget holds), which blocks a release like a fail.", "",
-             "| Budget | Deciding metric | TPR | Upper bound | Verdict |", "|---|---|---|---|---|"]
+             "every attack and level, and fails only when a one-sided lower bound is over it; otherwise it is "
+             "inconclusive (the audit shows neither), which blocks a release like a fail. Each bound is the looser of "
+             "an exact binomial bound over the randomised units (the threshold's noise included) and the bootstrap's.",
+             "", "| Budget | Deciding metric | TPR | Lower bound | Upper bound | Verdict |", "|---|---|---|---|---|---|"]
     for c in data["checks"]:
         if c["value"] is None:
             value = f"unresolvable: {c.get('n_non_members')} non-members, needs {c.get('non_members_needed')}"
         else:
             value = _num(c["value"])
-        upper = "-" if c.get("upper") is None else f"{_num(c['upper'])} ({c.get('bound')})"
+        upper = "n/a" if c.get("upper") is None else f"{_num(c['upper'])} ({c.get('bound')})"
+        lower = "n/a" if c.get("lower") is None else f"{_num(c['lower'])} ({c.get('lower_bound')})"
         mark = {"pass": "within budget", "fail": "**over budget**"}.get(c.get("status"), "**inconclusive**")
         lines.append(f"| TPR at FPR {_alpha(c['alpha'])} may be at most {c['max_tpr']:g} | `{c['metric']}` | "
-                     f"{value} | {upper} | {mark} |")
+                     f"{value} | {lower} | {upper} | {mark} |")
     if data.get("message"):
         lines += ["", data["message"][0].upper() + data["message"][1:] + "."]
     return lines + [""]

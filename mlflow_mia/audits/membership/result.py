@@ -43,10 +43,15 @@ class AttackReport:
         2020); None without population thresholds.
     level : {"sample", "user"}
         The rows of this report: samples, or users (group scores).
-    upper : dict of float to float
-        One-sided upper confidence bound (level ``confidence``, from the same
-        bootstrap) of the TPR at each alpha; nan where the TPR is unresolved.
-        Empty without bootstrap.
+    bounds : dict of float to dict
+        One-sided confidence bounds (level ``confidence``) of the TPR at each
+        resolvable alpha: ``upper`` and ``lower`` (the looser of the binomial and
+        the bootstrap bound on each side: what the release gate decides on),
+        ``upper_binomial`` / ``lower_binomial`` (Clopper-Pearson on the member and
+        the non-member units, Bonferroni-combined, so the threshold's noise is
+        included), ``upper_bootstrap`` / ``lower_bootstrap`` (percentile; nan
+        without bootstrap), ``upper_at_fpr`` / ``upper_at_tpr`` (the pool's rates
+        at the threshold the binomial upper bound is read at).
     resampled : dict or None
         What the bootstrap resampled: ``unit`` (``"sample"``, ``"group"`` or
         ``"user"``), ``n_members`` and ``n_non_members`` (units drawn per class),
@@ -68,7 +73,7 @@ class AttackReport:
     lengths: list = field(default_factory=list)
     epsilon: EpsilonLowerBound | None = None
     level: str = "sample"
-    upper: dict = field(default_factory=dict)
+    bounds: dict = field(default_factory=dict)
     resampled: dict | None = None
     unresolved: dict = field(default_factory=dict)
     epsilon_trials: str = ""
@@ -77,8 +82,11 @@ class AttackReport:
         """Flat metrics named ``{prefix}auc``, ``{prefix}tpr_at_fpr_0.01``, ...
 
         Intervals end in ``_ci_low`` / ``_ci_high`` (AUC, TPR at FPR, precision and
-        recall at population thresholds), the one-sided upper bound of a TPR in
-        ``_upper``; an unresolved TPR is nan (no interval), and the epsilon bound
+        recall at population thresholds; those two resample the population too), the
+        one-sided bounds of a TPR in ``_upper`` / ``_lower`` with their parts
+        ``_upper_binomial``, ``_upper_bootstrap``, ``_lower_binomial``,
+        ``_lower_bootstrap``, ``_upper_at_fpr``, ``_upper_at_tpr`` (:attr:`bounds`);
+        an unresolved TPR is nan (no interval, no bounds), and the epsilon bound
         comes with ``epsilon_lower_bound_max_certifiable``.
         """
         out = {f"{prefix}auc": self.roc.auc}
@@ -88,8 +96,8 @@ class AttackReport:
             a = fmt_alpha(alpha)
             out[f"{prefix}tpr_at_fpr_{a}"] = tpr  # nan when unresolved (see self.unresolved)
             self._interval(out, prefix, f"tpr_at_fpr_{a}")
-            if alpha in self.upper:
-                out[f"{prefix}tpr_at_fpr_{a}_upper"] = self.upper[alpha]
+            for part, value in self.bounds.get(alpha, {}).items():
+                out[f"{prefix}tpr_at_fpr_{a}_{part}"] = value
         for t in self.population:
             a = fmt_alpha(t.alpha)
             out[f"{prefix}precision_at_pop_fpr_{a}"] = t.precision

@@ -22,8 +22,9 @@ from mlflow_mia.audits.membership.result import AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
-from mlflow_mia.metrics.bootstrap import (bootstrap_distribution, precision_at_threshold_statistic,
-                                          recall_at_threshold_statistic, tpr_at_fpr_statistic)
+from mlflow_mia.metrics.binomial import tpr_bounds_at_fpr
+from mlflow_mia.metrics.bootstrap import (bootstrap_distribution, precision_at_population_threshold_statistic,
+                                          recall_at_population_threshold_statistic, tpr_at_fpr_statistic)
 from mlflow_mia.metrics.epsilon import epsilon_lower_bound
 from mlflow_mia.metrics.roc import auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold,
@@ -47,7 +48,7 @@ EPSILON_UNITS = {
 
 
 def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, lengths=None, groups=None,
-                  level: str = "sample", population_note: str | None = None) -> AttackReport:
+                  level: str = "sample", population_note: str | None = None, pop_groups=None) -> AttackReport:
     """Metrics of one attack at one level: exact ROC, TPR at each FPR, population thresholds, CIs, epsilon.
 
     Parameters
@@ -73,13 +74,20 @@ def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, len
         units in the reasons and the epsilon bound.
     population_note : str, optional
         Why ``pop_scores`` is None (shown in place of the thresholds).
+    pop_groups : array-like of shape (m,), optional
+        Group of each population score: the bootstrap resamples the population's
+        groups when it re-estimates the thresholds.
 
     Returns
     -------
     AttackReport
         A TPR at FPR alpha needs ``ceil(1 / alpha)`` non-members at this
-        level: below that it is nan, without interval, and
+        level: below that it is nan, without interval or bounds, and
         ``AttackReport.unresolved`` says why (as for a dropped population threshold).
+        Each resolvable TPR gets one-sided bounds (:attr:`AttackReport.bounds`): the
+        binomial bounds that include the threshold's noise
+        (:func:`~mlflow_mia.metrics.binomial.tpr_bounds_at_fpr`, the units of
+        ``groups`` as trials), the bootstrap's, and the looser of the two on each side.
     """
     if level not in ("sample", "user"):
         raise ValueError(f"level must be 'sample' or 'user', got {level!r}")
@@ -94,16 +102,18 @@ def attack_report(name, y_true, y_score, pop_scores, config: AuditConfig, *, len
         if why:
             unresolved[f"tpr_at_fpr_{fmt_alpha(a)}"] = why
     population = _population(y_true, y_score, pop_scores, mc.fprs, level, population_note, unresolved)
-    ci, upper, resampled = {}, {}, None
+    ci, boot, resampled = {}, {}, None
     if mc.bootstrap_rounds:
-        ci, upper, resampled = _intervals(y_true, y_score, tprs, population, mc, groups, level)
+        ci, boot, resampled = _intervals(y_true, y_score, tprs, population, mc, groups, level, pop_scores, pop_groups)
+    bounds = {a: _bounds(y_true, y_score, a, mc.confidence, groups if level == "sample" else None, boot.get(a))
+              for a, v in tprs.items() if not math.isnan(v)}
     mean_loss = (metrics_at_threshold(y_true, y_score, threshold=mean_member_loss_threshold(y_true, y_score))
                  if name == "loss" else None)
     bins = length_breakdown(y_true, y_score, lengths, bins=mc.length_bins) if lengths is not None else []
     eps = epsilon_lower_bound(population, delta=mc.delta, confidence=mc.confidence) if population else None
     trials = "user" if level == "user" else ("sample_grouped" if groups is not None else "sample")
     return AttackReport(name=name, roc=curve, tpr_at_fpr=tprs, population=tuple(population), ci=ci,
-                        mean_member_loss=mean_loss, lengths=bins, epsilon=eps, level=level, upper=upper,
+                        mean_member_loss=mean_loss, lengths=bins, epsilon=eps, level=level, bounds=bounds,
                         resampled=resampled, unresolved=unresolved, epsilon_trials=EPSILON_UNITS[trials])
 
 
@@ -123,23 +133,46 @@ def _population(y_true, y_score, pop_scores, fprs, level, note, unresolved) -> t
     return population_threshold_metrics(y_true, y_score, pop_scores, alphas=kept) if kept else ()
 
 
-def _intervals(y_true, y_score, tprs, population, mc, groups, level):
-    """Bootstrap intervals (two-sided), one-sided upper bounds of the TPRs, and what was resampled."""
+def _intervals(y_true, y_score, tprs, population, mc, groups, level, pop_scores, pop_groups):
+    """Bootstrap intervals (two-sided), one-sided bounds ``{alpha: (lower, upper)}`` of the TPRs, what was resampled.
+
+    Precision and recall at the population thresholds re-estimate the thresholds on a
+    resample of the population in every round (:mod:`~mlflow_mia.metrics.population_resampling`).
+    """
     stats = {"auc": auc_statistic}
     stats.update({f"tpr_at_fpr_{fmt_alpha(a)}": tpr_at_fpr_statistic(a) for a, v in tprs.items()
                   if not math.isnan(v)})
     for t in population:
         a = fmt_alpha(t.alpha)
-        stats[f"precision_at_pop_fpr_{a}"] = precision_at_threshold_statistic(t.threshold)
-        stats[f"recall_at_pop_fpr_{a}"] = recall_at_threshold_statistic(t.threshold)
+        stats[f"precision_at_pop_fpr_{a}"] = precision_at_population_threshold_statistic(t.alpha)
+        stats[f"recall_at_pop_fpr_{a}"] = recall_at_population_threshold_statistic(t.alpha)
     dist = bootstrap_distribution(y_true, y_score, statistics=stats, rounds=mc.bootstrap_rounds, seed=mc.seed,
-                                  groups=groups)
+                                  groups=groups, population=pop_scores if population else None,
+                                  population_groups=pop_groups)
     ci = {k: dist.interval(k, confidence=mc.confidence) for k in stats}
-    upper = {a: (math.nan if math.isnan(v) else dist.upper(f"tpr_at_fpr_{fmt_alpha(a)}", confidence=mc.confidence))
-             for a, v in tprs.items()}
+    bounds = {a: (dist.lower(f"tpr_at_fpr_{fmt_alpha(a)}", confidence=mc.confidence),
+                  dist.upper(f"tpr_at_fpr_{fmt_alpha(a)}", confidence=mc.confidence))
+              for a, v in tprs.items() if not math.isnan(v)}
     unit = "user" if level == "user" else dist.unit
-    return ci, upper, {"unit": unit, "n_members": dist.n_member_units, "n_non_members": dist.n_non_member_units,
-                       "rounds": mc.bootstrap_rounds, "stratified_by_label": True}
+    resampled = {"unit": unit, "n_members": dist.n_member_units, "n_non_members": dist.n_non_member_units,
+                 "rounds": mc.bootstrap_rounds, "stratified_by_label": True,
+                 "population": ("groups" if pop_groups is not None else "rows") if population else None}
+    return ci, bounds, resampled
+
+
+def _bounds(y_true, y_score, alpha, confidence, groups, boot) -> dict:
+    """One-sided bounds of the TPR at ``alpha``: binomial (threshold's noise included), bootstrap, and the looser.
+
+    ``upper`` is the larger of the two upper bounds, ``lower`` the smaller of the two
+    lower bounds (the binomial ones alone without a bootstrap); the keys ending in
+    ``_fpr`` / ``_tpr`` are the pool's rates at the threshold the binomial upper bound is
+    read at (``docs/method.md``, "Intervals and the release gate").
+    """
+    b = tpr_bounds_at_fpr(y_true, y_score, alpha=alpha, confidence=confidence, groups=groups)
+    low_boot, up_boot = boot if boot is not None else (math.nan, math.nan)
+    return {"upper": float(np.nanmax([b.upper, up_boot])), "lower": float(np.nanmin([b.lower, low_boot])),
+            "upper_binomial": b.upper, "lower_binomial": b.lower, "upper_bootstrap": up_boot,
+            "lower_bootstrap": low_boot, "upper_at_fpr": b.upper_fpr, "upper_at_tpr": b.upper_tpr}
 
 
 def attack_runs(config: AuditConfig, signals) -> list[tuple[str, str, dict]]:
@@ -217,7 +250,9 @@ def _score_attack(run, signals, pool, population, config, samples, n_tokens, out
     keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
     y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
     groups = np.asarray(pool.groups)[keep] if pool.groups is not None else None
-    report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep], groups=groups)
+    pop_groups = np.asarray(population.groups)[pop_keep] if population.groups is not None else None
+    report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep], groups=groups,
+                           pop_groups=pop_groups)
     out["attacks"][name], out["population_scores"][name] = report, pscores
     samples[f"score_{name}"] = scores
     for t in report.population:

@@ -1,0 +1,53 @@
+"""How often the release gate passes and fails when the truth is known: a seeded simulation.
+
+Scores are Gaussian (non-members N(0, 1), members N(mu, 1)), so the true TPR at 1 % FPR is
+``1 - Phi(z_0.99 - mu)``. Each audit has 500 non-members and a population of 500; with
+``--grouped`` samples come in groups of 5 that share an effect (membership decided per
+group). The gate's budget is TPR at 1 % FPR <= 0.2. A valid gate passes at most 5 % of
+audits whose true TPR equals the budget, and fails at most 5 % of them::
+
+    python benchmarks/gate_calibration.py --audits 400
+    python benchmarks/gate_calibration.py --audits 200 --grouped
+    python benchmarks/gate_calibration.py --audits 400 --rounds 0     # no bootstrap: the binomial bounds alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import norm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "metrics"))
+from test_gate import _simulate  # noqa: E402  (the tests' simulation: one definition of the audits)
+
+from mlflow_mia.metrics.gate import FAIL, PASS, Gate  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--audits", type=int, default=400, help="simulated audits per row")
+    parser.add_argument("--rounds", type=int, default=1000, help="bootstrap rounds of each audit (0 = none)")
+    parser.add_argument("--grouped", action="store_true", help="groups of 5 samples sharing an effect")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    gate = Gate.parse("0.01:0.2")
+    print(f"budget TPR at 1 % FPR <= 0.2; {args.audits} audits per row; bootstrap rounds {args.rounds}; "
+          f"{'groups of 5' if args.grouped else 'independent samples'}")
+    print("| true TPR at 1 % FPR | members | pass rate | fail rate |")
+    print("|---|---|---|---|")
+    rng = np.random.default_rng(args.seed)
+    for tpr, sizes in ((0.2, (1, 3, 10, 30, 100, 300)), (0.05, (300,)), (0.5, (30, 300))):
+        mu = norm.ppf(0.99) - norm.ppf(1 - tpr)
+        for n in sizes:
+            status = [gate.check(_simulate(n, mu, rng, grouped=args.grouped, rounds=args.rounds)).status
+                      for _ in range(args.audits)]
+            print(f"| {tpr:g} | {n} | {status.count(PASS) / args.audits:.3f} | "
+                  f"{status.count(FAIL) / args.audits:.3f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
