@@ -50,7 +50,8 @@ from .weighted_roc import (WeightedResamples, batch_auc, batch_tpr_at_fpr, named
 _BATCH_FORMS = {auc_statistic: batch_auc}
 
 __all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
-           "recall_at_threshold_statistic", "precision_at_threshold_statistic"]
+           "recall_at_threshold_statistic", "precision_at_threshold_statistic", "ResamplePlan", "resample_plan",
+           "ScoredPool"]
 
 Statistic = Callable[[np.ndarray, np.ndarray], float]
 
@@ -205,6 +206,133 @@ def _per_round(fn, labels, scores, member_rows, non_member_rows, weights) -> np.
     return out
 
 
+@dataclass(frozen=True)
+class ResamplePlan:
+    """The stratified (cluster) resamples of one pool's labels: who is drawn, from what, in which chunks.
+
+    Built by :func:`resample_plan`; it depends on the labels and groups only, never
+    on scores, so every score column of the pool (two attacks, target and
+    reference) sees the same draws.
+
+    Attributes
+    ----------
+    unit_of_row : ndarray of shape (n_samples,), int
+        Unit of each pool row (its row index without groups).
+    member_units, non_member_units : ndarray of int
+        The units of each class, drawn apart.
+    n_units : int
+        Number of units.
+    grouped : bool
+        Whether units are groups.
+    rounds : int
+        Number of resamples.
+    chunk : int
+        Resamples held at once.
+    """
+
+    unit_of_row: np.ndarray
+    member_units: np.ndarray
+    non_member_units: np.ndarray
+    n_units: int
+    grouped: bool
+    rounds: int
+    chunk: int
+
+    @property
+    def unit(self) -> str:
+        return "group" if self.grouped else "sample"
+
+    @property
+    def n_member_units(self) -> int:
+        return int(self.member_units.size)
+
+    @property
+    def n_non_member_units(self) -> int:
+        return int(self.non_member_units.size)
+
+    @property
+    def one_class(self) -> bool:
+        return self.n_member_units == 0 or self.n_non_member_units == 0
+
+    def chunks(self, seed: int):
+        """Yield ``(slice of rounds, unit counts of shape (rounds in chunk, n_units))``, all rounds in order.
+
+        One ``np.random.default_rng(seed)`` drives every chunk, so equal seeds give equal draws.
+        """
+        rng = np.random.default_rng(seed)
+        for start in range(0, self.rounds, self.chunk):
+            stop = min(self.rounds, start + self.chunk)
+            yield slice(start, stop), _unit_counts(rng, self.member_units, self.non_member_units, self.n_units,
+                                                   stop - start, self.grouped)
+
+
+def resample_plan(labels: np.ndarray, groups=None, *, rounds: int) -> ResamplePlan:
+    """The resamples :func:`bootstrap_distribution` draws for a pool with these labels (and groups).
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_samples,), int
+        Checked 0/1 labels (:func:`~mlflow_mia.metrics.validation.check_labels`).
+    groups : array-like of shape (n_samples,), optional
+        Group id of each sample, as :func:`bootstrap_distribution`.
+    rounds : int
+        Number of resamples (>= 1).
+
+    Returns
+    -------
+    ResamplePlan
+
+    Raises
+    ------
+    ValueError
+        If ``rounds`` is not a positive int; if ``groups`` has another length or
+        a group mixes members and non-members.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    unit_of_row, unit_labels = _units(labels, groups)
+    return ResamplePlan(unit_of_row=unit_of_row, member_units=np.flatnonzero(unit_labels == 1),
+                        non_member_units=np.flatnonzero(unit_labels == 0), n_units=int(unit_labels.size),
+                        grouped=groups is not None, rounds=int(rounds),
+                        chunk=max(1, _CHUNK_CELLS // max(1, labels.size)))
+
+
+class ScoredPool:
+    """One score column of a pool, sorted once, read by statistics on any resample of a :class:`ResamplePlan`.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_samples,), int
+        Checked 0/1 labels.
+    scores : ndarray of shape (n_samples,), float64
+        Checked finite scores, higher = member.
+    unit_of_row : ndarray of shape (n_samples,), int
+        :attr:`ResamplePlan.unit_of_row`.
+    """
+
+    def __init__(self, labels: np.ndarray, scores: np.ndarray, unit_of_row: np.ndarray):
+        self.labels, self.scores, self.unit_of_row = labels, scores, unit_of_row
+        self.order = np.argsort(-scores, kind="stable")
+        self._sorted = (scores[self.order], labels[self.order].astype(np.float64), unit_of_row[self.order])
+        self._member_rows, self._non_member_rows = np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)
+
+    def evaluate(self, statistics: Mapping[str, Statistic], counts: np.ndarray) -> dict[str, np.ndarray]:
+        """Each statistic on each resample of a chunk: ``name -> ndarray of shape (rounds in chunk,)``."""
+        # Rows in score order: the statistics read cumulative counts down the sorted pool.
+        resamples = WeightedResamples(*self._sorted, counts)
+        in_pool_order, out = None, {}
+        for name, fn in statistics.items():
+            batch = getattr(fn, "batch", None) or _BATCH_FORMS.get(fn)
+            if batch is not None:
+                out[name] = batch(resamples)
+                continue
+            if in_pool_order is None:
+                in_pool_order = _unsort(resamples.weights, self.order)
+            out[name] = _per_round(fn, self.labels, self.scores, self._member_rows, self._non_member_rows,
+                                   in_pool_order)
+        return out
+
+
 def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,
                            seed: int = 0, groups=None) -> BootstrapDistribution:
     """Bootstrap values of each statistic, resampling samples or groups by class.
@@ -263,38 +391,17 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
     """
     labels, scores = check_pair(y_true, y_score)
     _check_statistics(statistics)
-    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    unit_of_row, unit_labels = _units(labels, groups)
-    member_units, non_member_units = np.flatnonzero(unit_labels == 1), np.flatnonzero(unit_labels == 0)
-    unit = "sample" if groups is None else "group"
-    n1, n0 = member_units.size, non_member_units.size
-    if n1 == 0 or n0 == 0:
+    plan = resample_plan(labels, groups, rounds=rounds)
+    if plan.one_class:
         warn_one_class(int(labels.sum()), int(labels.size - labels.sum()), "A bootstrap interval")
-        return BootstrapDistribution({name: np.empty(0) for name in statistics}, unit, n1, n0)
-
-    rng = np.random.default_rng(seed)
-    order = np.argsort(-scores, kind="stable")
-    sorted_scores, sorted_labels = scores[order], labels[order].astype(np.float64)
-    member_rows, non_member_rows = np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)
-    values = {name: np.empty(int(rounds)) for name in statistics}
-    chunk = max(1, _CHUNK_CELLS // labels.size)
-    for start in range(0, int(rounds), chunk):
-        stop = min(int(rounds), start + chunk)
-        counts = _unit_counts(rng, member_units, non_member_units, unit_labels.size, stop - start,
-                              groups is not None)
-        # Rows in score order: the statistics read cumulative counts down the sorted pool.
-        resamples = WeightedResamples(sorted_scores, sorted_labels, unit_of_row[order], counts)
-        in_pool_order = None
-        for name, fn in statistics.items():
-            batch = getattr(fn, "batch", None) or _BATCH_FORMS.get(fn)
-            if batch is not None:
-                values[name][start:stop] = batch(resamples)
-                continue
-            if in_pool_order is None:
-                in_pool_order = _unsort(resamples.weights, order)
-            values[name][start:stop] = _per_round(fn, labels, scores, member_rows, non_member_rows, in_pool_order)
-    return BootstrapDistribution(values, unit, n1, n0)
+        return BootstrapDistribution({name: np.empty(0) for name in statistics}, plan.unit, plan.n_member_units,
+                                     plan.n_non_member_units)
+    scored = ScoredPool(labels, scores, plan.unit_of_row)
+    values = {name: np.empty(plan.rounds) for name in statistics}
+    for rows, counts in plan.chunks(seed):
+        for name, vals in scored.evaluate(statistics, counts).items():
+            values[name][rows] = vals
+    return BootstrapDistribution(values, plan.unit, plan.n_member_units, plan.n_non_member_units)
 
 
 def bootstrap_ci(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,
