@@ -76,8 +76,8 @@ def test_paired_values_equal_a_brute_force_loop_over_the_same_resamples(grouped,
     assert (got.a, got.b) == (statistic(y, a), statistic(y, b))
     assert got.difference == got.b - got.a and got.ratio == got.b / got.a
     assert got.distribution.unit == ("group" if grouped else "sample")
-    assert (got.distribution.n_member_units, got.distribution.n_non_member_units) == ((20, 20) if grouped else
-                                                                                      (int(y.sum()), int((y == 0).sum())))
+    expected_units = (20, 20) if grouped else (int(y.sum()), int((y == 0).sum()))
+    assert (got.distribution.n_member_units, got.distribution.n_non_member_units) == expected_units
 
 
 @pytest.mark.parametrize("grouped", [False, True])
