@@ -115,10 +115,15 @@ def test_report_shows_gate_and_artifacts(result):
     assert f"**Release gate: {gate.status.upper()}**" in md
     worst = gate.checks[0]
     assert (f"| TPR at FPR 0.1 may be at most 0.11 | `{worst['metric']}` | {worst['value']:.3f} | "
-            f"{worst['upper']:.3f} ({worst['bound']}) | **{gate.status.replace('fail', 'over budget')}** |") in md
+            f"{worst['lower']:.3f} ({worst['lower_bound']}) | {worst['upper']:.3f} ({worst['bound']}) | "
+            f"**{gate.status.replace('fail', 'over budget')}** |") in md
     assert gate.message()[1:] + "." in md
     assert "- `plots/roc.png`" in md
-    passed = render_report(res, gate=Gate.parse("0.1:1").check(res.metrics))
+    exact = dict(res.metrics)  # every bound at its TPR: a gate decided on the values
+    for key in [k for k in res.metrics if "/tpr_at_fpr_" in k and k.rsplit("_", 1)[-1][0].isdigit()]:
+        for part in ("upper_binomial", "lower_binomial", "upper_bootstrap", "lower_bootstrap"):
+            exact[f"{key}_{part}"] = 0.0 if res.metrics[key] != res.metrics[key] else res.metrics[key]
+    passed = render_report(res, gate=Gate.parse("0.1:0.99").check(exact))
     assert "**Release gate: PASS**" in passed and "| within budget |" in passed
     assert "95% one-sided upper confidence bound of the TPR" in passed
 

@@ -21,6 +21,7 @@ from .epsilon import (
     epsilon_lower_bound_from_counts,
     max_certifiable_epsilon,
 )
+from .paired import PairedComparison, claim_verdict, paired_bootstrap
 from .roc import RocResult, auc_statistic, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
     ThresholdMetrics,
@@ -61,4 +62,7 @@ __all__ = [
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
     "max_certifiable_epsilon",
+    "PairedComparison",
+    "paired_bootstrap",
+    "claim_verdict",
 ]

@@ -34,31 +34,26 @@ References
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
-from .roc import auc_statistic, tpr_at_fpr
-from .validation import as_1d, check_pair, check_rate, warn_one_class
 from .population_resampling import (PopulationThresholds, precision_at_population_threshold_statistic,
                                     recall_at_population_threshold_statistic)
-from .weighted_roc import (WeightedResamples, batch_auc, batch_tpr_at_fpr, named_statistic,
-                           precision_at_threshold_statistic, recall_at_threshold_statistic)
-
-#: Batch forms (all resamples at once) of statistics defined elsewhere.
-_BATCH_FORMS = {auc_statistic: batch_auc}
+from .resampling import ResamplePlan, ScoredPool, Statistic, resample_plan
+from .roc import tpr_at_fpr
+from .validation import check_pair, check_rate, warn_one_class
+from .weighted_roc import (batch_tpr_at_fpr, named_statistic, precision_at_threshold_statistic,
+                           recall_at_threshold_statistic)
 
 __all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
            "recall_at_threshold_statistic", "precision_at_threshold_statistic",
-           "recall_at_population_threshold_statistic", "precision_at_population_threshold_statistic"]
+           "recall_at_population_threshold_statistic", "precision_at_population_threshold_statistic",
+           "ResamplePlan", "resample_plan", "ScoredPool"]
 
-Statistic = Callable[[np.ndarray, np.ndarray], float]
 
-# Weights held at once (rounds x pool rows) when the statistics are read chunk by chunk.
-_CHUNK_CELLS = 2_000_000
 
 
 def tpr_at_fpr_statistic(alpha: float) -> Statistic:
@@ -156,66 +151,6 @@ def _check_statistics(statistics) -> None:
             raise ValueError(f"statistics[{name!r}] is not callable")
 
 
-def _units(labels: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray]:
-    """Unit of each row (row index without groups) and the label of each unit."""
-    if groups is None:
-        return np.arange(labels.size), labels
-    ids = as_1d(groups, "groups")
-    if ids.shape[0] != labels.shape[0]:
-        raise ValueError(f"groups has {ids.shape[0]} entries for {labels.shape[0]} samples; give one group id "
-                         "per sample")
-    try:
-        _, unit_of_row = np.unique(ids, return_inverse=True)
-    except TypeError as exc:
-        raise ValueError(f"group ids must be mutually comparable (all str or all int): {exc}") from None
-    unit_of_row = unit_of_row.ravel()
-    sizes = np.bincount(unit_of_row)
-    n_member_rows = np.bincount(unit_of_row, weights=labels)
-    mixed = np.flatnonzero((n_member_rows > 0) & (n_member_rows < sizes))
-    if mixed.size:
-        first = ids[np.flatnonzero(unit_of_row == mixed[0])[0]]
-        raise ValueError(f"{mixed.size} group(s) mix members and non-members (first: {first!r}); the cluster "
-                         "bootstrap resamples groups by label, so a group's samples must share one label")
-    return unit_of_row, (n_member_rows > 0).astype(np.int8)
-
-
-def _unit_counts(rng, member_units, non_member_units, n_units: int, rounds: int, grouped: bool) -> np.ndarray:
-    """(rounds, n_units) draw counts of each unit: members' units and non-members' units drawn apart."""
-    offsets = (np.arange(rounds) * n_units)[:, None]  # one bincount for all rounds
-    if grouped:  # all rounds' member groups in one call, then all rounds' non-member groups
-        drawn = [units[rng.integers(0, units.size, size=(rounds, units.size))] + offsets
-                 for units in (member_units, non_member_units)]
-    else:
-        # Per round, the member rows then the non-member rows: the draws of earlier releases.
-        n1, n0 = member_units.size, non_member_units.size
-        both = np.empty((rounds, n1 + n0), dtype=np.int64)
-        for r in range(rounds):
-            both[r, :n1] = member_units[rng.integers(0, n1, size=n1)]
-            both[r, n1:] = non_member_units[rng.integers(0, n0, size=n0)]
-        drawn = [both + offsets]
-    counts = sum(np.bincount(d.ravel(), minlength=rounds * n_units) for d in drawn)
-    return counts.reshape(rounds, n_units).astype(np.float64)
-
-
-def _unsort(weights: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Weights of rows in score order -> weights of rows in pool order."""
-    out = np.empty_like(weights)
-    out[:, order] = weights
-    return out
-
-
-def _per_round(fn, labels, scores, member_rows, non_member_rows, weights) -> np.ndarray:
-    """A statistic without a batch form, called on each resample's rows (members first)."""
-    out = np.empty(weights.shape[0])
-    for r, w in enumerate(weights.astype(np.int64)):
-        idx = np.concatenate([np.repeat(member_rows, w[member_rows]), np.repeat(non_member_rows, w[non_member_rows])])
-        boot_labels, boot_scores = labels[idx], scores[idx]
-        boot_labels.setflags(write=False)
-        boot_scores.setflags(write=False)
-        out[r] = float(fn(boot_labels, boot_scores))
-    return out
-
-
 def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,
                            seed: int = 0, groups=None, population=None,
                            population_groups=None) -> BootstrapDistribution:
@@ -286,42 +221,17 @@ def bootstrap_distribution(y_true, y_score, *, statistics: Mapping[str, Statisti
     labels, scores = check_pair(y_true, y_score)
     _check_statistics(statistics)
     thresholds = PopulationThresholds.of(statistics, population, population_groups, seed)
-    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    unit_of_row, unit_labels = _units(labels, groups)
-    member_units, non_member_units = np.flatnonzero(unit_labels == 1), np.flatnonzero(unit_labels == 0)
-    unit = "sample" if groups is None else "group"
-    n1, n0 = member_units.size, non_member_units.size
-    if n1 == 0 or n0 == 0:
+    plan = resample_plan(labels, groups, rounds=rounds)
+    if plan.one_class:
         warn_one_class(int(labels.sum()), int(labels.size - labels.sum()), "A bootstrap interval")
-        return BootstrapDistribution({name: np.empty(0) for name in statistics}, unit, n1, n0)
-
-    rng = np.random.default_rng(seed)
-    order = np.argsort(-scores, kind="stable")
-    sorted_scores, sorted_labels = scores[order], labels[order].astype(np.float64)
-    member_rows, non_member_rows = np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)
-    values = {name: np.empty(int(rounds)) for name in statistics}
-    chunk = max(1, _CHUNK_CELLS // labels.size)
-    for start in range(0, int(rounds), chunk):
-        stop = min(int(rounds), start + chunk)
-        counts = _unit_counts(rng, member_units, non_member_units, unit_labels.size, stop - start,
-                              groups is not None)
-        # Rows in score order: the statistics read cumulative counts down the sorted pool.
-        resamples = WeightedResamples(sorted_scores, sorted_labels, unit_of_row[order], counts)
-        in_pool_order = None
-        for name, fn in statistics.items():
-            alpha = getattr(fn, "population_alpha", None)
-            if alpha is not None:
-                values[name][start:stop] = fn.batch(resamples, thresholds=thresholds.draw(alpha, start, stop))
-                continue
-            batch = getattr(fn, "batch", None) or _BATCH_FORMS.get(fn)
-            if batch is not None:
-                values[name][start:stop] = batch(resamples)
-                continue
-            if in_pool_order is None:
-                in_pool_order = _unsort(resamples.weights, order)
-            values[name][start:stop] = _per_round(fn, labels, scores, member_rows, non_member_rows, in_pool_order)
-    return BootstrapDistribution(values, unit, n1, n0)
+        return BootstrapDistribution({name: np.empty(0) for name in statistics}, plan.unit, plan.n_member_units,
+                                     plan.n_non_member_units)
+    scored = ScoredPool(labels, scores, plan.unit_of_row)
+    values = {name: np.empty(plan.rounds) for name in statistics}
+    for rows, counts in plan.chunks(seed):
+        for name, vals in scored.evaluate(statistics, counts, thresholds=thresholds, rounds=rows).items():
+            values[name][rows] = vals
+    return BootstrapDistribution(values, plan.unit, plan.n_member_units, plan.n_non_member_units)
 
 
 def bootstrap_ci(y_true, y_score, *, statistics: Mapping[str, Statistic], rounds: int = 1000,

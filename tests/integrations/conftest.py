@@ -7,7 +7,8 @@ Registered once per session (logging a transformers model takes seconds):
   (alias ``candidate``);
 - ``ref`` v1: a random tiny BERT with another seed (alias ``champion``).
 
-Pool: 40 texts (20 members), two per group; population: 100 texts, two per group.
+Pool: 160 texts (80 members), two per group (40 member and 40 non-member groups: enough units for the
+release gate to pass a model that does not leak and to fail one that does); population: 100 texts, two per group.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-TEXT_POOL_SIZE, POPULATION_SIZE = 40, 100
+TEXT_POOL_SIZE, POPULATION_SIZE = 160, 100
 
 
 def _texts(n: int, seed: int = 0) -> list[str]:
@@ -128,7 +129,7 @@ def store(tmp_path_factory) -> Store:
         torch.set_num_threads(1)
         try:
             v1, tok = tiny_bert(seed=1)
-            v2 = _train(tiny_bert(tok, seed=1)[0], tok, members)
+            v2 = _train(tiny_bert(tok, seed=1)[0], tok, members, steps=200)
             ref = tiny_bert(tok, seed=2)[0]
         finally:
             torch.set_num_threads(threads)

@@ -187,7 +187,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     argv = ["audit", "--attacks", "loss", "--signal", "energy", "--num-masks", "3", "--mask-rate", "0.2",
             "--seed", "4", "--max-length", "64", "--token-budget", "32", "--half-precision", "--energy-reduction",
             "mean", "--allow-tokenizer-mismatch", "false", "--num-neighbours", "5", "--neighbour-generator",
-            "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.9",
+            "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.99",
             "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
             "--log-texts", "--log-samples", "true", "--hash-key-file", str(key), "--cache-dir", "c",
             "--device", "cpu", "--no-progress", "--reference", "models:/r/1,models:/r2/1", "--reference-mode", "each",
@@ -202,12 +202,13 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
     config, options = parse_options(flat)
     s, m, n = config.signal, config.metrics, config.neighbourhood
-    assert config.attacks == ("loss",) and config.allow_tokenizer_mismatch is False
+    assert config.attacks == ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "rmia", "lira_offline")
+    assert config.allow_tokenizer_mismatch is False
     assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.half_precision,
             s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, True, "mean")
     assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
     assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
-        (0.2, 0.1, 0.05, 0.01), 0, 0.9, 0.3, 5, 1e-4, 4)
+        (0.2, 0.1, 0.05, 0.01), 0, 0.99, 0.3, 5, 1e-4, 4)
     assert m.min_k_plus_plus_fraction == 0.4
     assert (m.rmia_offline_a, m.rmia_gamma) == (0.4, 2.0)
     assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
@@ -317,4 +318,30 @@ def test_a_gate_without_named_attacks_runs_every_attack_the_references_allow(ref
     assert parse_options({**base, "max_tpr_at_fpr": "0.01:0.05"})[0].attacks == expected
     assert parse_options(base)[0].attacks == ("loss", "likelihood_ratio")  # no gate: the default
     named = parse_options({**base, "max_tpr_at_fpr": "0.01:0.05", "attacks": ["loss"]})[0].attacks
-    assert named == ("loss",)  # attacks the user names are kept
+    assert named == expected  # naming one attack cannot shrink the gate's set
+    extra = parse_options({"max_tpr_at_fpr": "0.01:0.05", "attacks": ["neighbourhood"]})[0].attacks
+    assert extra == ("loss", "zlib", "min_k", "min_k_plus_plus", "neighbourhood")  # named attacks add to it
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"max_tpr_at_fpr": "0.01:0.2", "confidence": 0.0001}, "confidence 0.0001 is not allowed with a release gate"),
+    ({"max_tpr_at_fpr": "0.1:1"}, r"maximum TPR must be a finite number in \[0, 1\)"),
+    ({"max_tpr_at_fpr": "0.01:inf"}, "finite"),
+])
+def test_a_gate_that_would_pass_on_no_evidence_is_refused_where_it_is_parsed(config, match):
+    from mlflow_mia.options.audit import parse_options
+
+    with pytest.raises(ValueError, match=match):
+        parse_options(config)
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"max_exposure": "inf"}, "max_exposure must be a finite number > 0"),
+    ({"max_epsilon_lower_bound": "inf"}, "max_epsilon_lower_bound must be a finite number > 0"),
+    ({"max_exposure": 4, "confidence": 0.5}, "confidence 0.5 is not allowed with a release gate"),
+])
+def test_canary_budgets_must_be_finite_and_the_gate_confident(config, match):
+    from mlflow_mia.options.canary import parse_canary_config
+
+    with pytest.raises(ValueError, match=match):
+        parse_canary_config({"method": "canaries", **config})
