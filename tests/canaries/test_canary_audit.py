@@ -46,11 +46,10 @@ def test_exposure_equals_a_brute_force_rank_over_the_full_space(digit_lm, canari
         space = [f"{i:03d}" for i in range(1000)]
         energy = compute_signals(digit_lm, [template.render(s) for s in space], config.signal_config(),
                                  progress=False).values
-        order = np.argsort(energy, kind="stable")
         for row in np.flatnonzero(np.array(canaries.template_ids) == template.id):
             own = energy[int(canaries.secrets[row])]
-            position = next(p for p, i in enumerate(order) if energy[i] == own)  # first of its ties
-            assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(position + 1))
+            rank = int(np.sum(energy <= own))  # every candidate at least as likely: ties count against the secret
+            assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(rank))
         assert result.exposures[template.id].exact
 
 
