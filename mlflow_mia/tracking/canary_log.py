@@ -46,11 +46,19 @@ def canary_params(result, canaries, hash_key) -> dict[str, str]:
 
 
 def gate_points(result) -> tuple[list[dict], dict | None]:
-    """The gate's inputs: mean exposure per repetition count, and the record-level bound."""
-    points = [{"metric": f"canary/{g}/exposure_mean", "value": result.metrics[f"canary/{g}/exposure_mean"],
-               "upper": result.metrics[f"canary/{g}/exposure_upper"]}
-              for g in (f"r{r}" for r in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:])))
-              if f"canary/{g}/exposure_mean" in result.metrics]
+    """The gate's inputs: per repetition count the headline mean exposure and the rank-based one (each with its
+    one-sided upper bound, and the number of capped canaries), and the record-level bound.
+
+    :meth:`~mlflow_mia.metrics.canary_gate.CanaryGate.check` decides on the larger of the two means.
+    """
+    m = result.metrics
+    points = [{"metric": f"canary/{g}/exposure_mean", "value": m[f"canary/{g}/exposure_mean"],
+               "upper": m[f"canary/{g}/exposure_upper"], "rank_metric": f"canary/{g}/exposure_rank_mean",
+               "rank_value": m.get(f"canary/{g}/exposure_rank_mean", math.nan),
+               "rank_upper": m.get(f"canary/{g}/exposure_rank_upper", math.nan),
+               "n_capped": int(m.get(f"canary/{g}/exposure_rank_n_capped", 0))}
+              for g in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:]))
+              if f"canary/{g}/exposure_mean" in m]
     bound = result.bounds.get("r1")
     eps = None if bound is None else {"metric": "canary/epsilon_lower_bound", "value": bound.epsilon,
                                       "ceiling": bound.max_epsilon, "m": bound.m}

@@ -15,6 +15,7 @@ from mlflow_mia.canaries import Template, make_canaries
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.signals import MaskedLM, compute_signals
 from mlflow_mia.signals.testing import tiny_bert, tiny_bert_tokenizer
+from mlflow_mia.tracking.canary_log import gate_points
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +147,10 @@ def test_sampled_exposure_headline_is_the_extrapolation_and_the_capped_rank_is_b
         assert m[f"canary/r{r}/exposure_rank_mean"] == pytest.approx(result.exposure_rank[inc].mean())
         assert m[f"canary/r{r}/exposure_rank_n_capped"] == result.exposure_capped[inc].sum()
         assert m[f"canary/r{r}/exposure_n_extrapolated"] == finite[inc].sum()
+    points, _ = gate_points(result)  # the gate sees both means
+    assert [(p["value"], p["rank_value"], p["n_capped"]) for p in points] == [
+        (m[f"canary/r{r}/exposure_mean"], m[f"canary/r{r}/exposure_rank_mean"],
+         m[f"canary/r{r}/exposure_rank_n_capped"]) for r in (1, 2)]
 
 
 def test_exact_exposure_is_its_own_headline_and_never_capped(digit_lm, canaries):
