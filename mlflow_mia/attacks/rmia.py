@@ -330,4 +330,5 @@ class RmiaAttack(Attack):
     def record(self, inputs):
         return {"offline_a": self.settings.a, "offline_a_source": "default" if self.settings.offline_a is None
                 else "rmia_offline_a", "gamma": self.settings.gamma, "n_references": inputs.references.k,
-                "likelihood": "exp(mean masked-token log-prob)"}
+                "likelihood": "exp(mean masked-token log-prob)",
+                "tie_break": "(1/2 + arctan(log ratio) / pi) / (4 |Z|) added to the fraction"}

@@ -122,7 +122,7 @@ def test_rmia_attack_compares_pool_rows_with_the_population_and_population_rows_
     loo = [_direct_rmia(-pt[[j]], -pr[:, [j]], np.delete(-pt, j), np.delete(-pr, j, axis=1), a=0.4, gamma=1.0)[0]
            for j in range(m)]
     np.testing.assert_allclose(attack(population), np.array(loo) + rmia_tie_break(z, m - 1))
-    assert attack.record(pool)["offline_a"] == 0.4
+    assert attack.record(pool)["offline_a"] == 0.4 and "arctan(log ratio)" in attack.record(pool)["tie_break"]
 
 
 def test_rmia_with_one_reference_a_1_gamma_1_has_the_per_token_likelihood_ratio_auc():
