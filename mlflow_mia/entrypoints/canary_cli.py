@@ -220,6 +220,8 @@ def evaluate_canaries(*, model, dataset, run_id, evaluator_config, model_id=None
         As :func:`~mlflow_mia.options.canary.parse_canary_config`, or data that is not
         the set's id table.
     """
+    import math
+
     import pandas as pd
     from mlflow.models.evaluation import EvaluationResult
 
@@ -242,5 +244,7 @@ def evaluate_canaries(*, model, dataset, run_id, evaluator_config, model_id=None
                  if options.reference_model else None)
     result, _, artifacts = canary_audit_and_log(target, canaries, cfg, options, reference=reference, run_id=run_id,
                                                 log_metrics=model_id is None, notes=[warning] if warning else [])
-    metrics = {f"{options.metric_prefix}{k}": v for k, v in result.metrics.items()}
+    # Only finite values, as log_canary_audit logs them: an unresolved TPR stays out (its reason is in the report).
+    metrics = {f"{options.metric_prefix}{k}": float(v) for k, v in result.metrics.items()
+               if v is not None and math.isfinite(float(v))}
     return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from pathlib import Path
@@ -94,6 +95,9 @@ def test_the_evaluator_method_canaries(tracking, canary_file):
                                       "tag_model_version": False}})
     assert result.metrics["canary/n_canaries"] == 40
     assert "canary/r1/epsilon_lower_bound" in result.metrics
+    # 20 canaries at r = 1, about 10 excluded: FPR 0.01 (100 needed) is unresolved and returns no metric, never nan
+    assert "canary/r1/tpr_at_fpr_0.01" not in result.metrics
+    assert all(math.isfinite(v) for v in result.metrics.values())
     with pytest.raises(ValueError, match="data=canary_set.id_frame"):
         mlflow.models.evaluate(model=None, data=cs.id_frame().iloc[:5], model_type="mia", evaluators=["mia"],
                                evaluator_config={"mia": {"method": "canaries", "target_model": "models:/tgt@champion",
