@@ -34,6 +34,21 @@ per-token probabilities of an MLM, which are far below 1: with ``a < 1`` the con
 used is recorded in the run (``audit_summary.json``, ``info.attack_settings.rmia``).
 With one reference, ``a = 1`` and ``gamma = 1`` the score is a monotone map of the
 per-token likelihood ratio against that reference.
+
+Ties. Against a fixed population of ``|Z|`` samples the fraction moves in steps of
+``1 / |Z|``, and every sample whose ratio is above the largest population ratio ties at
+1.0: the strongest members become indistinguishable exactly where a TPR at a low FPR is
+read. :func:`rmia_scores` therefore adds :func:`rmia_tie_break`, a strictly increasing
+map of the raw log ratio into ``[0, 1 / (4 |Z|)]``, below half a step: samples with
+different fractions keep their order, and samples with equal fractions are ordered by
+their log ratio. As the fraction is itself non-decreasing in the log ratio, the score
+is then a strictly increasing function of ``log [Pr(x|theta) / Pr(x)]`` for a given
+population and gamma, and its ROC is that of the log ratio.
+
+References
+----------
+.. [1] S. Zarifzadeh, P. Liu, R. Shokri, "Low-Cost High-Power Membership Inference Attacks", ICML 2024,
+   Sec. 3 (Eq. 3-4), offline variant.
 """
 
 from __future__ import annotations
@@ -46,7 +61,7 @@ from scipy.special import logsumexp
 from mlflow_mia.attacks.base import Attack, register_attack
 
 __all__ = ["RmiaAttack", "RmiaSettings", "per_token_loglik", "log_likelihood_ratio", "rmia_scores",
-           "choose_offline_a"]
+           "rmia_tie_break", "choose_offline_a"]
 
 
 def per_token_loglik(signal) -> np.ndarray:
@@ -103,8 +118,43 @@ def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float) -> np.nd
     return np.asarray(target_loglik, dtype=np.float64) - log_px
 
 
-def rmia_scores(log_ratio_x, log_ratio_z, *, gamma: float = 1.0, leave_one_out: bool = False) -> np.ndarray:
-    """``score(x) = |{z : LR(x, z) >= gamma}| / |Z|`` with ``LR(x, z) = ratio(x) / ratio(z)``, by sorting.
+def rmia_tie_break(log_ratio, n_population: int) -> np.ndarray:
+    """The tie-breaking term of :func:`rmia_scores`: ``(1/2 + arctan(log_ratio) / pi) / (4 |Z|)``.
+
+    Parameters
+    ----------
+    log_ratio : array-like of shape (n,)
+        ``log [Pr(x|theta) / Pr(x)]`` (nats per token) of the samples scored.
+    n_population : int
+        ``|Z|``, the population samples each is compared with (the denominator of the fraction).
+
+    Returns
+    -------
+    ndarray of shape (n,), float64 in [0, 1 / (4 |Z|)]
+        Strictly increasing in ``log_ratio`` (up to float resolution; the ends are reached
+        only where ``arctan`` rounds to +-pi/2), always below ``1 / (2 |Z|)``, half a step
+        of the fraction: adding it orders samples of equal fractions by their log ratio
+        and never reorders samples of different fractions.
+
+    Raises
+    ------
+    ValueError
+        ``n_population < 1``.
+
+    Examples
+    --------
+    >>> (rmia_tie_break(np.array([-1.0, 0.0, 1.0]), 2) * 8).tolist()
+    [0.25, 0.5, 0.75]
+    """
+    if n_population < 1:
+        raise ValueError(f"n_population must be >= 1, got {n_population!r}")
+    return (0.5 + np.arctan(np.asarray(log_ratio, dtype=np.float64)) / np.pi) / (4.0 * n_population)
+
+
+def rmia_scores(log_ratio_x, log_ratio_z, *, gamma: float = 1.0, leave_one_out: bool = False,
+                tie_break: bool = True) -> np.ndarray:
+    """``score(x) = |{z : LR(x, z) >= gamma}| / |Z|`` with ``LR(x, z) = ratio(x) / ratio(z)``, by sorting,
+    plus a term below half a step that orders equal fractions by the log ratio.
 
     Parameters
     ----------
@@ -117,23 +167,35 @@ def rmia_scores(log_ratio_x, log_ratio_z, *, gamma: float = 1.0, leave_one_out: 
         The samples scored are the population samples themselves (``log_ratio_x`` is
         ``log_ratio_z``): each is compared with the other m - 1 (``LR(z, z) = 1``
         is not counted).
+    tie_break : bool
+        Add :func:`rmia_tie_break` (default). False gives the paper's fraction alone, in
+        steps of ``1 / |Z|``.
 
     Returns
     -------
-    ndarray of shape (n,), float64 in [0, 1]
-        ``LR(x, z) >= gamma`` iff ``log ratio(z) <= log ratio(x) - log gamma``: one
-        sort of the m population values and a binary search per sample,
-        O((n + m) log m), independent of the order of the z.
+    ndarray of shape (n,), float64 in [0, 1 + 1 / (4 |Z|)]
+        Higher = member. The fraction (``LR(x, z) >= gamma`` iff ``log ratio(z) <=
+        log ratio(x) - log gamma``: one sort of the m population values and a binary
+        search per sample, O((n + m) log m), independent of the order of the z), plus
+        ``rmia_tie_break(log_ratio_x, |Z|)`` unless ``tie_break=False``: the score is
+        then strictly increasing in the log ratio, so samples above every population
+        ratio (fraction 1.0) are no longer tied.
 
     Raises
     ------
     ValueError
         ``gamma <= 0``, no population sample (or one, with ``leave_one_out``).
 
+    References
+    ----------
+    .. [1] Zarifzadeh, Liu, Shokri 2024, ICML, Sec. 3, Eq. 3-4.
+
     Examples
     --------
-    >>> rmia_scores(np.array([0.0, 2.0]), np.array([-1.0, 0.0, 1.0])).tolist()
+    >>> rmia_scores(np.array([0.0, 2.0]), np.array([-1.0, 0.0, 1.0]), tie_break=False).tolist()
     [0.6666666666666666, 1.0]
+    >>> rmia_scores(np.array([2.0, 5.0]), np.array([-1.0, 0.0, 1.0])).round(4).tolist()  # both dominate every z
+    [1.071, 1.0781]
     """
     if not gamma > 0:
         raise ValueError(f"gamma must be > 0, got {gamma!r}")
@@ -146,7 +208,8 @@ def rmia_scores(log_ratio_x, log_ratio_z, *, gamma: float = 1.0, leave_one_out: 
     counts = np.searchsorted(z, bound, side="right").astype(np.float64)
     if leave_one_out:
         counts -= (x <= bound)  # the sample itself: LR(x, x) = 1 >= gamma exactly when gamma <= 1
-    return counts / m
+    fraction = counts / m
+    return fraction + rmia_tie_break(x, m) if tie_break else fraction
 
 
 def choose_offline_a(stand_in_loglik, other_logliks, labels, *, population_stand_in, population_others,
@@ -231,8 +294,9 @@ class RmiaAttack(Attack):
     """Offline RMIA over the audit's reference set (Zarifzadeh et al. 2024, Sec. 3, offline).
 
     ``score(x)`` = the fraction of the population samples z with
-    ``LR(x, z) >= gamma``, on per-token likelihoods (module docstring); in [0, 1],
-    higher = member. The population set is the audit's
+    ``LR(x, z) >= gamma``, on per-token likelihoods (module docstring), plus a term below
+    half a step ``1 / (2 |Z|)`` that orders equal fractions by the log ratio
+    (:func:`rmia_tie_break`); in [0, 1 + 1 / (4 |Z|)], higher = member. The population set is the audit's
     (``AttackInputs.population``); its own rows are each compared with the others.
     Scoring rows without a population set compares them with each other.
 
@@ -242,8 +306,8 @@ class RmiaAttack(Attack):
     >>> from mlflow_mia.signals.types import SignalResult
     >>> def sig(v): return SignalResult.from_arrays(v, n_tokens=[2, 2, 2], kind="pll")
     >>> inputs = AttackInputs("abc", target=sig([1.0, 2.0, 2.5]), references=[sig([2.0, 2.0, 2.0])])
-    >>> RmiaAttack()(inputs).tolist()
-    [1.0, 0.5, 0.0]
+    >>> RmiaAttack()(inputs).round(4).tolist()  # fractions 1, 0.5, 0 of the other two, plus the tie-break
+    [1.0938, 0.5625, 0.0441]
     """
 
     name = "rmia"
@@ -266,4 +330,5 @@ class RmiaAttack(Attack):
     def record(self, inputs):
         return {"offline_a": self.settings.a, "offline_a_source": "default" if self.settings.offline_a is None
                 else "rmia_offline_a", "gamma": self.settings.gamma, "n_references": inputs.references.k,
-                "likelihood": "exp(mean masked-token log-prob)"}
+                "likelihood": "exp(mean masked-token log-prob)",
+                "tie_break": "(1/2 + arctan(log ratio) / pi) / (4 |Z|) added to the fraction"}

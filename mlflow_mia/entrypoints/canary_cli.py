@@ -67,36 +67,52 @@ def load_canary_set(source):
 
 
 def _headline(result) -> str:
-    """One line: the record-level bound, then AUC (with interval) and mean exposure at r = 1 and the largest r."""
+    """One line: the record-level bound, then AUC (with interval) and mean exposure at r = 1 and the largest r
+    (with the rank-based value, ``>=`` where capped, when the exposure is extrapolated from sampled candidates)."""
     from mlflow_mia.naming import fmt_number
-    from mlflow_mia.tracking.canary_log import auc_text, headline_repetitions
+    from mlflow_mia.tracking.canary_log import auc_text, exposure_text, headline_repetitions
 
     m = result.metrics
     shown = headline_repetitions(result)
     auc = ", ".join(f"r = {r} {auc_text(m, r)}" for r in shown)
-    expo = ", ".join(f"r = {r} {fmt_number(m[f'canary/r{r}/exposure_mean'], 2)} bits" for r in shown
+    expo = ", ".join(f"r = {r} {exposure_text(m, f'canary/r{r}')}" for r in shown
                      if f"canary/r{r}/exposure_mean" in m)
     return (f"canaries: record-level epsilon lower bound {fmt_number(m.get('canary/epsilon_lower_bound'))} (one "
             f"canary = one record); AUC {auc or 'n/a'}; mean exposure {expo or 'n/a'} "
             f"({result.config.confidence:.0%} intervals)")
 
 
-def _print(result, gate, run_id: str, label: str) -> None:
-    """The table per repetition count and the gate, then the last lines: verdict, headline numbers, links."""
+def _table_lines(result, label: str) -> list[str]:
+    """The console table: per repetition count AUC, TPR at each FPR, exposure, epsilon bound; n/a (never nan)
+    for what is unresolved or missing, with the reasons, and ``>=`` for a capped rank-based exposure."""
     import math
 
+    from mlflow_mia.naming import fmt_alpha, fmt_number
+    from mlflow_mia.tracking.canary_log import exposure_text
+
+    lines = [f"canary audit of {label} ({result.attack}):"]
+    for _, row in result.table.iterrows():
+        g = lambda k: row.get(k, math.nan)  # noqa: E731
+        prefix = "canary" if row["group"] == "all" else f"canary/{row['group']}"
+        tprs = "".join(f"  TPR@{a:g} {fmt_number(g(f'tpr_at_fpr_{fmt_alpha(a)}'))}" for a in result.config.fprs)
+        lines.append(f"  {row['group']:<4} canaries {row['n_canaries']:>5}  AUC {fmt_number(g('auc'))}{tprs}  "
+                     f"exposure {exposure_text(result.metrics, prefix)} (excluded "
+                     f"{fmt_number(g('exposure_excluded_mean'), 2)})  epsilon "
+                     + ("n/a" if math.isnan(g("epsilon_lower_bound")) else f">= {g('epsilon_lower_bound'):.3f}"))
+    lines += [f"  n/a: {key} ({why})" for key, why in result.unresolved.items()]
+    lines.append(f"  record-level epsilon lower bound {fmt_number(result.record_level_epsilon)} (one canary = one "
+                 f"record, delta {result.config.delta:g}, {result.config.confidence:.0%})")
+    return lines
+
+
+def _print(result, gate, run_id: str, label: str) -> None:
+    """The table per repetition count and the gate, then the last lines: verdict, headline numbers, links."""
     import mlflow
 
     from mlflow_mia.entrypoints.common import print_links
 
-    print(f"canary audit of {label} ({result.attack}):")
-    for _, row in result.table.iterrows():
-        g = lambda k: row.get(k, math.nan)  # noqa: E731
-        print(f"  {row['group']:<4} canaries {row['n_canaries']:>5}  AUC {g('auc'):.3f}  exposure "
-              f"{g('exposure_mean'):.2f} bits (excluded {g('exposure_excluded_mean'):.2f})  epsilon >= "
-              f"{g('epsilon_lower_bound'):.3f}")
-    print(f"  record-level epsilon lower bound {result.record_level_epsilon:.3f} (one canary = one record, delta "
-          f"{result.config.delta:g}, {result.config.confidence:.0%})")
+    for line in _table_lines(result, label):
+        print(line)
     if gate is not None:
         print(gate.verdict())
         print(gate.message())
@@ -204,6 +220,8 @@ def evaluate_canaries(*, model, dataset, run_id, evaluator_config, model_id=None
         As :func:`~mlflow_mia.options.canary.parse_canary_config`, or data that is not
         the set's id table.
     """
+    import math
+
     import pandas as pd
     from mlflow.models.evaluation import EvaluationResult
 
@@ -226,5 +244,7 @@ def evaluate_canaries(*, model, dataset, run_id, evaluator_config, model_id=None
                  if options.reference_model else None)
     result, _, artifacts = canary_audit_and_log(target, canaries, cfg, options, reference=reference, run_id=run_id,
                                                 log_metrics=model_id is None, notes=[warning] if warning else [])
-    metrics = {f"{options.metric_prefix}{k}": v for k, v in result.metrics.items()}
+    # Only finite values, as log_canary_audit logs them: an unresolved TPR stays out (its reason is in the report).
+    metrics = {f"{options.metric_prefix}{k}": float(v) for k, v in result.metrics.items()
+               if v is not None and math.isfinite(float(v))}
     return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -5,7 +5,15 @@ Same three verdicts as the membership gate (:mod:`mlflow_mia.metrics.gate`):
 - **exposure** ``<= max_exposure`` (bits), checked on the mean exposure of the
   *included* secret-format canaries at every repetition count: ``fail`` when a mean
   exceeds the budget; ``pass`` when every one-sided upper confidence bound (bootstrap
-  over those canaries) is within it; ``inconclusive`` otherwise. A model that memorised
+  over those canaries) is within it; ``inconclusive`` otherwise. Which mean: the
+  **larger** of the headline mean (``exposure_mean``: the exact rank's exposure, or the
+  skew-normal extrapolation of the Secret Sharer, Sec. 4.3, when candidates were
+  sampled) and the rank-based mean (``exposure_rank_mean``: the sampled estimate,
+  capped at ``log2(n_candidates + 1)`` and then a lower bound), and the larger of their
+  upper bounds. Either one over the budget fails (the capped ranks are lower bounds: a
+  mean of them over the budget is not an artefact of the fit); a pass needs both within
+  it, so neither a fit that undershoots the ranks nor a cap that hides the tail can pass
+  a model on its own. A model that memorised
   nothing has a mean exposure of ``1 / ln 2 ~ 1.44`` bits (``-log2`` of a uniform rank),
   so a budget must lie above that.
 - **record-level epsilon** ``<= max_epsilon``, checked on the one-run lower bound of the
@@ -17,6 +25,11 @@ Same three verdicts as the membership gate (:mod:`mlflow_mia.metrics.gate`):
 
 A lower bound within budget is not a privacy guarantee: ``pass`` means this audit found
 no violation it was able to find.
+
+References
+----------
+.. [1] N. Carlini, C. Liu, U. Erlingsson, J. Kos, D. Song, "The Secret Sharer", USENIX Security 2019, Sec. 4.
+.. [2] T. Steinke, M. Nasr, M. Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023.
 """
 
 from __future__ import annotations
@@ -37,7 +50,12 @@ _RANK = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 
 
 def _fmt(x) -> str:
-    return fmt_number(x, 3, missing="nan")
+    return fmt_number(x, 3)
+
+
+def _larger(a: float, b: float) -> float:
+    """The larger of two bounds, ignoring a nan one (nan when both are)."""
+    return a if math.isnan(b) else b if math.isnan(a) else max(a, b)
 
 
 @dataclass(frozen=True)
@@ -50,8 +68,11 @@ class CanaryGateResult(ThreeStateResult):
         The worst verdict over the budgets (the value of the ``mia.gate`` tag).
     checks : tuple of dict
         One per budget and repetition count: ``kind`` (``canary_exposure`` or
-        ``canary_epsilon``), ``metric``, ``value``, ``bound`` (upper bound of the mean
-        exposure, or the ceiling of the epsilon bound), ``budget``, ``status``, ``unit``.
+        ``canary_epsilon``), ``metric`` (for exposure, the larger of the headline and the
+        rank-based mean: ``exposure_mean`` or ``exposure_rank_mean``), ``value``,
+        ``bound`` (upper bound of the mean exposure, or the ceiling of the epsilon bound),
+        ``budget``, ``status``, ``unit``; exposure checks also hold ``headline``,
+        ``rank_value`` and ``n_capped`` (nan / 0 when not given).
     confidence : float
     """
 
@@ -61,7 +82,11 @@ class CanaryGateResult(ThreeStateResult):
         for c in self.checks:
             mark = {PASS: "ok", FAIL: "OVER BUDGET", INCONCLUSIVE: "INCONCLUSIVE"}[c["status"]]
             if c["kind"] == EXPOSURE:
-                parts.append(f"{c['metric']} = {_fmt(c['value'])} bits, {self.confidence:.0%} upper bound "
+                beside = ""
+                if not math.isnan(c.get("rank_value", math.nan)):
+                    ge = ">= " if c.get("n_capped", 0) else ""
+                    beside = f" (headline {_fmt(c['headline'])}, rank-based {ge}{_fmt(c['rank_value'])})"
+                parts.append(f"{c['metric']} = {_fmt(c['value'])} bits{beside}, {self.confidence:.0%} upper bound "
                              f"{_fmt(c['bound'])} vs budget {c['budget']:g} {mark}")
             else:
                 parts.append(f"{c['metric']} = {_fmt(c['value'])} (largest these canaries can show: "
@@ -112,7 +137,8 @@ class CanaryGate:
     ----------
     max_exposure : float or None
         Budget on the mean exposure (bits) of included secret-format canaries, at every
-        repetition count; above :data:`NULL_EXPOSURE`.
+        repetition count; above :data:`NULL_EXPOSURE`. Checked on the larger of the
+        headline mean and the rank-based mean (module docstring).
     max_epsilon : float or None
         Budget on the record-level one-run epsilon lower bound (canaries inserted once).
 
@@ -143,12 +169,22 @@ class CanaryGate:
         Parameters
         ----------
         exposure_points : sequence of dict
-            Per repetition count: ``metric``, ``value`` (mean exposure of included
-            secret-format canaries, nan when none) and ``upper`` (its one-sided upper bound).
+            Per repetition count: ``metric``, ``value`` (headline mean exposure of included
+            secret-format canaries, bits, nan when none) and ``upper`` (its one-sided upper
+            bound); optionally ``rank_metric``, ``rank_value`` and ``rank_upper`` (the
+            rank-based mean and its bound) and ``n_capped`` (canaries whose rank-based value
+            holds the sample's cap). The gate decides on the larger value and the larger
+            bound (module docstring).
         epsilon_point : dict or None
             ``metric``, ``value`` (the record-level bound), ``ceiling`` (its largest
             possible value for these canaries) and ``m``; None when no canary was inserted once.
         confidence : float
+
+        Returns
+        -------
+        CanaryGateResult
+            With ``max_exposure`` and no exposure point (no included secret-format canary),
+            the exposure check is ``inconclusive``, never a pass.
 
         Raises
         ------
@@ -157,14 +193,21 @@ class CanaryGate:
         """
         checks = []
         if self.max_exposure is not None:
+            if not exposure_points:  # nothing measured is no evidence that the budget holds
+                exposure_points = [{"metric": "canary/exposure_mean", "value": math.nan, "upper": math.nan}]
             for p in exposure_points:
-                value, upper = float(p["value"]), float(p["upper"])
+                headline, rank_value = float(p["value"]), float(p.get("rank_value", math.nan))
+                metric, value = p["metric"], headline
+                if rank_value > headline or (math.isnan(headline) and not math.isnan(rank_value)):
+                    metric, value = p.get("rank_metric", p["metric"]), rank_value
+                upper = _larger(float(p["upper"]), float(p.get("rank_upper", math.nan)))
                 status = (FAIL if value > self.max_exposure else PASS if upper <= self.max_exposure
                           else INCONCLUSIVE)
                 if math.isnan(value):
                     status = INCONCLUSIVE
-                checks.append({"kind": EXPOSURE, "metric": p["metric"], "value": value, "bound": upper,
-                               "budget": float(self.max_exposure), "status": status,
+                checks.append({"kind": EXPOSURE, "metric": metric, "value": value, "bound": upper,
+                               "budget": float(self.max_exposure), "status": status, "headline": headline,
+                               "rank_value": rank_value, "n_capped": int(p.get("n_capped", 0)),
                                "unit": "bits, mean over included secret-format canaries"})
         if self.max_epsilon is not None:
             if epsilon_point is None:

@@ -8,8 +8,8 @@ What one canary audit writes (``prefix`` is prepended to every name):
 - ``tables/canary_summary.csv`` (one row per repetition count), ``canary_audit.json``
   (metrics, bounds with their guess grids and units, exposure settings, the gate);
   ``tables/canaries.csv`` only with ``log_samples=True`` (canary id, keyed hash,
-  template, repetitions, inclusion bit, score, exposure; the text only with
-  ``log_texts=True``);
+  template, repetitions, inclusion bit, score, exposure, the rank-based exposure and
+  whether it holds the sample's cap; the text only with ``log_texts=True``);
 - ``plots/canary_exposure.png``, ``plots/canary_roc.png``, ``plots/canary_bound_vs_guesses.png``;
 - ``report.md``; run tags ``mia.method=canaries`` and, with a gate, ``mia.gate``;
 - on the target's registry version(s): ``mia.canary.*`` headline tags and the gate verdict
@@ -29,7 +29,7 @@ from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, lo
                                            write_text)
 
 __all__ = ["log_canary_audit", "canary_audit_and_log", "canary_params", "canary_headline_tags", "gate_points",
-           "canary_brief", "headline_repetitions", "auc_text"]
+           "canary_brief", "headline_repetitions", "auc_text", "rank_exposure_text", "exposure_text"]
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,19 @@ def canary_params(result, canaries, hash_key) -> dict[str, str]:
 
 
 def gate_points(result) -> tuple[list[dict], dict | None]:
-    """The gate's inputs: mean exposure per repetition count, and the record-level bound."""
-    points = [{"metric": f"canary/{g}/exposure_mean", "value": result.metrics[f"canary/{g}/exposure_mean"],
-               "upper": result.metrics[f"canary/{g}/exposure_upper"]}
-              for g in (f"r{r}" for r in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:])))
-              if f"canary/{g}/exposure_mean" in result.metrics]
+    """The gate's inputs: per repetition count the headline mean exposure and the rank-based one (each with its
+    one-sided upper bound, and the number of capped canaries), and the record-level bound.
+
+    :meth:`~mlflow_mia.metrics.canary_gate.CanaryGate.check` decides on the larger of the two means.
+    """
+    m = result.metrics
+    points = [{"metric": f"canary/{g}/exposure_mean", "value": m[f"canary/{g}/exposure_mean"],
+               "upper": m[f"canary/{g}/exposure_upper"], "rank_metric": f"canary/{g}/exposure_rank_mean",
+               "rank_value": m.get(f"canary/{g}/exposure_rank_mean", math.nan),
+               "rank_upper": m.get(f"canary/{g}/exposure_rank_upper", math.nan),
+               "n_capped": int(m.get(f"canary/{g}/exposure_rank_n_capped", 0))}
+              for g in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:]))
+              if f"canary/{g}/exposure_mean" in m]
     bound = result.bounds.get("r1")
     eps = None if bound is None else {"metric": "canary/epsilon_lower_bound", "value": bound.epsilon,
                                       "ceiling": bound.max_epsilon, "m": bound.m}
@@ -83,6 +91,29 @@ def auc_text(metrics: dict, r: int) -> str:
     return fmt_interval(metrics[key], (metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")))
 
 
+def rank_exposure_text(metrics: dict, prefix: str, digits: int = 2) -> str:
+    """The rank-based mean exposure under ``prefix`` (``canary/r4``): ``>= 9.97`` when it holds capped canaries
+    (a lower bound), ``6.63`` when not, ``n/a`` when missing."""
+    from mlflow_mia.naming import fmt_number
+
+    value = metrics.get(f"{prefix}/exposure_rank_mean")
+    text = fmt_number(value, digits)
+    return f">= {text}" if text != "n/a" and metrics.get(f"{prefix}/exposure_rank_n_capped", 0) > 0 else text
+
+
+def exposure_text(metrics: dict, prefix: str, digits: int = 2) -> str:
+    """The headline mean exposure under ``prefix`` in bits, with the rank-based one beside it when the headline
+    is the skew-normal extrapolation: ``12.40 bits (rank-based >= 9.97)``, ``3.16 bits``, or ``n/a``."""
+    from mlflow_mia.naming import fmt_number
+
+    head = fmt_number(metrics.get(f"{prefix}/exposure_mean"), digits)
+    if head == "n/a":
+        return head
+    if metrics.get(f"{prefix}/exposure_n_extrapolated", 0) > 0:
+        return f"{head} bits (rank-based {rank_exposure_text(metrics, prefix, digits)})"
+    return f"{head} bits"
+
+
 def canary_brief(result) -> str:
     """The report's "In brief" paragraph (also the run's description): the record-level bound with its unit, the
     mean exposure at r = 1 and at the largest r, and the included-vs-excluded AUC with its interval at both.
@@ -100,12 +131,16 @@ def canary_brief(result) -> str:
              f"delta {cfg.delta:g}, {level} confidence; largest these canaries can show: "
              f"{fmt_number(m.get('canary/epsilon_max'))}); a lower bound, not a privacy guarantee."
              if "canary/epsilon_lower_bound" in m else "No canary was inserted once: no record-level bound."]
-    exposures = [f"{fmt_number(m[f'canary/r{r}/exposure_mean'], 2)} bits at r = {r} (excluded "
+    exposures = [f"{exposure_text(m, f'canary/r{r}')} at r = {r} (excluded "
                  f"{fmt_number(m.get(f'canary/r{r}/exposure_excluded_mean'), 2)})"
                  for r in shown if f"canary/r{r}/exposure_mean" in m]
     if exposures:
+        sampled = any(m.get(f"canary/r{r}/exposure_n_extrapolated", 0) > 0 for r in shown)
         parts.append(f"Mean exposure of the included secret-format canaries: {' and '.join(exposures)}; a canary "
-                     f"the model never saw averages {NULL_EXPOSURE:.2f} bits.")
+                     f"the model never saw averages {NULL_EXPOSURE:.2f} bits."
+                     + (" With sampled candidates the exposure is the skew-normal extrapolation (Carlini et al. "
+                        "2019, Sec. 4.3); the rank-based value beside it is capped at what the sample resolves, "
+                        "log2(candidates + 1), and marked >= where that cap holds." if sampled else ""))
     aucs = [f"{auc_text(m, r)} at r = {r}" for r in shown]
     if aucs:
         parts.append(f"Included vs excluded canaries ({result.attack} score): AUC {' and '.join(aucs)} ({level} "
@@ -136,31 +171,59 @@ def _samples_table(result, canaries, hash_key, log_texts: bool):
     table = pd.DataFrame({"canary_id": canaries.ids, "text_hmac": canaries.keyed_hashes(hash_key),
                           "template": canaries.template_ids, "repetitions": canaries.repetitions,
                           "included": canaries.included.astype(int), "score": result.scores,
-                          "exposure": result.exposure})
+                          "exposure": result.exposure, "exposure_rank": result.exposure_rank,
+                          "exposure_rank_capped": result.exposure_capped.astype(int)})
     if log_texts:
         table["text"] = list(canaries.texts)
     return table
 
 
+def _exposure_note(result) -> list[str]:
+    """How each template's exposure was measured: exact ranks, or sampled candidates with the extrapolation."""
+    lines = []
+    for tid, res in result.exposures.items():
+        if res.exact:
+            lines.append(f"- template `{tid}`: all {res.space_size:,} secrets scored; exact ranks (ties count "
+                         f"against the secret), at most {res.resolution:.2f} bits.")
+        else:
+            lines.append(f"- template `{tid}`: {res.n_candidates:,} of {res.space_size:,} secrets sampled; the "
+                         "exposure is the skew-normal extrapolation (Carlini et al. 2019, Sec. 4.3); the rank-based "
+                         f"estimate resolves at most log2({res.n_candidates:,} + 1) = {res.resolution:.2f} bits "
+                         f"(canaries at that cap, shown >=: {int(res.capped.sum())} of {res.capped.size}).")
+    return (["", "Exposure (bits):", ""] + lines) if lines else []
+
+
 def _report(result, gate, canaries, verdict) -> str:
+    from mlflow_mia.naming import fmt_alpha, fmt_number
+
+    fprs = result.config.fprs
     lines = [f"# Canary audit ({result.attack})", "", "## In brief", "", canary_brief(result), "",
              f"Verdict: **{verdict.value}** ({verdict.reason}).", "", "## Results", "",
              f"{len(canaries)} canaries, {int(canaries.included.sum())} included ({canaries.n_copies} records "
              "inserted); inclusion bits drawn independently with probability "
              f"{canaries.p_include:g}. Intervals resample canaries (the unit) within each inclusion class.", "",
-             "| repetitions | canaries | included | AUC | mean exposure (included) | excluded | epsilon lower bound "
-             "(unit: one canary = r records) | guesses r / correct v |", "|---|---|---|---|---|---|---|---|"]
+             "| repetitions | canaries | included | AUC | " + "".join(f"TPR at FPR {a:g} | " for a in fprs)
+             + "mean exposure (included) | rank-based (included) | excluded | epsilon lower bound "
+             "(unit: one canary = r records) | guesses r / correct v |",
+             "|---|---|---|---|" + "---|" * len(fprs) + "---|---|---|---|---|"]
     for _, row in result.table.iterrows():
         g = lambda k: row.get(k, math.nan)  # noqa: E731
         guesses = (f"{int(g('epsilon_n_guesses'))} / {int(g('epsilon_n_correct'))}"
                    if not math.isnan(g("epsilon_n_guesses")) else "")
-        lines.append(f"| {row['group']} | {row['n_canaries']} | {row['n_included']} | {g('auc'):.3f} | "
-                     f"{g('exposure_mean'):.2f} | {g('exposure_excluded_mean'):.2f} | "
-                     f"{g('epsilon_lower_bound'):.3f} | {guesses} |")
+        prefix = "canary" if row["group"] == "all" else f"canary/{row['group']}"
+        tprs = "".join(f"{fmt_number(g(f'tpr_at_fpr_{fmt_alpha(a)}'))} | " for a in fprs)
+        lines.append(f"| {row['group']} | {row['n_canaries']} | {row['n_included']} | {fmt_number(g('auc'))} | "
+                     f"{tprs}{fmt_number(g('exposure_mean'), 2)} | {rank_exposure_text(result.metrics, prefix)} | "
+                     f"{fmt_number(g('exposure_excluded_mean'), 2)} | {fmt_number(g('epsilon_lower_bound'))} | "
+                     f"{guesses} |")
+    if result.unresolved:
+        lines += ["", "Not resolved, shown as n/a: " + "; ".join(f"{k} ({why})" for k, why in
+                                                                 result.unresolved.items()) + "."]
+    lines += _exposure_note(result)
     eps = result.record_level_epsilon
     lines += ["", f"Record-level epsilon lower bound (canaries inserted once, delta {result.config.delta:g}, "
-              f"{result.config.confidence:.0%} confidence, Steinke et al. 2023): {eps:.3f}. A lower bound: a small "
-              "value is not a privacy guarantee."]
+              f"{result.config.confidence:.0%} confidence, Steinke et al. 2023): {fmt_number(eps)}. A lower bound: "
+              "a small value is not a privacy guarantee."]
     if gate is not None:
         lines += ["", "## Release gate", "", gate.verdict(), "", gate.message()]
     if result.warnings:
@@ -221,10 +284,17 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
                "units": {"bounds": "one canary (a canary repeated r times is a group of r records); canary/"
                                    "epsilon_lower_bound is the record-level bound of the canaries inserted once",
                          "intervals": "percentile bootstrap over canaries, stratified by inclusion bit",
-                         "exposure": "bits; rank among the candidates of the canary's format"},
+                         "exposure": "bits; rank among the candidates of the canary's format, ties against the "
+                                     "secret; exposure_mean is the skew-normal extrapolation where candidates were "
+                                     "sampled, exposure_rank_mean the rank estimate capped at log2(n_candidates + 1) "
+                                     "(a lower bound where exposure_rank_n_capped > 0)",
+                         "unresolved": "a TPR at FPR alpha needs ceil(1 / alpha) excluded canaries; else nan"},
                "bounds": {k: b.to_dict() for k, b in result.bounds.items()},
                "exposure": {k: {"space_size": r.space_size, "n_candidates": r.n_candidates, "exact": r.exact,
-                                "resolution_bits": r.resolution} for k, r in result.exposures.items()},
+                                "resolution_bits": r.resolution, "n_capped": int(r.capped.sum()),
+                                "headline": "exact rank" if r.exact else "skew-normal extrapolation"}
+                            for k, r in result.exposures.items()},
+               "unresolved": dict(result.unresolved),
                "gate": gate.to_dict() if gate is not None else None, "warnings": result.warnings}
     files = {"tables/canary_summary.csv": ("csv", "canary_summary",
                                            lambda p: result.table.to_csv(p, index=False)),

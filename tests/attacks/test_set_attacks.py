@@ -10,8 +10,9 @@ from sklearn.metrics import roc_auc_score
 from mlflow_mia.attacks import ATTACKS, AttackInputs, ReferenceSignals, get_attack, required_roles
 from mlflow_mia.attacks.lira_offline import LiraOfflineSettings, global_spread, lira_offline_scores
 from mlflow_mia.attacks.rmia import (RmiaSettings, choose_offline_a, log_likelihood_ratio, per_token_loglik,
-                                     rmia_scores)
+                                     rmia_scores, rmia_tie_break)
 from mlflow_mia.config import AuditConfig, MetricConfig
+from mlflow_mia.metrics.roc import roc, tpr_at_fpr_from_roc
 from mlflow_mia.signals.types import SignalResult
 
 
@@ -101,8 +102,9 @@ def test_rmia_equals_the_direct_loop_over_pairs(a, gamma):
     pop_target, pop_refs = rng.normal(-3, 0.7, m), rng.normal(-3, 0.7, (k, m))
     x = log_likelihood_ratio(target, refs, a=a)
     z = log_likelihood_ratio(pop_target, pop_refs, a=a)
-    np.testing.assert_allclose(rmia_scores(x, z, gamma=gamma),
-                               _direct_rmia(target, refs, pop_target, pop_refs, a=a, gamma=gamma))
+    direct = _direct_rmia(target, refs, pop_target, pop_refs, a=a, gamma=gamma)
+    np.testing.assert_allclose(rmia_scores(x, z, gamma=gamma, tie_break=False), direct)
+    np.testing.assert_allclose(rmia_scores(x, z, gamma=gamma), direct + rmia_tie_break(x, m))
     order = rng.permutation(m)
     np.testing.assert_array_equal(rmia_scores(x, z[order], gamma=gamma), rmia_scores(x, z, gamma=gamma))
 
@@ -115,11 +117,12 @@ def test_rmia_attack_compares_pool_rows_with_the_population_and_population_rows_
     population = AttackInputs(["p"] * m, population="self", target=_pll(pt), references=[_pll(v) for v in pr])
     pool = AttackInputs(["x"] * n, population=population, target=_pll(t), references=[_pll(v) for v in r])
     attack = get_attack("rmia", offline_a=0.4)
-    np.testing.assert_allclose(attack(pool), _direct_rmia(-t, -r, -pt, -pr, a=0.4, gamma=1.0))
+    x, z = log_likelihood_ratio(-t, -r, a=0.4), log_likelihood_ratio(-pt, -pr, a=0.4)
+    np.testing.assert_allclose(attack(pool), _direct_rmia(-t, -r, -pt, -pr, a=0.4, gamma=1.0) + rmia_tie_break(x, m))
     loo = [_direct_rmia(-pt[[j]], -pr[:, [j]], np.delete(-pt, j), np.delete(-pr, j, axis=1), a=0.4, gamma=1.0)[0]
            for j in range(m)]
-    np.testing.assert_allclose(attack(population), loo)
-    assert attack.record(pool)["offline_a"] == 0.4
+    np.testing.assert_allclose(attack(population), np.array(loo) + rmia_tie_break(z, m - 1))
+    assert attack.record(pool)["offline_a"] == 0.4 and "arctan(log ratio)" in attack.record(pool)["tie_break"]
 
 
 def test_rmia_with_one_reference_a_1_gamma_1_has_the_per_token_likelihood_ratio_auc():
@@ -137,6 +140,42 @@ def test_rmia_with_one_reference_a_1_gamma_1_has_the_per_token_likelihood_ratio_
     # The score is the population's empirical CDF of the ratio: ties may merge ranks, never reorder them.
     assert np.all(np.diff(rmia[np.argsort(lr, kind="stable")]) >= 0)
     assert roc_auc_score(labels, rmia) == pytest.approx(roc_auc_score(labels, lr), abs=0.02)
+    # With the tie-break no two distinct ratios merge: the same order, hence the same AUC, exactly.
+    assert np.all(np.diff(rmia[np.argsort(lr, kind="stable")]) > 0)
+    assert roc_auc_score(labels, rmia) == pytest.approx(roc_auc_score(labels, lr), abs=1e-12)
+
+
+def test_rmia_tie_break_stays_below_half_a_step_and_increases_with_the_log_ratio():
+    ratios = np.array([-1e6, -30.0, -1.0, 0.0, 1e-9, 1.0, 30.0, 1e6])
+    for m in (1, 7, 2000):
+        term = rmia_tie_break(ratios, m)
+        assert np.all(term >= 0) and np.all(term < 1 / (2 * m)) and np.all(np.diff(term) > 0)
+    # equal fractions are ordered by the ratio; different fractions keep their order
+    z = np.array([-1.0, 0.0, 1.0])
+    x = np.array([-0.5, -0.4, 0.9, 5.0, 50.0])
+    scores, fractions = rmia_scores(x, z), rmia_scores(x, z, tie_break=False)
+    assert fractions.tolist() == [1 / 3, 1 / 3, 2 / 3, 1.0, 1.0] and np.all(np.diff(scores) > 0)
+    np.testing.assert_array_equal(np.floor(scores * 3 + 1e-9), np.floor(fractions * 3 + 1e-9))
+    with pytest.raises(ValueError, match="n_population must be >= 1"):
+        rmia_tie_break(x, 0)
+
+
+def test_rmia_tpr_at_a_low_fpr_equals_the_log_ratios_when_every_pool_row_ties_at_one():
+    rng = np.random.default_rng(7)
+    z = rng.normal(0.0, 0.3, 2000)  # |Z| = 2,000 population log ratios
+    n = 1500
+    labels = np.repeat([1, 0], n)
+    x = z.max() + 0.1 + rng.exponential(1.0, 2 * n) + 0.5 * labels  # every pool row above the largest z
+    fractions = rmia_scores(x, z, tie_break=False)
+    assert np.all(fractions == 1.0)  # without the tie-break: one tie, no TPR at a low FPR to read
+    assert tpr_at_fpr_from_roc(roc(labels, fractions), 0.001) == 0.0
+    scores = rmia_scores(x, z)
+    assert np.all(scores > fractions)  # still higher = member, and above every tied fraction
+    for alpha in (0.001, 0.01, 0.1):
+        want = tpr_at_fpr_from_roc(roc(labels, x), alpha)
+        assert tpr_at_fpr_from_roc(roc(labels, scores), alpha) == want
+    assert tpr_at_fpr_from_roc(roc(labels, x), 0.001) > 0.0
+    assert roc_auc_score(labels, scores) == pytest.approx(roc_auc_score(labels, x), abs=1e-12)
 
 
 def test_rmia_per_token_likelihood_reads_token_logprobs_for_the_energy():

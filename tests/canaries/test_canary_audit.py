@@ -15,6 +15,7 @@ from mlflow_mia.canaries import Template, make_canaries
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.signals import MaskedLM, compute_signals
 from mlflow_mia.signals.testing import tiny_bert, tiny_bert_tokenizer
+from mlflow_mia.tracking.canary_log import gate_points
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +47,10 @@ def test_exposure_equals_a_brute_force_rank_over_the_full_space(digit_lm, canari
         space = [f"{i:03d}" for i in range(1000)]
         energy = compute_signals(digit_lm, [template.render(s) for s in space], config.signal_config(),
                                  progress=False).values
-        order = np.argsort(energy, kind="stable")
         for row in np.flatnonzero(np.array(canaries.template_ids) == template.id):
             own = energy[int(canaries.secrets[row])]
-            position = next(p for p, i in enumerate(order) if energy[i] == own)  # first of its ties
-            assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(position + 1))
+            rank = int(np.sum(energy <= own))  # every candidate at least as likely: ties count against the secret
+            assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(rank))
         assert result.exposures[template.id].exact
 
 
@@ -108,3 +108,55 @@ def test_the_bound_uses_the_sparse_grid_of_each_group(digit_lm, canaries):
     result = canary_audit(digit_lm, canaries, config=CanaryAuditConfig(bootstrap_rounds=0, n_candidates=100))
     for name, bound in result.bounds.items():
         assert bound.grid == sparse_guess_grid(bound.m)
+
+
+def test_a_tpr_at_an_fpr_the_excluded_canaries_cannot_resolve_is_nan_with_its_reason(digit_lm, canaries):
+    config = CanaryAuditConfig(bootstrap_rounds=50, n_candidates=100, fprs=(0.1, 0.01))
+    result = canary_audit(digit_lm, canaries, config=config)
+    for group, prefix in (("r1", "canary/r1"), ("r2", "canary/r2"), ("all", "canary")):
+        sel = np.ones(len(canaries), dtype=bool) if group == "all" else canaries.repetitions == int(group[1:])
+        n_excluded = int((~canaries.included[sel]).sum())  # units: one canary, whatever its repetitions
+        assert n_excluded < 100
+        key = f"{prefix}/tpr_at_fpr_0.01"
+        assert math.isnan(result.metrics[key]) and f"{key}_ci_low" not in result.metrics
+        assert result.unresolved[key] == f"{n_excluded} excluded canaries < 100 needed for FPR 0.01"
+        resolved = f"{prefix}/tpr_at_fpr_0.1"
+        if n_excluded >= 10:
+            assert resolved not in result.unresolved and math.isfinite(result.metrics[resolved])
+            assert result.metrics[f"{resolved}_ci_low"] <= result.metrics[resolved] <= result.metrics[
+                f"{resolved}_ci_high"]
+        else:
+            assert result.unresolved[resolved] == f"{n_excluded} excluded canaries < 10 needed for FPR 0.1"
+
+
+def test_sampled_exposure_headline_is_the_extrapolation_and_the_capped_rank_is_beside_it(digit_lm, canaries):
+    config = CanaryAuditConfig(n_candidates=20, bootstrap_rounds=0)
+    result = canary_audit(digit_lm, canaries, config=config)
+    res = result.exposures["record"]
+    assert not res.exact and res.resolution == pytest.approx(math.log2(21))
+    assert np.nanmax(result.exposure_rank) <= math.log2(21) + 1e-12  # 20 candidates resolve log2(21) bits
+    np.testing.assert_array_equal(result.exposure_capped, np.isclose(result.exposure_rank, math.log2(21)))
+    assert result.exposure_capped.any()  # some secret scored ahead of all 20 sampled candidates
+    finite = np.isfinite(result.exposure_extrapolated)
+    np.testing.assert_array_equal(result.exposure[finite], result.exposure_extrapolated[finite])
+    np.testing.assert_array_equal(result.exposure[~finite], result.exposure_rank[~finite])
+    for r in (1, 2):
+        inc = (canaries.repetitions == r) & canaries.included
+        m = result.metrics
+        assert m[f"canary/r{r}/exposure_mean"] == pytest.approx(result.exposure[inc].mean())
+        assert m[f"canary/r{r}/exposure_rank_mean"] == pytest.approx(result.exposure_rank[inc].mean())
+        assert m[f"canary/r{r}/exposure_rank_n_capped"] == result.exposure_capped[inc].sum()
+        assert m[f"canary/r{r}/exposure_n_extrapolated"] == finite[inc].sum()
+    points, _ = gate_points(result)  # the gate sees both means
+    assert [(p["value"], p["rank_value"], p["n_capped"]) for p in points] == [
+        (m[f"canary/r{r}/exposure_mean"], m[f"canary/r{r}/exposure_rank_mean"],
+         m[f"canary/r{r}/exposure_rank_n_capped"]) for r in (1, 2)]
+
+
+def test_exact_exposure_is_its_own_headline_and_never_capped(digit_lm, canaries):
+    result = canary_audit(digit_lm, canaries, config=CanaryAuditConfig(n_candidates=1000, bootstrap_rounds=0))
+    np.testing.assert_array_equal(result.exposure, result.exposure_rank)
+    assert not result.exposure_capped.any()
+    assert result.metrics["canary/r1/exposure_rank_n_capped"] == 0
+    assert result.metrics["canary/r1/exposure_n_extrapolated"] == 0
+    assert result.metrics["canary/r1/exposure_rank_mean"] == result.metrics["canary/r1/exposure_mean"]

@@ -24,6 +24,8 @@ def test_exposure_verdicts():
     res = gate.check([_expo(3.0, 4.2)], None, confidence=0.95)
     assert res.status == "inconclusive" and "upper bound 4.2" in res.message()
     assert gate.check([_expo(math.nan, math.nan)], None, confidence=0.95).status == "inconclusive"
+    nothing = gate.check([], None, confidence=0.95)  # no included secret-format canary: never a pass
+    assert nothing.status == "inconclusive" and "no included secret-format canary" in nothing.message()
 
 
 def test_epsilon_verdicts_and_the_audits_reach():
@@ -52,3 +54,31 @@ def test_bad_budgets():
         CanaryGate(max_exposure=1.0)
     with pytest.raises(ValueError, match="needs canaries inserted once"):
         CanaryGate(max_epsilon=1.0).check([], None, confidence=0.95)
+
+
+def _sampled(value, upper, rank_value, rank_upper, n_capped, r=16):
+    return {**_expo(value, upper, r=r), "rank_metric": f"canary/r{r}/exposure_rank_mean", "rank_value": rank_value,
+            "rank_upper": rank_upper, "n_capped": n_capped}
+
+
+def test_exposure_gate_decides_on_the_larger_of_the_headline_and_the_capped_rank_mean():
+    gate = CanaryGate(max_exposure=8.0)
+    # the extrapolation undershoots the capped ranks (a lower bound): the ranks alone prove the excess
+    res = gate.check([_sampled(7.0, 7.5, 9.2, 9.6, n_capped=30)], None, confidence=0.95)
+    assert res.status == "fail" and res.checks[0]["metric"] == "canary/r16/exposure_rank_mean"
+    assert res.checks[0]["value"] == 9.2 and res.checks[0]["headline"] == 7.0
+    assert "rank-based >= 9.200" in res.verdict() and "canary/r16/exposure_rank_mean = 9.200 exceeds" in res.message()
+    # the extrapolation above the budget fails, though the ranks (capped) are within it
+    res = gate.check([_sampled(12.4, 13.0, 7.9, 7.95, n_capped=40)], None, confidence=0.95)
+    assert res.status == "fail" and res.checks[0]["metric"] == "canary/r16/exposure_mean"
+    # a pass needs both upper bounds within the budget
+    assert gate.check([_sampled(6.0, 7.0, 6.5, 8.5, n_capped=0)], None, confidence=0.95).status == "inconclusive"
+    res = gate.check([_sampled(6.0, 7.0, 6.5, 7.5, n_capped=0)], None, confidence=0.95)
+    assert res.status == "pass" and res.checks[0]["bound"] == 7.5 and "rank-based 6.500" in res.verdict()
+
+
+def test_exposure_gate_text_prints_n_a_never_nan():
+    res = CanaryGate(max_exposure=4.0).check([_sampled(math.nan, math.nan, math.nan, math.nan, 0)], None,
+                                             confidence=0.95)
+    assert res.status == "inconclusive" and "nan" not in res.verdict() + res.message()
+    assert "= n/a bits" in res.verdict() and "no included secret-format canary" in res.message()

@@ -7,11 +7,18 @@ likelihood ratio of Mireshghallah et al. 2022), centred on its template's median
 (and over all canaries):
 
 - included vs excluded canaries: AUC and TPR at each FPR, with percentile bootstrap
-  intervals that resample canaries by inclusion bit (the unit: one canary);
-- exposure of the secret-format canaries (Carlini et al. 2019, Sec. 4): the rank of the
-  true secret among candidates of its format (every candidate when the space has at
-  most ``n_candidates`` secrets, else a uniform sample, plus the skew-normal
-  extrapolation of Sec. 4.3); mean and median over included and excluded canaries;
+  intervals that resample canaries by inclusion bit (the unit: one canary). A TPR at FPR
+  alpha needs ``ceil(1 / alpha)`` excluded canaries (units: r copies of one canary are
+  one unit), the rule of the membership audit
+  (:func:`~mlflow_mia.metrics.thresholds.unresolved_reason`): with fewer it is nan,
+  without interval, and :attr:`CanaryAuditResult.unresolved` says why;
+- exposure of the secret-format canaries (Carlini et al. 2019, Sec. 4; bits): the rank
+  of the true secret among candidates of its format, ties counted against it. Every
+  candidate is scored when the space has at most ``n_candidates`` secrets (exact rank,
+  the headline); else a uniform sample is scored, the headline is the skew-normal
+  extrapolation of Sec. 4.3, and the rank estimate, capped at the sample's resolution
+  ``log2(n_candidates + 1)`` (a lower bound where capped), is reported beside it
+  (:mod:`mlflow_mia.metrics.exposure`); mean and median over included and excluded canaries;
 - the one-run epsilon lower bound (Steinke, Nasr, Jagielski 2023) of the canaries with
   that r over the numbers of guesses of :func:`~mlflow_mia.metrics.one_run.sparse_guess_grid`
   (5 %, 20 % and 100 % of the canaries, fixed in advance); its unit is one canary, i.e. a group of r records. The canaries inserted once
@@ -30,6 +37,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,6 +47,7 @@ from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
 from mlflow_mia.metrics.exposure import ExposureResult, exposure
 from mlflow_mia.metrics.one_run import OneRunBound, one_run_audit, sparse_guess_grid
 from mlflow_mia.metrics.roc import RocResult, auc_statistic, roc, tpr_at_fpr_from_roc
+from mlflow_mia.metrics.thresholds import unresolved_reason
 from mlflow_mia.naming import fmt_alpha
 
 __all__ = ["CanaryAuditResult", "canary_audit", "candidate_secrets", "centre_by_template", "score_texts"]
@@ -54,8 +63,16 @@ class CanaryAuditResult:
     ----------
     metrics : dict of str to float
         ``canary/auc``, ``canary/r{r}/auc``, ``canary/r{r}/tpr_at_fpr_{alpha}`` (+ ``_ci_low``,
-        ``_ci_high``), ``canary/r{r}/exposure_mean`` (included secret-format canaries;
-        ``exposure_excluded_mean``, ``exposure_median``, ``exposure_extrapolated_mean``),
+        ``_ci_high``; nan without interval when unresolved), per repetition count (and over
+        all canaries, ``canary/...``) the headline exposure in bits:
+        ``exposure_mean`` (included secret-format canaries), ``exposure_median``,
+        ``exposure_upper`` (one-sided bootstrap bound of the mean),
+        ``exposure_excluded_mean``, ``exposure_extrapolated_mean`` (the skew-normal
+        estimate where candidates were sampled), ``exposure_n_extrapolated`` (included
+        canaries whose headline is that estimate); the rank-based exposure beside it:
+        ``exposure_rank_mean``, ``exposure_rank_upper`` and ``exposure_rank_n_capped``
+        (included canaries whose sampled estimate holds the cap ``log2(n_candidates + 1)``:
+        when above 0 the rank mean is a lower bound, shown ``>=``);
         ``canary/r{r}/epsilon_lower_bound`` (unit: one canary of r records) with
         ``epsilon_n_guesses``, ``epsilon_n_correct``, ``epsilon_max``, and the
         record-level ``canary/epsilon_lower_bound`` (the r = 1 canaries).
@@ -64,7 +81,14 @@ class CanaryAuditResult:
     scores : ndarray of shape (m,)
         Attack score of each canary (higher = more likely included).
     exposure : ndarray of shape (m,)
-        Exposure (bits) of each secret-format canary, nan for the others.
+        Headline exposure (bits) of each secret-format canary (:attr:`ExposureResult.headline`:
+        the exact rank's, or the skew-normal extrapolation with sampled candidates), nan
+        for the others.
+    exposure_rank : ndarray of shape (m,)
+        Rank-based exposure (bits): the exact rank's, or the sampled estimate capped at
+        ``log2(n_candidates + 1)``; nan for canaries that are not secret-format.
+    exposure_capped : ndarray of shape (m,), bool
+        Where ``exposure_rank`` holds the cap (a lower bound).
     exposure_extrapolated : ndarray of shape (m,)
     exposures : dict of str to ExposureResult
         By template id.
@@ -79,12 +103,17 @@ class CanaryAuditResult:
     models : dict
         ``{role: {"identity": ..., "name": ...}}``.
     warnings : list of str
+    unresolved : dict of str to str
+        Metric name (``canary/r{r}/tpr_at_fpr_{alpha}``) -> why it is nan (too few
+        excluded canaries to resolve that FPR).
     """
 
     metrics: dict
     table: object
     scores: np.ndarray
     exposure: np.ndarray
+    exposure_rank: np.ndarray
+    exposure_capped: np.ndarray
     exposure_extrapolated: np.ndarray
     exposures: dict
     bounds: dict
@@ -94,6 +123,7 @@ class CanaryAuditResult:
     counts: dict
     models: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
+    unresolved: dict = field(default_factory=dict)
 
     @property
     def record_level_epsilon(self) -> float:
@@ -133,13 +163,26 @@ def candidate_secrets(template, n_candidates: int, *, seed: int) -> tuple[list[s
     return ["".join(map(str, row)) for row in digits], False
 
 
-def _roc_metrics(prefix: str, bits, scores, config: CanaryAuditConfig, seed: int, out: dict) -> RocResult:
+def _roc_metrics(prefix: str, bits, scores, config: CanaryAuditConfig, seed: int, out: dict,
+                 unresolved: dict) -> RocResult:
+    """AUC and TPR at each FPR of included vs excluded canaries, with bootstrap intervals, into ``out``.
+
+    A TPR at FPR alpha read from fewer than ``ceil(1 / alpha)`` excluded canaries (one
+    canary = one unit, whatever its repetitions) is nan, gets no interval, and its reason
+    goes into ``unresolved``.
+    """
     result = roc(bits, scores)
     out[f"{prefix}/auc"] = result.auc
     stats = {"auc": auc_statistic}
+    n_excluded = int(np.count_nonzero(bits == 0))
     for alpha in config.fprs:
-        out[f"{prefix}/tpr_at_fpr_{fmt_alpha(alpha)}"] = tpr_at_fpr_from_roc(result, alpha)
-        stats[f"tpr_at_fpr_{fmt_alpha(alpha)}"] = tpr_at_fpr_statistic(alpha)
+        key = f"tpr_at_fpr_{fmt_alpha(alpha)}"
+        why = unresolved_reason(n_excluded, alpha, unit="excluded canaries")
+        if why:
+            out[f"{prefix}/{key}"], unresolved[f"{prefix}/{key}"] = math.nan, why
+            continue
+        out[f"{prefix}/{key}"] = tpr_at_fpr_from_roc(result, alpha)
+        stats[key] = tpr_at_fpr_statistic(alpha)
     if config.bootstrap_rounds and bits.min() != bits.max():
         cis = bootstrap_ci(bits, scores, statistics=stats, rounds=config.bootstrap_rounds,
                            confidence=config.confidence, seed=seed)
@@ -159,16 +202,33 @@ def _upper_mean(values: np.ndarray, *, rounds: int, confidence: float, seed: int
     return float(np.quantile(means, confidence))
 
 
+class _Exposures(NamedTuple):
+    """Per canary (shape (m,)): headline and rank-based exposure (bits), the cap flag, the skew-normal
+    estimate, whether the headline is that estimate; and the :class:`ExposureResult` of each template."""
+
+    headline: np.ndarray
+    rank_based: np.ndarray
+    capped: np.ndarray
+    extrapolated: np.ndarray
+    from_extrapolation: np.ndarray
+    by_template: dict
+
+
 def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAuditConfig, warnings: list,
                **run) -> tuple:
     """Exposure of every secret-format canary: candidates of each template scored under the target.
 
+    Returns an :class:`_Exposures`: arrays of shape (m,) (nan, or False, for canaries
+    without an exposure) and the :class:`ExposureResult` of each template.
+
     A template whose candidates all score the same (a tokenizer that maps every secret to
-    the same tokens, e.g. [UNK]) gets no exposure (nan) and a warning: with ties resolved
-    in the secret's favour it would read as the largest exposure, about nothing.
+    the same tokens, e.g. [UNK]) gets no exposure (nan) and a warning: with ties against
+    the secret it would read as 0 bits, and the skew-normal cannot be fitted; a number
+    about the tokenizer, not the model.
     """
     m = len(canaries)
-    values, extra, found = np.full(m, np.nan), np.full(m, np.nan), {}
+    out = _Exposures(headline=np.full(m, np.nan), rank_based=np.full(m, np.nan), capped=np.zeros(m, dtype=bool),
+                     extrapolated=np.full(m, np.nan), from_extrapolation=np.zeros(m, dtype=bool), by_template={})
     tids = np.array(canaries.template_ids)
     for i, template in enumerate(t for t in canaries.templates if t.is_secret_format):
         rows = np.flatnonzero((tids == template.id) & canaries.is_secret_format)
@@ -182,8 +242,10 @@ def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAu
                             "does not tell the secrets apart, e.g. digits read as [UNK]); no exposure for it")
             continue
         res: ExposureResult = exposure(signal[rows], cand, space_size=template.space_size, exact=exact)
-        values[rows], extra[rows], found[template.id] = res.exposure, res.extrapolated, res
-    return values, extra, found
+        out.headline[rows], out.rank_based[rows], out.capped[rows] = res.headline, res.exposure, res.capped
+        out.extrapolated[rows], out.from_extrapolation[rows] = res.extrapolated, res.headline_is_extrapolated
+        out.by_template[template.id] = res
+    return out
 
 
 def centre_by_template(scores: np.ndarray, template_ids) -> np.ndarray:
@@ -267,9 +329,10 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         models["reference"] = {"identity": reference.model_id, "name": reference.name}
     scores = centre_by_template(scores, canaries.template_ids)
     warnings: list = []
-    expo, extra, found = _exposures(target, canaries, signal, config, warnings, **run)
+    found = _exposures(target, canaries, signal, config, warnings, **run)
+    expo, ranked, capped, extra = found.headline, found.rank_based, found.capped, found.extrapolated
     secret = canaries.is_secret_format & np.isfinite(expo)
-    metrics, rows, bounds, rocs = {}, [], {}, {}
+    metrics, rows, bounds, rocs, unresolved = {}, [], {}, {}, {}
     for k, (name, sel) in enumerate(_groups(canaries)):
         prefix = f"canary/{name}"
         row = {"group": name, "n_canaries": int(sel.sum()), "n_included": int(bits[sel].sum())}
@@ -278,15 +341,19 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
                             "comparison or bound")
             rows.append(row)
             continue
-        rocs[name] = _roc_metrics(prefix, bits[sel], scores[sel], config, config.seed + k, metrics)
+        rocs[name] = _roc_metrics(prefix, bits[sel], scores[sel], config, config.seed + k, metrics, unresolved)
         inc, exc = sel & secret & (bits == 1), sel & secret & (bits == 0)
         if inc.any():
+            boot = {"rounds": config.bootstrap_rounds, "confidence": config.confidence, "seed": config.seed + k}
             metrics[f"{prefix}/exposure_mean"] = float(np.mean(expo[inc]))
             metrics[f"{prefix}/exposure_median"] = float(np.median(expo[inc]))
-            metrics[f"{prefix}/exposure_upper"] = _upper_mean(expo[inc], rounds=config.bootstrap_rounds,
-                                                              confidence=config.confidence, seed=config.seed + k)
+            metrics[f"{prefix}/exposure_upper"] = _upper_mean(expo[inc], **boot)
             metrics[f"{prefix}/exposure_extrapolated_mean"] = float(np.nanmean(extra[inc])) if np.isfinite(
                 extra[inc]).any() else math.nan
+            metrics[f"{prefix}/exposure_n_extrapolated"] = float(np.count_nonzero(found.from_extrapolation[inc]))
+            metrics[f"{prefix}/exposure_rank_mean"] = float(np.mean(ranked[inc]))
+            metrics[f"{prefix}/exposure_rank_upper"] = _upper_mean(ranked[inc], **boot)
+            metrics[f"{prefix}/exposure_rank_n_capped"] = float(np.count_nonzero(capped[inc]))
         if exc.any():
             metrics[f"{prefix}/exposure_excluded_mean"] = float(np.mean(expo[exc]))
         if name != "all":  # a bound's unit is one canary of r records: never mix repetition counts
@@ -302,6 +369,8 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         rows.append(row)
     for key in [k for k in metrics if k.startswith("canary/all/")]:
         metrics["canary/" + key[len("canary/all/"):]] = metrics.pop(key)
+    for key in [k for k in unresolved if k.startswith("canary/all/")]:
+        unresolved["canary/" + key[len("canary/all/"):]] = unresolved.pop(key)
     if "r1" in bounds:  # record level: a canary inserted once is one record
         for stat in ("epsilon_lower_bound", "epsilon_n_guesses", "epsilon_n_correct", "epsilon_max"):
             metrics[f"canary/{stat}"] = metrics[f"canary/r1/{stat}"]
@@ -309,5 +378,6 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         warnings.append("no canary inserted once (repetition count 1): no record-level epsilon bound")
     metrics.update({f"canary/{k}": float(v) for k, v in canaries.counts().items()})
     return CanaryAuditResult(metrics=metrics, table=pd.DataFrame(rows), scores=scores, exposure=expo,
-                             exposure_extrapolated=extra, exposures=found, bounds=bounds, rocs=rocs, attack=attack,
-                             config=config, counts=canaries.counts(), models=models, warnings=warnings)
+                             exposure_rank=ranked, exposure_capped=capped, exposure_extrapolated=extra,
+                             exposures=found.by_template, bounds=bounds, rocs=rocs, attack=attack, config=config,
+                             counts=canaries.counts(), models=models, warnings=warnings, unresolved=unresolved)
