@@ -15,10 +15,12 @@ from .bootstrap import (
 )
 from .epsilon import (
     EpsilonLowerBound,
+    GroupPrivacy,
     clopper_pearson_upper,
     epsilon_from_rates,
     epsilon_lower_bound,
     epsilon_lower_bound_from_counts,
+    group_privacy,
     max_certifiable_epsilon,
 )
 from .roc import RocResult, auc_statistic, roc, tpr_at_fpr, tpr_at_fpr_from_roc
@@ -60,5 +62,7 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
+    "GroupPrivacy",
+    "group_privacy",
     "max_certifiable_epsilon",
 ]
