@@ -19,12 +19,27 @@ For each deciding comparison, the interval of the mean paired difference ``b - a
   when the interval lies inside ``[-m, m]``, **not reproduced** when it lies wholly
   outside it, **not resolved** otherwise (two one-sided tests, the equivalence rule).
 
-A finding is reproduced when every deciding comparison is, not reproduced when any is
-not, and not resolved otherwise. A finding's guard can then overrule: "not resolved"
-when the comparison is unfair (e.g. two model sizes trained to different held-out
-losses, or a DP model that did not learn), "not reproduced" when an empirical epsilon
-lower bound exceeds the accountant's epsilon. With one seed (the quick size) the
-interval holds the pool error only, and the verdict backs no claim.
+A finding's check, when it has one, adds a verdict of its own to the comparisons' (the
+DP check below). A finding is reproduced when every deciding comparison and its check
+are, not reproduced when any is not, and not resolved otherwise. A finding's guard can
+then overrule: "not resolved" when the comparison is unfair (e.g. two model sizes
+trained to different held-out losses, or a DP model that did not learn). With one seed
+(the quick size) the interval holds the pool error only, and the verdict backs no claim.
+
+The DP check (:func:`dp_check_status`)
+-------------------------------------
+Membership was randomised per article, so an empirical epsilon lower bound is a DP check
+only with one trial per article (the ``user/`` reports) and only against a guarantee per
+article: the accountant's per-sentence (eps, delta) converted by group privacy to
+(k eps, k e^((k - 1) eps) delta), k the most sentences of one article in the DP target's
+training data (``dp/max_group_size``; :func:`mlflow_mia.metrics.epsilon.group_privacy`).
+The article-level bound and its ceiling (the largest bound the audit's trial counts could
+give) are recomputed at that delta from the run's logged rates (:func:`group_bound`). Per
+DP model: **inconsistent** ("not reproduced") when the bound exceeds k eps; **vacuous**
+("not resolved") when the converted delta is >= 1 (no guarantee per article) or the
+ceiling is below k eps (no audit of this size could contradict the accountant);
+**holds** ("reproduced") otherwise. The sentence-trial bound is shown as description
+only: sentence trials of one article are not independent.
 
 Paper figures are AUCs of Mireshghallah et al. (2022) for ClinicalBERT-Base on MIMIC-III
 with MIMIC non-members (sample level, long sequences unless the setting says otherwise).
@@ -42,9 +57,11 @@ import numpy as np
 
 from mlflow_mia.analyze.paired import paired_difference, seed_summary
 from mlflow_mia.analyze.plan import experiments, run_name
+from mlflow_mia.metrics.epsilon import epsilon_lower_bound_from_counts
+from mlflow_mia.metrics.group_privacy import group_privacy
 
 __all__ = ["FINDINGS", "VERDICTS", "Comparison", "Finding", "Setting", "combine_verdicts", "comparison_verdict",
-           "evaluate_finding", "finding_values", "setting_values"]
+           "dp_check_status", "evaluate_finding", "finding_values", "group_bound", "setting_values"]
 
 LR, LOSS = "likelihood_ratio", "loss"
 TPR = "tpr_at_fpr_0.01"
@@ -54,6 +71,8 @@ HELDOUT_TOLERANCE = 0.05  # nats per token a larger target may be worse than the
 EQUAL_MARGIN = 0.02  # AUC: "about as much" (the paper's Base vs Base++ differ by 0.006)
 METRICS = ("auc", "auc_ci_low", "auc_ci_high", TPR, f"{TPR}_ci_low", f"{TPR}_ci_high", "epsilon_lower_bound",
            "epsilon_lower_bound_max_certifiable")
+GROUP = "user/"  # prefix of the group-level reports: one trial per article, the unit whose membership was randomised
+AUDIT_CONFIDENCE = 0.95  # confidence of the suite's epsilon bounds (MetricConfig's default, which the suite keeps)
 NO_DP_FIGURE = "none: Mattern et al. Table 6 reports the neighbourhood attack only"
 
 
@@ -133,6 +152,9 @@ class Finding:
     guard : callable, optional
         ``guard(values) -> (verdict or None, str)``: overrules the verdict (None: keeps
         it) and adds a sentence; ``values[(label, attack)]`` is :func:`setting_values`.
+    check : callable, optional
+        ``check(values) -> (verdict, str)``: a deciding verdict besides the comparisons'
+        (combined with them by :func:`combine_verdicts`) and the numbers it rests on.
     """
 
     name: str
@@ -142,6 +164,7 @@ class Finding:
     settings: Callable
     comparisons: Callable
     guard: Callable | None = None
+    check: Callable | None = None
 
 
 def comparison_verdict(low: float, high: float, expect: str, margin: float = 0.0) -> str:
@@ -196,30 +219,164 @@ def _size_guard(v):
     return None, text
 
 
-def _dp_guard(v):
+def dp_check_status(bound: float, ceiling: float, *, group_epsilon: float, group_delta: float) -> str:
+    """One DP model's check: its article-level bound against the accountant's guarantee per article.
+
+    Parameters
+    ----------
+    bound : float
+        Article-level empirical epsilon lower bound (nats) at ``group_delta``, the
+        largest over attacks; NaN when not logged.
+    ceiling : float
+        The largest bound the audit's article counts could certify at ``group_delta``
+        (:func:`~mlflow_mia.metrics.epsilon.max_certifiable_epsilon`).
+    group_epsilon, group_delta : float
+        The accountant's (eps, delta) converted to articles
+        (:func:`~mlflow_mia.metrics.epsilon.group_privacy`); NaN epsilon: no accountant.
+
+    Returns
+    -------
+    str
+        ``"inconsistent"`` (the bound exceeds ``group_epsilon``: the accounting or the
+        training is wrong), ``"vacuous"`` (``group_delta >= 1``, or ``ceiling <
+        group_epsilon``: no audit of this size can contradict the accountant), ``"holds"``,
+        or ``"not checked"`` (no accountant's epsilon, group size or article-level bound).
+
+    Examples
+    --------
+    >>> dp_check_status(0.4, 3.1, group_epsilon=2.0, group_delta=1e-4)
+    'holds'
+    >>> dp_check_status(2.5, 3.1, group_epsilon=2.0, group_delta=1e-4)
+    'inconsistent'
+    >>> dp_check_status(0.0, 3.1, group_epsilon=10.0, group_delta=0.81)  # eps 1, 10 sentences per article
+    'vacuous'
+    >>> dp_check_status(math.nan, math.nan, group_epsilon=251.0, group_delta=math.inf)
+    'vacuous'
+    """
+    if math.isnan(group_epsilon) or math.isnan(group_delta):
+        return "not checked"
+    if group_delta >= 1.0:
+        return "vacuous"
+    if math.isnan(bound):
+        return "not checked"
+    if bound > group_epsilon:
+        return "inconsistent"
+    return "vacuous" if not ceiling >= group_epsilon else "holds"
+
+
+def group_bound(metrics: dict, attack: str, *, delta: float, confidence: float = AUDIT_CONFIDENCE):
+    """An attack's article-level epsilon lower bound and its ceiling, recomputed at ``delta`` from a run's metrics.
+
+    The audit logs the group-level bound at its own delta (1e-5); a guarantee per article
+    has the larger delta of group privacy, at which the bound and its ceiling are lower.
+    The counts are read back from the logged rates at the population thresholds.
+
+    Parameters
+    ----------
+    metrics : dict of str to float
+        ``run.data.metrics`` of one audit: ``user/n_members``, ``user/n_non_members``,
+        ``user/<attack>/recall_at_pop_fpr_<alpha>`` and
+        ``user/<attack>/achieved_fpr_at_pop_fpr_<alpha>`` for each alpha the bound used.
+    attack : str
+    delta : float in [0, 1)
+    confidence : float
+        Family-wise confidence of the bound (the audit's).
+
+    Returns
+    -------
+    (float, float)
+        The bound and the ceiling (nats), as
+        :func:`~mlflow_mia.metrics.epsilon.epsilon_lower_bound_from_counts` gives them;
+        NaN, NaN when a count or rate is missing or ``delta`` is not below 1.
+    """
+    base = f"{GROUP}{attack}/"
+    n1, n0 = metrics.get(f"{GROUP}n_members", NAN), metrics.get(f"{GROUP}n_non_members", NAN)
+    alphas = sorted(k[len(base) + len("recall_at_pop_fpr_"):] for k in metrics
+                    if k.startswith(base + "recall_at_pop_fpr_") and not k.endswith(("_ci_low", "_ci_high")))
+    rates = [(metrics[f"{base}recall_at_pop_fpr_{a}"], metrics.get(f"{base}achieved_fpr_at_pop_fpr_{a}", NAN))
+             for a in alphas]
+    values = [n1, n0, delta, *(x for pair in rates for x in pair)]
+    if not alphas or any(math.isnan(float(x)) for x in values) or not 0 <= delta < 1 or min(n1, n0) < 1:
+        return NAN, NAN
+    n1, n0 = int(round(n1)), int(round(n0))
+    tp = [int(round(recall * n1)) for recall, _ in rates]
+    fp = [int(round(fpr * n0)) for _, fpr in rates]
+    b = epsilon_lower_bound_from_counts(tp, fp, n_members=n1, n_non_members=n0, delta=delta, confidence=confidence)
+    return b.epsilon, b.max_certifiable
+
+
+def _max(*arrays) -> float:
+    """The largest non-NaN value of the arrays (NaN when none)."""
+    flat = np.concatenate([np.ravel(np.asarray(a, dtype=float)) for a in arrays])
+    flat = flat[~np.isnan(flat)]
+    return float(flat.max()) if flat.size else NAN
+
+
+def _delta_text(delta: float) -> str:
+    return ">= 1" if not delta < 1 else f"{delta:.2g}"
+
+
+def _dp_label_check(v, lab) -> tuple[str, str]:
+    """(status, text) of one DP setting over its seeds: each seed's run checked on its own, then combined."""
+    loss, lr = v[(lab, LOSS)], v[(lab, LR)]
+    bounds = np.fmax(loss["group_bound_at_group_delta"], lr["group_bound_at_group_delta"])
+    ceilings = np.fmax(loss["group_ceiling_at_group_delta"], lr["group_ceiling_at_group_delta"])
+    statuses = [dp_check_status(b, c, group_epsilon=e, group_delta=d)
+                for b, c, e, d in zip(bounds, ceilings, lr["dp_group_epsilon"], lr["dp_group_delta"])
+                if not (math.isnan(b) and math.isnan(e))]
+    if "inconsistent" in statuses:
+        status = "inconsistent"
+    elif statuses and all(x == "holds" for x in statuses):
+        status = "holds"
+    elif statuses and all(x in ("holds", "vacuous") for x in statuses):
+        status = "vacuous"
+    else:
+        status = "not checked"
+    eps, k = seed_summary(lr["dp_epsilon"])[0], _max(lr["dp_max_group_size"])
+    g_eps, g_delta = seed_summary(lr["dp_group_epsilon"])[0], _max(lr["dp_group_delta"])
+    logged = _max(loss["group_epsilon_lower_bound"], lr["group_epsilon_lower_bound"])
+    logged_ceiling = _max(loss["group_epsilon_lower_bound_max_certifiable"],
+                          lr["group_epsilon_lower_bound_max_certifiable"])
+    sample = _max(loss["epsilon_lower_bound"], lr["epsilon_lower_bound"])
+    per_article = (f"accountant's {eps:.2f} per sentence is ({g_eps:.2f}, delta {_delta_text(g_delta)}) per article "
+                   f"of up to {k:.0f} sentences")
+    if status == "not checked":
+        text = f"{lab}: no article-level bound, group size or accountant's epsilon logged: no DP check"
+    elif not g_delta < 1:
+        text = (f"{lab}: VACUOUS (not resolved): {per_article}, which guarantees nothing per article, so no audit "
+                f"can contradict it (article-level bound {logged:.2f}, ceiling {logged_ceiling:.2f} at delta "
+                f"{seed_summary(lr['dp_delta'])[0]:g})")
+    else:
+        bound, ceiling = _max(bounds), _max(ceilings)
+        head = f"{lab}: article-level bound {bound:.2f} (ceiling {ceiling:.2f}) vs {per_article}"
+        text = {"inconsistent": f"{head}: the bound exceeds {g_eps:.2f}",
+                "vacuous": f"{head}: VACUOUS (not resolved): this audit certifies at most {ceiling:.2f} per article",
+                "holds": f"{head}: holds"}[status]
+    return status, text + (f"; sentence-trial bound {sample:.2f} (descriptive: sentences of one article are not "
+                           "independent trials, not a DP check)" if not math.isnan(sample) else "")
+
+
+def _dp_check(v):
+    """The DP finding's check: every DP model's article-level bound against its accountant's epsilon per article."""
     labels = sorted({label for label, _ in v if label.startswith("eps ")})
-    parts, bad, idle = [], False, []
-    for lab in labels:
-        bounds = np.fmax(v[(lab, LOSS)]["epsilon_lower_bound"], v[(lab, LR)]["epsilon_lower_bound"])
-        dp = v[(lab, LR)]["dp_epsilon"]
-        bad |= bool(np.any(bounds > dp))
-        ceiling = np.nanmax(np.r_[v[(lab, LOSS)]["epsilon_lower_bound_max_certifiable"],
-                                  v[(lab, LR)]["epsilon_lower_bound_max_certifiable"], -np.inf])
-        known = dp[~np.isnan(dp)]
-        vacuous = (f" (VACUOUS: these trial counts certify at most {ceiling:.2f})"
-                   if known.size and ceiling < known.min() else "")
-        parts.append(f"{lab}: epsilon lower bound {np.nanmax(np.r_[bounds, 0.0]):.2f} vs accountant's "
-                     f"{seed_summary(dp)[0]:.2f}{vacuous}")
-    for lab in ["sigma 0", *labels]:
+    checked = [_dp_label_check(v, lab) for lab in labels]
+    statuses, text = [s for s, _ in checked], "; ".join(t for _, t in checked)
+    if "inconsistent" in statuses:
+        return "not reproduced", ("INCONSISTENT: an article-level epsilon lower bound exceeds the accountant's "
+                                  "epsilon converted to articles; " + text)
+    return ("reproduced" if statuses and all(s == "holds" for s in statuses) else "not resolved"), text
+
+
+def _dp_guard(v):
+    """"not resolved" when a DP model (or the sigma = 0 control) did not learn; an inconsistency stands regardless."""
+    idle = []
+    for lab in ["sigma 0", *sorted({label for label, _ in v if label.startswith("eps ")})]:
         loss, base = _mean(v, lab, LR, "heldout_loss"), _mean(v, lab, LR, "null_heldout_loss")
         if not loss < base:  # NaN (not logged) counts as "not shown to learn"
             idle.append(f"{lab} held-out loss {loss:.3f} >= base {base:.3f}")
-    text = "; ".join(parts)
-    if bad:
-        return "not reproduced", "INCONSISTENT: an empirical epsilon lower bound exceeds the accountant's epsilon; " + text
-    if idle:
-        return "not resolved", f"a DP-SGD model did not learn ({'; '.join(idle)}); {text}"
-    return None, text
+    if idle and _dp_check(v)[0] != "not reproduced":
+        return "not resolved", f"a DP-SGD model did not learn ({'; '.join(idle)})"
+    return None, ""
 
 
 def _dp_settings(size):
@@ -279,9 +436,10 @@ FINDINGS: tuple[Finding, ...] = (
             lambda size: (Comparison("energy", "pll"), Comparison("energy", "energy mean", decides=False),
                           Comparison("energy mean", "pll", decides=False))),
     Finding("dp_sgd", "DP-SGD lowers the attack's AUC and TPR at 1 % FPR below those of the same recipe without "
-            "noise; the empirical epsilon lower bound stays below the accountant's epsilon.",
+            "noise; the article-level empirical epsilon lower bound stays below the accountant's epsilon converted "
+            "to articles.",
             "Mattern et al. 2023, Table 6 (neighbourhood attack; DP recipe of Li et al. 2022)", (LOSS, LR),
-            _dp_settings, _dp_comparisons, _dp_guard),
+            _dp_settings, _dp_comparisons, _dp_guard, _dp_check),
 )
 
 
@@ -303,17 +461,40 @@ def setting_values(seed_metrics, prefix: str, attack: str, null_metrics=None) ->
     dict of str to numpy.ndarray of shape (n_seeds,)
         The :data:`METRICS` (``auc``, its 95 % interval, ``tpr_at_fpr_0.01`` and its
         interval, ``epsilon_lower_bound`` and ``epsilon_lower_bound_max_certifiable``),
-        ``heldout_loss`` (the target's ``heldout/loss``), ``dp_epsilon`` (``dp/epsilon``);
-        ``null_auc``, ``null_tpr_at_fpr_0.01`` and ``null_heldout_loss`` as 1-element
-        arrays. NaN where absent.
+        ``heldout_loss`` (the target's ``heldout/loss``), ``dp_epsilon`` and ``dp_delta``
+        (the accountant's, per training sentence: ``dp/epsilon``, ``dp/delta``),
+        ``dp_max_group_size`` (``dp/max_group_size``: sentences of the largest training
+        article), ``dp_group_epsilon`` and ``dp_group_delta`` (the guarantee per article,
+        :func:`~mlflow_mia.metrics.epsilon.group_privacy`); for the full pool and the
+        ``user/`` prefix: ``group_epsilon_lower_bound`` and
+        ``group_epsilon_lower_bound_max_certifiable`` (the article-level bound and its
+        ceiling as logged, at the audit's delta), ``group_bound_at_group_delta`` and
+        ``group_ceiling_at_group_delta`` (this attack's, recomputed at ``dp_group_delta``
+        by :func:`group_bound`; NaN where that delta is >= 1). ``null_auc``, ``null_auc_ci_low``,
+        ``null_auc_ci_high`` (the null run's 95 % interval), ``null_auc_permutation_p``
+        (its article-label permutation p-value), ``null_tpr_at_fpr_0.01`` and
+        ``null_heldout_loss`` as 1-element arrays. NaN where absent.
     """
     base = f"{prefix}{attack}/"
-    out = {k: np.array([float(m.get(base + k, NAN)) for m in seed_metrics]) for k in METRICS}
-    out["heldout_loss"] = np.array([float(m.get("heldout/loss", NAN)) for m in seed_metrics])
-    out["dp_epsilon"] = np.array([float(m.get("dp/epsilon", NAN)) for m in seed_metrics])
+    get = lambda key: np.array([float(m.get(key, NAN)) for m in seed_metrics])  # noqa: E731
+    out = {k: get(base + k) for k in METRICS}
+    out["heldout_loss"] = get("heldout/loss")
+    out["dp_epsilon"], out["dp_delta"], out["dp_max_group_size"] = get("dp/epsilon"), get("dp/delta"), \
+        get("dp/max_group_size")
+    converted = [group_privacy(e, d, group_size=int(k)) if np.isfinite([e, d, k]).all() and k >= 1 else None
+                 for e, d, k in zip(out["dp_epsilon"], out["dp_delta"], out["dp_max_group_size"])]
+    out["dp_group_epsilon"] = np.array([g.epsilon if g else NAN for g in converted])
+    out["dp_group_delta"] = np.array([g.delta if g else NAN for g in converted])
+    whole_pool = prefix in ("", GROUP)
+    for key in ("epsilon_lower_bound", "epsilon_lower_bound_max_certifiable"):
+        out[f"group_{key}"] = get(f"{GROUP}{attack}/{key}") if whole_pool else np.full(len(seed_metrics), NAN)
+    at_delta = [group_bound(m, attack, delta=g.delta) if whole_pool and g and g.delta < 1 else (NAN, NAN)
+                for m, g in zip(seed_metrics, converted)]
+    out["group_bound_at_group_delta"] = np.array([b for b, _ in at_delta], dtype=float)
+    out["group_ceiling_at_group_delta"] = np.array([c for _, c in at_delta], dtype=float)
     null = null_metrics or {}
-    out["null_auc"] = np.array([float(null.get(base + "auc", NAN))])
-    out[f"null_{TPR}"] = np.array([float(null.get(base + TPR, NAN))])
+    for key in ("auc", "auc_ci_low", "auc_ci_high", "auc_permutation_p", TPR):
+        out[f"null_{key}"] = np.array([float(null.get(base + key, NAN))])
     out["null_heldout_loss"] = np.array([float(null.get("heldout/loss", NAN))])
     return out
 
@@ -370,11 +551,11 @@ def evaluate_finding(finding, comparisons, values) -> tuple[str, str, list, str]
     verdict : str
         One of :data:`VERDICTS`, or ``"not run"`` when a setting has no finished run.
     why : str
-        Every comparison's difference and verdict, then the guard's note.
+        Every comparison's difference and verdict, then the check's and the guard's notes.
     rows : list of (Comparison, PairedDifference, str)
         Each comparison, its paired difference and its own verdict.
     guard : str
-        The guard's note ("" for none).
+        The check's and the guard's notes ("" for none).
     """
     if any(np.isnan(v["auc"]).all() for v in values.values()):
         return "not run", "a setting of this finding has no finished run", [], ""
@@ -382,11 +563,18 @@ def evaluate_finding(finding, comparisons, values) -> tuple[str, str, list, str]
     for c in comparisons:
         d = _difference(values, c)
         rows.append((c, d, comparison_verdict(d.low, d.high, c.expect, c.margin)))
-    verdict = combine_verdicts(v for c, _, v in rows if c.decides)
-    why = "; ".join(f"{c.text()}: {d.text()} {v if c.decides else '(shown, not deciding)'}" for c, d, v in rows)
-    note = ""
+    verdicts = [v for c, _, v in rows if c.decides]
+    notes = []
+    if finding.check is not None:
+        checked, check_note = finding.check(values)
+        verdicts.append(checked)
+        notes.append(check_note)
+    verdict = combine_verdicts(verdicts)
     if finding.guard is not None:
-        override, note = finding.guard(values)
+        override, guard_note = finding.guard(values)
         verdict = override or verdict
-        why = f"{why}; {note}" if note else why
-    return verdict, why, rows, note or ""
+        notes.append(guard_note)
+    note = "; ".join(n for n in notes if n)
+    why = "; ".join(f"{c.text()}: {d.text()} {v if c.decides else '(shown, not deciding)'}" for c, d, v in rows)
+    why = f"{why}; {note}" if note else why
+    return verdict, why, rows, note

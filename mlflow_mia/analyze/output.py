@@ -21,11 +21,27 @@ __all__ = ["differences_table", "findings_table", "log_findings", "render_findin
 
 
 def _epsilon_check(v: dict) -> str:
-    """How a bound compares with its run's accountant epsilon: vacuous, informative, or "" (nothing to compare)."""
-    ceiling, dp = seed_summary(v["epsilon_lower_bound_max_certifiable"])[0], seed_summary(v["dp_epsilon"])[0]
-    if math.isnan(dp) or math.isnan(ceiling):
+    """Whether the article-level bound can test its run's accountant, per article: vacuous, informative or "".
+
+    Vacuous when the accountant's epsilon converted to articles (group privacy) has a delta
+    >= 1 or lies above the largest bound the audit's article counts could certify at that
+    delta; "" when there is nothing to compare (no accountant, group size or article-level bound).
+    """
+    g_eps, g_delta = seed_summary(v["dp_group_epsilon"])[0], float(np.nanmax(np.r_[v["dp_group_delta"], -np.inf]))
+    if math.isnan(g_eps):
         return ""
-    return "vacuous" if ceiling < dp else "informative"
+    if not g_delta < 1:
+        return "vacuous"
+    ceiling = float(np.nanmax(np.r_[v["group_ceiling_at_group_delta"], -np.inf]))
+    if not math.isfinite(ceiling):
+        return ""
+    return "vacuous" if ceiling < g_eps else "informative"
+
+
+def _largest(values) -> float:
+    """The largest value over seeds (NaN when none is logged)."""
+    values = np.asarray(values, dtype=float)
+    return NAN if np.isnan(values).all() else float(np.nanmax(values))
 
 
 def _runs_text(v: dict) -> str:
@@ -43,10 +59,16 @@ def _row(finding, s, attack, v, verdict, why, guard, run_ids) -> dict:
             "null_auc": float(v["null_auc"][0]), f"null_{TPR}": float(v[f"null_{TPR}"][0]),
             "heldout_loss": seed_summary(v["heldout_loss"])[0],
             "null_heldout_loss": float(v["null_heldout_loss"][0]),
-            "epsilon_lower_bound": float(np.nanmax(np.r_[v["epsilon_lower_bound"], -np.inf]))
-            if not np.isnan(v["epsilon_lower_bound"]).all() else NAN,
+            "null_auc_ci_low": float(v["null_auc_ci_low"][0]), "null_auc_ci_high": float(v["null_auc_ci_high"][0]),
+            "null_auc_permutation_p": float(v["null_auc_permutation_p"][0]),
+            "epsilon_lower_bound": _largest(v["epsilon_lower_bound"]),
             "epsilon_lower_bound_max_certifiable": seed_summary(v["epsilon_lower_bound_max_certifiable"])[0],
-            "dp_epsilon": seed_summary(v["dp_epsilon"])[0], "epsilon_check": _epsilon_check(v),
+            "group_epsilon_lower_bound": _largest(v["group_epsilon_lower_bound"]),
+            "group_epsilon_lower_bound_max_certifiable":
+                seed_summary(v["group_epsilon_lower_bound_max_certifiable"])[0],
+            "dp_epsilon": seed_summary(v["dp_epsilon"])[0], "dp_max_group_size": _largest(v["dp_max_group_size"]),
+            "dp_group_epsilon": seed_summary(v["dp_group_epsilon"])[0], "dp_group_delta": _largest(v["dp_group_delta"]),
+            "epsilon_check": _epsilon_check(v),
             "paper": s.paper_figure(attack), "source": finding.source, "reproduced": verdict, "why": why,
             "guard": guard, "experiment": s.experiment, "run_id": run_ids}
 
@@ -72,13 +94,23 @@ def findings_table(runs: dict, size, findings=FINDINGS):
         article-level bootstrap, :func:`~mlflow_mia.analyze.paired.paired_difference`),
         ``auc_runs`` (each seed's AUC with its run's interval); ``tpr_at_fpr_0.01`` and
         ``tpr_sd``; ``null_auc`` and ``null_tpr_at_fpr_0.01`` (the floor: the setting's
-        base model audited as the target); ``heldout_loss`` and ``null_heldout_loss``
-        (nats per masked token on held-out in-domain text); ``epsilon_lower_bound`` (the
-        largest over seeds), ``epsilon_lower_bound_max_certifiable``, ``dp_epsilon``,
-        ``epsilon_check`` (``"vacuous"``, ``"informative"`` or ``""``), ``paper``,
+        base model audited as the target), ``null_auc_ci_low`` / ``null_auc_ci_high``
+        (the null run's 95 % article-level interval) and ``null_auc_permutation_p`` (its
+        article-label permutation p-value, two-sided: is the floor's distance from 0.5
+        more than chance?); ``heldout_loss`` and ``null_heldout_loss`` (nats per masked
+        token on held-out in-domain text); ``epsilon_lower_bound`` (sentence trials, the
+        largest over seeds: descriptive, not a DP check),
+        ``epsilon_lower_bound_max_certifiable``, ``group_epsilon_lower_bound`` and
+        ``group_epsilon_lower_bound_max_certifiable`` (one trial per article, the unit
+        whose membership was randomised; full-pool settings only), ``dp_epsilon`` (the
+        accountant's, per sentence), ``dp_max_group_size`` (k: sentences of the largest
+        training article), ``dp_group_epsilon`` and ``dp_group_delta`` (the guarantee
+        per article by group privacy), ``epsilon_check`` (``"vacuous"``,
+        ``"informative"`` or ``""``: can the article-level bound contradict the
+        guarantee per article?), ``paper``,
         ``source``, ``reproduced`` (reproduced / not reproduced / not resolved / not
         run), ``why`` (the paired differences the verdict rests on), ``guard`` (the
-        finding's guard note: held-out losses, epsilon bounds; "" for none), ``experiment``,
+        finding's check and guard notes: held-out losses, the DP check; "" for none), ``experiment``,
         ``run_id`` (the seeds' run ids, comma-separated).
     """
     import pandas as pd
@@ -137,6 +169,39 @@ def _heldout(row) -> str:
     return f"{_fmt(row['heldout_loss'])} ({null})" if null else _fmt(row["heldout_loss"])
 
 
+def _null(row) -> str:
+    """The null's AUC [its interval] p (permutation p-value) / its TPR: ``"0.460 [0.430, 0.490] p 0.080 / 0.012"``."""
+    if not _fmt(row.get("null_auc")):
+        return ""
+    ci = (f" [{_fmt(row['null_auc_ci_low'])}, {_fmt(row['null_auc_ci_high'])}]"
+          if _fmt(row.get("null_auc_ci_low")) else "")
+    p = f" p {_fmt(row['null_auc_permutation_p'])}" if _fmt(row.get("null_auc_permutation_p")) else ""
+    return f"{_fmt(row['null_auc'])}{ci}{p} / {_fmt(row.get('null_tpr_at_fpr_0.01'))}"
+
+
+def _bounds(row) -> str:
+    """Sentence-trial bound; article-level bound [ceiling]: ``"0.00; 0.00 [3.11]"``."""
+    text = _fmt(row.get("epsilon_lower_bound"), 2)
+    group = _fmt(row.get("group_epsilon_lower_bound"), 2)
+    if group:
+        ceiling = _fmt(row.get("group_epsilon_lower_bound_max_certifiable"), 2)
+        text += f"; {group}" + (f" [{ceiling}]" if ceiling else "")
+    return text
+
+
+def _dp_eps(row) -> str:
+    """The accountant's epsilon per sentence; per article (k, delta): ``"1.00; 251.00 (k 251, delta >= 1)"``."""
+    text = _fmt(row.get("dp_epsilon"), 2)
+    group = _fmt(row.get("dp_group_epsilon"), 2)
+    if text and group:
+        delta = row["dp_group_delta"]
+        delta = ">= 1" if not delta < 1 else f"{delta:.2g}"
+        text += f"; {group} (k {row['dp_max_group_size']:.0f}, delta {delta})"
+        if row.get("epsilon_check") == "vacuous":
+            text += ", vacuous"
+    return text
+
+
 def _difference_lines(diffs) -> list[str]:
     lines = ["| comparison (b - a) | metric | mean over seeds [95 % CI] | seeds | seed sd | pool se | verdict |",
              "|---|---|---|---|---|---|---|"]
@@ -185,8 +250,16 @@ def render_findings(table, findings, differences=None) -> str:
              "mlflow_mia/analyze/findings.py).",
              "AUC: mean ± sd over seeds, [95 % interval of the mean: seed spread and article-level bootstrap]; "
              "runs: each seed's AUC with its run's article-level interval. Null: the setting's base model audited "
-             "as the target (AUC / TPR at 1 % FPR), the floor. Held-out loss: nats per masked token on the "
+             "as the target, the floor: AUC [its run's 95 % article-level interval] p (article-label permutation "
+             "p-value, two-sided: how often shuffling the member labels of whole articles puts the AUC as far from "
+             "0.5) / TPR at 1 % FPR. Held-out loss: nats per masked token on the "
              "population sentences (in-domain, in no training set); in parentheses, the null's (its base model's).",
+             "Eps bound: the empirical epsilon lower bound (95 %, largest over seeds) from sentence trials, which is "
+             "descriptive only (membership was randomised per article, so sentence trials are not independent), "
+             "then from one trial per article with [the largest value the article counts could certify]. DP eps: "
+             "the accountant's per sentence, then per article by group privacy (k eps, k e^((k-1) eps) delta; "
+             "k the most sentences of one training article): the DP check compares the article-level bound with "
+             "this (mlflow_mia/analyze/findings.py).",
              ""]
     if not table.empty and table["n_seeds"].max() <= 1:
         lines += ["**One seed per setting** (the quick size): the intervals hold the article-level bootstrap only, "
@@ -199,14 +272,14 @@ def render_findings(table, findings, differences=None) -> str:
         first = rows.iloc[0]
         lines += [f"## {finding.name}: {finding.claim}", "",
                   f"Source: {finding.source}. Verdict: **{first['reproduced']}**: {first['why']}.", "",
-                  "| setting | attack | AUC | runs | TPR@1% FPR | null AUC / TPR | held-out loss | eps lower bound | "
-                  "DP eps | paper | run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| setting | attack | AUC | runs | TPR@1% FPR | null AUC [CI] p / TPR | held-out loss | "
+                  "eps bound: sentences; articles [ceiling] | DP eps: per sentence; per article | paper | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in rows.iterrows():
             ci = f" [{_fmt(r['auc_ci_low'])}, {_fmt(r['auc_ci_high'])}]" if _fmt(r["auc_ci_low"]) else ""
-            null = f"{_fmt(r['null_auc'])} / {_fmt(r['null_tpr_at_fpr_0.01'])}" if _fmt(r["null_auc"]) else ""
             lines.append(f"| {r['setting']} | {r['attack']} | {_pm(r['auc'], r['auc_sd'])}{ci} | {r['auc_runs']} | "
-                         f"{_pm(r['tpr_at_fpr_0.01'], r['tpr_sd'])} | {null} | {_heldout(r)} | "
-                         f"{_fmt(r['epsilon_lower_bound'], 2)} | {_fmt(r['dp_epsilon'], 2)} | {r['paper']} | "
+                         f"{_pm(r['tpr_at_fpr_0.01'], r['tpr_sd'])} | {_null(r)} | {_heldout(r)} | "
+                         f"{_bounds(r)} | {_dp_eps(r)} | {r['paper']} | "
                          f"{','.join(i[:8] for i in str(r['run_id']).split(',') if i)} |")
         lines.append("")
         if differences is not None and not differences[differences["finding"] == finding.name].empty:

@@ -16,6 +16,10 @@ of the size (once for an experiment that is not seeded: the nulls), in order:
    subsets the experiment asks for (length bins, paper Table 3) and the target's
    held-out loss (``heldout/loss``, nats per masked token on the population sentences:
    in-domain text in no model's training set; :func:`mlflow_mia.demo.train.heldout_loss`);
+   a DP target's run also gets the accountant's epsilon per sentence and per article
+   (``dp/epsilon``, ``dp/delta``, ``dp/max_group_size``, ``dp/group_epsilon``,
+   ``dp/group_delta``), and a null's run the article-label permutation p-value of each
+   AUC (``<prefix><attack>/auc_permutation_p``; :func:`_permutation_metrics`);
 3. the parent run gets ``tables/findings.csv`` (:func:`~mlflow_mia.analyze.output.findings_table`),
    ``tables/findings_differences.csv`` (the paired differences), one plot per finding
    (``plots/findings/<name>.png``), ``findings.md`` and a ``findings/<name>/reproduced``
@@ -34,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR
 from mlflow_mia.analyze.output import differences_table, findings_table
-from mlflow_mia.analyze.plan import ANALYSIS_SIZES, AnalysisSize, experiments_for, variants
+from mlflow_mia.analyze.plan import ANALYSIS_SIZES, AnalysisSize, experiments, experiments_for, variants
 from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
 from mlflow_mia.tracking.runs import finished_run
@@ -47,6 +51,7 @@ KEY_TAG = "mia.analyze.key"
 EXPERIMENT_TAG = "mia.analyze.experiment"
 SEED_TAG = "mia.analyze.seed"
 DEMO_ROLES = ("reference", "ood_reference", "base")
+PERMUTATION_ROUNDS = 1000  # article-label permutations behind each null AUC's p-value (resolution 1 / 1001)
 
 
 @dataclass
@@ -144,6 +149,7 @@ class _Suite:
                       "ood_reference": demo.ood_reference_uri, "base": demo.base_uri}
         self.trained: list[str] = []
         self.parent_id = None
+        self.nulls = {e.null for e in experiments(size).values() if e.null}
 
     def data(self, names: bool):
         """(pool, population) audited: plain, or every sentence with a name (:func:`~.variants.names_frames`)."""
@@ -223,14 +229,17 @@ class _Suite:
         return uri
 
     def dp_metrics(self, uri: str) -> dict:
-        """``dp/epsilon`` and ``dp/delta`` of a registered DP variant (from its version tags)."""
-        from mlflow_mia.analyze.variants import DP_TAGS
+        """``dp/epsilon`` and ``dp/delta`` of a registered DP variant (from its version tags), per sentence, and
+        per article (:func:`~mlflow_mia.analyze.variants.dp_group_metrics`: ``dp/max_group_size``,
+        ``dp/group_epsilon``, ``dp/group_delta``)."""
+        from mlflow_mia.analyze.variants import DP_TAGS, dp_group_metrics, dp_group_size
 
         registry = self.model(uri, "target").registry
         tags = (self.client.get_model_version(*registry).tags or {}) if registry else {}
         if DP_TAGS[0] not in tags:
             return {}
-        return {"dp/epsilon": float(tags[DP_TAGS[0]]), "dp/delta": float(tags[DP_TAGS[1]])}
+        epsilon, delta = float(tags[DP_TAGS[0]]), float(tags[DP_TAGS[1]])
+        return {"dp/epsilon": epsilon, "dp/delta": delta, **dp_group_metrics(epsilon, delta, dp_group_size(self.split))}
 
     def heldout(self, target) -> dict:
         """``heldout/loss`` (nats per masked token) and ``heldout/n_tokens`` of a target on the population."""
@@ -262,6 +271,59 @@ def _length_subsets(result, config) -> dict:
     return out
 
 
+def _permutation_metrics(result, config, subsets=(), *, rounds: int = PERMUTATION_ROUNDS, seed: int = 0) -> dict:
+    """``<prefix><attack>/auc_permutation_p``: each AUC of an audit against shuffled article labels.
+
+    Every sentence keeps its article's label (:func:`mlflow_mia.metrics.permutation.group_permutation_auc`);
+    the prefixes are the audit's own: ``""`` (sentences), ``user/`` (per-article mean scores)
+    and the length bins of ``subsets``. Only the p-values are returned: labels and scores
+    stay in memory.
+
+    Parameters
+    ----------
+    result : AuditResult
+    config : AuditConfig
+        Its ``metrics.length_bins`` define the length subsets.
+    subsets : tuple of str
+        The experiment's subsets (``"length"``).
+    rounds, seed : int
+
+    Returns
+    -------
+    dict of str to float
+        Two-sided p-values in ``[1 / (1 + rounds), 1]``.
+    """
+    import numpy as np
+
+    from mlflow_mia.metrics.aggregate import group_scores
+    from mlflow_mia.metrics.permutation import group_permutation_auc
+
+    samples = result.samples
+    y = samples["label"].to_numpy()
+    groups = samples["group"].to_numpy() if samples["group"].notna().all() else None
+    parts = {"": np.ones(len(y), dtype=bool)}
+    if "length" in subsets:
+        n_tokens = samples["n_tokens"].to_numpy()
+        for label, (lo, hi) in zip(("short", "long"), config.metrics.length_bins):
+            parts[f"len_{label}/"] = (n_tokens >= lo) & (n_tokens < hi)
+    out = {}
+    for attack in result.attacks:
+        score = samples[f"score_{attack}"].to_numpy(dtype=float)
+        for prefix, part in parts.items():
+            keep = part & np.isfinite(score)
+            if len(set(y[keep])) < 2:
+                continue
+            out[f"{prefix}{attack}/auc_permutation_p"] = group_permutation_auc(
+                y[keep], score[keep], groups=None if groups is None else groups[keep], rounds=rounds,
+                seed=seed).pvalue
+        if groups is not None:
+            keep = np.isfinite(score)
+            users = group_scores(y[keep], score[keep], groups[keep])
+            out[f"user/{attack}/auc_permutation_p"] = group_permutation_auc(users.y_true, users.y_score,
+                                                                            rounds=rounds, seed=seed).pvalue
+    return out
+
+
 def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) -> None:
     """Audit ``target`` on ``data`` (pool, population) against ``reference`` and log it all to ``run_id``."""
     import mlflow
@@ -280,6 +342,8 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
     extra = suite.heldout(target)
     if "length" in exp.subsets:
         extra.update(_length_subsets(result, config))
+    if exp.name in suite.nulls:
+        extra.update(_permutation_metrics(result, config, exp.subsets))
     mlflow.log_metrics(extra, run_id=run_id)
 
 
@@ -294,19 +358,27 @@ def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
     target_uri = suite.uri(exp.target, seed or 0)
     reference = suite.model(suite.uri(exp.reference, 0), "reference")
     target = suite.model(target_uri, "target")
-    key = record_digest({"experiment": asdict(exp), "seed": seed, "target": target.resolved_uri,
-                         "reference": reference.resolved_uri, "config": config.to_dict(), "size": asdict(suite.size),
-                         "data": suite.data_digest(*data)})
+    key = {"experiment": asdict(exp), "seed": seed, "target": target.resolved_uri,
+           "reference": reference.resolved_uri, "config": config.to_dict(), "size": asdict(suite.size),
+           "data": suite.data_digest(*data)}
+    if exp.name in suite.nulls:  # a null's run logs permutation p-values: one logged without them is not reused
+        key["permutation_rounds"] = PERMUTATION_ROUNDS
+    key = record_digest(key)
     found = finished_run(suite.client, KEY_TAG, key)
     name = seeded_name(exp.name, seed)
+    dp = suite.dp_metrics(target_uri) if exp.target.startswith("dp-") else {}
     if found is not None:
         log.info("analyze: %s already ran (run %s); reusing it", name, found.info.run_id)
-        return found.info.run_id, dict(found.data.metrics), True
+        metrics = dict(found.data.metrics)
+        missing = {k: v for k, v in dp.items() if k not in metrics}
+        if missing:  # a run logged before the metrics per article existed: they depend on the split only
+            mlflow.log_metrics(missing, run_id=found.info.run_id)
+            metrics.update(missing)
+        return found.info.run_id, metrics, True
     with mlflow_run(name, nested=True) as child:
         run_id = child.info.run_id
         mlflow.set_tags({EXPERIMENT_TAG: exp.name, SEED_TAG: "none" if seed is None else str(seed),
                          "mia.analyze.parent": suite.parent_id, KEY_TAG: key})
-        dp = suite.dp_metrics(target_uri) if exp.target.startswith("dp-") else {}
         if dp:
             mlflow.log_metrics(dp)
         _audit_into_run(suite, exp, data, target, reference, config, run_id)

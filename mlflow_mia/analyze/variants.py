@@ -34,8 +34,9 @@ import logging
 import math
 from dataclasses import asdict, replace
 
-__all__ = ["VARIANT_ALIAS", "VARIANT_KEY_TAG", "find_variant", "insert_names", "names_frames", "names_pool",
-           "train_variant", "training_settings", "variant_card", "variant_key", "variant_name"]
+__all__ = ["VARIANT_ALIAS", "VARIANT_KEY_TAG", "dp_group_metrics", "dp_group_size", "find_variant", "insert_names",
+           "names_frames", "names_pool", "train_variant", "training_settings", "variant_card", "variant_key",
+           "variant_name"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,51 @@ def names_pool(pool, target_train, *, seed: int = NAMES_SEED, label_column: str 
     return names_frames(pool, empty, target_train, seed=seed, label_column=label_column)[0]
 
 
+def dp_group_size(split) -> int:
+    """The most training records of one article in a DP variant's training data: k of group privacy.
+
+    A DP variant trains on ``split.target_train``, one record per sentence, and membership
+    was decided per article, so a guarantee per article must cover the largest one.
+
+    Parameters
+    ----------
+    split : mlflow_mia.demo.bbc.DemoSplit
+
+    Returns
+    -------
+    int
+        Sentences of the member article with the most sentences (the default demo: 251).
+    """
+    return int(split.target_train.groupby("article_id").size().max())
+
+
+def dp_group_metrics(epsilon: float, delta: float, group_size: int) -> dict[str, float]:
+    """The DP metrics per article: ``dp/max_group_size``, ``dp/group_epsilon``, ``dp/group_delta``.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The accountant's per-record (sentence) guarantee; an infinite epsilon (no noise)
+        gives the group size only.
+    group_size : int
+        :func:`dp_group_size`.
+
+    Returns
+    -------
+    dict of str to float
+        ``dp/group_epsilon`` (nats) and ``dp/group_delta`` by group privacy
+        (:func:`mlflow_mia.metrics.epsilon.group_privacy`: k eps, k e^((k - 1) eps) delta);
+        ``dp/group_delta`` is capped at 1 (a delta of 1 or more guarantees nothing).
+    """
+    from mlflow_mia.metrics.group_privacy import group_privacy
+
+    out = {"dp/max_group_size": float(group_size)}
+    if math.isfinite(epsilon):
+        g = group_privacy(epsilon, delta, group_size=int(group_size))
+        out.update({"dp/group_epsilon": g.epsilon, "dp/group_delta": min(g.delta, 1.0)})
+    return out
+
+
 def variant_name(prefix: str, variant) -> str:
     """Registered name of a variant: ``<prefix>analyze-<name>``."""
     return f"{prefix}analyze-{variant.name}"
@@ -228,7 +274,8 @@ def train_variant(variant, start_lm, split, settings: dict, demo_size, *, progre
     Returns
     -------
     (transformers model, dict of str to float)
-        The trained model and the metrics to log (``dp/epsilon`` and ``dp/delta`` for DP).
+        The trained model and the metrics to log (for DP: ``dp/epsilon`` and ``dp/delta``
+        per sentence, and per article :func:`dp_group_metrics`).
     """
     import mlflow
 
@@ -255,6 +302,7 @@ def train_variant(variant, start_lm, split, settings: dict, demo_size, *, progre
                               desc=f"target, DP-SGD ({variant.name})")
             mlflow.log_params(dp.to_params())
             metrics.update(dp.metrics())
+            metrics.update(dp_group_metrics(dp.epsilon, dp.delta, dp_group_size(split)))
             result = dp.train
         else:
             result = train_mlm(model, tokenizer, texts, finetune, progress=progress, desc=f"{variant.name}")

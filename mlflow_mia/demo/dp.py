@@ -6,8 +6,11 @@ sampled batches, each sample's gradient clipped to ``max_grad_norm`` and Gaussia
 added, the noise level chosen by opacus so that the planned training spends at most
 ``target_epsilon`` at ``delta`` (``PrivacyEngine.make_private_with_epsilon``). It
 returns the accountant's epsilon actually spent, to log as ``dp/epsilon`` and
-``dp/delta`` next to the audit's empirical lower bound
-(``{attack}/epsilon_lower_bound``), which must stay below it.
+``dp/delta``. That guarantee is per training text (one sentence): where membership was
+decided per group of texts (an article), the audit's group-level bound
+(``user/{attack}/epsilon_lower_bound``) must stay below the guarantee per group, which
+group privacy gives (:func:`mlflow_mia.metrics.epsilon.group_privacy`,
+:func:`mlflow_mia.analyze.variants.dp_group_metrics`).
 
 Differences from :func:`~mlflow_mia.demo.train.train_mlm`, all required by DP-SGD:
 

@@ -21,6 +21,7 @@ from .epsilon import (
     epsilon_lower_bound_from_counts,
     max_certifiable_epsilon,
 )
+from .group_privacy import GroupPrivacy, group_privacy
 from .paired import PairedComparison, claim_verdict, paired_bootstrap
 from .roc import RocResult, auc_statistic, roc, tpr_at_fpr, tpr_at_fpr_from_roc
 from .thresholds import (
@@ -61,6 +62,8 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "epsilon_lower_bound_from_counts",
+    "GroupPrivacy",
+    "group_privacy",
     "max_certifiable_epsilon",
     "PairedComparison",
     "paired_bootstrap",

@@ -26,7 +26,8 @@ best, and only independently included records (e.g. canaries) give a
 record-level bound. With ``n`` trials per class no outcome can certify more than
 about ``log(n / log(1 / beta'))`` (:func:`max_certifiable_epsilon`), so a check
 "bound <= accountant's epsilon" cannot fail when that ceiling is below the
-accountant's epsilon.
+accountant's epsilon. A DP check compares like with like: a group-level bound
+against the record-level guarantee converted to groups (:func:`group_privacy`).
 
 References
 ----------
@@ -40,6 +41,9 @@ References
    Differential Privacy", ICML 2015.
 .. [4] C. J. Clopper and E. S. Pearson, "The use of confidence or fiducial
    limits illustrated in the case of the binomial", Biometrika 26(4), 1934.
+.. [5] C. Dwork and A. Roth, "The Algorithmic Foundations of Differential
+   Privacy", Foundations and Trends in Theoretical Computer Science 9(3-4),
+   2014, Sec. 2.3, Theorem 2.2 (group privacy).
 """
 
 from __future__ import annotations

@@ -1,5 +1,16 @@
-"""Label-permutation null of the spread of prompt M-MEMs: is "prompt sensitivity" above chance?
+"""Label-permutation nulls: of the spread of prompt M-MEMs, and of a membership AUC with labels per group.
 
+**Is a membership AUC off 0.5 by more than chance?** (:func:`group_permutation_auc`).
+When membership was decided per article, the member and non-member articles are one
+draw of a random split; an AUC can sit off 0.5 because the two sets of articles differ
+(e.g. a null target that saw no pool text still scores 0.46), not because a model
+memorised them. The test shuffles the member / non-member labels *of whole articles*
+(every sentence of an article keeps its article's label, so the dependence between
+sentences of one article is kept), recomputes the AUC, and reports the two-sided
+p-value ``(1 + #{|AUC_perm - 0.5| >= |AUC - 0.5|}) / (1 + rounds)``: how often a random
+article split puts the AUC as far from 0.5 as observed.
+
+**Is "prompt sensitivity" above chance?** (:func:`prompt_spread_null`).
 Xia et al. (2025) call a model prompt-sensitive when its prompts' M-MEM (the AUC of
 in-sample vs out-of-sample names under a prompt, :mod:`mlflow_mia.metrics.prompts`)
 spread widely: the gap ``max - min`` and the standard deviation over prompts. With a few
@@ -16,9 +27,9 @@ prompt, the observed gap is one draw from this distribution. Reported: the null'
 ``(1 + #{null >= observed}) / (1 + rounds)`` (Phipson and Smyth 2010).
 
 Vectorised: an AUC is ``(sum of the positives' ranks - n1 (n1 + 1) / 2) / (n1 n0)`` with
-mid-ranks for ties (Mann-Whitney), and the ranks of a prompt's confidences do not depend
-on the labels. So every prompt's ranks are computed once, and all permutations' AUCs are
-one matrix product ``labels (rounds, n_names) @ ranks.T (n_names, n_prompts)``.
+mid-ranks for ties (Mann-Whitney), and the ranks of the scores do not depend on the
+labels. So the ranks are computed once, and all permutations' AUCs are one matrix
+product ``labels (rounds, n) @ ranks``.
 
 References
 ----------
@@ -27,6 +38,8 @@ References
    prompt performance, Sect. 5).
 .. [2] B. Phipson and G. K. Smyth, "Permutation P-values Should Never Be Zero",
    Stat. Appl. Genet. Mol. Biol. 9(1), 2010.
+.. [3] P. Good, "Permutation, Parametric and Bootstrap Tests of Hypotheses", 3rd ed.,
+   Springer 2005, Sec. 3 (permuting the units that were randomised).
 """
 
 from __future__ import annotations
@@ -38,7 +51,8 @@ from scipy.stats import rankdata
 
 from .validation import check_labels
 
-__all__ = ["PromptSpreadNull", "prompt_spread_null", "permuted_prompt_mmem"]
+__all__ = ["AucPermutation", "PromptSpreadNull", "group_permutation_auc", "prompt_spread_null",
+           "permuted_prompt_mmem"]
 
 
 @dataclass(frozen=True)
@@ -165,3 +179,111 @@ def prompt_spread_null(y_true, conf, *, rounds: int = 1000, quantile: float = 0.
                             gap_pvalue=float((1 + np.sum(gaps >= gap - eps)) / (1 + rounds)),
                             std_pvalue=float((1 + np.sum(stds >= std - eps)) / (1 + rounds)),
                             rounds=rounds, quantile=quantile)
+
+
+@dataclass(frozen=True)
+class AucPermutation:
+    """An AUC and its group-label permutation p-value (:func:`group_permutation_auc`).
+
+    Attributes
+    ----------
+    auc : float
+        Observed AUC (ties count one half).
+    pvalue : float
+        Two-sided: ``(1 + #{|AUC_perm - 0.5| >= |auc - 0.5|}) / (1 + rounds)``, in
+        ``[1 / (1 + rounds), 1]``.
+    rounds : int
+    n_member_groups, n_non_member_groups : int
+        The units whose labels were shuffled.
+    """
+
+    auc: float
+    pvalue: float
+    rounds: int
+    n_member_groups: int
+    n_non_member_groups: int
+
+
+def group_permutation_auc(y_true, y_score, *, groups=None, rounds: int = 1000, seed: int = 0,
+                          chunk: int = 250) -> AucPermutation:
+    """AUC of ``y_score`` against ``y_true`` and its p-value under shuffled group labels.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,), 0/1
+        1 = member; constant within each group.
+    y_score : array-like of shape (n_samples,), float
+        Attack scores, higher = member; finite.
+    groups : array-like of shape (n_samples,), optional
+        Group (article) of each sample: the labels of whole groups are shuffled, the
+        number of member groups kept. None: each sample is its own group (a plain
+        label permutation, e.g. for per-article scores).
+    rounds : int
+        Permutations, >= 1.
+    seed : int
+        Seed of the permutations.
+    chunk : int
+        Permutations per matrix product (memory: ``chunk * n_samples`` floats).
+
+    Returns
+    -------
+    AucPermutation
+
+    Raises
+    ------
+    ValueError
+        Lengths differ, a score is not finite, one class only, a group holds both
+        labels, or ``rounds < 1``.
+
+    Notes
+    -----
+    Under the null hypothesis that the scores do not depend on which articles were
+    members, every assignment of the member labels to the articles is equally likely,
+    so the observed AUC is one draw from the permutation distribution (exact up to
+    the Monte Carlo error of ``rounds`` draws). With groups of unequal size the number
+    of member samples varies from one permutation to the next; each AUC uses its own.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> groups = np.repeat(np.arange(40), 5)
+    >>> y = (groups < 20).astype(int)
+    >>> group_permutation_auc(y, rng.normal(size=200), groups=groups, rounds=200).pvalue > 0.05
+    True
+    >>> group_permutation_auc(y, rng.normal(size=200) + y, groups=groups, rounds=200).pvalue
+    0.004975124378109453
+    """
+    y = check_labels(y_true)
+    score = np.asarray(y_score, dtype=np.float64)
+    if score.shape != y.shape:
+        raise ValueError(f"y_score must have shape {y.shape}, got {score.shape}")
+    if not np.isfinite(score).all():
+        raise ValueError("y_score holds NaN or infinite scores")
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    codes = np.arange(y.size) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+    if codes.shape != y.shape:
+        raise ValueError(f"groups must have shape {y.shape}, got {np.shape(groups)}")
+    n_groups = int(codes.max()) + 1
+    group_label = np.zeros(n_groups, dtype=np.int64)
+    group_label[codes] = y
+    if np.any(group_label[codes] != y):
+        raise ValueError("a group holds members and non-members: labels must be constant within each group")
+    n1 = int(group_label.sum())
+    if n1 == 0 or n1 == n_groups:
+        raise ValueError("the AUC needs members (1) and non-members (0); got one class only")
+    ranks = rankdata(score)  # mid-ranks: ties count one half
+
+    def aucs(labels):  # labels: (r, n_samples) 0/1
+        pos = labels.sum(axis=1)
+        return (labels @ ranks - pos * (pos + 1) / 2) / (pos * (y.size - pos))
+
+    observed = float(aucs(y[None, :].astype(np.float64))[0])
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    for start in range(0, rounds, chunk):
+        shuffled = rng.permuted(np.tile(group_label, (min(chunk, rounds - start), 1)), axis=1)
+        null = aucs(shuffled[:, codes].astype(np.float64))
+        extreme += int(np.sum(np.abs(null - 0.5) >= abs(observed - 0.5) - 1e-12))  # ties with observed count
+    return AucPermutation(auc=observed, pvalue=(1 + extreme) / (1 + rounds), rounds=rounds, n_member_groups=n1,
+                          n_non_member_groups=n_groups - n1)

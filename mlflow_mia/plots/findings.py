@@ -15,6 +15,23 @@ def _paper_auc(text) -> float:
     return float(match.group(1)) if match else math.nan
 
 
+def _per_article_panel(ax, x, first) -> None:
+    """The accountant's epsilon per article (group privacy) as black ticks; off-scale ones written at the top."""
+    import numpy as np
+
+    eps = first["dp_group_epsilon"].to_numpy(float)
+    ceiling = first["group_epsilon_lower_bound_max_certifiable"].to_numpy(float)
+    top = 1.25 * np.nanmax(np.r_[ceiling, first["group_epsilon_lower_bound"].to_numpy(float), 1.0])
+    shown = np.where(eps <= top, eps, np.nan)
+    ax.scatter(x, shown, marker="_", s=600, color="black", label="accountant's epsilon per article")
+    for xi, e, d in zip(x, eps, first["dp_group_delta"].to_numpy(float)):
+        if np.isfinite(e) and (e > top or not d < 1):
+            note = f"{e:.0f} per article" + (", delta >= 1" if not d < 1 else "")
+            ax.annotate(note, (xi, top), ha="center", va="top", fontsize=7, rotation=90)
+    ax.set(ylim=(0, top), ylabel="epsilon",
+           title="article-level bound vs DP epsilon per article")
+
+
 def plot_finding(rows, *, title: str):
     """AUC (mean over seeds; error bars: 95 % CI of the mean; hollow diamonds: the paper's AUC; black
     ticks: the null target's value, the floor) and TPR at 1 % FPR by setting and attack.
@@ -26,7 +43,10 @@ def plot_finding(rows, *, title: str):
         ``setting``, ``attack``, ``auc``, ``auc_ci_low``, ``auc_ci_high``,
         ``tpr_at_fpr_0.01``, ``paper``, and optionally ``null_auc`` and
         ``null_tpr_at_fpr_0.01`` (drawn as the floor); with ``dp_epsilon`` values a third panel shows the
-        empirical epsilon lower bound against the accountant's epsilon).
+        empirical epsilon lower bound against the accountant's epsilon: with ``dp_group_epsilon`` the
+        article-level bound (``group_epsilon_lower_bound``, grey tick: its ceiling) against the epsilon per
+        article (written above the panel when it is off the scale), else the bound in ``epsilon_lower_bound``
+        (e.g. the canaries' record-level one) against ``dp_epsilon``).
     title : str
 
     Returns
@@ -42,6 +62,8 @@ def plot_finding(rows, *, title: str):
     settings = list(dict.fromkeys(rows["setting"]))
     attacks = list(dict.fromkeys(rows["attack"]))
     dp = rows["dp_epsilon"].notna().any()
+    per_article = dp and "dp_group_epsilon" in rows and rows["dp_group_epsilon"].notna().any()
+    bound_column = "group_epsilon_lower_bound" if per_article else "epsilon_lower_bound"
     fig = Figure(figsize=(4.6 * (3 if dp else 2), 4.0), layout="constrained")
     axes = fig.subplots(1, 3 if dp else 2, squeeze=False)[0]
     x = np.arange(len(settings))
@@ -63,14 +85,22 @@ def plot_finding(rows, *, title: str):
                 ax.scatter(offset, sub[column].to_numpy(float), marker="_", s=300, color="black", zorder=4,
                            label="null target" if (i == 0 and ax is axes[0]) else None)
         if dp:
-            axes[2].bar(offset, sub["epsilon_lower_bound"].to_numpy(float), width, color=color)
+            axes[2].bar(offset, sub[bound_column].to_numpy(float), width, color=color)
+            if per_article:
+                axes[2].scatter(offset, sub["group_epsilon_lower_bound_max_certifiable"].to_numpy(float),
+                                marker="_", s=200, color="0.5", zorder=3,
+                                label="ceiling (largest certifiable)" if i == 0 else None)
     axes[0].axhline(0.5, color="0.4", linestyle="--", linewidth=1)
     axes[0].set(ylim=(0, 1.05), ylabel="AUC", title="AUC, mean over seeds (95 % CI)")
     axes[1].set(ylabel="TPR", title="TPR at 1 % FPR")
     if dp:
-        eps = rows.drop_duplicates("setting").set_index("setting").reindex(settings)["dp_epsilon"].to_numpy(float)
-        axes[2].scatter(x, eps, marker="_", s=600, color="black", label="accountant's epsilon")
-        axes[2].set(ylabel="epsilon", title="empirical lower bound vs DP epsilon")
+        first = rows.drop_duplicates("setting").set_index("setting").reindex(settings)
+        if per_article:
+            _per_article_panel(axes[2], x, first)
+        else:
+            eps = first["dp_epsilon"].to_numpy(float)
+            axes[2].scatter(x, eps, marker="_", s=600, color="black", label="accountant's epsilon")
+            axes[2].set(ylabel="epsilon", title="empirical lower bound vs DP epsilon")
         axes[2].legend(fontsize=8)
     for ax in axes:
         ax.set_xticks(x, settings)

@@ -15,10 +15,38 @@ from mlflow_mia.analyze.findings import combine_verdicts, comparison_verdict, se
 from mlflow_mia.analyze.output import differences_table, render_findings
 from mlflow_mia.analyze.paired import paired_difference, seed_summary
 from mlflow_mia.analyze.plan import experiments, experiments_for, run_name
+from mlflow_mia.metrics.epsilon import epsilon_lower_bound_from_counts
 from mlflow_mia.plots import plot_finding
 
 FULL, QUICK = ANALYSIS_SIZES["full"], ANALYSIS_SIZES["quick"]
 JITTER = (0.0, 0.004, -0.004)  # per-seed offsets: a small seed spread
+
+
+def _group(n=10 ** 8, *, tp=None, fp=None, alphas=(0.1, 0.01), delta=1e-5):
+    """Article-level (``user/``) metrics of both attacks as an audit logs them, from counts at the population thresholds.
+
+    Default: ``n`` member and ``n`` non-member articles and an attack that flags members no more often than
+    non-members (``tp = fp = alpha n``): a bound of 0 whose ceiling is large enough for any test epsilon.
+    """
+    tp = [round(a * n) for a in alphas] if tp is None else list(tp)
+    fp = [round(a * n) for a in alphas] if fp is None else list(fp)
+    bound = epsilon_lower_bound_from_counts(tp, fp, n_members=n, n_non_members=n, delta=delta)
+    out = {"user/n_members": n, "user/n_non_members": n}
+    for attack in ("loss", "likelihood_ratio"):
+        base = f"user/{attack}/"
+        out.update({base + "epsilon_lower_bound": bound.epsilon,
+                    base + "epsilon_lower_bound_max_certifiable": bound.max_certifiable})
+        for a, t, f in zip(alphas, tp, fp):
+            out.update({f"{base}recall_at_pop_fpr_{a:g}": t / n, f"{base}recall_at_pop_fpr_{a:g}_ci_low": 0.0,
+                        f"{base}achieved_fpr_at_pop_fpr_{a:g}": f / n})
+    return out
+
+
+def _dp(loss_auc, lr_auc, *, dp, k=2, group=None, **kw):
+    """A DP target's audit: sample-level metrics, the accountant's epsilon and delta, the largest article's size
+    and the article-level metrics (``_group()`` by default)."""
+    return {**_metrics(loss_auc, lr_auc, dp=dp, **kw), "dp/delta": 1e-5, "dp/max_group_size": k,
+            **(_group() if group is None else group)}
 
 
 def _metrics(loss_auc, lr_auc, *, prefix="", eps_lb=0.5, dp=None, tpr=0.1, width=0.008, ceiling=5.32, heldout=5.0):
@@ -52,11 +80,12 @@ SETTINGS = {  # experiment -> metrics at seed 0 (later seeds are shifted by JITT
     "name-insertion": lambda j: _metrics(0.45 + j, 0.95 + j),
     "larger-model": lambda j: _metrics(0.56 + j, 0.92 + j, heldout=4.9),
     "dp-sgd-sigma0": lambda j: _metrics(0.55 + j, 0.80 + j, tpr=0.15, heldout=5.2),
-    "dp-sgd-eps8": lambda j: _metrics(0.50, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01, heldout=5.4),
-    "dp-sgd-eps1": lambda j: _metrics(0.50, 0.50 + j, eps_lb=0.0, dp=0.99, tpr=0.01, heldout=5.5),
+    "dp-sgd-eps8": lambda j: _dp(0.50, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01, heldout=5.4),
+    "dp-sgd-eps1": lambda j: _dp(0.50, 0.50 + j, eps_lb=0.0, dp=0.99, tpr=0.01, heldout=5.5),
 }
 NULL = {**_metrics(0.5, 0.5, tpr=0.01, heldout=6.0), **_metrics(0.5, 0.5, prefix="len_short/"),
-        **_metrics(0.5, 0.5, prefix="len_long/"), **_metrics(0.5, 0.49, prefix="user/")}
+        **_metrics(0.5, 0.5, prefix="len_long/"), **_metrics(0.5, 0.49, prefix="user/"),
+        "likelihood_ratio/auc_permutation_p": 0.91, "loss/auc_permutation_p": 0.97}
 
 
 def _runs(size=FULL, **overrides):
@@ -210,26 +239,104 @@ def test_sizes_trained_to_different_held_out_losses_are_not_resolved():
         table[table["finding"] == "model_size"].iloc[0]["why"])
 
 
-def test_dp_guards_inconsistent_bounds_and_models_that_did_not_learn():
-    bad = findings_table(_runs(**{"dp-sgd-eps1": lambda j: _metrics(0.5, 0.5, eps_lb=1.5, dp=0.99, tpr=0.0,
-                                                                    heldout=5.5)}), FULL)
-    row = bad[bad["finding"] == "dp_sgd"].iloc[0]
+def _dp_row(**overrides):
+    table = findings_table(_runs(**overrides), FULL)
+    return table[table["finding"] == "dp_sgd"].iloc[0], table[table["finding"] == "dp_sgd"].set_index(
+        ["setting", "attack"])
+
+
+def test_a_sentence_trial_bound_above_the_per_sentence_epsilon_is_not_inconsistent():
+    # The sample-level (sentence-trial) bound 1.5 exceeds the accountant's 0.99 per sentence, but membership was
+    # randomised per article: the article-level bound (0) against 2 x 0.99 per article decides, and holds.
+    row, _ = _dp_row(**{"dp-sgd-eps1": lambda j: _dp(0.5, 0.5 + j, eps_lb=1.5, dp=0.99, tpr=0.01, heldout=5.5)})
+    assert row["reproduced"] == "reproduced" and "INCONSISTENT" not in row["why"]
+    assert ("eps 1: article-level bound 0.00 (ceiling 16.94) vs accountant's 0.99 per sentence is (1.98, delta 5.4e-05) "
+            "per article of up to 2 sentences: holds; sentence-trial bound 1.50 (descriptive: sentences of one article "
+            "are not independent trials, not a DP check)") in row["why"]
+
+
+def test_an_article_level_bound_above_the_epsilon_per_article_is_inconsistent():
+    # 100 articles a side; 95 and 90 of the members flagged, no non-member: the bound (about 3.0 at the converted
+    # delta) exceeds 2 x 0.99 = 1.98, which these counts could certify (ceiling 3.11).
+    leaky = _group(100, tp=[95, 90], fp=[0, 0])
+    row, _ = _dp_row(**{"dp-sgd-eps1": lambda j: _dp(0.5, 0.5 + j, eps_lb=0.0, dp=0.99, tpr=0.01, heldout=5.5,
+                                                    group=leaky)})
+    assert row["reproduced"] == "not reproduced"
+    assert row["why"].count("INCONSISTENT: an article-level epsilon lower bound exceeds the accountant's epsilon "
+                            "converted to articles") == 1
+    assert "eps 1: article-level bound 3.0" in row["why"] and ": the bound exceeds 1.98" in row["why"]
+    # A DP model that did not learn leaves a comparison unresolved, but not a contradiction.
+    row, _ = _dp_row(**{"dp-sgd-eps1": lambda j: _dp(0.5, 0.5 + j, eps_lb=0.0, dp=0.99, tpr=0.01, heldout=6.1,
+                                                    group=leaky)})
     assert row["reproduced"] == "not reproduced" and "INCONSISTENT" in row["why"]
-    idle = findings_table(_runs(**{"dp-sgd-eps8": lambda j: _metrics(0.5, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01,
-                                                                     heldout=6.1)}), FULL)
+
+
+def test_a_check_no_audit_of_this_size_can_fail_is_vacuous_never_holds():
+    # eps 8, 2 sentences per article: 15.8 per article, far above what 100 articles a side certify (about 3.1).
+    row, dp = _dp_row(**{"dp-sgd-eps8": lambda j: _dp(0.5, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01, heldout=5.4,
+                                                     group=_group(100))})
+    assert row["reproduced"] == "not resolved"
+    assert ("eps 8: article-level bound 0.00 (ceiling 3.05) vs accountant's 7.90 per sentence is (15.80, delta 0.054) "
+            "per article of up to 2 sentences: VACUOUS (not resolved): this audit certifies at most 3.05 per article"
+            ) in row["why"]
+    assert dp.loc[("eps 8", "likelihood_ratio"), "epsilon_check"] == "vacuous"
+    assert dp.loc[("eps 1", "likelihood_ratio"), "epsilon_check"] == "informative"
+    assert dp.loc[("non-private", "likelihood_ratio"), "epsilon_check"] == ""
+    assert dp.loc[("eps 8", "likelihood_ratio"), "dp_group_epsilon"] == pytest.approx(15.8)
+
+
+@pytest.mark.parametrize("k, delta_text", [(10, "0.81"), (251, ">= 1")])
+def test_group_privacy_with_large_articles_guarantees_little_or_nothing(k, delta_text):
+    # eps 1 per sentence, 10 sentences per article: (10, 0.81)-DP per article, which 100 articles cannot test;
+    # 251 sentences (the default demo's largest member article): delta >= 1, no guarantee per article at all.
+    row, dp = _dp_row(**{"dp-sgd-eps1": lambda j: _dp(0.5, 0.5 + j, eps_lb=0.0, dp=1.0, tpr=0.01, heldout=5.5, k=k,
+                                                     group=_group(100))})
+    eps1 = row["guard"].split("; eps 8:")[0]  # the check's note on eps 1
+    assert row["reproduced"] == "not resolved" and eps1.startswith("eps 1: ") and "holds" not in eps1
+    assert f"accountant's 1.00 per sentence is ({k:.2f}, delta {delta_text}) per article of up to {k} sentences" \
+        in eps1
+    assert "VACUOUS (not resolved)" in eps1 and eps1 in row["why"]
+    if k == 251:
+        assert "which guarantees nothing per article, so no audit can contradict it" in row["why"]
+        rows = dp.reset_index()
+        texts = [t.get_text() for t in plot_finding(rows, title="dp").axes[2].texts]
+        assert texts == ["251 per article, delta >= 1"]  # off the scale: written, not drawn
+    assert dp.loc[("eps 1", "likelihood_ratio"), "epsilon_check"] == "vacuous"
+
+
+def test_without_article_level_numbers_there_is_no_dp_check():
+    row, _ = _dp_row(**{"dp-sgd-eps1": lambda j: _metrics(0.5, 0.5 + j, eps_lb=0.0, dp=0.99, tpr=0.01,
+                                                         heldout=5.5)})
+    assert row["reproduced"] == "not resolved"
+    assert "eps 1: no article-level bound, group size or accountant's epsilon logged: no DP check" in row["why"]
+
+
+def test_dp_guard_models_that_did_not_learn():
+    idle = findings_table(_runs(**{"dp-sgd-eps8": lambda j: _dp(0.5, 0.52 + j, eps_lb=0.3, dp=7.9, tpr=0.01,
+                                                                heldout=6.1)}), FULL)
     row = idle[idle["finding"] == "dp_sgd"].iloc[0]
     assert row["reproduced"] == "not resolved"
     assert "a DP-SGD model did not learn (eps 8 held-out loss 6.100 >= base 6.000)" in row["why"]
 
 
-def test_a_bound_check_that_cannot_fail_is_flagged_vacuous():
-    table = findings_table(_runs(), FULL)
-    dp = table[table["finding"] == "dp_sgd"].set_index(["setting", "attack"])
-    assert dp.loc[("eps 8", "likelihood_ratio"), "epsilon_check"] == "vacuous"
-    assert dp.loc[("eps 1", "likelihood_ratio"), "epsilon_check"] == "informative"
-    assert dp.loc[("non-private", "likelihood_ratio"), "epsilon_check"] == ""
-    assert "eps 8: epsilon lower bound 0.30 vs accountant's 7.90 (VACUOUS: these trial counts certify at most 5.32)" \
-        in dp.iloc[0]["why"]
+@pytest.mark.parametrize("delta", [1e-5, 0.1])
+def test_group_bound_recomputes_the_logged_article_level_bound_from_the_logged_rates(delta):
+    from mlflow_mia.analyze.findings import group_bound
+    from mlflow_mia.audits.membership.scoring import attack_report
+    from mlflow_mia.config import AuditConfig, MetricConfig
+    from mlflow_mia.metrics.epsilon import max_certifiable_epsilon
+
+    rng = np.random.default_rng(3)
+    y = np.r_[np.ones(120, dtype=int), np.zeros(110, dtype=int)]
+    scores = rng.normal(size=230) + 3.0 * y
+    config = AuditConfig(metrics=MetricConfig(fprs=(0.1, 0.01), bootstrap_rounds=0, delta=delta))
+    report = attack_report("loss", y, scores, rng.normal(size=300), config, level="user")
+    metrics = {**report.metrics("user/loss/"), "user/n_members": 120, "user/n_non_members": 110}
+    bound, ceiling = group_bound(metrics, "loss", delta=delta)
+    assert report.epsilon.epsilon > 0 and bound == pytest.approx(report.epsilon.epsilon, rel=1e-12)
+    assert ceiling == pytest.approx(max_certifiable_epsilon(120, 110, delta=delta, n_thresholds=2), rel=1e-12)
+    assert group_bound(metrics, "likelihood_ratio", delta=delta) != group_bound(metrics, "loss", delta=delta)
+    assert np.isnan(group_bound(metrics, "loss", delta=1.0)).all()
 
 
 def test_rows_carry_seed_means_spreads_nulls_and_no_paper_figure_from_another_attack():
@@ -299,9 +406,15 @@ def test_render_and_plot_show_every_setting_its_null_and_differences():
     assert "held-out loss 5.000 (default) vs 4.900 (larger) nats/token |" in summary  # the guard's note
     assert "non-private -> sigma 0" not in summary  # shown in its finding's table, not deciding
     assert "| 5.200 (6.000) |" in text  # the sigma = 0 control's held-out loss beside its null's
+    # The null's own interval and its article-label permutation p-value; the bounds per sentence and per article.
+    assert "| 0.500 [0.492, 0.508] p 0.910 / 0.010 |" in text
+    assert "| eps 8 | likelihood_ratio | 0.520 ± 0.004 [" in text
+    assert "| 0.30; 0.00 [" in text and "| 7.90; 15.80 (k 2, delta 0.054) |" in text
+    assert "| 0.99; 1.98 (k 2, delta 5.4e-05) |" in text
     rows = table[table["finding"] == "dp_sgd"]
     fig = plot_finding(rows, title="dp")
-    assert len(fig.axes) == 3  # AUC, TPR and the epsilon panel
+    assert len(fig.axes) == 3  # AUC, TPR and the epsilon panel: per article, where membership was randomised
+    assert fig.axes[2].get_title() == "article-level bound vs DP epsilon per article"
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["non-private", "sigma 0", "eps 8", "eps 1"]
     assert "null target" in [h.get_label() for h in fig.axes[0].get_legend().legend_handles]
     assert len(plot_finding(table[table["finding"] == "signal"], title="s").axes) == 2

@@ -83,6 +83,11 @@ def test_table_rows_equal_the_child_runs_logged_metrics(store):
         null = first.metrics["null-names" if row["setting"] == "names" else "null"]
         assert row["null_auc"] == null[f"{prefix}{row['attack']}/auc"]
         assert row["null_heldout_loss"] == null["heldout/loss"]
+        # The null's own interval and its article-label permutation p-value (logged by the null's run only).
+        assert row["null_auc_ci_low"] == null[f"{prefix}{row['attack']}/auc_ci_low"]
+        assert row["null_auc_permutation_p"] == null[f"{prefix}{row['attack']}/auc_permutation_p"]
+        assert 1 / 1001 <= row["null_auc_permutation_p"] <= 1
+        assert f"{prefix}{row['attack']}/auc_permutation_p" not in metrics
     logged = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=first.run_id,
                                                              artifact_path="tables/findings.csv"))
     assert list(logged["auc"].round(12)) == list(table["auc"].round(12))
@@ -94,17 +99,35 @@ def test_table_rows_equal_the_child_runs_logged_metrics(store):
     assert set(table["reproduced"]) <= {"reproduced", "not reproduced", "not resolved"}
 
 
-def test_dp_runs_log_the_accountants_epsilon_above_the_empirical_bound(store):
+def test_dp_runs_log_the_accountants_epsilon_per_sentence_and_per_article(store):
+    from mlflow_mia.metrics.group_privacy import group_privacy
+
     client = MlflowClient()
     for eps in (8.0, 1.0):
         run = client.get_run(store["first"].runs[f"dp-sgd-eps{eps:g}-seed0"])
         metrics = run.data.metrics
         assert 0 < metrics["dp/epsilon"] <= eps + 1e-6
         assert metrics["dp/delta"] == 1e-5
-        for attack in ("loss", "likelihood_ratio"):
-            assert metrics[f"{attack}/epsilon_lower_bound"] <= metrics["dp/epsilon"]
-    verdicts = dict(zip(store["first"].table["finding"], store["first"].table["why"]))
-    assert "INCONSISTENT" not in verdicts["dp_sgd"]
+        # The small demo's largest member article has 37 sentences: k eps per article, delta capped at 1.
+        assert metrics["dp/max_group_size"] == 37
+        group = group_privacy(metrics["dp/epsilon"], 1e-5, group_size=37)
+        assert metrics["dp/group_epsilon"] == pytest.approx(group.epsilon)
+        assert metrics["dp/group_delta"] == min(group.delta, 1.0) == 1.0
+        for attack in ("loss", "likelihood_ratio"):  # one trial per article: the bound a DP check reads
+            assert metrics[f"user/{attack}/epsilon_lower_bound"] <= metrics[f"user/{attack}/"
+                                                                            "epsilon_lower_bound_max_certifiable"]
+        training = client.search_runs([run.info.experiment_id],
+                                      filter_string=f"tags.`mia.analyze.variant` = 'dp-eps{eps:g}'")
+        assert training[0].data.metrics["dp/max_group_size"] == 37
+    table = store["first"].table
+    dp = table[table["finding"] == "dp_sgd"].set_index(["setting", "attack"])
+    assert "INCONSISTENT" not in dp.iloc[0]["why"] and dp.iloc[0]["reproduced"] != "reproduced"
+    for eps in ("8", "1"):  # 37 sentences per article: no guarantee per article, so the check is vacuous
+        assert dp.loc[(f"eps {eps}", "likelihood_ratio"), "epsilon_check"] == "vacuous"
+        assert f"eps {eps}: VACUOUS (not resolved): accountant's " in dp.iloc[0]["why"]
+    text = mlflow.artifacts.load_text(f"runs:/{store['first'].run_id}/findings.md")
+    assert "per article of up to 37 sentences, which guarantees nothing per article" in text
+    assert "(k 37, delta >= 1), vacuous |" in text
 
 
 def test_no_member_text_or_inserted_name_reaches_the_logged_params(store):
@@ -186,3 +209,36 @@ def test_a_custom_size_trains_its_own_recipe_and_reuses_no_run_of_a_named_size(s
 def test_a_size_that_is_not_an_analysis_size_is_a_type_error():
     with pytest.raises(TypeError, match="size must be an AnalysisSize"):
         run_analysis(size="full")
+
+
+def test_permutation_metrics_give_each_auc_of_an_audit_its_article_label_p_value():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mlflow_mia.analyze.suite import _permutation_metrics
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.metrics.aggregate import group_scores
+    from mlflow_mia.metrics.permutation import group_permutation_auc
+
+    rng = np.random.default_rng(0)
+    group = np.repeat([f"a{i}" for i in range(12)], 4)
+    label = (np.arange(48) < 24).astype(int)
+    n_tokens = rng.integers(10, 60, size=48)
+    score = rng.normal(size=48) + label
+    score[3] = np.nan  # unscored: left out, as the audit leaves it out
+    samples = pd.DataFrame({"label": label, "group": group, "n_tokens": n_tokens, "score_loss": score})
+    config = AuditConfig()
+    out = _permutation_metrics(SimpleNamespace(samples=samples, attacks=["loss"]), config, ("length",), rounds=50)
+    keep = ~np.isnan(score)
+    assert out["loss/auc_permutation_p"] == group_permutation_auc(label[keep], score[keep], groups=group[keep],
+                                                                  rounds=50).pvalue
+    users = group_scores(label[keep], score[keep], group[keep])
+    assert out["user/loss/auc_permutation_p"] == group_permutation_auc(users.y_true, users.y_score, rounds=50).pvalue
+    lo, hi = config.metrics.length_bins[1]
+    long = keep & (n_tokens >= lo) & (n_tokens < hi)
+    assert out["len_long/loss/auc_permutation_p"] == group_permutation_auc(label[long], score[long],
+                                                                           groups=group[long], rounds=50).pvalue
+    assert set(out) == {"loss/auc_permutation_p", "user/loss/auc_permutation_p", "len_short/loss/auc_permutation_p",
+                        "len_long/loss/auc_permutation_p"}
+    assert all(1 / 51 <= v <= 1 for v in out.values())

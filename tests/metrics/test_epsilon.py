@@ -214,3 +214,41 @@ def test_max_certifiable_rejects_bad_counts():
         max_certifiable_epsilon(0, 10)
     with pytest.raises(ValueError, match=r"n_thresholds must be an int >= 1, got 0"):
         max_certifiable_epsilon(10, 10, n_thresholds=0)
+
+
+# ---- group privacy ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("eps, delta, k, group_eps, group_delta", [
+    (1.0, 1e-5, 10, 10.0, 10 * math.e ** 9 * 1e-5),      # 0.8103: the (10, 0.81) per article
+    (0.5, 1e-6, 3, 1.5, 3 * math.e ** 1.0 * 1e-6),        # 8.155e-6
+    (8.0, 1e-5, 2, 16.0, 2 * math.e ** 8 * 1e-5),         # 0.0596
+    (2.0, 0.0, 7, 14.0, 0.0),                             # pure DP: k eps (Dwork and Roth, Thm 2.2)
+    (3.0, 1e-5, 1, 3.0, 1e-5),                            # one record per group: unchanged
+])
+def test_group_privacy_hand_values(eps, delta, k, group_eps, group_delta):
+    from mlflow_mia.metrics import group_privacy
+
+    g = group_privacy(eps, delta, group_size=k)
+    assert g.epsilon == pytest.approx(group_eps, rel=1e-12) and g.delta == pytest.approx(group_delta, rel=1e-12)
+    assert g.group_size == k
+    assert round(group_privacy(1.0, 1e-5, group_size=10).delta, 4) == 0.8103
+
+
+def test_group_privacy_is_vacuous_for_large_groups_and_overflows_to_inf():
+    from mlflow_mia.metrics import group_privacy
+
+    assert group_privacy(1.0, 1e-5, group_size=10).delta < 1 <= group_privacy(1.0, 1e-5, group_size=11).delta
+    big = group_privacy(8.0, 1e-5, group_size=251)  # e^(250 * 8) is beyond a float
+    assert big.epsilon == 2008.0 and big.delta == math.inf
+
+
+@pytest.mark.parametrize("eps, delta, k, msg", [
+    (-1.0, 1e-5, 2, "epsilon must be a finite number >= 0"), (math.inf, 1e-5, 2, "epsilon must be a finite"),
+    (1.0, 1.0, 2, "delta"), (1.0, 1e-5, 0, "group_size must be an int >= 1"),
+    (1.0, 1e-5, 2.5, "group_size must be an int >= 1"), (1.0, 1e-5, True, "group_size must be an int >= 1"),
+])
+def test_group_privacy_rejects_bad_input(eps, delta, k, msg):
+    from mlflow_mia.metrics import group_privacy
+
+    with pytest.raises(ValueError, match=msg):
+        group_privacy(eps, delta, group_size=k)

@@ -74,3 +74,61 @@ def test_bad_input_is_rejected():
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
         prompt_spread_null(Y, bad)
+
+
+# ---- group_permutation_auc: an AUC against article-label permutations ------------------------------------------
+
+from mlflow_mia.metrics.permutation import group_permutation_auc  # noqa: E402
+
+GROUPS = np.repeat(np.arange(20), 10)  # 20 articles of 10 sentences; the first 10 are members
+YG = (GROUPS < 10).astype(int)
+
+
+def test_group_permutation_auc_is_sklearns_auc_and_matches_a_brute_force_loop():
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 6, size=14)  # unequal articles: the member count changes per permutation
+    groups = np.repeat(np.arange(14), sizes)
+    y = (groups % 2 == 0).astype(int)
+    score = np.round(rng.normal(size=groups.size) + 0.5 * y, 1)  # rounded: ties
+    out = group_permutation_auc(y, score, groups=groups, rounds=300, seed=5, chunk=70)
+    assert out.auc == pytest.approx(roc_auc_score(y, score), abs=1e-12)
+    assert (out.n_member_groups, out.n_non_member_groups, out.rounds) == (7, 7, 300)
+    # The same permutations, one at a time: shuffle the article labels, give each sentence its article's label.
+    labels = np.array([1 if g % 2 == 0 else 0 for g in range(14)])
+    gen, extreme = np.random.default_rng(5), 0
+    for start in range(0, 300, 70):
+        for row in gen.permuted(np.tile(labels, (min(70, 300 - start), 1)), axis=1):
+            extreme += abs(roc_auc_score(row[groups], score) - 0.5) >= abs(out.auc - 0.5) - 1e-12
+    assert out.pvalue == (1 + extreme) / 301
+
+
+def test_article_labels_keep_the_dependence_that_sentence_labels_ignore():
+    # Articles differ (a shared effect per article), membership does nothing: the AUC 0.683 is what a random
+    # article split gives (p 0.19), though sentence-label shuffling would call it significant (p 0.002).
+    rng = np.random.default_rng(0)
+    score = rng.normal(size=20)[GROUPS] + 0.3 * rng.normal(size=200)
+    by_article = group_permutation_auc(YG, score, groups=GROUPS, rounds=500)
+    by_sentence = group_permutation_auc(YG, score, rounds=500)
+    assert by_article.auc == by_sentence.auc == pytest.approx(0.683, abs=1e-3)
+    assert by_article.pvalue > 0.1 and by_sentence.pvalue < 0.01
+
+
+def test_group_permutation_auc_is_two_sided_and_floored():
+    rng = np.random.default_rng(1)
+    signal = rng.normal(size=200) + 4.0 * YG
+    high = group_permutation_auc(YG, signal, groups=GROUPS, rounds=99, seed=2)
+    low = group_permutation_auc(YG, -signal, groups=GROUPS, rounds=99, seed=2)  # as far below 0.5: as unlikely
+    assert high.auc > 0.99 and low.auc == pytest.approx(1 - high.auc)
+    assert high.pvalue == low.pvalue == 1 / 100  # no permutation as extreme; never 0 (Phipson and Smyth)
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"y_true": [1, 0, 1, 0], "y_score": [1.0, 2.0, np.nan, 0.0]}, "NaN or infinite"),
+    ({"y_true": [1, 1, 0, 0], "y_score": [1.0, 2.0, 3.0, 0.0], "groups": [0, 1, 1, 2]}, "members and non-members"),
+    ({"y_true": [1, 1], "y_score": [1.0, 2.0]}, "one class only"),
+    ({"y_true": [1, 0], "y_score": [1.0, 2.0], "rounds": 0}, "rounds must be an int >= 1"),
+    ({"y_true": [1, 0], "y_score": [1.0, 2.0, 3.0]}, "y_score must have shape"),
+])
+def test_group_permutation_auc_rejects_bad_input(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        group_permutation_auc(**kwargs)
