@@ -21,7 +21,7 @@ import numpy as np
 from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "metrics"))
-from test_gate import _simulate  # noqa: E402  (the tests' simulation: one definition of the audits)
+from test_release_gate import _simulate  # noqa: E402  (the tests' simulation: one definition of the audits)
 
 from mlflow_mia.metrics.gate import FAIL, PASS, Gate  # noqa: E402
 
