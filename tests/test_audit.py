@@ -387,3 +387,26 @@ def test_engine_and_its_options_are_checked_before_any_model_loads(setup, tmp_pa
     result = run_audit(target, pool, population, config=AuditConfig(attacks=("loss",), **FAST), engine=LocalEngine(),
                        progress=False)
     assert result.info["engine"] == "local" and "signals_target_s" in result.info["timings"]
+
+
+def test_a_reference_that_is_the_target_or_its_twin_is_refused(setup):
+    """A reference with the target's weights, or the target plus 1e-4 noise, would make every ratio look like chance."""
+    import copy
+
+    import torch
+
+    from mlflow_mia.audits.membership.checks import REFERENCE_MIN_DIFFERENCE
+
+    target, _, pool, population = setup
+    with pytest.raises(ValueError, match="has the target's own weights"):
+        run_audit(target, pool, population, reference=MaskedLM(copy.deepcopy(target.model), target.tokenizer),
+                  config=AuditConfig(**FAST), progress=False)
+    twin = copy.deepcopy(target.model)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(1e-4 * torch.randn(p.shape, generator=gen))
+    with pytest.raises(ValueError, match=rf"signals on the pool equal the target's \(mean relative difference "
+                                         rf"\S+ < {REFERENCE_MIN_DIFFERENCE:g}\)"):
+        run_audit(target, pool, population, reference=MaskedLM(twin, target.tokenizer), config=AuditConfig(**FAST),
+                  progress=False)

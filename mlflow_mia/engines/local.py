@@ -121,7 +121,7 @@ class AuditModels:
         roles.append(("generator", self.generator))
         for role, lm in roles:
             if isinstance(lm, MaskedLM):
-                out[role] = {"identity": lm.model_id, "name": lm.name}
+                out[role] = {"identity": lm.model_id, "name": lm.name, "weights": lm.weights_id}
             elif lm is not None:
                 out[role] = {"identity": str(lm), "name": None}
         return out

@@ -49,6 +49,7 @@ import time
 
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, keyed_table, log_figures,
                                            log_files, to_json, write_text)
+from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 
 __all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
@@ -373,7 +374,9 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         model_inputs(client, run_id, versions)
         try:
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started)
+                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
+                              references=reference_digests(result.models),
+                              pool=pool_digest(result.samples["text_hash"], result.samples["label"], hash_key))
         finally:  # a deleted version raises after the others are tagged: describe those too
             if tag_headline or (gate is not None and not gate.passed):
                 describe_versions(client, versions, verdict=verdict, paragraph=in_brief(result), run_id=run_id)

@@ -18,20 +18,25 @@ Two kinds of ``mia.*`` tags live on an audited version:
 
 The rules (``docs/security.md``):
 
-1. A fail belongs to the weights, not the version: it is also written on every
-   version whose ``mia.weights_sha256`` equals the audited weights' digest, and a
-   version audited later with those weights (the same logged model registered
-   again) inherits a fail written after its own last verdict.
-2. A fail stays until a passing audit run with ``clear_gate_fail`` that is at least
-   as strong as every fail it clears (:meth:`GateRecord.shortfalls`: the same or
-   more attacks, a budget at each failed alpha at least as tight, the same or a
-   higher confidence, the same or larger pools); otherwise a warning says what is
-   missing. ``inconclusive`` never clears a fail.
-3. The version's tags are re-read just before writing; a verdict written since this
-   audit began is kept (only a ``fail`` of this audit replaces a non-failing one).
-4. A failing or inconclusive verdict is written even with ``headline=False``, so an
+1. Every gated audit first appends its record (``mia.gate.run.<run_id>``, with the
+   weights digest, the references' digests, the pool's keyed digest and when it was
+   written); nothing deletes a record.
+2. The headline ``mia.gate`` is derived from every record of the version's weights, on
+   every version of any name holding them (:func:`~mlflow_mia.tracking.gate_history.derive`):
+   a fail stands until a passing audit run with ``clear_gate_fail``, begun after the fail
+   was written, at least as strong (:meth:`GateRecord.shortfalls`: attacks, budgets,
+   confidence, pool sizes, the same pool, the same references or more) clears it;
+   ``inconclusive`` never clears a fail. A fail is copied to every version holding the
+   weights, and any audit of a version (gated or not) derives its verdict again, so a
+   version registered later with those weights inherits the fail.
+3. After writing the headline, a writer derives again and rewrites until it stands: a
+   concurrent pass cannot hide a fail.
+4. A version whose recorded weights digest differs from the weights audited now is
+   marked ``mia.verdict=stale`` (its ``mia.gate`` removed, the description says why)
+   before the new result is written; earlier records belong to the old weights.
+5. A failing or inconclusive record is written even with ``headline=False``, so an
    old ``pass`` never stands beside a new blocking verdict.
-5. A version deleted during the audit raises :class:`VersionDeletedError` once the
+6. A version deleted during the audit raises :class:`VersionDeletedError` once the
    other versions are tagged.
 
 ``mia.weights_sha256`` (the version's weights digest, checked before a folder or
@@ -48,6 +53,7 @@ from dataclasses import replace
 
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
+from mlflow_mia.tracking.gate_history import RECORD_PREFIX, derive, records_of
 from mlflow_mia.models.resolve import WEIGHTS_TAG
 
 __all__ = ["tag_model_version", "describe_versions", "version_pairs", "GATE_TAG", "WEIGHTS_TAG", "VersionDeletedError"]
@@ -58,6 +64,7 @@ GATE_TAG = "mia.gate"
 ATTACKS_TAG, RUN_ID_TAG = f"{GATE_TAG}.attacks", f"{GATE_TAG}.run_id"
 WRITTEN_TAG, REQUIRES_TAG = f"{GATE_TAG}.written_at", f"{GATE_TAG}.requires"
 INHERITED_TAG = f"{GATE_TAG}.inherited_from"
+STALE = "stale"  # mia.verdict of a version whose weights changed since its last audit
 CANARY_PREFIX = "mia.canary."  # headline tags of canary audits (tracking/canary_log.py)
 _KEPT = (GATE_TAG, WEIGHTS_TAG, CANARY_PREFIX)  # prefixes a membership audit never deletes
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -117,24 +124,6 @@ def headline_tags(result, *, run_id: str) -> dict[str, str]:
     return tags
 
 
-def _written_at(tags: dict) -> int:
-    try:
-        return int(tags.get(WRITTEN_TAG) or 0)
-    except ValueError:
-        return 0
-
-
-def _required(tags: dict) -> GateRecord:
-    """What clearing the fail held in ``tags`` takes: ``mia.gate.requires``, else the failing run's record."""
-    for value in (tags.get(REQUIRES_TAG), tags.get(f"{GATE_TAG}.run.{tags.get(RUN_ID_TAG)}")):
-        if value:
-            try:
-                return GateRecord.from_tag(value)
-            except ValueError:
-                log.warning("unreadable gate record %r: only the attacks of the fail are required", value)
-    return GateRecord(FAIL, attacks=tuple(a for a in (tags.get(ATTACKS_TAG) or "").split(",") if a))
-
-
 def _same_weights(client, weights_id: str | None) -> list:
     """Registry versions tagged with the weights digest ``weights_id`` (every registered model)."""
     from mlflow.exceptions import MlflowException
@@ -148,84 +137,152 @@ def _same_weights(client, weights_id: str | None) -> list:
         return [mv for mv in client.search_model_versions() if (mv.tags or {}).get(WEIGHTS_TAG) == weights_id]
 
 
-def _inherited_fail(client, name: str, version: str, current: dict, weights_id: str | None):
-    """Fails on other versions with these weights written after this version's own last verdict.
-
-    Returns ``(requirement merged over them, the newest one's tags, the "name/version" where that fail was
-    first recorded)``, or None.
-    """
-    fails = []
+def _versions_with(client, weights_id: str | None, name: str, version: str) -> list[tuple[str, str, dict]]:
+    """``(name, version, tags)`` of this version (re-read) and every other holding the weights ``weights_id``."""
+    out = {(name, version): dict(client.get_model_version(name, version).tags or {})}
     for mv in _same_weights(client, weights_id):
-        tags = dict(mv.tags or {})
-        if ((mv.name, str(mv.version)) != (name, version) and tags.get(GATE_TAG) == FAIL
-                and _written_at(tags) > _written_at(current)):
-            fails.append((_written_at(tags), tags, tags.get(INHERITED_TAG) or f"{mv.name}/{mv.version}"))
-    if not fails:
-        return None
-    fails.sort(key=lambda f: f[0])
-    required = None
-    for _, tags, _ in fails:
-        required = _required(tags).merge(required)
-    return required, fails[-1][1], fails[-1][2]
+        out.setdefault((mv.name, str(mv.version)), dict(mv.tags or {}))
+    return [(n, v, tags) for (n, v), tags in out.items()]
 
 
-def _verdict_tags(client, name: str, version: str, current: dict, gate, record: GateRecord, *, run_id: str,
-                  clear_gate_fail: bool, weights_id: str | None, started: int, now: int) -> dict[str, str]:
-    """Gate tags for one version whose tags (re-read just now) are ``current``; see the module docstring."""
-    where = f"models:/{name}/{version}"
-    tags = {f"{GATE_TAG}.run.{run_id}": record.to_tag()}
-    own = {GATE_TAG: gate.status, ATTACKS_TAG: ",".join(record.attacks), RUN_ID_TAG: run_id, WRITTEN_TAG: str(now)}
-    failing = current.get(GATE_TAG) == FAIL
-    if gate.status == FAIL:  # a fail is always recorded, its requirement merged with a standing one
-        return {**tags, **own, REQUIRES_TAG: record.merge(_required(current) if failing else None).to_tag()}
-    if current.get(GATE_TAG) and current.get(RUN_ID_TAG) != run_id and _written_at(current) > started:
-        log.warning("%s: mia.gate=%s was written by run %s after this audit began; it is kept (this audit's "
-                    "verdict, %s, is recorded in %s.run.%s only)", where, current[GATE_TAG],
-                    current.get(RUN_ID_TAG), gate.status, GATE_TAG, run_id)
-        return tags
-    inherited = None if failing else _inherited_fail(client, name, version, current, weights_id)
-    if not failing and inherited is None:
-        return {**tags, **own}
-    required, source_tags, source = (_required(current), current, where) if failing else inherited
-    if gate.status == PASS and clear_gate_fail:
-        short = record.shortfalls(required)
-        if not short:
-            log.warning("%s: mia.gate=fail (run %s) cleared by this passing audit", where,
-                        source_tags.get(RUN_ID_TAG))
-            return {**tags, **own}
-        log.warning("%s keeps mia.gate=fail (run %s, %s): --clear-gate-fail (clear_gate_fail=True) needs an audit "
-                    "at least as strong as the one that failed, and this one is weaker: %s", where,
-                    source_tags.get(RUN_ID_TAG), source, "; ".join(short))
-    else:
-        log.warning("%s keeps mia.gate=fail (run %s, %s): only a passing audit at least as strong, run with "
-                    "--clear-gate-fail (clear_gate_fail=True), clears it", where, source_tags.get(RUN_ID_TAG), source)
-    if inherited is not None:
-        fail_run = source_tags.get(RUN_ID_TAG)
-        history = source_tags.get(f"{GATE_TAG}.run.{fail_run}")
-        tags.update({GATE_TAG: FAIL, ATTACKS_TAG: source_tags.get(ATTACKS_TAG, ""), RUN_ID_TAG: fail_run,
-                     WRITTEN_TAG: str(now), REQUIRES_TAG: required.to_tag(), INHERITED_TAG: source})
-        if history:
-            tags[f"{GATE_TAG}.run.{fail_run}"] = replace(GateRecord.from_tag(history), via=source).to_tag()
-    return tags
+def _derive_for(client, name: str, version: str, weights_id: str | None, legacy: str | None):
+    """The standing verdict of the weights of ``name/version`` over every version holding them, and its tags.
+
+    ``legacy``: the weights a record without a digest on this version belongs to (the
+    version's weights tag before this audit).
+    """
+    records: dict = {}
+    mine: dict = {}
+    for n, v, tags in _versions_with(client, weights_id, name, version):
+        own = (n, v) == (name, version)
+        if own:
+            mine = tags
+        version_weights = legacy if own else tags.get(WEIGHTS_TAG)
+        for run_id, record, where in records_of(tags, f"{n}/{v}", weights=weights_id, version_weights=version_weights):
+            if run_id not in records or (records[run_id][0] and not record.via):  # a copy: keep the original
+                records[run_id] = (bool(record.via), (run_id, replace(record, via=None), where))
+    return derive(entry for _, entry in records.values()), mine
 
 
-def _propagate_fail(client, weights_id: str | None, record: GateRecord, *, done, source: str, run_id: str,
-                    now: int) -> None:
-    """Write this audit's fail on every other version that holds the same weights (rule 1)."""
+def _gate_tags(derived, where: str) -> dict[str, str | None]:
+    """The headline gate tags of a derived verdict (None: delete the tag)."""
+    if derived is None:
+        return {GATE_TAG: None, ATTACKS_TAG: None, RUN_ID_TAG: None, WRITTEN_TAG: None, REQUIRES_TAG: None,
+                INHERITED_TAG: None}
+    failing = derived.status == FAIL
+    return {GATE_TAG: derived.status, ATTACKS_TAG: ",".join(derived.record.attacks), RUN_ID_TAG: derived.run_id,
+            WRITTEN_TAG: str(derived.record.written or 0),
+            REQUIRES_TAG: derived.required.to_tag() if failing else None,
+            INHERITED_TAG: derived.where if failing and derived.where != where else None}
+
+
+def _settle(client, name: str, version: str, weights_id: str | None, legacy: str | None):
+    """Write the headline gate tags derived from every record, and derive again until they stand.
+
+    Each writer derives again after its own write, so the last derivation of any writer
+    sees every record written before it: a concurrent pass cannot leave a fail hidden.
+    """
+    where = f"{name}/{version}"
+    derived = None
+    for _ in range(5):
+        derived, current = _derive_for(client, name, version, weights_id, legacy)
+        copy = f"{RECORD_PREFIX}{derived.run_id}" if derived is not None else None
+        if derived is not None and derived.status == FAIL and derived.where != where and copy not in current:
+            # the inherited fail's record, for whoever reads this version's history
+            client.set_model_version_tag(name, version, copy, replace(derived.record, via=derived.where).to_tag())
+        for key, value in _gate_tags(derived, where).items():
+            if value is None and key in current:
+                client.delete_model_version_tag(name, version, key)
+            elif value is not None and current.get(key) != value:
+                client.set_model_version_tag(name, version, key, value)
+        again, _ = _derive_for(client, name, version, weights_id, legacy)
+        if (again and (again.status, again.run_id)) == (derived and (derived.status, derived.run_id)):
+            break
+    return derived
+
+
+def _explain(where: str, derived, record: GateRecord | None, run_id: str, before) -> None:
+    """Say why this audit's verdict is not the version's (or that it cleared a fail)."""
+    if record is None or derived is None:
+        return
+    if derived.status == FAIL and derived.run_id != run_id:
+        if record.started is not None and derived.fail_written > record.started:
+            log.warning("%s: mia.gate=fail was written by run %s after this audit began; it is kept (this audit's "
+                        "verdict, %s, is recorded in %s%s only)", where, derived.run_id, record.status,
+                        RECORD_PREFIX, run_id)
+        elif record.status == PASS and record.clear:
+            log.warning("%s keeps mia.gate=fail (run %s, %s): --clear-gate-fail (clear_gate_fail=True) needs an audit "
+                        "at least as strong as the one that failed, and this one is weaker: %s", where,
+                        derived.run_id, derived.where, "; ".join(record.shortfalls(derived.required)))
+        elif record.status != FAIL:
+            log.warning("%s keeps mia.gate=fail (run %s, %s): only a passing audit at least as strong, run with "
+                        "--clear-gate-fail (clear_gate_fail=True), clears it", where, derived.run_id, derived.where)
+    elif derived.status == PASS and derived.run_id == run_id and before is not None and before.status == FAIL:
+        log.warning("%s: mia.gate=fail (run %s) cleared by this passing audit", where, before.run_id)
+
+
+def _mark_stale(client, name: str, version: str, current: dict, weights_id: str) -> None:
+    """The version's weights changed since its last audit: its verdict goes (``mia.verdict=stale``)."""
+    from mlflow_mia.tracking.verdict import VERDICT_TAG
+
+    old = current.get(WEIGHTS_TAG)
+    reason = (f"the weights of models:/{name}/{version} changed since its last audit (recorded {old}, now "
+              f"{weights_id}): earlier verdicts belong to the old weights")
+    for key in (GATE_TAG, ATTACKS_TAG, RUN_ID_TAG, WRITTEN_TAG, REQUIRES_TAG, INHERITED_TAG):
+        if key in current:
+            client.delete_model_version_tag(name, version, key)
+    client.set_model_version_tag(name, version, VERDICT_TAG, STALE)
+    client.set_model_version_tag(name, version, f"{VERDICT_TAG}.reason", reason)
+    client.set_model_version_tag(name, version, WEIGHTS_TAG, weights_id)
+    client.update_model_version(name, version, description=f"**Verdict: stale**: {reason}.")
+    log.warning("models:/%s/%s: %s; mia.verdict=stale until this audit's result is written", name, version, reason)
+
+
+def _tag_version(client, name: str, version: str, new: dict, gate, record, *, run_id: str, headline: bool,
+                 weights_id: str | None, scope: str = "mia.") -> dict[str, str]:
+    """Append this audit's record to one version, write its headline tags, and derive its gate verdict."""
+    current = dict(client.get_model_version(name, version).tags or {})
+    where = f"{name}/{version}"
+    legacy = current.get(WEIGHTS_TAG)
+    if weights_id and legacy and legacy != weights_id:
+        _mark_stale(client, name, version, current, weights_id)
+        current = dict(client.get_model_version(name, version).tags or {})
+        legacy = weights_id
+    weights = weights_id or legacy
+    before, _ = _derive_for(client, name, version, weights, legacy)
+    written = dict(new)
+    if record is not None and (headline or not gate.passed):  # the record first: append-only
+        client.set_model_version_tag(name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
+        written[f"{RECORD_PREFIX}{run_id}"] = record.to_tag()
+    if weights_id and (headline or record is not None):
+        written[WEIGHTS_TAG] = weights_id
+    kept = _KEPT if scope == "mia." else (GATE_TAG, WEIGHTS_TAG)
+    stale = [key for key in current if headline and key.startswith(scope) and not key.startswith(kept)
+             and key not in written and not key.startswith("mia.verdict")]  # the headline describes this audit only
+    for key in stale:
+        client.delete_model_version_tag(name, version, key)
+    for key, value in written.items():
+        client.set_model_version_tag(name, version, key, value)
+    derived = _settle(client, name, version, weights, legacy)
+    _explain(f"models:/{where}", derived, record, run_id, before)
+    if derived is not None:
+        written.update({k: v for k, v in _gate_tags(derived, where).items() if v is not None})
+    log.info("tagged %s version %s with %d mia.* tags", name, version, len(written))
+    return written
+
+
+def _propagate(client, weights_id: str | None, record: GateRecord, *, done, source: str, run_id: str) -> None:
+    """Copy this audit's fail to every other version holding the same weights, and derive their verdicts."""
     from mlflow.exceptions import MlflowException
 
     for mv in _same_weights(client, weights_id):
         name, version = mv.name, str(mv.version)
         if (name, version) in done:
             continue
-        current = dict(mv.tags or {})
-        required = record.merge(_required(current) if current.get(GATE_TAG) == FAIL else None)
-        tags = {GATE_TAG: FAIL, ATTACKS_TAG: ",".join(record.attacks), RUN_ID_TAG: run_id, WRITTEN_TAG: str(now),
-                REQUIRES_TAG: required.to_tag(), INHERITED_TAG: source,
-                f"{GATE_TAG}.run.{run_id}": replace(record, via=source).to_tag()}
         try:
-            for key, value in tags.items():
-                client.set_model_version_tag(name, version, key, value)
+            client.set_model_version_tag(name, version, f"{RECORD_PREFIX}{run_id}",
+                                         replace(record, via=source).to_tag())
+            _settle(client, name, version, weights_id, (mv.tags or {}).get(WEIGHTS_TAG))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
@@ -234,34 +291,10 @@ def _propagate_fail(client, weights_id: str | None, record: GateRecord, *, done,
                     weights_id)
 
 
-def _tag_version(client, name: str, version: str, new: dict, gate, record, *, run_id: str, headline: bool,
-                 clear_gate_fail: bool, weights_id: str | None, started: int, scope: str = "mia.") -> dict[str, str]:
-    """Re-read one version's tags and write this audit's tags on it; returns what was written."""
-    current = dict(client.get_model_version(name, version).tags or {})
-    written = dict(new)
-    if gate is not None and (headline or not gate.passed):
-        written.update(_verdict_tags(client, name, version, current, gate, record, run_id=run_id,
-                                     clear_gate_fail=clear_gate_fail, weights_id=weights_id, started=started,
-                                     now=int(time.time() * 1000)))
-        if weights_id:
-            written[WEIGHTS_TAG] = weights_id
-    kept = _KEPT if scope == "mia." else (GATE_TAG, WEIGHTS_TAG)
-    stale = [key for key in current if headline and key.startswith(scope) and not key.startswith(kept)
-             and key not in written]  # the headline describes this audit only
-    if written.get(RUN_ID_TAG) == run_id and INHERITED_TAG in current:
-        stale.append(INHERITED_TAG)  # this audit's own verdict replaces an inherited one
-    for key in stale:
-        client.delete_model_version_tag(name, version, key)
-    for key, value in written.items():
-        client.set_model_version_tag(name, version, key, value)
-    log.info("tagged %s version %s with %d mia.* tags", name, version, len(written))
-    return written
-
-
 def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, headline: bool = True,
                       clear_gate_fail: bool = False, weights_id: str | None = None,
                       audit_started: int | None = None, headline_tags_=None, record=None,
-                      scope: str = "mia.") -> dict[str, str]:
+                      scope: str = "mia.", references=(), pool: str | None = None) -> dict[str, str]:
     """Tag registry version(s) with an audit's evidence (see the module docstring).
 
     Parameters
@@ -286,6 +319,11 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     headline_tags_, record, scope : optional
         Another audit's headline tags, gate record and tag prefix (the canary audit:
         ``mia.canary.*`` tags, whose stale ones alone it replaces).
+    references : sequence of str
+        Weights digests of the reference models (kept in the gate record: a fail is
+        cleared only against the same references or more).
+    pool : str, optional
+        Keyed digest of the audited pool (:func:`pool_digest`).
 
     Returns
     -------
@@ -301,29 +339,33 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     from mlflow.exceptions import MlflowException
 
     client = client or MlflowClient()
+    run = client.get_run(run_id)
     if audit_started is None:
-        audit_started = client.get_run(run_id).info.start_time
+        audit_started = run.info.start_time
     new = ((headline_tags(result, run_id=run_id) if headline_tags_ is None else dict(headline_tags_))
            if headline else {})
     if weights_id and headline:
         new[WEIGHTS_TAG] = weights_id
     if record is None and gate is not None:
         record = GateRecord.of(gate, result.attacks, result.metrics)
+    if record is not None:
+        record = replace(record, weights=record.weights or weights_id, started=audit_started, clear=clear_gate_fail,
+                         written=int(time.time() * 1000), parent=run.data.tags.get("mlflow.parentRunId"),
+                         references=record.references or tuple(references), pool=record.pool or pool)
     written: dict[str, str] = {}
     done, gone = [], []
     for name, version in version_pairs(registry):
         try:
             written = _tag_version(client, name, version, new, gate, record, run_id=run_id, headline=headline,
-                                   clear_gate_fail=clear_gate_fail, weights_id=weights_id, started=audit_started,
-                                   scope=scope)
+                                   weights_id=weights_id, scope=scope)
             done.append((name, version))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             gone.append((name, version))
-    if gate is not None and gate.status == FAIL and weights_id:
-        _propagate_fail(client, weights_id, record, done=set(done) | set(gone), run_id=run_id,
-                        source="/".join((done + gone)[0]), now=int(time.time() * 1000))
+    if record is not None and record.status == FAIL and weights_id:
+        _propagate(client, weights_id, record, done=set(done) | set(gone), run_id=run_id,
+                   source="/".join((done + gone)[0]))
     if gone:
         raise VersionDeletedError(gone, status=gate.status if gate is not None else None, run_id=run_id)
     return written
@@ -349,7 +391,7 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
     """
     from mlflow.exceptions import MlflowException
 
-    from mlflow_mia.tracking.verdict import Verdict, describe_version, run_description, verdict_of
+    from mlflow_mia.tracking.verdict import LEAKS, Verdict, describe_version, run_description, verdict_of
 
     run = client.get_run(run_id)
     link = (f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id}"
@@ -359,7 +401,7 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
         try:
             tags = dict(client.get_model_version(name, version).tags or {})
             standing, mine = tags.get(GATE_TAG), verdict
-            if standing and standing != own_gate:
+            if standing and standing != own_gate and verdict.value != LEAKS:  # a newer audit's leak always shows
                 kept = verdict_of(gate_status=standing)
                 mine = Verdict(kept.value, f"{kept.reason} (mia.gate={standing} kept from run "
                                            f"{tags.get(RUN_ID_TAG)}; this audit: {verdict.value})")

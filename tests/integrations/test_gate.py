@@ -133,7 +133,7 @@ def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, aud
     assert tags["mia.gate"] == "fail" and tags["mia.weights_sha256"] == weights
     assert tags["mia.gate.requires"].startswith("fail; attacks loss,likelihood_ratio; budgets 0.1:0.3; "
                                                 "confidence 0.95; bounds 0.1:")
-    assert tags[f"mia.gate.run.{failed}"].endswith("members 80; non_members 80; user_members 40; user_non_members 40")
+    assert "members 80; non_members 80; user_members 40; user_non_members 40; weights " in tags[f"mia.gate.run.{failed}"]
     second = _tag(name, version, audit_result, _gated(audit_result, "0.5:0.9", loss_0_5=0.95), weights=weights)
     assert GateRecord.from_tag(_tags(name, version)["mia.gate.requires"]).budgets == ((0.5, 0.9), (0.1, 0.3))
 
@@ -207,7 +207,7 @@ def test_item4_re_registered_weights_inherit_a_fail(tracking, fresh_weights, aud
     tags = _tags("leaky-after", after)
     assert (tags["mia.gate"], tags["mia.gate.run_id"], tags["mia.gate.inherited_from"]) == \
         ("fail", failed, f"leaky-audited/{audited}")
-    assert tags[f"mia.gate.run.{failed}"].endswith(f"via leaky-audited/{audited}")
+    assert f"; via leaky-audited/{audited}" in tags[f"mia.gate.run.{failed}"]
     assert f"models:/leaky-after/{after} keeps mia.gate=fail (run {failed}, leaky-audited/{audited})" in caplog.text
     assert _audit(tracking, "leaky-after", after, "--max-tpr-at-fpr", "0.1:0.9") == 3  # a real audit: these leak
 
@@ -286,3 +286,102 @@ def test_item4_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_re
     deleted.append(fresh_weights("tgt/2", "gate-gone"))
     assert _audit(tracking, "gate-gone", deleted[-1]) == 2  # no blocking verdict: an input error
     assert "its audit tags could not be written" in capsys.readouterr().err
+
+
+def test_a_weights_swap_marks_the_verdict_stale_and_inherits_the_new_weights_fail(tracking, fresh_weights,
+                                                                                  audit_result, caplog):
+    from mlflow_mia.tracking.registry_tags import tag_model_version
+
+    benign, leaking, fresh = ("sha256:" + c * 64 for c in "123")
+    version = fresh_weights("tgt/1", "swap-tgt")
+    other = fresh_weights("tgt/1", "swap-leaky")
+    passing = _gated(audit_result, "0.1:0.9", loss_0_1=0.0, likelihood_ratio_0_1=0.0, user__loss_0_1=0.0,
+                     user__likelihood_ratio_0_1=0.0)
+    _tag("swap-tgt", version, audit_result, passing, weights=benign)
+    assert _tags("swap-tgt", version)["mia.gate"] == "pass"
+    failed = _tag("swap-leaky", other, audit_result, _gated(audit_result, "0.1:0.3", loss_0_1=0.9), weights=leaking)
+
+    # The version's weights are replaced by the leaking ones; an audit without a gate loads them.
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.tracking.registry_tags")
+    with mlflow.start_run() as run:
+        tag_model_version(("swap-tgt", version), audit_result, run_id=run.info.run_id, weights_id=leaking)
+    tags = _tags("swap-tgt", version)
+    assert f"changed since its last audit (recorded {benign}, now {leaking})" in caplog.text
+    assert (tags["mia.gate"], tags["mia.gate.run_id"], tags["mia.gate.inherited_from"]) == \
+        ("fail", failed, f"swap-leaky/{other}")
+    assert tags["mia.weights_sha256"] == leaking
+
+    # Weights of no recorded audit: the verdict is stale until an audit writes one.
+    with mlflow.start_run() as run:
+        tag_model_version(("swap-tgt", version), audit_result, run_id=run.info.run_id, weights_id=fresh,
+                          headline=False)
+    tags = _tags("swap-tgt", version)
+    assert tags["mia.verdict"] == "stale" and "mia.gate" not in tags
+    assert MlflowClient().get_model_version("swap-tgt", version).description.startswith("**Verdict: stale**")
+
+
+def test_a_pass_written_while_a_fail_lands_cannot_hide_it(tracking, fresh_weights, audit_result, monkeypatch):
+    """Forced interleaving: another writer's fail lands between this writer's derivation and its headline write."""
+    import mlflow_mia.tracking.registry_tags as registry_tags
+
+    version = fresh_weights("tgt/1", "race-forced")
+    weights = "sha256:" + "4" * 64
+    real, landed, calls = registry_tags._derive_for, [], []
+
+    def derive_then_a_fail_lands(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out)
+        if len(calls) == 2:  # this writer's record is written and derived (a pass): the fail lands now
+            from mlflow_mia.tracking.registry_tags import tag_model_version
+
+            other = MlflowClient().create_run(os.environ["MLFLOW_EXPERIMENT_ID"]).info.run_id
+            landed.append(other)
+            tag_model_version(("race-forced", version), audit_result, run_id=other, headline=False,
+                              gate=_gated(audit_result, "0.1:0.3", loss_0_1=0.9), weights_id=weights)
+        return out
+
+    passing = _gated(audit_result, "0.1:0.9", loss_0_1=0.0, likelihood_ratio_0_1=0.0, user__loss_0_1=0.0,
+                     user__likelihood_ratio_0_1=0.0)
+    monkeypatch.setattr(registry_tags, "_derive_for", derive_then_a_fail_lands)
+    _tag("race-forced", version, audit_result, passing, weights=weights)
+    assert calls[1][0].status == "pass"  # what this writer derived before its headline write
+    tags = _tags("race-forced", version)
+    assert (tags["mia.gate"], tags["mia.gate.run_id"]) == ("fail", landed[0])
+
+
+_RACER = """
+import os, sys, time, mlflow
+from mlflow_mia.metrics.gate import Gate
+from mlflow_mia.tracking.registry_tags import tag_model_version
+name, version, status, n, weights = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+metrics = {"loss/tpr_at_fpr_0.1": 0.9 if status == "fail" else 0.0, "n_members": 80, "n_non_members": 80}
+for part in ("upper_binomial", "lower_binomial"):
+    metrics["loss/tpr_at_fpr_0.1_" + part] = metrics["loss/tpr_at_fpr_0.1"]
+gate = Gate.parse("0.1:0.3").check(metrics)
+class Result:
+    attacks, user_attacks, metrics = {}, {}, metrics
+for _ in range(n):
+    with mlflow.start_run() as run:
+        tag_model_version((name, version), Result, run_id=run.info.run_id, gate=gate, weights_id=weights,
+                          headline=False if status == "fail" else True, headline_tags_={})
+"""
+
+
+def test_two_processes_writing_pass_and_fail_leave_the_fail_standing(tracking, fresh_weights, tmp_path):
+    import subprocess
+    import sys
+
+    version = fresh_weights("tgt/1", "race-processes")
+    weights = "sha256:" + "5" * 64
+    script = tmp_path / "racer.py"
+    script.write_text(_RACER)
+    env = {**os.environ}
+    procs = [subprocess.Popen([sys.executable, str(script), "race-processes", str(version), status, n, weights],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for status, n in (("pass", "6"), ("fail", "1"), ("pass", "6"))]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-2000:]
+    tags = _tags("race-processes", version)
+    assert tags["mia.gate"] == "fail"
+    assert sum(v.startswith("pass;") for k, v in tags.items() if k.startswith("mia.gate.run.")) == 12

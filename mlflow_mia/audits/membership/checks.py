@@ -70,6 +70,10 @@ def check_models(models, config: AuditConfig) -> list[str]:
     warnings = []
     for role, ref in zip(reference_roles(len(references)), references):
         which = "reference model" if len(references) == 1 else f"reference model {role!r}"
+        if _weights_id(ref) is not None and _weights_id(ref) == _weights_id(models.target):
+            raise ValueError(f"the {which} has the target's own weights ({_weights_id(ref)}): every likelihood ratio "
+                             "would be 0 and the audit would show nothing. A reference must be trained on other "
+                             "data than the target (the public base model, or a model fine-tuned on disjoint text)")
         differ = tokenizer_difference(models.target.tokenizer, ref.tokenizer)
         if differ and not config.allow_tokenizer_mismatch:
             raise ValueError(
@@ -81,6 +85,50 @@ def check_models(models, config: AuditConfig) -> list[str]:
                             "allow_tokenizer_mismatch: the PLL ratio also reflects how the two tokenizers split the "
                             "texts")
     return warnings
+
+
+def _weights_id(model) -> str | None:
+    """The content digest of a loaded model's weights; None for a model given another way (a folder to load)."""
+    return getattr(model, "weights_id", None) if getattr(model, "model", None) is not None else None
+
+
+#: A reference whose pool signals differ from the target's by less than this (mean absolute difference
+#: over the mean absolute target signal) is the target or a copy of it (a twin with 1e-4 weight noise
+#: differs by about 1e-5; independently trained models by percents).
+REFERENCE_MIN_DIFFERENCE = 1e-3
+
+
+def check_references_differ(signals, n_pool: int) -> None:
+    """Refuse a reference whose signals on the pool are (near) identical to the target's.
+
+    Parameters
+    ----------
+    signals : AuditSignals
+    n_pool : int
+        Rows of the pool (the first rows of every signal).
+
+    Raises
+    ------
+    ValueError
+        For a reference (of a set: each) with ``mean|E_t - E_r| / mean|E_t| <`` :data:`REFERENCE_MIN_DIFFERENCE`
+        over the pool's texts: a copy of the target (or the target plus noise) as reference makes every
+        reference-based attack look like chance, so a gate would pass a leaking model.
+    """
+    target = np.asarray(signals.target.values[:n_pool], dtype=np.float64)
+    refs = []
+    if "reference" in signals:
+        refs.append(("reference", signals["reference"]))
+    if "references" in signals:
+        refs += list(zip(signals["references"].roles, signals["references"].signals))
+    scale = np.nanmean(np.abs(target)) if target.size else 0.0
+    for role, ref in refs:
+        values = np.asarray(ref.values[:n_pool], dtype=np.float64)
+        diff = np.nanmean(np.abs(values - target)) / scale if scale > 0 else np.inf
+        if diff < REFERENCE_MIN_DIFFERENCE:
+            raise ValueError(f"the {role} model's signals on the pool equal the target's (mean relative difference "
+                             f"{diff:.1e} < {REFERENCE_MIN_DIFFERENCE:g}): it is the target or a copy of it, and "
+                             "every reference-based attack would look like chance. Use a reference trained on other "
+                             "data than the target")
 
 
 def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> list[str]:
@@ -158,6 +206,7 @@ def check_signals(signals, pool: AuditDataset, population: PopulationSet, config
         raise ValueError(f"signals have {len(signals)} rows; expected {n_rows} = {n_pool} pool rows followed by "
                          f"{len(population)} population rows, in that order")
     signals.extras.check(n_pool)
+    check_references_differ(signals, n_pool)
     if signals.text_hashes is None:
         return
     expected = np.asarray(list(pool.text_hashes) + list(population.text_hashes), dtype=object)
