@@ -385,3 +385,16 @@ def test_two_processes_writing_pass_and_fail_leave_the_fail_standing(tracking, f
     tags = _tags("race-processes", version)
     assert tags["mia.gate"] == "fail"
     assert sum(v.startswith("pass;") for k, v in tags.items() if k.startswith("mia.gate.run.")) == 12
+
+
+def test_a_newer_audit_that_finds_a_leak_shows_leaks_on_the_version(tracking, fresh_weights, audit_result):
+    version = fresh_weights("tgt/2", "leak-after-pass")
+    assert _audit(tracking, "leak-after-pass", version) == 0  # ungated: records the weights digest
+    weights = _tags("leak-after-pass", version)["mia.weights_sha256"]
+    passing = _gated(audit_result, "0.1:0.9", loss_0_1=0.0, likelihood_ratio_0_1=0.0, user__loss_0_1=0.0,
+                     user__likelihood_ratio_0_1=0.0)
+    _tag("leak-after-pass", version, audit_result, passing, weights=weights)
+    assert _tags("leak-after-pass", version)["mia.gate"] == "pass"
+    assert _audit(tracking, "leak-after-pass", version) == 0  # ungated again: these weights leak
+    tags = _tags("leak-after-pass", version)
+    assert tags["mia.gate"] == "pass" and tags["mia.verdict"] == "leaks"
