@@ -46,6 +46,32 @@ def test_inclusion_bits_have_the_stated_probability_over_seeds():
     assert min(stats.binomtest(int(k), 400, 0.5).pvalue for k in per_position) > 0.001 / 20  # Bonferroni
 
 
+def test_item4_without_a_seed_secrets_and_bits_come_from_the_cryptographic_source(tmp_path):
+    templates = ["n {digits:9}", "call {name} on {phone}"]
+    a = make_canaries(200, templates, repetitions=(1, 4))
+    b = make_canaries(200, templates, repetitions=(1, 4))
+    assert a.seed is None and b.seed is None
+    assert not set(a.texts) & set(b.texts) and (a.included != b.included).any()
+    # no small seed regenerates a set: a search over seeds 0..1999 matches neither its texts nor its bits
+    small = make_canaries(12, templates, repetitions=(1, 4))
+    for seed in range(2000):
+        again = make_canaries(12, templates, repetitions=(1, 4), seed=seed)
+        assert again.texts != small.texts
+    # the bits are fair coins, independent of the position
+    bits = np.concatenate([make_canaries(50, ["n {digits:6}"]).included for _ in range(100)])
+    assert stats.binomtest(int(bits.sum()), bits.size, 0.5).pvalue > 0.001
+    # the secret file records that no seed made it, and reads back
+    back = CanarySet.load(a.save(tmp_path / "canaries.json"))
+    assert back.seed is None and back.texts == a.texts and (back.included == a.included).all()
+
+
+def test_item4_an_explicit_seed_is_refused_unless_a_non_negative_int():
+    for bad in (-1, 1.5, "0", True):
+        with pytest.raises(ValueError, match="seed must be an int >= 0"):
+            make_canaries(10, ["n {digits:6}"], seed=bad)
+    assert make_canaries(10, ["n {digits:6}"], seed=7).seed == 7
+
+
 def test_make_canaries_refuses_bad_settings():
     with pytest.raises(ValueError, match="m must be an int >= 2"):
         make_canaries(1)
