@@ -348,7 +348,7 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
     started = int(time.time() * 1000)
     result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
                           config=config, cache=SignalCache(options.cache_dir), device=options.device,
-                          progress=options.progress)
+                          progress=options.progress, hash_key=options.hash_key)
     result.warnings.extend(notes)
     for role, resolved in (("target", target), ("reference", reference)):
         if resolved is not None:

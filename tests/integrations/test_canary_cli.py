@@ -84,6 +84,39 @@ def test_no_canary_text_or_secret_reaches_the_store_caches_or_logs(tracking, can
     assert searched > 10
 
 
+def test_item4_with_a_kept_key_the_cache_holds_canaries_and_candidates_only_under_keyed_hashes(
+        tracking, tmp_path, monkeypatch):
+    import sqlite3
+
+    from mlflow_mia.audits.canary import candidate_secrets
+    from mlflow_mia.data import text_hash
+    from mlflow_mia.hashing import lookup_hash
+
+    cs = make_canaries(40, TEMPLATES, repetitions=(1, 4))  # drawn as an auditor would: no seed
+    path = cs.save(tmp_path / "secret" / "canaries.json")
+    key = "k" * 32
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
+    cache = tmp_path / "cache"
+    assert main(["canary-audit", "--target", "models:/tgt@champion", "--canaries", str(path), "--n-candidates",
+                 "50", "--bootstrap-rounds", "20", "--cache-dir", str(cache), "--quiet",
+                 "--no-tag-model-version"]) == 0
+    # The red team's search: the candidates regenerated from the logged seed and n_candidates, and every canary.
+    run = _last_run()
+    assert run.data.params["canary.n_candidates"] == "50"
+    template = cs.templates[0]
+    candidates, _ = candidate_secrets(template, 50, seed=int(run.data.params["canary.seed"]) + 1)
+    texts = list(cs.texts) + [template.render(s) for s in candidates]
+    with sqlite3.connect(cache / "signals.sqlite") as conn:
+        rows = {h for (h,) in conn.execute("SELECT text_hash FROM signal_rows")}
+    assert rows and not rows & {text_hash(t) for t in texts}
+    assert {lookup_hash(t, key) for t in texts} <= rows
+    plain = [text_hash(t).encode() for t in texts]
+    for file in cache.rglob("*"):
+        if file.is_file():
+            data = file.read_bytes()
+            assert not any(h in data for h in plain), file
+
+
 def test_the_evaluator_method_canaries(tracking, canary_file):
     cs, path = canary_file
     with mlflow.start_run() as run:
