@@ -117,6 +117,27 @@ def test_insert_returns_the_same_kind(canaries):
         insert(np.array(base), canaries)
 
 
+def test_item3_insert_returns_the_digest_of_the_data_it_planted_the_set_in(canaries):
+    from mlflow_mia.canaries import Planted, dataset_digest
+
+    base = [f"row {i}" for i in range(8)]
+    planted = insert(base, canaries, seed=1, with_digest=True)
+    assert isinstance(planted, Planted) and planted.data == insert(base, canaries, seed=1)
+    assert planted.planted_in == dataset_digest(planted.data) and planted.planted_in.startswith("sha256:")
+    assert len(planted.planted_in) == len("sha256:") + 64
+    # every kind of data gets the digest of its texts: the same texts, the same digest
+    series = insert(pd.Series(base, name="body"), canaries, seed=1, with_digest=True)
+    frame = insert(pd.DataFrame({"body": base, "label": range(8)}), canaries, seed=1, text_column="body",
+                   with_digest=True)
+    import datasets
+
+    ds = insert(datasets.Dataset.from_dict({"text": base}), canaries, seed=1, with_digest=True)
+    assert series.planted_in == frame.planted_in == ds.planted_in == planted.planted_in
+    assert insert(base, canaries, seed=2, with_digest=True).planted_in != planted.planted_in  # other positions
+    other = make_canaries(12, ["my pin is {digits:6}", "call {name} at {phone}"], repetitions=(1, 3))
+    assert insert(base, other, seed=1, with_digest=True).planted_in != planted.planted_in
+
+
 def test_the_secret_file_is_private_and_round_trips(tmp_path, canaries):
     path = canaries.save(tmp_path / "canaries.json")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
