@@ -101,7 +101,8 @@ class CanaryAuditResult:
     counts : dict of str to int
         :meth:`CanarySet.counts`.
     models : dict
-        ``{role: {"identity": ..., "name": ...}}``.
+        ``{role: {"identity": ..., "name": ...}}``; the reference also has ``"weights"``
+        (its weights digest, which the gate record names).
     warnings : list of str
     unresolved : dict of str to str
         Metric name (``canary/r{r}/tpr_at_fpr_{alpha}``) -> why it is nan (too few
@@ -354,7 +355,8 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
     if reference is not None:
         attack = "likelihood_ratio"
         scores = score_texts(reference, canaries.texts, config, desc="canaries reference", **run) - signal
-        models["reference"] = {"identity": reference.model_id, "name": reference.name}
+        models["reference"] = {"identity": reference.model_id, "name": reference.name,
+                               "weights": reference.weights_id}
     scores = centre_by_template(scores, canaries.template_ids)
     warnings: list = []
     found = _exposures(target, canaries, signal, config, warnings, **run)
