@@ -117,6 +117,19 @@ def test_item4_with_a_kept_key_the_cache_holds_canaries_and_candidates_only_unde
         if file.is_file():
             data = file.read_bytes()
             assert not any(h in data for h in plain), file
+    # A seed search over the logged params finds nothing: no seed is logged, and among seeds 0..1999 those that
+    # match every logged per-repetition count regenerate neither the secrets nor the bits.
+    params = run.data.params
+    assert params["canary.set_drawn_from"] == "secrets" and not any(
+        "seed" in k for k in params if k != "canary.seed")  # canary.seed: the audit's masks and bootstrap
+    logged = {k: params[f"canary.{k.replace('/', '.')}"] for k in cs.counts()}
+    matches = 0
+    for seed in range(2000):
+        again = make_canaries(40, TEMPLATES, repetitions=(1, 4), seed=seed)
+        if {k: str(v) for k, v in again.counts().items()} == logged:
+            matches += 1
+            assert again.texts != cs.texts and not (set(again.secrets) - {None}) & (set(cs.secrets) - {None})
+    assert matches > 0  # the counts alone do narrow the seeds, as the red team found; the seeds are not the set
 
 
 def test_item3_a_canary_fail_is_cleared_by_neither_a_looser_budget_nor_another_canary_set(
