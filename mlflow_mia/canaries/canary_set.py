@@ -238,7 +238,7 @@ class CryptoRandom:
         self._source = secrets.SystemRandom()
 
     def integers(self, low: int, high: int | None = None, size: int | None = None):
-        """Uniform integers in ``[low, high)`` (``[0, low)`` when ``high`` is None); one int, or an array of ``size``."""
+        """Uniform integers in ``[low, high)`` (``[0, low)`` when ``high`` is None): one, or an array of ``size``."""
         low, high = (0, int(low)) if high is None else (int(low), int(high))
         if size is None:
             return low + secrets.randbelow(high - low)
