@@ -86,7 +86,7 @@ def test_no_canary_text_or_secret_reaches_the_store_caches_or_logs(tracking, can
     assert searched > 10
 
 
-def test_item4_with_a_kept_key_the_cache_holds_canaries_and_candidates_only_under_keyed_hashes(
+def test_item4_the_cache_and_the_params_hold_no_recoverable_canary_secret(
         tracking, tmp_path, monkeypatch):
     import sqlite3
 
