@@ -10,6 +10,10 @@ user's own pool lacks (its membership was not randomised per record).
 The set is the auditor's secret: :meth:`CanarySet.save` writes its texts, secrets and
 bits to a file readable by its owner only (mode 0600); what reaches MLflow is its
 counts and keyed hashes (:meth:`CanarySet.keyed_hashes`, :meth:`CanarySet.digest`).
+Its secrets and inclusion bits are drawn from the operating system's cryptographic
+source (:mod:`secrets`), so nothing logged (counts, settings, seeds) regenerates them;
+an explicit ``seed`` draws them from ``numpy.random.default_rng(seed)`` instead, for a
+demo that must be reproducible (and that anyone who knows the seed can regenerate).
 
 References
 ----------
@@ -23,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +35,7 @@ import numpy as np
 from mlflow_mia.canaries.templates import Template, parse_templates
 from mlflow_mia.hashing import keyed_hash, lookup_hash
 
-__all__ = ["CanarySet", "make_canaries", "DEFAULT_REPETITIONS", "FILE_FORMAT"]
+__all__ = ["CanarySet", "CryptoRandom", "make_canaries", "DEFAULT_REPETITIONS", "FILE_FORMAT"]
 
 DEFAULT_REPETITIONS = (1, 2, 4, 8, 16)
 FILE_FORMAT = "mlflow-mia-canaries/1"
@@ -54,8 +59,9 @@ class CanarySet:
         The inclusion bits: True = planted in the training data.
     templates : tuple of Template
         The templates used (those of the secret-format canaries give the candidate spaces).
-    seed : int
-        The seed the set was drawn with.
+    seed : int or None
+        The seed the set was drawn with, or None: drawn from the cryptographic source
+        (:class:`CryptoRandom`), so no seed regenerates it. Kept in the secret file only.
     p_include : float
         The inclusion probability of each bit.
     """
@@ -66,7 +72,7 @@ class CanarySet:
     repetitions: np.ndarray
     included: np.ndarray
     templates: tuple
-    seed: int = 0
+    seed: int | None = None
     p_include: float = 0.5
 
     def __post_init__(self):
@@ -164,8 +170,8 @@ class CanarySet:
         return cls(texts=tuple(r["text"] for r in rows), template_ids=tuple(r["template"] for r in rows),
                    secrets=tuple(r["secret"] for r in rows), repetitions=np.array([r["repetitions"] for r in rows]),
                    included=np.array([r["included"] for r in rows], dtype=bool),
-                   templates=parse_templates(data["templates"]), seed=int(data["seed"]),
-                   p_include=float(data["p_include"]))
+                   templates=parse_templates(data["templates"]),
+                   seed=None if data.get("seed") is None else int(data["seed"]), p_include=float(data["p_include"]))
 
     def save(self, path) -> str:
         """Write the auditor's secret file (JSON, mode 0600: owner read/write only); returns the path.
@@ -205,15 +211,61 @@ class CanarySet:
         return cls.from_dict(data)
 
 
+class CryptoRandom:
+    """The draws :func:`make_canaries` and :meth:`Template.fill` need, from the cryptographic source.
+
+    Backed by :class:`secrets.SystemRandom` (``os.urandom``): its output cannot be
+    predicted from earlier output, and there is no seed to search for. It offers the two
+    methods of ``numpy.random.Generator`` used here.
+
+    References
+    ----------
+    .. [1] Python documentation, "secrets: Generate secure random numbers for managing secrets",
+       https://docs.python.org/3/library/secrets.html
+
+    Examples
+    --------
+    >>> rng = CryptoRandom()
+    >>> digits = rng.integers(0, 10, size=6)
+    >>> digits.shape, bool(((digits >= 0) & (digits < 10)).all()), 0 <= rng.integers(3) < 3
+    ((6,), True, True)
+    >>> u = rng.random(4)
+    >>> u.shape, bool(((u >= 0) & (u < 1)).all())
+    ((4,), True)
+    """
+
+    def __init__(self):
+        self._source = secrets.SystemRandom()
+
+    def integers(self, low: int, high: int | None = None, size: int | None = None):
+        """Uniform integers in ``[low, high)`` (``[0, low)`` when ``high`` is None): one, or an array of ``size``."""
+        low, high = (0, int(low)) if high is None else (int(low), int(high))
+        if size is None:
+            return low + secrets.randbelow(high - low)
+        return np.array([low + secrets.randbelow(high - low) for _ in range(int(size))], dtype=np.int64)
+
+    def random(self, size: int | None = None):
+        """Uniform floats in ``[0, 1)`` (53 random bits each); one float, or an array of ``size``."""
+        if size is None:
+            return self._source.random()
+        return np.array([self._source.random() for _ in range(int(size))], dtype=np.float64)
+
+
 def make_canaries(m: int, templates=None, *, repetitions=DEFAULT_REPETITIONS, p_include: float = 0.5,
-                  seed: int = 0) -> CanarySet:
+                  seed: int | None = None) -> CanarySet:
     """Draw m canaries: texts from ``templates``, repetition counts, and independent inclusion bits.
 
     Canary ``i`` uses template ``i mod len(templates)`` and repetition count
     ``repetitions[(i // len(templates)) mod len(repetitions)]``, so every repetition
     count gets every template in (nearly) equal numbers; the slots are filled at random
-    and each inclusion bit is an independent Bernoulli(``p_include``) draw, all from
-    ``numpy.random.default_rng(seed)``. Texts are unique (a collision is drawn again).
+    and each inclusion bit is an independent Bernoulli(``p_include``) draw. Texts are
+    unique (a collision is drawn again).
+
+    The secrets and bits come from the cryptographic source (:class:`CryptoRandom`,
+    Python's :mod:`secrets`) unless ``seed`` is given: then from
+    ``numpy.random.default_rng(seed)``, reproducible by anyone who knows or can guess the
+    seed (a search over small seeds against the logged counts finds it), so a seeded set
+    is for a demo or a test, never for an audit whose canaries must stay secret.
 
     Parameters
     ----------
@@ -226,7 +278,8 @@ def make_canaries(m: int, templates=None, *, repetitions=DEFAULT_REPETITIONS, p_
         Copies of an included canary in the training data (default 1, 2, 4, 8, 16).
     p_include : float in (0, 1)
         Inclusion probability (1/2 for the one-run bound, Steinke et al. 2023 Sec. 3).
-    seed : int
+    seed : int >= 0, optional
+        Draw a reproducible set from this seed (a demo); default: the cryptographic source.
 
     Returns
     -------
@@ -235,15 +288,16 @@ def make_canaries(m: int, templates=None, *, repetitions=DEFAULT_REPETITIONS, p_
     Raises
     ------
     ValueError
-        ``m < 2``, a repetition count < 1, ``p_include`` outside (0, 1), or a secret
-        space too small for the canaries of its template.
+        ``m < 2``, a repetition count < 1, ``p_include`` outside (0, 1), a ``seed`` that
+        is not an int >= 0, or a secret space too small for the canaries of its template.
 
     Examples
     --------
-    >>> cs = make_canaries(10, ["my pin is {digits:4}"], repetitions=(1, 4), seed=0)
-    >>> len(cs), sorted(set(cs.repetitions.tolist())), cs.texts[0].startswith("my pin is ")
-    (10, [1, 4], True)
-    >>> make_canaries(10, ["my pin is {digits:4}"], seed=0).texts == cs.texts
+    >>> cs = make_canaries(10, ["my pin is {digits:4}"], repetitions=(1, 4))
+    >>> len(cs), sorted(set(cs.repetitions.tolist())), cs.texts[0].startswith("my pin is "), cs.seed
+    (10, [1, 4], True, None)
+    >>> demo = make_canaries(10, ["my pin is {digits:4}"], seed=0)  # reproducible: a demo only
+    >>> make_canaries(10, ["my pin is {digits:4}"], seed=0).texts == demo.texts
     True
     """
     if not isinstance(m, (int, np.integer)) or m < 2:
@@ -253,14 +307,17 @@ def make_canaries(m: int, templates=None, *, repetitions=DEFAULT_REPETITIONS, p_
         raise ValueError(f"repetitions must be a non-empty list of counts >= 1, got {repetitions!r}")
     if not 0.0 < float(p_include) < 1.0:
         raise ValueError(f"p_include must be in (0, 1), got {p_include!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be an int >= 0 (a reproducible demo set) or None (secrets drawn from the "
+                         f"cryptographic source), got {seed!r}")
     templates = parse_templates(templates)
     for t in templates:
         need = -(-m // len(templates))
         if t.is_secret_format and need > t.space_size // 2:
             raise ValueError(f"template {t.id!r} has {t.space_size} secrets, too few for {need} canaries (unique "
                              "secrets, at most half the space); use more digits or fewer canaries")
-    rng = np.random.default_rng(seed)
-    texts, tids, secrets, seen = [], [], [], set()
+    rng = CryptoRandom() if seed is None else np.random.default_rng(seed)
+    texts, tids, secrets_, seen = [], [], [], set()
     for i in range(m):
         t = templates[i % len(templates)]
         for _ in range(1000):
@@ -272,8 +329,9 @@ def make_canaries(m: int, templates=None, *, repetitions=DEFAULT_REPETITIONS, p_
         seen.add(text)
         texts.append(text)
         tids.append(t.id)
-        secrets.append(secret)
+        secrets_.append(secret)
     rep = np.array([reps[(i // len(templates)) % len(reps)] for i in range(m)], dtype=np.int64)
     included = rng.random(m) < p_include
-    return CanarySet(texts=tuple(texts), template_ids=tuple(tids), secrets=tuple(secrets), repetitions=rep,
-                     included=included, templates=templates, seed=int(seed), p_include=float(p_include))
+    return CanarySet(texts=tuple(texts), template_ids=tuple(tids), secrets=tuple(secrets_), repetitions=rep,
+                     included=included, templates=templates, seed=None if seed is None else int(seed),
+                     p_include=float(p_include))

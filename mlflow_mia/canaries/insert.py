@@ -6,15 +6,69 @@ column), and returns the same kind with every included canary's copies added: ``
 copies of a canary with repetition count ``r``. The original rows keep their order;
 the copies take random slots among them (a seeded permutation), so a fine-tuning job
 that reads the data in order (or shuffles it) sees them spread through an epoch.
+
+``insert(..., with_digest=True)`` also returns the digest of the training texts it made
+(:func:`dataset_digest`). Pass it to the audit (``--planted-in``, evaluator key
+``planted_in``): the canary gate's record then names the data the set was planted in.
+The tool cannot see which canaries were trained on, so this is the auditor's statement,
+kept beside the verdict for a reviewer to check against the training run.
 """
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any, NamedTuple
+
 import numpy as np
 
 from mlflow_mia.canaries.canary_set import CanarySet
+from mlflow_mia.data import text_hash
 
-__all__ = ["insert", "insertion_order"]
+__all__ = ["insert", "insertion_order", "dataset_digest", "Planted"]
+
+
+class Planted(NamedTuple):
+    """What ``insert(..., with_digest=True)`` returns.
+
+    Attributes
+    ----------
+    data : list, pandas.Series, pandas.DataFrame or datasets.Dataset
+        The training data with the canaries' copies (the kind given).
+    planted_in : str
+        :func:`dataset_digest` of its texts: the value of ``--planted-in``.
+    """
+
+    data: Any
+    planted_in: str
+
+
+def dataset_digest(texts) -> str:
+    """``sha256:<64 hex>`` naming a training set: the sha256 of its texts' sha256s, in order.
+
+    Computed by :func:`insert` over the texts it returns, canary copies included, so the
+    digest names the data a model was trained on; anyone holding that data can recompute
+    it (a missing text counts as its ``str``).
+
+    Parameters
+    ----------
+    texts : iterable of str
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> digest = dataset_digest(["a", "b"])
+    >>> digest == dataset_digest(["a", "b"]), digest == dataset_digest(["b", "a"])
+    (True, False)
+    >>> dataset_digest(["a"])[:7]
+    'sha256:'
+    """
+    h = hashlib.sha256()
+    for text in texts:
+        h.update(text_hash(str(text)).encode("ascii"))
+    return f"sha256:{h.hexdigest()}"
 
 
 def insertion_order(n_rows: int, n_copies: int, *, seed: int) -> np.ndarray:
@@ -45,7 +99,7 @@ def insertion_order(n_rows: int, n_copies: int, *, seed: int) -> np.ndarray:
     return order
 
 
-def insert(data, canary_set: CanarySet, *, seed: int = 0, text_column: str = "text"):
+def insert(data, canary_set: CanarySet, *, seed: int = 0, text_column: str = "text", with_digest: bool = False):
     """The training data with the included canaries' copies placed at random positions.
 
     Parameters
@@ -59,12 +113,15 @@ def insert(data, canary_set: CanarySet, *, seed: int = 0, text_column: str = "te
         Seed of the positions (the same seed and inputs give the same output).
     text_column : str
         Text column of a DataFrame or Dataset.
+    with_digest : bool
+        Also return the :func:`dataset_digest` of the output's texts (see the module docstring).
 
     Returns
     -------
-    Same kind as ``data``
+    Same kind as ``data``, or Planted
         ``len(data) + canary_set.n_copies`` rows (a Series or DataFrame gets a fresh
-        RangeIndex; a Series keeps its name).
+        RangeIndex; a Series keeps its name); with ``with_digest``, a :class:`Planted`
+        ``(data, planted_in)``.
 
     Raises
     ------
@@ -80,7 +137,25 @@ def insert(data, canary_set: CanarySet, *, seed: int = 0, text_column: str = "te
     >>> out = insert(["a", "b", "c"], cs, seed=0)
     >>> len(out) == 3 + 2 * int(cs.included.sum()), [t for t in out if len(t) == 1]
     (True, ['a', 'b', 'c'])
+    >>> out, planted_in = insert(["a", "b", "c"], cs, seed=0, with_digest=True)
+    >>> planted_in == dataset_digest(out)
+    True
     """
+    out = _insert(data, canary_set, seed=seed, text_column=text_column)
+    if not with_digest:
+        return out
+    if isinstance(out, (list, tuple)):
+        texts = out
+    elif hasattr(out, "columns"):  # a DataFrame
+        texts = out[text_column].tolist()
+    elif hasattr(out, "column_names"):  # a datasets.Dataset
+        texts = out[text_column]
+    else:  # a Series
+        texts = out.tolist()
+    return Planted(out, dataset_digest(texts))
+
+
+def _insert(data, canary_set: CanarySet, *, seed: int, text_column: str):
     copies = canary_set.copies()
     if isinstance(data, (list, tuple)):
         rows = list(data) + copies

@@ -108,8 +108,13 @@ class Template:
             raise ValueError(f"template {self.id!r} is not secret-format; use fill()")
         return _SLOT.sub(secret, self.text, count=1)
 
-    def fill(self, rng: np.random.Generator) -> tuple[str, str | None]:
-        """A random canary: ``(text, secret)``; the secret is the digit string of a secret-format template."""
+    def fill(self, rng) -> tuple[str, str | None]:
+        """A random canary: ``(text, secret)``; the secret is the digit string of a secret-format template.
+
+        ``rng`` is a :class:`~mlflow_mia.canaries.canary_set.CryptoRandom` (the
+        cryptographic source, for a secret set) or a ``numpy.random.Generator`` (a seeded,
+        reproducible one); both offer ``integers``.
+        """
         values = [_draw(slot, rng) for slot in self.slots]
         parts = iter(values)
         text = _SLOT.sub(lambda _: next(parts), self.text)

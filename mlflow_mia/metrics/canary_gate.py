@@ -121,12 +121,44 @@ class CanaryGateResult(ThreeStateResult):
         return nan_to_none({"status": self.status, "confidence": self.confidence, "message": self.message(),
                             "checks": [dict(c) for c in self.checks]})
 
-    def record(self, *, n_included: int, n_excluded: int) -> GateRecord:
-        """The registry record (``mia.gate.run.<run_id>``): its budgets read as the gated metrics' names."""
+    def record(self, *, n_included: int, n_excluded: int, canary_set: str | None = None,
+               planted_in: str | None = None, delta: float | None = None, score: str | None = None,
+               candidates: int | None = None) -> GateRecord:
+        """The registry record (``mia.gate.run.<run_id>``): what was gated, on which canary set, how.
+
+        Parameters
+        ----------
+        n_included, n_excluded : int
+            Canaries on each side of the inclusion bits.
+        canary_set : str, optional
+            ``<digest>@<key check>``: the set's keyed digest
+            (:meth:`~mlflow_mia.canaries.CanarySet.digest`) and the hash key's check
+            (``random`` for a key not kept). A fail is cleared only by an audit of the same
+            set (:meth:`GateRecord.shortfalls`).
+        planted_in : str, optional
+            Where the set was planted (the training data digest
+            :func:`~mlflow_mia.canaries.insert` returns, or ``run:<run_id>``), as stated.
+        delta : float, optional
+            The delta of the epsilon lower bound.
+        score : str, optional
+            ``<attack>/<signal>`` (``/ref=<weights digest>`` with a reference).
+        candidates : int, optional
+            Candidate secrets per secret-format template.
+
+        Returns
+        -------
+        GateRecord
+            ``attacks`` are the gated budget kinds, ``canary_budgets`` their budgets.
+        """
         kinds = tuple(dict.fromkeys(c["kind"] for c in self.checks))
         bounds = ",".join(f"{c['metric']} {_fmt(c['value'])}<={c['budget']:g}" for c in self.checks)
+        budgets = tuple(dict.fromkeys((c["kind"], float(c["budget"])) for c in self.checks))
         return GateRecord(status=self.status, attacks=kinds, budgets=(), confidence=self.confidence,
-                          members=n_included, non_members=n_excluded, bounds=bounds)
+                          members=n_included, non_members=n_excluded, bounds=bounds,
+                          canary_sets=(canary_set,) if canary_set else (),
+                          planted_in=(planted_in,) if planted_in else (), canary_budgets=budgets,
+                          delta=None if delta is None else float(delta), canary_scores=(score,) if score else (),
+                          candidates=None if candidates is None else int(candidates))
 
 
 @dataclass(frozen=True)

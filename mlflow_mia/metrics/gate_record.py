@@ -3,6 +3,17 @@
 :class:`GateRecord` is kept in the history tag ``mia.gate.run.<run_id>`` of the version
 (:mod:`mlflow_mia.tracking.registry_tags`); :meth:`GateRecord.shortfalls` says why an
 audit is weaker than the fail it would clear.
+
+A canary gate's record (:meth:`mlflow_mia.metrics.canary_gate.CanaryGateResult.record`)
+also names the canary set it audited, by a keyed digest, and where the set was planted
+when the auditor said so: a canary fail is evidence about that set only, so it is
+cleared only by an audit of the same set, with budgets as tight (Steinke, Nasr and
+Jagielski 2023, Sec. 3: the bound holds for the inclusion bits used in training, which
+the tool cannot see; a set never planted passes any budget).
+
+References
+----------
+.. [1] T. Steinke, M. Nasr, M. Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023, Sec. 3.
 """
 
 from __future__ import annotations
@@ -13,11 +24,30 @@ from typing import Mapping
 
 from mlflow_mia.metrics.gate import FAIL, GateResult, count_metric, fmt_bound
 
-__all__ = ["GateRecord"]
+__all__ = ["GateRecord", "CANARY_BUDGET_OPTIONS", "PLANTED_IN_PATTERN", "RANDOM_KEY"]
 
 _COUNTS = (("members", "n_members", "members"), ("non_members", "n_non_members", "non-members"),
            ("user_members", "user/n_members", "member users"),
            ("user_non_members", "user/n_non_members", "non-member users"))
+#: Canary budget kinds (:mod:`mlflow_mia.metrics.canary_gate`) and the option that sets each.
+CANARY_BUDGET_OPTIONS = {"canary_exposure": "--max-exposure", "canary_epsilon": "--max-epsilon-lower-bound"}
+#: The hash key check a canary-set digest made under a random (not kept) key is recorded with.
+RANDOM_KEY = "random"
+#: What a ``planted_in`` value may hold: it is written into a ``;``-separated tag.
+PLANTED_IN_PATTERN = r"[A-Za-z0-9_.:/@+=-]{1,200}"
+
+
+def _num(value: float) -> str:
+    """A float as text that reads back to the same float (``repr``: ``0.5``, ``1e-05``)."""
+    return repr(float(value))
+
+
+def _items(text: str) -> tuple:
+    return tuple(item for item in text.split(",") if item)
+
+
+def _union(a: tuple, b: tuple) -> tuple:
+    return tuple(dict.fromkeys(a + b))
 
 
 @dataclass(frozen=True)
@@ -50,6 +80,26 @@ class GateRecord:
     parent : str or None
         The parent run of an audit that is one of several (``reference_mode=each``):
         such siblings count as one audit, the most severe of them.
+    canary_sets : tuple of str
+        Canary audits only: ``<digest>@<key check>`` of each canary set audited, where the
+        digest is :meth:`~mlflow_mia.canaries.CanarySet.digest` (an HMAC of the texts,
+        repetition counts and inclusion bits under the audit's hash key) and the key
+        check is :attr:`~mlflow_mia.hashing.HashKey.check`, or ``random`` for a key that
+        was not kept. One per audit; a merged requirement may hold several.
+    planted_in : tuple of str
+        Where the set was planted, as the auditor stated it (``--planted-in``): the
+        training data digest :func:`~mlflow_mia.canaries.insert` returns, or the training
+        run (``run:<run_id>``). Empty when not stated.
+    canary_budgets : tuple of (str, float)
+        ``(kind, budget)``: ``canary_exposure`` (bits) and ``canary_epsilon`` (the
+        record-level bound).
+    delta : float or None
+        The delta of the epsilon lower bound (a larger delta gives a smaller bound).
+    canary_scores : tuple of str
+        ``<attack>/<signal>`` that scored the canaries (``loss/pll``), with ``/ref=<weights
+        digest>`` for the likelihood ratio.
+    candidates : int or None
+        Candidate secrets scored per secret-format template (``--n-candidates``).
     """
 
     status: str
@@ -69,6 +119,17 @@ class GateRecord:
     written: int | None = None
     clear: bool = False
     parent: str | None = None
+    canary_sets: tuple = ()
+    planted_in: tuple = ()
+    canary_budgets: tuple = ()
+    delta: float | None = None
+    canary_scores: tuple = ()
+    candidates: int | None = None
+
+    @property
+    def is_canary(self) -> bool:
+        """A canary gate's record (its attacks are canary budget kinds)."""
+        return any(a in CANARY_BUDGET_OPTIONS for a in self.attacks)
 
     @classmethod
     def of(cls, gate: GateResult, attacks, metrics: Mapping, **provenance) -> "GateRecord":
@@ -101,6 +162,15 @@ class GateRecord:
             parts.append(f"references {','.join(self.references)}")
         if self.clear:
             parts.append("clear 1")
+        for name in ("canary_sets", "planted_in", "canary_scores"):
+            if getattr(self, name):
+                parts.append(f"{name} {','.join(getattr(self, name))}")
+        if self.canary_budgets:
+            parts.append("canary_budgets " + ",".join(f"{k}:{_num(b)}" for k, b in self.canary_budgets))
+        if self.delta is not None:
+            parts.append(f"delta {_num(self.delta)}")
+        if self.candidates is not None:
+            parts.append(f"candidates {self.candidates}")
         return "; ".join(parts)
 
     @classmethod
@@ -121,6 +191,11 @@ class GateRecord:
                "references": tuple(r for r in found.get("references", "").split(",") if r)}
         out.update({name: int(found[name]) for name, _, _ in _COUNTS if name in found})
         out.update({name: int(found[name]) for name in ("started", "written") if name in found})
+        out.update({name: _items(found.get(name, "")) for name in ("canary_sets", "planted_in", "canary_scores")})
+        out["canary_budgets"] = tuple((k, float(b)) for k, _, b in
+                                      (item.partition(":") for item in _items(found.get("canary_budgets", ""))))
+        out["delta"] = float(found["delta"]) if "delta" in found else None
+        out["candidates"] = int(found["candidates"]) if "candidates" in found else None
         return cls(**out)
 
     def merge(self, other: "GateRecord | None") -> "GateRecord":
@@ -136,9 +211,19 @@ class GateRecord:
         confidences = [c for c in (self.confidence, other.confidence) if c is not None]
         references = tuple(dict.fromkeys(self.references + other.references))
         pools = {p for p in (self.pool, other.pool) if p}
+        canary_budgets: dict = {}
+        for kind, budget in self.canary_budgets + other.canary_budgets:
+            canary_budgets[kind] = min(budget, canary_budgets.get(kind, budget))
+        deltas = [d for d in (self.delta, other.delta) if d is not None]
+        candidates = [c for c in (self.candidates, other.candidates) if c is not None]
         return replace(self, status=FAIL, attacks=attacks, budgets=tuple(sorted(budgets.items(), reverse=True)),
                        confidence=max(confidences) if confidences else None, via=None, references=references,
-                       pool=",".join(sorted(pools)) or None, **counts)
+                       pool=",".join(sorted(pools)) or None, **counts,
+                       canary_sets=_union(self.canary_sets, other.canary_sets),
+                       planted_in=_union(self.planted_in, other.planted_in),
+                       canary_budgets=tuple(canary_budgets.items()), delta=min(deltas) if deltas else None,
+                       canary_scores=_union(self.canary_scores, other.canary_scores),
+                       candidates=max(candidates) if candidates else None)
 
     def shortfalls(self, required: "GateRecord") -> list[str]:
         """Why this audit is weaker than ``required`` (the fail to clear); empty when it is at least as strong.
@@ -176,4 +261,58 @@ class GateRecord:
             need, have = getattr(required, name), getattr(self, name)
             if need is not None and (have or 0) < need:
                 out.append(f"{have or 0} {noun}, fewer than the failed audit's {need}")
+        if required.is_canary:
+            out += self._canary_shortfalls(required, missing)
         return out
+
+    def _canary_shortfalls(self, required: "GateRecord", missing: list) -> list[str]:
+        """Why this audit cannot clear the canary fail ``required``: another set, a looser budget, ..."""
+        out = []
+        if not required.canary_sets:
+            out.append("the failed canary audit's record names no canary set (recorded by an earlier release): no "
+                       "audit can show that it used the same canaries")
+        for entry in required.canary_sets:  # a digest under a random key matches nothing, itself included
+            if entry not in self.canary_sets or entry.endswith(f"@{RANDOM_KEY}"):
+                out.append(_other_set(entry, self.canary_sets))
+        for place in required.planted_in:
+            if place not in self.planted_in:
+                mine = ",".join(self.planted_in) or "not stated"
+                out.append(f"planted in {mine}, not in {place} where the failed audit's canary set was planted "
+                           "(--planted-in, evaluator key planted_in)")
+        for kind, budget in required.canary_budgets:
+            option = CANARY_BUDGET_OPTIONS.get(kind, kind)
+            mine = [b for k, b in self.canary_budgets if k == kind]
+            if not mine and kind not in missing:
+                out.append(f"no {option} budget (the failed audit's was {budget:g})")
+            elif mine and min(mine) > budget:
+                out.append(f"{option} {min(mine):g} is looser than the failed audit's {budget:g}")
+        if (required.delta is not None and any(k == "canary_epsilon" for k, _ in required.canary_budgets)
+                and (self.delta is None or self.delta > required.delta)):
+            out.append(f"--delta {self.delta if self.delta is None else f'{self.delta:g}'} is larger than the failed "
+                       f"audit's {required.delta:g} (a larger delta gives a smaller epsilon lower bound)")
+        absent = [s for s in required.canary_scores if s not in self.canary_scores]
+        if absent:
+            out.append(f"the canaries were scored by {','.join(self.canary_scores) or 'nothing recorded'}, not by "
+                       f"{','.join(absent)} as in the failed audit (--signal, --reference: the same reference "
+                       "weights)")
+        if required.candidates is not None and (self.candidates or 0) < required.candidates:
+            out.append(f"{self.candidates or 0} candidate secrets per template, fewer than the failed audit's "
+                       f"{required.candidates} (--n-candidates)")
+        return out
+
+
+def _other_set(entry: str, mine: tuple) -> str:
+    """Why the canary set(s) ``mine`` (``digest@check``) do not show the failed audit's set ``entry``."""
+    digest, _, check = entry.partition("@")
+    checks = {m.partition("@")[2] for m in mine}
+    if check == RANDOM_KEY:
+        return (f"the failed audit's canary set (digest {digest}) was digested under a random hash key that was not "
+                "kept, so no audit can show that it used the same set; the fail stands (a gated canary audit "
+                "should run with --hash-key-file or MLFLOW_MIA_HASH_KEY)")
+    if check not in checks:
+        have = ", ".join(sorted(checks)) or "none"
+        return (f"this audit's hash key (check {have}) is not the failed audit's (check {check}): the canary set "
+                "digests cannot be compared; audit with the failed audit's key (--hash-key-file, MLFLOW_MIA_HASH_KEY)")
+    have = ", ".join(m.partition("@")[0] for m in mine)
+    return (f"another canary set (digest {have}) than the failed audit's ({digest}): a canary fail is cleared only by "
+            "an audit of the set it was found with (a set never planted in training passes any budget)")

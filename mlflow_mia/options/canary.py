@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from mlflow_mia.metrics.gate_record import PLANTED_IN_PATTERN
 from mlflow_mia.option import option
 from mlflow_mia.options.schema import CommonOptions
 from mlflow_mia.options.values import mia_section
@@ -39,12 +40,20 @@ class CanaryOptions(CommonOptions):
                                                    "bound (canaries inserted once): fail when the bound exceeds it, "
                                                    "pass when it does not and the canaries could have shown more, "
                                                    "else inconclusive", gt=0, metavar="EPS", default_doc="no budget")
+    planted_in: str | None = option(None, "where the canary set was planted, kept in the gate record: the training "
+                                    "data digest insert(..., with_digest=True) returned (sha256:...) or the training "
+                                    "run (run:<run_id>); a fail recorded with it is cleared only by an audit that "
+                                    "names the same", pattern=PLANTED_IN_PATTERN,
+                                    pattern_doc="of letters, digits and _.:/@+=- (at most 200)", metavar="ID",
+                                    default_doc="not stated")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.canary.* headline numbers (a "
                                      "failing gate verdict is written regardless)", flags=("--no-tag-model-version",),
                                      invert=True, mlproject=False,
                                      flag_help="do not tag the audited registry version with mia.canary.* numbers")
     clear_gate_fail: bool = option(False, "let a passing canary gate replace an earlier mia.gate=fail when this "
-                                   "audit is at least as strong (the same gated metrics and as many canaries)",
+                                   "audit is at least as strong: the same canary set (keyed digest, under the same "
+                                   "hash key) and planting, the same gated metrics with budgets as tight, the same "
+                                   "score, confidence as high, delta as small, as many candidates",
                                    mlproject=False)
     trust_remote_code: bool = option(False, "let a model the audit loads run the code shipped with it or load pickle "
                                      "weights (else such a model is refused)", mlproject=False)

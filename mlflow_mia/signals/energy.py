@@ -51,6 +51,7 @@ import torch
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
+from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.masking import pll_masks, sample_masks
@@ -236,12 +237,23 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
     return out  # type: ignore[return-value]
 
 
-def _row_keys(texts: list, mask_keys) -> tuple[list, dict]:
+def _row_keys(texts: list, mask_keys, text_key=None) -> tuple[list, dict]:
     """(one row hash per text, row hash -> the mask key its masks are drawn from).
 
     Without ``mask_keys`` a row is its text's sha256 and draws its own masks (empty
     map); with them, a row is the hash of (mask key, text) and draws the key's masks.
+    With ``text_key`` each row hash is replaced by its keyed hash
+    (:func:`mlflow_mia.hashing.keyed_hash`), and the map sends it to the unkeyed one, so
+    the masks (and the values) do not depend on the key.
     """
+    hashes, mask_of = _plain_row_keys(texts, mask_keys)
+    if text_key is None:
+        return hashes, mask_of
+    keyed = [keyed_hash(h, text_key) for h in hashes]
+    return keyed, {k: mask_of.get(h, h) for k, h in zip(keyed, hashes)}
+
+
+def _plain_row_keys(texts: list, mask_keys) -> tuple[list, dict]:
     if mask_keys is None:
         return [text_hash(t) for t in texts], {}
     mask_keys = list(mask_keys)
@@ -257,7 +269,7 @@ def _row_keys(texts: list, mask_keys) -> tuple[list, dict]:
 def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | None = None, *,
                     cache: SignalCache | None = None, device=None, progress: bool = True,
                     chunk_size: int = 512, desc: str | None = None,
-                    mask_keys: Sequence[str] | None = None) -> SignalResult:
+                    mask_keys: Sequence[str] | None = None, text_key=None) -> SignalResult:
     """Masked energy (or PLL), masked-token log-probs and their Min-K%++ statistics of every text.
 
     Parameters
@@ -285,6 +297,14 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         its sample and the mask-sampling noise cancels in the difference, as it
         does between target and reference in the likelihood ratio.
         Cached apart from the rows of plain texts.
+    text_key : HashKey, bytes or str, optional
+        A secret key under which the cache stores each row: ``HMAC-SHA256(key,
+        sha256(text))`` (:func:`mlflow_mia.hashing.keyed_hash`, the keyed hash of the
+        logged tables) instead of the text's bare sha256, so whoever reads the cache file
+        cannot confirm a guessed text by hashing it (the canary audit keys its canaries
+        and candidate secrets this way). Masks are still drawn from the text's sha256:
+        the values are those of an unkeyed call. Cached apart from unkeyed rows; rows
+        written under one key are found only under that key.
 
     Returns
     -------
@@ -321,12 +341,14 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     texts = list(texts)
     if config.kind != "energy":
         mask_keys = None  # PLL masks every token once: nothing random to share
-    hashes, mask_of = _row_keys(texts, mask_keys)
+    hashes, mask_of = _row_keys(texts, mask_keys, text_key)
     settings = value_settings(lm, config)
     max_length = settings["max_length"]
     spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id, **settings}
     if mask_keys is not None:
         spec["masks"] = "keyed"  # rows of (mask key, text), not of texts alone
+    if text_key is not None:
+        spec["rows"] = "hmac"  # rows named by a keyed hash, not by the text's sha256
     key = cache.register(spec) if cache is not None else None
     unique: dict[str, str] = dict(zip(hashes, texts))
     rows = cache.get_many(key, unique) if cache is not None else {}

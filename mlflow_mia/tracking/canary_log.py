@@ -3,7 +3,9 @@
 What one canary audit writes (``prefix`` is prepended to every name):
 
 - params: the settings (``canary.*``), counts (canaries, included, copies, per
-  repetition count), the set's keyed digest and the hash key's check value;
+  repetition count), the set's keyed digest, the hash key's check value, where the set's
+  secrets came from (``secrets``, or ``seed``: never the seed itself) and, when stated,
+  where it was planted (``canary.planted_in``);
 - metrics: ``canary/...`` (see :func:`~mlflow_mia.audits.canary.canary_audit`) in one batch;
 - ``tables/canary_summary.csv`` (one row per repetition count), ``canary_audit.json``
   (metrics, bounds with their guess grids and units, exposure settings, the gate);
@@ -13,7 +15,11 @@ What one canary audit writes (``prefix`` is prepended to every name):
 - ``plots/canary_exposure.png``, ``plots/canary_roc.png``, ``plots/canary_bound_vs_guesses.png``;
 - ``report.md``; run tags ``mia.method=canaries`` and, with a gate, ``mia.gate``;
 - on the target's registry version(s): ``mia.canary.*`` headline tags and the gate verdict
-  under the same ``mia.gate`` tags as the membership gate (:mod:`.registry_tags`).
+  under the same ``mia.gate`` tags as the membership gate (:mod:`.registry_tags`), with a
+  record (:meth:`~mlflow_mia.metrics.canary_gate.CanaryGateResult.record`) naming the
+  canary set by its keyed digest, the budgets, confidence, delta, score, candidates and
+  where the set was planted: a canary fail is cleared only by an audit of the same set
+  with budgets as tight (:meth:`~mlflow_mia.metrics.gate_record.GateRecord.shortfalls`).
 
 The canaries are the auditor's secret: no canary text, secret or inclusion bit reaches
 MLflow unless ``log_samples`` / ``log_texts`` asks for it.
@@ -29,16 +35,46 @@ from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, lo
                                            write_text)
 
 __all__ = ["log_canary_audit", "canary_audit_and_log", "canary_params", "canary_headline_tags", "gate_points",
-           "canary_brief", "headline_repetitions", "auc_text", "rank_exposure_text", "exposure_text"]
+           "canary_brief", "headline_repetitions", "auc_text", "rank_exposure_text", "exposure_text", "canary_set_id",
+           "canary_score", "gate_record"]
 
 log = logging.getLogger(__name__)
 
 
-def canary_params(result, canaries, hash_key) -> dict[str, str]:
-    """Run params: settings, counts, the keyed digest of the set, the hash key's check, the models."""
+def canary_set_id(canaries, hash_key) -> str:
+    """``<digest>@<key check>``: the set's keyed digest and the check of the key it was made under (``random``
+    for a key that was not kept), as a gate record names the set."""
+    from mlflow_mia.metrics.gate_record import RANDOM_KEY
+
+    return f"{canaries.digest(hash_key)}@{RANDOM_KEY if hash_key.is_random else hash_key.check}"
+
+
+def canary_score(result) -> str:
+    """How the canaries were scored, as a gate record names it: ``<attack>/<signal>`` (``loss/pll``), the
+    energy's masks (``energy-10x0.15``), and ``/ref=<weights digest>`` with a reference."""
+    cfg = result.config
+    signal = cfg.signal if cfg.signal != "energy" else f"energy-{cfg.num_masks}x{cfg.mask_rate:g}"
+    out = f"{result.attack}/{signal}"
+    weights = result.models.get("reference", {}).get("weights")
+    return f"{out}/ref={weights}" if weights else out
+
+
+def gate_record(gate, result, canaries, hash_key, *, planted_in: str | None = None):
+    """The registry record of a canary gate (:meth:`~mlflow_mia.metrics.canary_gate.CanaryGateResult.record`)."""
+    return gate.record(n_included=int(canaries.included.sum()), n_excluded=int((~canaries.included).sum()),
+                       canary_set=canary_set_id(canaries, hash_key), planted_in=planted_in,
+                       delta=result.config.delta, score=canary_score(result), candidates=result.config.n_candidates)
+
+
+def canary_params(result, canaries, hash_key, *, planted_in: str | None = None) -> dict[str, str]:
+    """Run params: settings, counts, the keyed digest of the set, the hash key's check, where the set's secrets came
+    from (never a seed), where it was planted (when stated), the models."""
     out = {**result.config.to_params(), "canary.attack": result.attack, "canary.set_digest": canaries.digest(hash_key),
            "canary.hash_key_check": "random (not kept)" if hash_key.is_random else hash_key.check,
-           "canary.templates": ",".join(t.id for t in canaries.templates)}
+           "canary.templates": ",".join(t.id for t in canaries.templates),
+           "canary.set_drawn_from": "secrets" if canaries.seed is None else "seed"}
+    if planted_in:
+        out["canary.planted_in"] = planted_in
     out.update({f"canary.{k.replace('/', '.')}": str(v) for k, v in result.counts.items()})
     for role, record in result.models.items():
         out[f"canary.{role}_model"] = str(record.get("uri") or record.get("identity"))
@@ -193,7 +229,7 @@ def _exposure_note(result) -> list[str]:
     return (["", "Exposure (bits):", ""] + lines) if lines else []
 
 
-def _report(result, gate, canaries, verdict) -> str:
+def _report(result, gate, canaries, verdict, record=None) -> str:
     from mlflow_mia.naming import fmt_alpha, fmt_number
 
     fprs = result.config.fprs
@@ -226,6 +262,12 @@ def _report(result, gate, canaries, verdict) -> str:
               "a small value is not a privacy guarantee."]
     if gate is not None:
         lines += ["", "## Release gate", "", gate.verdict(), "", gate.message()]
+        if record is not None:
+            digest, _, check = record.canary_sets[0].partition("@")
+            key = "a random key, not kept" if check == "random" else f"the hash key with check {check}"
+            lines += ["", f"Canary set: keyed digest {digest} (under {key}); planted in: "
+                      f"{', '.join(record.planted_in) or 'not stated (--planted-in)'}. A fail on this version is "
+                      "cleared only by an audit of this set with budgets as tight (`mia.gate.requires`)."]
     if result.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
@@ -235,7 +277,7 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
                      log_texts: bool = False, log_samples: bool = False, log_metrics: bool = True, prefix: str = "",
                      params: dict | None = None, model_version=None, weights_id: str | None = None,
                      tag_headline: bool = True, clear_gate_fail: bool = False, audit_started: int | None = None,
-                     client=None, run_name: str | None = None) -> dict:
+                     client=None, run_name: str | None = None, planted_in: str | None = None) -> dict:
     """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
 
     The run also gets the verdict (``mia.verdict`` and ``mia.verdict.reason``,
@@ -266,7 +308,7 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     run_id = active_run_id(run_id, "log_canary_audit")
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items() if v is not None and not math.isnan(v)}
     check_metric_names(metrics)
-    all_params = {**canary_params(result, canaries, hash_key), **(params or {}),
+    all_params = {**canary_params(result, canaries, hash_key, planted_in=planted_in), **(params or {}),
                   "canary.log_texts": str(bool(log_texts)), "canary.log_samples": str(bool(log_samples))}
     tags = {f"{prefix}mia.method": "canaries"}
     if gate is not None:
@@ -279,6 +321,7 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     describe_run(client, run_id, verdict=verdict, name=run_name, prefix=prefix,
                  description=run_description(verdict, brief, gate=gate))
     artifacts = log_figures(client, run_id, _figures(result, canaries), prefix=prefix)
+    record = None if gate is None else gate_record(gate, result, canaries, hash_key, planted_in=planted_in)
     summary = {"verdict": {"value": verdict.value, "reason": verdict.reason}, "attack": result.attack,
                "metrics": result.metrics, "counts": result.counts,
                "units": {"bounds": "one canary (a canary repeated r times is a group of r records); canary/"
@@ -295,18 +338,18 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
                                 "headline": "exact rank" if r.exact else "skew-normal extrapolation"}
                             for k, r in result.exposures.items()},
                "unresolved": dict(result.unresolved),
-               "gate": gate.to_dict() if gate is not None else None, "warnings": result.warnings}
+               "gate": gate.to_dict() if gate is not None else None,
+               "gate_record": record.to_tag() if record is not None else None, "warnings": result.warnings}
     files = {"tables/canary_summary.csv": ("csv", "canary_summary",
                                            lambda p: result.table.to_csv(p, index=False)),
              "canary_audit.json": ("json", "canary_audit", lambda p: write_text(p, to_json(summary))),
-             "report.md": ("text", "report", lambda p: write_text(p, _report(result, gate, canaries, verdict)))}
+             "report.md": ("text", "report", lambda p: write_text(p, _report(result, gate, canaries, verdict,
+                                                                              record)))}
     if log_samples:
         table = _samples_table(result, canaries, hash_key, log_texts)
         files["tables/canaries.csv"] = ("csv", "canaries", lambda p: table.to_csv(p, index=False))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
     if model_version is not None:
-        record = gate.record(n_included=int(canaries.included.sum()),
-                             n_excluded=int((~canaries.included).sum())) if gate is not None else None
         try:
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
                               clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
@@ -348,8 +391,9 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
     started = int(time.time() * 1000)
     result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
                           config=config, cache=SignalCache(options.cache_dir), device=options.device,
-                          progress=options.progress)
+                          progress=options.progress, hash_key=options.hash_key)
     result.warnings.extend(notes)
+    result.warnings.extend(_set_warnings(canaries, options))
     for role, resolved in (("target", target), ("reference", reference)):
         if resolved is not None:
             result.models[role]["uri"] = resolved.resolved_uri
@@ -364,5 +408,23 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
                                  log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
                                  model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
                                  tag_headline=options.tag_model_version, clear_gate_fail=options.clear_gate_fail,
-                                 audit_started=started, run_name=run_name)
+                                 audit_started=started, run_name=run_name, planted_in=options.planted_in)
     return result, verdict, artifacts
+
+
+def _set_warnings(canaries, options) -> list[str]:
+    """What the report says about the canary set itself: a seeded set, and what a gate's record cannot show."""
+    out = []
+    if canaries.seed is not None:
+        out.append("this canary set was drawn from a seed (make_canaries(seed=...)): whoever knows or guesses the "
+                   "seed regenerates its secrets and inclusion bits; draw an audit's set without a seed")
+    if options.gate() is not None:
+        if options.hash_key.is_random:
+            out.append("the gate record names the canary set by a digest under a random hash key, which is not "
+                       "kept: a fail recorded by this audit can be cleared by no later audit; set --hash-key-file "
+                       "(evaluator key hash_key_file) or MLFLOW_MIA_HASH_KEY")
+        if not options.planted_in:
+            out.append("where the canary set was planted is not stated (--planted-in, evaluator key planted_in): "
+                       "the audit cannot see which canaries were trained on, and a set never planted passes any "
+                       "budget")
+    return out

@@ -46,6 +46,32 @@ def test_inclusion_bits_have_the_stated_probability_over_seeds():
     assert min(stats.binomtest(int(k), 400, 0.5).pvalue for k in per_position) > 0.001 / 20  # Bonferroni
 
 
+def test_item4_without_a_seed_secrets_and_bits_come_from_the_cryptographic_source(tmp_path):
+    templates = ["n {digits:9}", "call {name} on {phone}"]
+    a = make_canaries(200, templates, repetitions=(1, 4))
+    b = make_canaries(200, templates, repetitions=(1, 4))
+    assert a.seed is None and b.seed is None
+    assert not set(a.texts) & set(b.texts) and (a.included != b.included).any()
+    # no small seed regenerates a set: a search over seeds 0..1999 matches neither its texts nor its bits
+    small = make_canaries(12, templates, repetitions=(1, 4))
+    for seed in range(2000):
+        again = make_canaries(12, templates, repetitions=(1, 4), seed=seed)
+        assert again.texts != small.texts
+    # the bits are fair coins, independent of the position
+    bits = np.concatenate([make_canaries(50, ["n {digits:6}"]).included for _ in range(100)])
+    assert stats.binomtest(int(bits.sum()), bits.size, 0.5).pvalue > 0.001
+    # the secret file records that no seed made it, and reads back
+    back = CanarySet.load(a.save(tmp_path / "canaries.json"))
+    assert back.seed is None and back.texts == a.texts and (back.included == a.included).all()
+
+
+def test_item4_an_explicit_seed_is_refused_unless_a_non_negative_int():
+    for bad in (-1, 1.5, "0", True):
+        with pytest.raises(ValueError, match="seed must be an int >= 0"):
+            make_canaries(10, ["n {digits:6}"], seed=bad)
+    assert make_canaries(10, ["n {digits:6}"], seed=7).seed == 7
+
+
 def test_make_canaries_refuses_bad_settings():
     with pytest.raises(ValueError, match="m must be an int >= 2"):
         make_canaries(1)
@@ -89,6 +115,27 @@ def test_insert_returns_the_same_kind(canaries):
         insert(pd.DataFrame({"text": base}), canaries, text_column="body")
     with pytest.raises(TypeError, match="insert takes a list"):
         insert(np.array(base), canaries)
+
+
+def test_item3_insert_returns_the_digest_of_the_data_it_planted_the_set_in(canaries):
+    from mlflow_mia.canaries import Planted, dataset_digest
+
+    base = [f"row {i}" for i in range(8)]
+    planted = insert(base, canaries, seed=1, with_digest=True)
+    assert isinstance(planted, Planted) and planted.data == insert(base, canaries, seed=1)
+    assert planted.planted_in == dataset_digest(planted.data) and planted.planted_in.startswith("sha256:")
+    assert len(planted.planted_in) == len("sha256:") + 64
+    # every kind of data gets the digest of its texts: the same texts, the same digest
+    series = insert(pd.Series(base, name="body"), canaries, seed=1, with_digest=True)
+    frame = insert(pd.DataFrame({"body": base, "label": range(8)}), canaries, seed=1, text_column="body",
+                   with_digest=True)
+    import datasets
+
+    ds = insert(datasets.Dataset.from_dict({"text": base}), canaries, seed=1, with_digest=True)
+    assert series.planted_in == frame.planted_in == ds.planted_in == planted.planted_in
+    assert insert(base, canaries, seed=2, with_digest=True).planted_in != planted.planted_in  # other positions
+    other = make_canaries(12, ["my pin is {digits:6}", "call {name} at {phone}"], repetitions=(1, 3))
+    assert insert(base, other, seed=1, with_digest=True).planted_in != planted.planted_in
 
 
 def test_the_secret_file_is_private_and_round_trips(tmp_path, canaries):

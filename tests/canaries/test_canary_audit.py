@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -13,7 +14,9 @@ from mlflow_mia.audits.canary.audit import centre_by_template
 from mlflow_mia.metrics.one_run import sparse_guess_grid
 from mlflow_mia.canaries import Template, make_canaries
 from mlflow_mia.canaries.config import CanaryAuditConfig
-from mlflow_mia.signals import MaskedLM, compute_signals
+from mlflow_mia.data import text_hash
+from mlflow_mia.hashing import HashKey, lookup_hash
+from mlflow_mia.signals import MaskedLM, SignalCache, compute_signals
 from mlflow_mia.signals.testing import tiny_bert, tiny_bert_tokenizer
 from mlflow_mia.tracking.canary_log import gate_points
 
@@ -160,3 +163,48 @@ def test_exact_exposure_is_its_own_headline_and_never_capped(digit_lm, canaries)
     assert result.metrics["canary/r1/exposure_rank_n_capped"] == 0
     assert result.metrics["canary/r1/exposure_n_extrapolated"] == 0
     assert result.metrics["canary/r1/exposure_rank_mean"] == result.metrics["canary/r1/exposure_mean"]
+
+
+def _row_hashes(cache: SignalCache) -> set:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(cache.path)) as conn:
+        return {h for (h,) in conn.execute("SELECT text_hash FROM signal_rows")}
+
+
+def test_item4_the_cache_holds_no_recoverable_canary_secret(digit_lm, reference_lm, canaries, tmp_path):
+    key = HashKey.from_bytes(b"k" * 32, source="test")
+    config = CanaryAuditConfig(n_candidates=100, bootstrap_rounds=0)  # 100 of 1,000 secrets sampled per template
+    cache = SignalCache(tmp_path / "cache")
+    result = canary_audit(digit_lm, canaries, reference=reference_lm, config=config, cache=cache, hash_key=key)
+    rows = _row_hashes(cache)
+    # An offline search over every secret of both formats (canaries and candidates among them) finds no row.
+    space = [t.render(f"{i:03d}") for t in TEMPLATES for i in range(1000)]
+    assert len(rows) > len(canaries) and not rows & {text_hash(t) for t in space}
+    assert {lookup_hash(t, key) for t in canaries.texts} <= rows  # keyed as the logged tables key texts
+    # the values are those of an audit without a cache, and a second audit under the key reads them back
+    plain = canary_audit(digit_lm, canaries, reference=reference_lm, config=config)
+    np.testing.assert_array_equal(result.scores, plain.scores)
+    np.testing.assert_array_equal(result.exposure, plain.exposure)
+    n_rows = cache.count()
+    again = canary_audit(digit_lm, canaries, reference=reference_lm, config=config, cache=cache, hash_key=key)
+    np.testing.assert_array_equal(again.scores, plain.scores)
+    assert cache.count() == n_rows
+    # a random key (not kept) could never find its rows again: nothing is cached
+    other = SignalCache(tmp_path / "other")
+    canary_audit(digit_lm, canaries, config=config, cache=other, hash_key=HashKey.random())
+    canary_audit(digit_lm, canaries, config=config, cache=other)
+    assert other.count() == 0
+
+
+def test_item4_keyed_rows_give_the_unkeyed_values_and_never_meet_unkeyed_rows(digit_lm, tmp_path):
+    texts = ["the record is 123", "the dose was 456 mg"]
+    cache = SignalCache(tmp_path / "cache")
+    config = CanaryAuditConfig(signal="energy", num_masks=3).signal_config()  # masks still come from sha256(text)
+    keyed = compute_signals(digit_lm, texts, config, cache=cache, progress=False, text_key=b"k" * 32)
+    plain = compute_signals(digit_lm, texts, config, progress=False)
+    np.testing.assert_array_equal(keyed.values, plain.values)
+    assert _row_hashes(cache) == {lookup_hash(t, b"k" * 32) for t in texts}
+    other = compute_signals(digit_lm, texts, config, cache=cache, progress=False, text_key=b"j" * 32)
+    np.testing.assert_array_equal(other.values, plain.values)
+    assert cache.count() == 4  # another key finds none of the first key's rows

@@ -58,6 +58,8 @@ def test_canary_audit_logs_metrics_and_gates_with_the_membership_exit_codes(trac
     # bad input: exit 2, before any model loads
     assert main(["canary-audit", "--target", target, *_args(tracking, Path(path).parent / "missing.json")]) == 2
     assert main(["canary-audit", "--target", target, *_args(tracking, path, "--max-exposure", "1")]) == 2
+    assert main(["canary-audit", "--target", target, *_args(tracking, path, "--planted-in", "run 1; pass")]) == 2
+    assert "planted_in must be a string of letters, digits and _.:/@+=- (at most 200)" in capsys.readouterr().err
 
 
 def test_no_canary_text_or_secret_reaches_the_store_caches_or_logs(tracking, canary_file, tmp_path, monkeypatch,
@@ -82,6 +84,116 @@ def test_no_canary_text_or_secret_reaches_the_store_caches_or_logs(tracking, can
                 data = file.read_bytes()
                 assert not any(n in data for n in needles), file
     assert searched > 10
+
+
+def test_item4_the_cache_and_the_params_hold_no_recoverable_canary_secret(
+        tracking, tmp_path, monkeypatch):
+    import sqlite3
+
+    from mlflow_mia.audits.canary import candidate_secrets
+    from mlflow_mia.data import text_hash
+    from mlflow_mia.hashing import lookup_hash
+
+    cs = make_canaries(40, TEMPLATES, repetitions=(1, 4))  # drawn as an auditor would: no seed
+    path = cs.save(tmp_path / "secret" / "canaries.json")
+    key = "k" * 32
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
+    cache = tmp_path / "cache"
+    assert main(["canary-audit", "--target", "models:/tgt@champion", "--canaries", str(path), "--n-candidates",
+                 "50", "--bootstrap-rounds", "20", "--cache-dir", str(cache), "--quiet",
+                 "--no-tag-model-version"]) == 0
+    # The red team's search: the candidates regenerated from the logged seed and n_candidates, and every canary.
+    run = _last_run()
+    assert run.data.params["canary.n_candidates"] == "50"
+    template = cs.templates[0]
+    candidates, _ = candidate_secrets(template, 50, seed=int(run.data.params["canary.seed"]) + 1)
+    texts = list(cs.texts) + [template.render(s) for s in candidates]
+    with sqlite3.connect(cache / "signals.sqlite") as conn:
+        rows = {h for (h,) in conn.execute("SELECT text_hash FROM signal_rows")}
+    assert rows and not rows & {text_hash(t) for t in texts}
+    assert {lookup_hash(t, key) for t in texts} <= rows
+    plain = [text_hash(t).encode() for t in texts]
+    for file in cache.rglob("*"):
+        if file.is_file():
+            data = file.read_bytes()
+            assert not any(h in data for h in plain), file
+    # A seed search over the logged params finds nothing: no seed is logged, and among seeds 0..1999 those that
+    # match every logged per-repetition count regenerate neither the secrets nor the bits.
+    params = run.data.params
+    assert params["canary.set_drawn_from"] == "secrets" and not any(
+        "seed" in k for k in params if k != "canary.seed")  # canary.seed: the audit's masks and bootstrap
+    logged = {k: params[f"canary.{k.replace('/', '.')}"] for k in cs.counts()}
+    matches = 0
+    for seed in range(2000):
+        again = make_canaries(40, TEMPLATES, repetitions=(1, 4), seed=seed)
+        if {k: str(v) for k, v in again.counts().items()} == logged:
+            matches += 1
+            assert again.texts != cs.texts and not (set(again.secrets) - {None}) & (set(cs.secrets) - {None})
+    assert matches > 0  # the counts alone do narrow the seeds, as the red team found; the seeds are not the set
+
+
+def test_item3_a_canary_fail_is_cleared_by_neither_a_looser_budget_nor_another_canary_set(
+        tracking, fresh_weights, tmp_path, monkeypatch, caplog):
+    """The red team's washes, replayed with the record-level bound set as they measured it (1.57)."""
+    import mlflow_mia.tracking.canary_log as canary_log
+    from mlflow_mia.canaries import insert
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.metrics.gate_record import GateRecord
+
+    real, bound = canary_log.gate_points, {"value": 1.57}
+
+    def measured(result):
+        points, eps = real(result)
+        return points, {**eps, "value": bound["value"], "ceiling": 3.0}
+
+    monkeypatch.setattr(canary_log, "gate_points", measured)
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "k" * 32)
+    planted = make_canaries(40, TEMPLATES, repetitions=(1, 4))
+    path = planted.save(tmp_path / "planted" / "canaries.json")
+    never = make_canaries(120, TEMPLATES, repetitions=(1, 4))  # never used in training
+    never_path = never.save(tmp_path / "never" / "canaries.json")
+    _, planted_in = insert([f"training text {i}" for i in range(50)], planted, with_digest=True)
+    name = "canary-wash"
+    target = f"models:/{name}/{fresh_weights('tgt/2', name)}"
+
+    def audit(canaries, budget, *extra):
+        caplog.clear()
+        return main(["canary-audit", "--target", target,
+                     *_args(tracking, canaries, "--max-epsilon-lower-bound", budget, *extra)])
+
+    def tags():
+        return MlflowClient().get_model_version(name, target.rsplit("/", 1)[1]).tags
+
+    assert audit(path, "0.5", "--planted-in", planted_in) == 3
+    required = GateRecord.from_tag(tags()["mia.gate.requires"])
+    assert tags()["mia.gate"] == "fail" and tags()["mia.verdict"] == "leaks"
+    assert required.canary_sets == (canary_log.canary_set_id(planted, resolve_hash_key()),)
+    assert required.canary_budgets == (("canary_epsilon", 0.5),) and required.confidence == 0.95
+    assert required.planted_in == (planted_in,) and required.delta == 1e-5 and required.candidates == 50
+    # the same canaries with a looser budget: this audit passes, the version keeps its fail
+    assert audit(path, "1.9", "--planted-in", planted_in, "--clear-gate-fail") == 0
+    assert (tags()["mia.gate"], tags()["mia.verdict"]) == ("fail", "leaks")
+    assert "--max-epsilon-lower-bound 1.9 is looser than the failed audit's 0.5" in caplog.text
+    # a fresh set of 120 canaries never planted, budget 0.5: passes on its own, clears nothing
+    bound["value"] = 0.1
+    assert audit(never_path, "0.5", "--planted-in", planted_in, "--clear-gate-fail") == 0
+    assert (tags()["mia.gate"], tags()["mia.verdict"]) == ("fail", "leaks")
+    assert "another canary set (digest " in caplog.text and "a canary fail is cleared only by an audit" in caplog.text
+    # the planted set at the same budget, without saying where it was planted: still refused
+    bound["value"] = 0.3
+    assert audit(path, "0.5", "--clear-gate-fail") == 0
+    assert tags()["mia.gate"] == "fail" and f"planted in not stated, not in {planted_in}" in caplog.text
+    # the same set, as tight, planted where the failed audit said: the fail is cleared
+    assert audit(path, "0.5", "--planted-in", planted_in, "--clear-gate-fail") == 0
+    assert (tags()["mia.gate"], tags()["mia.verdict"]) == ("pass", "within budget")
+    history = [GateRecord.from_tag(v) for k, v in tags().items() if k.startswith("mia.gate.run.")]
+    assert len(history) == 5 and all(r.canary_sets and r.canary_budgets for r in history)
+    run = _last_run()
+    assert run.data.params["canary.planted_in"] == planted_in and run.data.params["canary.set_drawn_from"] == "secrets"
+    with open(MlflowClient().download_artifacts(run.info.run_id, "report.md"), encoding="utf-8") as fh:
+        report = fh.read()
+    assert (f"Canary set: keyed digest {planted.digest(resolve_hash_key())} (under the hash key with check "
+            f"{resolve_hash_key().check}); planted in: {planted_in}.") in report
 
 
 def test_the_evaluator_method_canaries(tracking, canary_file):

@@ -202,7 +202,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
     config, options = parse_options(flat)
     s, m, n = config.signal, config.metrics, config.neighbourhood
-    assert config.attacks == ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "rmia", "lira_offline")
+    assert config.attacks == ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline", "rmia")
     assert config.allow_tokenizer_mismatch is False
     assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.half_precision,
             s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, True, "mean")

@@ -82,3 +82,99 @@ def test_exposure_gate_text_prints_n_a_never_nan():
                                              confidence=0.95)
     assert res.status == "inconclusive" and "nan" not in res.verdict() + res.message()
     assert "= n/a bits" in res.verdict() and "no included secret-format canary" in res.message()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 3: the record names the canary set, the budgets, the confidence and where the set was planted
+# ---------------------------------------------------------------------------------------------------------------
+
+SET_A, SET_B = "0123456789abcdef@aaaaaaaaaaaaaaaa", "fedcba9876543210@aaaaaaaaaaaaaaaa"
+PLANTED = "sha256:" + "5" * 64
+
+
+def _record(value, *, budget=0.5, canary_set=SET_A, planted_in=PLANTED, delta=1e-5, score="loss/pll",
+            candidates=1000, confidence=0.95, max_exposure=None):
+    gate = CanaryGate(max_epsilon=budget, max_exposure=max_exposure)
+    res = gate.check([_expo(2.0, 2.5)] if max_exposure else [], _eps(value, 3.0), confidence=confidence)
+    return res.record(n_included=100, n_excluded=100, canary_set=canary_set, planted_in=planted_in, delta=delta,
+                      score=score, candidates=candidates)
+
+
+def test_item3_the_record_holds_the_budgets_confidence_set_and_planting_and_round_trips():
+    from mlflow_mia.metrics.gate_record import GateRecord
+
+    record = _record(1.57, max_exposure=4.0)
+    assert record.status == "fail" and record.confidence == 0.95
+    assert record.canary_budgets == (("canary_exposure", 4.0), ("canary_epsilon", 0.5))
+    tag = record.to_tag()
+    assert (f"canary_sets {SET_A}; planted_in {PLANTED}; canary_scores loss/pll; canary_budgets "
+            "canary_exposure:4.0,canary_epsilon:0.5; delta 1e-05; candidates 1000") in tag
+    assert "confidence 0.95" in tag
+    assert GateRecord.from_tag(tag) == record
+    odd = _record(0.1, budget=0.123456789, delta=3.3e-7)  # budgets and delta read back exactly
+    assert GateRecord.from_tag(odd.to_tag()) == odd
+    # a membership record is written as before: none of the canary fields
+    plain = GateRecord("fail", attacks=("loss",), budgets=((0.01, 0.05),), confidence=0.95, members=10)
+    assert plain.to_tag() == "fail; attacks loss; budgets 0.01:0.05; confidence 0.95; members 10"
+    assert GateRecord.from_tag(plain.to_tag()) == plain and not plain.is_canary
+
+
+def test_item3_a_looser_budget_does_not_clear_a_canary_fail():
+    failed = _record(1.57)
+    assert failed.status == "fail"
+    looser = _record(1.57, budget=1.9)
+    assert looser.status == "pass"
+    assert looser.shortfalls(failed) == ["--max-epsilon-lower-bound 1.9 is looser than the failed audit's 0.5"]
+    assert _record(0.3).shortfalls(failed) == []  # the same set, the same budget: clears
+    assert _record(0.3, budget=0.4, confidence=0.99, candidates=2000).shortfalls(failed) == []  # stronger
+    exposure_fail = _record(0.1, max_exposure=4.0)
+    no_exposure = _record(0.1)
+    assert no_exposure.shortfalls(exposure_fail) == [
+        "attack(s) canary_exposure did not run (the failed audit ran canary_exposure,canary_epsilon)"]
+    assert _record(0.1, max_exposure=5.0).shortfalls(exposure_fail) == [
+        "--max-exposure 5 is looser than the failed audit's 4"]
+
+
+def test_item3_another_canary_set_does_not_clear_a_canary_fail():
+    failed = _record(1.57)
+    fresh = _record(0.1, canary_set=SET_B)  # 120 canaries never used in training pass budget 0.5
+    assert fresh.status == "pass"
+    assert fresh.shortfalls(failed) == [
+        "another canary set (digest fedcba9876543210) than the failed audit's (0123456789abcdef): a canary fail is "
+        "cleared only by an audit of the set it was found with (a set never planted in training passes any budget)"]
+    other_key = _record(0.1, canary_set="0123456789abcdef@bbbbbbbbbbbbbbbb")
+    assert other_key.shortfalls(failed)[0].startswith(
+        "this audit's hash key (check bbbbbbbbbbbbbbbb) is not the failed audit's (check aaaaaaaaaaaaaaaa)")
+    random_failed = _record(1.57, canary_set="0123456789abcdef@random")
+    assert "random hash key that was not kept" in _record(0.1, canary_set="0123456789abcdef@random").shortfalls(
+        random_failed)[0]
+    # a fail recorded before records named their set cannot be shown to be the same set
+    from mlflow_mia.metrics.gate_record import GateRecord
+
+    legacy = GateRecord.from_tag("fail; attacks canary_epsilon; budgets ; confidence 0.95; members 100")
+    assert _record(0.1).shortfalls(legacy) == [
+        "the failed canary audit's record names no canary set (recorded by an earlier release): no audit can show "
+        "that it used the same canaries"]
+
+
+def test_item3_planting_delta_score_and_candidates_must_be_as_strong():
+    failed = _record(1.57)
+    assert _record(0.1, planted_in=None).shortfalls(failed) == [
+        f"planted in not stated, not in {PLANTED} where the failed audit's canary set was planted (--planted-in, "
+        "evaluator key planted_in)"]
+    assert _record(0.1, planted_in=None).shortfalls(_record(1.57, planted_in=None)) == []
+    assert _record(0.1, delta=1e-3).shortfalls(failed) == [
+        "--delta 0.001 is larger than the failed audit's 1e-05 (a larger delta gives a smaller epsilon lower bound)"]
+    ref = "likelihood_ratio/pll/ref=sha256:" + "1" * 64
+    assert _record(0.1, score=ref).shortfalls(failed) == [
+        f"the canaries were scored by {ref}, not by loss/pll as in the failed audit (--signal, --reference: the same "
+        "reference weights)"]
+    assert _record(0.1, candidates=50).shortfalls(failed) == [
+        "50 candidate secrets per template, fewer than the failed audit's 1000 (--n-candidates)"]
+
+
+def test_item3_fails_on_two_sets_merge_into_a_requirement_no_single_audit_meets():
+    both = _record(1.57).merge(_record(2.0, canary_set=SET_B, budget=0.4))
+    assert both.canary_sets == (SET_A, SET_B) and both.canary_budgets == (("canary_epsilon", 0.4),)
+    assert len(_record(0.1, budget=0.4).shortfalls(both)) == 1
+    assert len(_record(0.1, budget=0.4, canary_set=SET_B).shortfalls(both)) == 1

@@ -101,7 +101,8 @@ class CanaryAuditResult:
     counts : dict of str to int
         :meth:`CanarySet.counts`.
     models : dict
-        ``{role: {"identity": ..., "name": ...}}``.
+        ``{role: {"identity": ..., "name": ...}}``; the reference also has ``"weights"``
+        (its weights digest, which the gate record names).
     warnings : list of str
     unresolved : dict of str to str
         Metric name (``canary/r{r}/tpr_at_fpr_{alpha}``) -> why it is nan (too few
@@ -132,12 +133,33 @@ class CanaryAuditResult:
 
 
 def score_texts(lm, texts, config: CanaryAuditConfig, *, cache=None, device=None, progress: bool = False,
-                desc: str | None = None) -> np.ndarray:
-    """The signal (energy or PLL, nats; lower = likelier) of every text, in order."""
+                desc: str | None = None, text_key=None) -> np.ndarray:
+    """The signal (energy or PLL, nats; lower = likelier) of every text, in order.
+
+    ``text_key``: the key of the cache rows (:func:`~mlflow_mia.signals.compute_signals`);
+    canary texts and candidates are always cached under one, never under their sha256.
+    """
     from mlflow_mia.signals import compute_signals
 
     return compute_signals(lm, list(texts), config.signal_config(), cache=cache, device=device, progress=progress,
-                           desc=desc).values
+                           desc=desc, text_key=text_key).values
+
+
+def _canary_cache(cache, hash_key):
+    """``(cache, key)`` for canary texts and candidates: rows keyed by the audit's hash key, or no cache.
+
+    A bare sha256 of a canary or candidate text in the cache lets anyone who reads the file
+    test guessed secrets offline (a secret-format space of 10**9 is searched in minutes), so
+    rows are keyed by ``HMAC-SHA256(key, sha256(text))``. Without a kept key (none given, or
+    a random one drawn for this audit) the rows could never be found again: nothing is cached.
+    """
+    if cache is None:
+        return None, None
+    if hash_key is None or getattr(hash_key, "is_random", False):
+        log.info("canary texts and candidates are not cached: the audit's hash key is random (not kept), so keyed "
+                 "rows could not be found again; set --hash-key-file or MLFLOW_MIA_HASH_KEY to cache them")
+        return None, None
+    return cache, hash_key
 
 
 def candidate_secrets(template, n_candidates: int, *, seed: int) -> tuple[list[str], bool]:
@@ -285,7 +307,7 @@ def _groups(canaries: CanarySet) -> list[tuple[str, np.ndarray]]:
 
 
 def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryAuditConfig | None = None,
-                 cache=None, device=None, progress: bool = False) -> CanaryAuditResult:
+                 cache=None, device=None, progress: bool = False, hash_key=None) -> CanaryAuditResult:
     """Audit ``target`` with a planted canary set (see the module docstring).
 
     Parameters
@@ -300,8 +322,14 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         (:func:`centre_by_template`).
     config : CanaryAuditConfig, optional
     cache : SignalCache, optional
+        Canary and candidate rows are stored under their keyed hash (``hash_key``), never
+        under the text's sha256; without a kept ``hash_key`` they are not cached.
     device : str, optional
     progress : bool
+    hash_key : HashKey, bytes or str, optional
+        The audit's hash key (:func:`mlflow_mia.hashing.resolve_hash_key`), which keys the
+        cache rows; a random :class:`~mlflow_mia.hashing.HashKey` (not kept) or None turns
+        the cache off for this audit.
 
     Returns
     -------
@@ -319,14 +347,16 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
     if min(bits.sum(), len(bits) - bits.sum()) < 2:
         raise ValueError(f"the canary audit needs at least 2 included and 2 excluded canaries; this set has "
                          f"{int(bits.sum())} included of {len(bits)}")
-    run = {"cache": cache, "device": device, "progress": progress}
+    cache, text_key = _canary_cache(cache, hash_key)
+    run = {"cache": cache, "device": device, "progress": progress, "text_key": text_key}
     signal = score_texts(target, canaries.texts, config, desc="canaries target", **run)
     attack, scores = "loss", -signal  # energies: lower = likelier, so negate (higher = included)
     models = {"target": {"identity": target.model_id, "name": target.name}}
     if reference is not None:
         attack = "likelihood_ratio"
         scores = score_texts(reference, canaries.texts, config, desc="canaries reference", **run) - signal
-        models["reference"] = {"identity": reference.model_id, "name": reference.name}
+        models["reference"] = {"identity": reference.model_id, "name": reference.name,
+                               "weights": reference.weights_id}
     scores = centre_by_template(scores, canaries.template_ids)
     warnings: list = []
     found = _exposures(target, canaries, signal, config, warnings, **run)
