@@ -3,14 +3,15 @@
 Same three verdicts as the membership gate (:mod:`mlflow_mia.metrics.gate`):
 
 - **exposure** ``<= max_exposure`` (bits), checked on the mean exposure of the
-  *included* secret-format canaries at every repetition count: ``fail`` when a mean
-  exceeds the budget; ``pass`` when every one-sided upper confidence bound (bootstrap
-  over those canaries) is within it; ``inconclusive`` otherwise. Which mean: the
+  *included* secret-format canaries at every repetition count: ``pass`` when every
+  one-sided upper confidence bound (bootstrap over those canaries) is within it;
+  ``fail`` when a one-sided lower bound exceeds the budget; ``inconclusive`` otherwise
+  (also with fewer than two included canaries, or no bootstrap: no bound). Which mean: the
   **larger** of the headline mean (``exposure_mean``: the exact rank's exposure, or the
   skew-normal extrapolation of the Secret Sharer, Sec. 4.3, when candidates were
   sampled) and the rank-based mean (``exposure_rank_mean``: the sampled estimate,
   capped at ``log2(n_candidates + 1)`` and then a lower bound), and the larger of their
-  upper bounds. Either one over the budget fails (the capped ranks are lower bounds: a
+  bounds. Either lower bound over the budget fails (the capped ranks are lower bounds: a
   mean of them over the budget is not an artefact of the fit); a pass needs both within
   it, so neither a fit that undershoots the ranks nor a cap that hides the tail can pass
   a model on its own. A model that memorised
@@ -100,7 +101,9 @@ class CanaryGateResult(ThreeStateResult):
                     "budget is not a privacy guarantee: the audit found no violation it could find)")
         if self.status == FAIL:
             worst = [c for c in self.checks if c["status"] == FAIL][0]
-            return (f"release gate failed: {worst['metric']} = {_fmt(worst['value'])} exceeds its budget "
+            shown = (f"its {self.confidence:.0%} lower bound {_fmt(worst['lower'])}" if worst["kind"] == EXPOSURE
+                     else "it")
+            return (f"release gate failed: {worst['metric']} = {_fmt(worst['value'])}, {shown} exceeds its budget "
                     f"{worst['budget']:g} ({worst['unit']}); do not release this model")
         parts = []
         for c in self.checks:
@@ -202,8 +205,9 @@ class CanaryGate:
         ----------
         exposure_points : sequence of dict
             Per repetition count: ``metric``, ``value`` (headline mean exposure of included
-            secret-format canaries, bits, nan when none) and ``upper`` (its one-sided upper
-            bound); optionally ``rank_metric``, ``rank_value`` and ``rank_upper`` (the
+            secret-format canaries, bits, nan when none), ``upper`` and ``lower`` (its one-sided
+            bounds: a pass needs the upper bound within the budget, a fail the lower bound over
+            it; nan bounds give inconclusive); optionally ``rank_lower``, ``rank_metric``, ``rank_value`` and ``rank_upper`` (the
             rank-based mean and its bound) and ``n_capped`` (canaries whose rank-based value
             holds the sample's cap). The gate decides on the larger value and the larger
             bound (module docstring).
@@ -233,11 +237,12 @@ class CanaryGate:
                 if rank_value > headline or (math.isnan(headline) and not math.isnan(rank_value)):
                     metric, value = p.get("rank_metric", p["metric"]), rank_value
                 upper = _larger(float(p["upper"]), float(p.get("rank_upper", math.nan)))
-                status = (FAIL if value > self.max_exposure else PASS if upper <= self.max_exposure
+                lower = _larger(float(p.get("lower", math.nan)), float(p.get("rank_lower", math.nan)))
+                status = (PASS if upper <= self.max_exposure else FAIL if lower > self.max_exposure
                           else INCONCLUSIVE)
                 if math.isnan(value):
                     status = INCONCLUSIVE
-                checks.append({"kind": EXPOSURE, "metric": metric, "value": value, "bound": upper,
+                checks.append({"kind": EXPOSURE, "metric": metric, "value": value, "bound": upper, "lower": lower,
                                "budget": float(self.max_exposure), "status": status, "headline": headline,
                                "rank_value": rank_value, "n_capped": int(p.get("n_capped", 0)),
                                "unit": "bits, mean over included secret-format canaries"})

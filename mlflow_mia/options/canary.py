@@ -33,7 +33,7 @@ class CanaryOptions(CommonOptions):
     max_exposure: float | None = option(None, "release budget on the mean exposure (bits) of the included "
                                         "secret-format canaries at every repetition count, the larger of the headline "
                                         "(extrapolated when candidates are sampled) and the rank-based mean: pass when "
-                                        "every one-sided upper bound is within it, fail when a mean exceeds it, else "
+                                        "every one-sided upper bound is within it, fail when a lower bound exceeds it, else "
                                         "inconclusive",
                                         gt=0, metavar="BITS", default_doc="no budget")
     max_epsilon_lower_bound: float | None = option(None, "release budget on the record-level one-run epsilon lower "

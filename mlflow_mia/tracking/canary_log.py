@@ -89,7 +89,9 @@ def gate_points(result) -> tuple[list[dict], dict | None]:
     """
     m = result.metrics
     points = [{"metric": f"canary/{g}/exposure_mean", "value": m[f"canary/{g}/exposure_mean"],
-               "upper": m[f"canary/{g}/exposure_upper"], "rank_metric": f"canary/{g}/exposure_rank_mean",
+               "upper": m[f"canary/{g}/exposure_upper"], "lower": m.get(f"canary/{g}/exposure_lower", math.nan),
+               "rank_lower": m.get(f"canary/{g}/exposure_rank_lower", math.nan),
+               "rank_metric": f"canary/{g}/exposure_rank_mean",
                "rank_value": m.get(f"canary/{g}/exposure_rank_mean", math.nan),
                "rank_upper": m.get(f"canary/{g}/exposure_rank_upper", math.nan),
                "n_capped": int(m.get(f"canary/{g}/exposure_rank_n_capped", 0))}

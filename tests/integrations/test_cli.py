@@ -51,14 +51,14 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
     assert main([*passing, "--max-tpr-at-fpr", "0.1:0.9", "--run-name", "gate-pass"]) == 0
     out = capsys.readouterr().out
     assert "mia.gate=pass" in out
-    assert main([*args, "--max-tpr-at-fpr", "0.05:0.5", "--max-tpr-at-fpr", "0.1:0.99",
+    assert main([*args, "--max-tpr-at-fpr", "0.1:0.5", "--max-tpr-at-fpr", "0.2:0.99",
                  "--run-name", "gate-fail"]) == 3
     out = capsys.readouterr().out
     assert "mia.gate=fail" in out and "OVER BUDGET" in out and "release gate failed" in out
     runs = {r.info.run_name: r for r in _runs()}
     assert runs["gate-pass"].data.tags["mia.gate"] == "pass"
     assert runs["gate-fail"].data.tags["mia.gate"] == "fail"
-    assert runs["gate-fail"].data.params["audit.gate"] == "0.1:0.99,0.05:0.5"
+    assert runs["gate-fail"].data.params["audit.gate"] == "0.2:0.99,0.1:0.5"
     assert "likelihood_ratio/tpr_at_fpr_0.05" in runs["gate-fail"].data.metrics
     assert MlflowClient().get_model_version("tgt", "2").tags["mia.gate"] == "fail"
 

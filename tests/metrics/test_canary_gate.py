@@ -9,8 +9,8 @@ import pytest
 from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE, CanaryGate
 
 
-def _expo(value, upper, r=1):
-    return {"metric": f"canary/r{r}/exposure_mean", "value": value, "upper": upper}
+def _expo(value, upper, r=1, lower=math.nan):
+    return {"metric": f"canary/r{r}/exposure_mean", "value": value, "upper": upper, "lower": lower}
 
 
 def _eps(value, ceiling, m=200):
@@ -20,7 +20,10 @@ def _eps(value, ceiling, m=200):
 def test_exposure_verdicts():
     gate = CanaryGate(max_exposure=4.0)
     assert gate.check([_expo(2.0, 3.5), _expo(3.0, 3.9, r=2)], None, confidence=0.95).status == "pass"
-    assert gate.check([_expo(2.0, 3.5), _expo(4.5, 6.0, r=2)], None, confidence=0.95).status == "fail"
+    assert gate.check([_expo(2.0, 3.5), _expo(4.5, 6.0, r=2, lower=4.1)], None, confidence=0.95).status == "fail"
+    # a mean over the budget whose lower bound is not: the audit shows neither
+    assert gate.check([_expo(2.0, 3.5), _expo(4.5, 6.0, r=2, lower=3.9)], None, confidence=0.95).status == \
+        "inconclusive"
     res = gate.check([_expo(3.0, 4.2)], None, confidence=0.95)
     assert res.status == "inconclusive" and "upper bound 4.2" in res.message()
     assert gate.check([_expo(math.nan, math.nan)], None, confidence=0.95).status == "inconclusive"
@@ -40,7 +43,7 @@ def test_epsilon_verdicts_and_the_audits_reach():
 
 def test_the_worst_budget_decides_and_the_record_names_the_gated_metrics():
     gate = CanaryGate(max_exposure=4.0, max_epsilon=1.0)
-    res = gate.check([_expo(5.0, 6.0)], _eps(0.2, 3.0), confidence=0.95)
+    res = gate.check([_expo(5.0, 6.0, lower=4.5)], _eps(0.2, 3.0), confidence=0.95)
     assert res.status == "fail" and not res.passed
     record = res.record(n_included=100, n_excluded=98)
     assert record.attacks == ("canary_exposure", "canary_epsilon") and record.members == 100
@@ -57,8 +60,10 @@ def test_bad_budgets():
 
 
 def _sampled(value, upper, rank_value, rank_upper, n_capped, r=16):
-    return {**_expo(value, upper, r=r), "rank_metric": f"canary/r{r}/exposure_rank_mean", "rank_value": rank_value,
-            "rank_upper": rank_upper, "n_capped": n_capped}
+    """Lower bounds 0.3 bits under each mean."""
+    return {**_expo(value, upper, r=r, lower=value - 0.3), "rank_metric": f"canary/r{r}/exposure_rank_mean",
+            "rank_value": rank_value, "rank_upper": rank_upper, "rank_lower": rank_value - 0.3,
+            "n_capped": n_capped}
 
 
 def test_exposure_gate_decides_on_the_larger_of_the_headline_and_the_capped_rank_mean():
@@ -67,7 +72,8 @@ def test_exposure_gate_decides_on_the_larger_of_the_headline_and_the_capped_rank
     res = gate.check([_sampled(7.0, 7.5, 9.2, 9.6, n_capped=30)], None, confidence=0.95)
     assert res.status == "fail" and res.checks[0]["metric"] == "canary/r16/exposure_rank_mean"
     assert res.checks[0]["value"] == 9.2 and res.checks[0]["headline"] == 7.0
-    assert "rank-based >= 9.200" in res.verdict() and "canary/r16/exposure_rank_mean = 9.200 exceeds" in res.message()
+    assert "rank-based >= 9.200" in res.verdict()
+    assert "canary/r16/exposure_rank_mean = 9.200, its 95% lower bound 8.900 exceeds" in res.message()
     # the extrapolation above the budget fails, though the ranks (capped) are within it
     res = gate.check([_sampled(12.4, 13.0, 7.9, 7.95, n_capped=40)], None, confidence=0.95)
     assert res.status == "fail" and res.checks[0]["metric"] == "canary/r16/exposure_mean"

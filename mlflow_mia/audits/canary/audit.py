@@ -213,15 +213,18 @@ def _roc_metrics(prefix: str, bits, scores, config: CanaryAuditConfig, seed: int
     return result
 
 
-def _upper_mean(values: np.ndarray, *, rounds: int, confidence: float, seed: int) -> float:
-    """One-sided percentile-bootstrap upper bound of the mean (resampling canaries)."""
-    if values.size == 0:
-        return math.nan
-    if values.size == 1 or rounds == 0:
-        return float(values.max())
+def _mean_bounds(values: np.ndarray, *, rounds: int, confidence: float, seed: int) -> tuple[float, float]:
+    """One-sided percentile-bootstrap lower and upper bounds of the mean (resampling canaries), each at ``confidence``.
+
+    ``(nan, nan)`` with fewer than 2 canaries or without a bootstrap: one canary's value is no
+    evidence about the mean, so a gate can neither pass nor fail on it.
+    """
+    if values.size < 2 or rounds == 0:
+        return math.nan, math.nan
     rng = np.random.default_rng(seed)
     means = values[rng.integers(0, values.size, size=(rounds, values.size))].mean(axis=1)
-    return float(np.quantile(means, confidence))
+    low, high = np.quantile(means, [1.0 - confidence, confidence])
+    return float(low), float(high)
 
 
 class _Exposures(NamedTuple):
@@ -377,12 +380,13 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
             boot = {"rounds": config.bootstrap_rounds, "confidence": config.confidence, "seed": config.seed + k}
             metrics[f"{prefix}/exposure_mean"] = float(np.mean(expo[inc]))
             metrics[f"{prefix}/exposure_median"] = float(np.median(expo[inc]))
-            metrics[f"{prefix}/exposure_upper"] = _upper_mean(expo[inc], **boot)
+            metrics[f"{prefix}/exposure_lower"], metrics[f"{prefix}/exposure_upper"] = _mean_bounds(expo[inc], **boot)
             metrics[f"{prefix}/exposure_extrapolated_mean"] = float(np.nanmean(extra[inc])) if np.isfinite(
                 extra[inc]).any() else math.nan
             metrics[f"{prefix}/exposure_n_extrapolated"] = float(np.count_nonzero(found.from_extrapolation[inc]))
             metrics[f"{prefix}/exposure_rank_mean"] = float(np.mean(ranked[inc]))
-            metrics[f"{prefix}/exposure_rank_upper"] = _upper_mean(ranked[inc], **boot)
+            metrics[f"{prefix}/exposure_rank_lower"], metrics[f"{prefix}/exposure_rank_upper"] = _mean_bounds(
+                ranked[inc], **boot)
             metrics[f"{prefix}/exposure_rank_n_capped"] = float(np.count_nonzero(capped[inc]))
         if exc.any():
             metrics[f"{prefix}/exposure_excluded_mean"] = float(np.mean(expo[exc]))
