@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
-           "invisible_variants", "DEFAULT_IGNORABLE", "FOLDED_CATEGORIES"]
+           "invisible_variants", "surrogate_at", "DEFAULT_IGNORABLE", "FOLDED_CATEGORIES"]
 
 
 def text_hash(text: str) -> str:
@@ -126,6 +126,13 @@ def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
             f"{what} has {len(bad)} non-string text(s) (first at row {bad[0]}: {texts[bad[0]]!r}); "
             "convert the column to str"
         )
+    broken = [(i, j) for i, j in ((i, surrogate_at(t)) for i, t in enumerate(texts)) if j is not None]
+    if broken:
+        i, j = broken[0]
+        raise ValueError(
+            f"{what} has {len(broken)} text(s) that are not valid Unicode: a lone surrogate code point (first at "
+            f"row {i}, character {j}: U+{ord(texts[i][j]):04X}), as a JSON escape such as '\\ud800' without its "
+            "pair gives; fix the file's encoding or drop those rows")
     blank = [i for i, t in enumerate(texts) if not _visible(t)]
     if blank:
         raise ValueError(
@@ -134,6 +141,22 @@ def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
             "tokens to score"
         )
     return texts
+
+
+def surrogate_at(text: str) -> int | None:
+    """Index of the first lone surrogate (U+D800-U+DFFF) in ``text``, or None when it encodes as UTF-8.
+
+    Python keeps such code points (``json.loads('"\\ud800"')``), but they are not text: no
+    UTF-8 encoding, so no hash and no tokens.
+
+    >>> surrogate_at("a cat"), surrogate_at("a \ud800cat")
+    (None, 2)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def _is_missing(value) -> bool:
@@ -198,7 +221,8 @@ def load_table(source, *, what: str = "data"):
         The path does not exist.
     ValueError
         The file extension is not one of csv, json, jsonl, parquet; the file has no
-        rows (empty, a header only, ``[]``), checked before ``datasets`` reads it.
+        rows (empty, a header only, ``[]``), checked before ``datasets`` reads it; the
+        file cannot be parsed (invalid JSON or UTF-8, a lone surrogate), with the reason.
     """
     import pandas as pd
 
@@ -214,7 +238,7 @@ def load_table(source, *, what: str = "data"):
             raise ValueError(f"{what} file {path!r}: use a .csv, .jsonl, .json or .parquet file")
         if _row_free(path, builder):
             raise ValueError(f"{what} file {path!r} has no rows: it needs a header and at least one text")
-        return _read_in_memory(builder, path)
+        return _read_in_memory(builder, path, what)
     if hasattr(source, "to_pandas"):  # datasets.Dataset, mlflow EvaluationDataset
         return source.to_pandas()
     raise TypeError(f"{what} must be a pandas DataFrame or a file path, got {type(source).__name__}")
@@ -243,14 +267,28 @@ def _row_free(path: str, builder: str) -> bool:
         return fh.read(64).strip() in (b"[]", b"{}")
 
 
-def _read_in_memory(builder: str, path: str):
-    """``load_dataset(builder, data_files=path)`` as a DataFrame, with no cache left behind."""
+def _read_in_memory(builder: str, path: str, what: str = "data"):
+    """``load_dataset(builder, data_files=path)`` as a DataFrame, with no cache left behind.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be parsed (invalid JSON or UTF-8, a lone surrogate, a damaged
+        parquet file), with the file and the parser's reason.
+    """
     import tempfile
 
     from datasets import load_dataset
+    from datasets.exceptions import DatasetsError
 
     with tempfile.TemporaryDirectory(prefix="mlflow_mia_table_") as tmp:
-        dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
+        try:
+            dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
+        except DatasetsError as exc:  # "An error occurred while generating the dataset": the cause says what
+            cause = exc.__cause__ or exc.__context__ or exc
+            raise ValueError(f"{what} file {path!r} cannot be read ({type(cause).__name__}: {cause}); check its "
+                             "format and that it is valid UTF-8 text (a lone surrogate such as the JSON escape "
+                             "'\\ud800' without its pair is not)") from None
         return dataset.to_pandas()
 
 
@@ -280,11 +318,11 @@ class AuditDataset:
     Raises
     ------
     ValueError
-        An empty pool; empty, blank or invisible texts (zero-width, control or NUL
-        characters only); labels other than 0/1 (NaN, None, ``"yes"``, ``"1"``); the same
-        text (up to :func:`canonical_text`: invisible characters, combining marks, compatibility
-        forms and whitespace) labelled
-        both member and non-member; length mismatches; duplicate sample
+        An empty pool; texts holding a lone surrogate (not valid Unicode); empty, blank or
+        invisible texts (zero-width, format, combining, control or NUL characters only);
+        labels other than 0/1 (NaN, None, ``"yes"``, ``"1"``); the same text (up to
+        :func:`canonical_text`: invisible characters, combining marks, compatibility forms
+        and whitespace) labelled both member and non-member; length mismatches; duplicate sample
         ids; a group containing both members and non-members. Each names the first row.
     """
 

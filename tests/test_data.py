@@ -208,3 +208,19 @@ def test_a_missing_text_in_a_table_is_reported_as_missing_not_nan(cell, tmp_path
     assert "nan" not in str(err.value)
     with pytest.raises(ValueError, match=r"the population set has 1 missing text\(s\)"):
         PopulationSet(texts=["a cat", None])
+
+
+def test_a_lone_surrogate_is_reported_at_its_row(tmp_path):
+    """An unpaired '\\ud800' is not text (no UTF-8): a file holding one is named with the parser's reason, and a
+    text holding one (an object column, a list) with its row."""
+    path = tmp_path / "pool.jsonl"
+    path.write_text('{"text": "a cat", "is_member": 1}\n{"text": "a \\ud800dog", "is_member": 0}\n')
+    with pytest.raises(ValueError, match=r"^the target pool file '.*pool.jsonl' cannot be read \(ArrowInvalid: JSON "
+                                         r"parse error: The surrogate pair in string is invalid. in row 1\); check "
+                                         r"its format and that it is valid UTF-8 text"):
+        AuditDataset.from_frame(path)
+    with pytest.raises(ValueError, match=r"^the target pool has 1 text\(s\) that are not valid Unicode: a lone "
+                                         r"surrogate code point \(first at row 1, character 2: U\+D800\)"):
+        AuditDataset(texts=["a cat", "a \ud800dog"], labels=[1, 0])
+    with pytest.raises(ValueError, match=r"^the population set has 1 text\(s\) that are not valid Unicode"):
+        PopulationSet(texts=["a cat", "\udfff"])
