@@ -149,7 +149,7 @@ def surrogate_at(text: str) -> int | None:
     Python keeps such code points (``json.loads('"\\ud800"')``), but they are not text: no
     UTF-8 encoding, so no hash and no tokens.
 
-    >>> surrogate_at("a cat"), surrogate_at("a \ud800cat")
+    >>> surrogate_at("a cat"), surrogate_at("a " + chr(0xD800) + "cat")
     (None, 2)
     """
     try:

@@ -37,7 +37,7 @@ import torch
 
 from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import pad_batch, plan_batches
-from mlflow_mia.signals.cache import SqliteSpecStore, default_cache_dir
+from mlflow_mia.signals.cache import SqliteSpecStore, _make_cache_dir, default_cache_dir
 from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
@@ -206,7 +206,7 @@ class ConfidenceCache(SqliteSpecStore):
     def __init__(self, path=None):
         path = os.fspath(path or default_cache_dir())
         if not path.endswith(".sqlite"):
-            os.makedirs(path, exist_ok=True)
+            _make_cache_dir(path)
             path = os.path.join(path, "ner_confidence.sqlite")
         super().__init__(path)
 

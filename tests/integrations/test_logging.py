@@ -229,6 +229,7 @@ def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
 
     path = tmp_path / "mia.key"
     path.write_text("file key of at least sixteen bytes\n")
+    path.chmod(0o600)  # a key file only its owner can read
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "the env key, also long enough: 32+")
     _, options = parse_options({"hash_key_file": str(path)})
     assert options.hash_key.source == "file" and "sixteen" not in repr(options)
@@ -246,6 +247,7 @@ def test_a_weak_hash_key_under_32_bytes_is_refused(tmp_path, monkeypatch):
     weak, strong = "a sixteen byte k" + "x" * 15, "a sixteen byte k" + "x" * 16
     path = tmp_path / "weak.key"
     path.write_text(weak + "\n")
+    path.chmod(0o600)  # a key file only its owner can read
     with pytest.raises(ValueError, match=r"the hash key \(file\) has 31 bytes; use at least 32"):
         parse_options({"hash_key_file": str(path)})
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "sixteen byte key")
