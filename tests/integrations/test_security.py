@@ -7,6 +7,7 @@ now refuses or records it correctly.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 from pathlib import Path
@@ -289,6 +290,31 @@ def test_high5_a_weights_file_linked_outside_the_artifact_is_refused(tracking, t
     os.symlink(folder.parent / "benign" / "model" / "model.safetensors", hf / "model.safetensors")
     with pytest.raises(ValueError, match="outside the model's folder"):
         resolve_model(hf)
+
+
+def test_an_uploaded_empty_symlink_folder_is_refused_by_name_exit_2(tracking, tmp_path, no_weights_loaded, capsys):
+    """A ``model/`` folder that was a symbolic link to an empty folder is logged as an empty folder: named, exit 2
+    (it was a bare OSError from transformers, exit 1)."""
+    from mlflow_mia.entrypoints.cli import main
+
+    folder = _saved("models:/tgt/1", tmp_path / "src")
+    shutil.rmtree(folder / "model")
+    (tmp_path / "empty").mkdir()
+    os.symlink(tmp_path / "empty", folder / "model")
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(folder), "uploaded")
+    uri = f"runs:/{run.info.run_id}/uploaded"
+    message = (f"{uri}: the model folder 'model' is empty (a symbolic link uploaded as an empty folder, or an "
+               "interrupted copy?); log the model again with its files (mlflow.transformers.log_model)")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        resolve_model(uri)
+    assert main(["audit", "--target", uri, *tracking.cli_args()]) == 2
+    assert f"mlflow-mia audit: error: {message}" in capsys.readouterr().err
+    assert no_weights_loaded == []
+    weightless = _saved("models:/tgt/1", tmp_path / "weightless")
+    (weightless / "model" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"the model folder 'model' holds no weights file \(.safetensors\)"):
+        resolve_model(str(weightless))
 
 
 def _hf_folder(path: Path, *, seed: int = 3) -> Path:
