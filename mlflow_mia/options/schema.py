@@ -92,8 +92,8 @@ class CommonOptions:
     label_column: str | None = option(None, "membership label column, 1 = member (in the training data), "
                                       "0 = not", used_by=_AUDITS, metavar="NAME",
                                       default_doc="the targets argument of mlflow.models.evaluate, else is_member")
-    log_texts: bool = option(False, "write raw texts (names, for NER) into the logged tables; else only ids and "
-                             "keyed hashes", used_by=_AUDITS)
+    log_texts: bool = option(False, "write raw texts (names, for NER) and the sample ids as given into the logged "
+                             "tables; else only keyed hashes of texts, ids and groups", used_by=_AUDITS)
     log_samples: bool = option(False, "log per-sample scores, flags and token counts (per-name confidences, for "
                                "NER) beside the labels; else the tables hold only ids, keyed hashes and labels: "
                                "anyone who can read the run and load the target could recompute a text's score "

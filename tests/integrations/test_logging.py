@@ -271,3 +271,25 @@ def test_a_large_pool_table_is_logged_as_parquet(tracking, audit, monkeypatch):
     table = artifacts["samples"].content
     assert len(table) == len(pool) and "text_hmac" in table and "text" not in table
     assert table["label"].tolist() == result.samples["label"].tolist()
+
+
+def test_sample_ids_are_keyed_like_groups_unless_log_texts(tracking, audit, monkeypatch):
+    """Issue 32, low: samples.csv logged the raw sample_id (``s000``) beside the label; it is keyed now, as groups
+    are, and given as-is only with log_texts (the raw texts are beside the labels then)."""
+    from mlflow_mia import lookup_hash
+
+    result, pool, population = audit
+    key = "a key only the auditor holds, 32+"
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
+    with mlflow.start_run():
+        artifacts = log_audit(result, population=population, log_metrics=False)
+    samples = artifacts["samples"].content
+    assert not set(pool.sample_ids) & set(samples["sample_id"])
+    assert samples["sample_id"].tolist() == [lookup_hash(i, key) for i in pool.sample_ids]
+    with mlflow.start_run():
+        scored = log_audit(result, population=population, log_metrics=False, log_samples=True)
+    assert scored["samples"].content["sample_id"].tolist() == samples["sample_id"].tolist()
+    assert not set(pool.sample_ids) & set(scored["riskiest"].content["sample_id"])
+    with mlflow.start_run():
+        texts = log_audit(result, population=population, log_metrics=False, log_texts=True, texts=pool.texts)
+    assert texts["samples"].content["sample_id"].tolist() == list(pool.sample_ids)
