@@ -40,8 +40,8 @@ from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
            "short_model_name", "audit_run_name", "references_label", "run_description", "describe_run",
-           "describe_version", "own_text", "with_own_text", "OWN_TEXT_HEADING", "run_url", "fmt_interval",
-           "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+           "describe_version", "own_text", "with_own_text", "OWN_TEXT_HEADING", "FAILURE_START", "run_url",
+           "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ LEAKS, WITHIN_BUDGET, NO_EVIDENCE = "leaks", "within budget", "no evidence of le
 #: First words of every description written here: a description that starts otherwise is someone else's (the
 #: model's authors', the user's) and is kept, quoted under :data:`OWN_TEXT_HEADING` after the verdict.
 DESCRIPTION_START = "**Verdict:"
+#: First words of the description of an ``mlflow run`` project run whose command failed before it wrote a verdict
+#: (:func:`mlflow_mia.tracking.runs.record_project_failure`): also this package's.
+FAILURE_START = "**Failed:"
 #: The heading under which a description written before the audit is kept: it can never read as the verdict.
 OWN_TEXT_HEADING = ("**Description written before this audit** (kept as written, quoted; not written by mlflow-mia "
                     "and not its verdict: the verdict is the line above and the `mia.verdict` tag):")
@@ -360,8 +363,9 @@ def run_description(verdict: Verdict, paragraph: str, *, gate=None, run_link: st
 def own_text(current: str | None) -> str:
     """The part of a run's or version's description that mlflow-mia did not write ('' when none).
 
-    A description that starts with :data:`DESCRIPTION_START` is this module's: what it
-    quotes under :data:`OWN_TEXT_HEADING` (unquoted) is the earlier text. Any other
+    A description that starts with :data:`DESCRIPTION_START` (or is a failed command's,
+    :data:`FAILURE_START`) is this package's: what it quotes under
+    :data:`OWN_TEXT_HEADING` (unquoted) is the earlier text. Any other
     description is someone else's, whole; one that imitates a verdict (``Verdict: within
     budget``) included.
 
@@ -374,7 +378,7 @@ def own_text(current: str | None) -> str:
     """
     if not current:
         return ""
-    if not current.startswith(DESCRIPTION_START):
+    if not current.startswith((DESCRIPTION_START, FAILURE_START)):
         return current.strip()
     if OWN_TEXT_HEADING not in current:
         return ""
