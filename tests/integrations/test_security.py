@@ -164,16 +164,19 @@ def test_item4_a_failing_audit_without_version_tags_still_records_the_fail(track
     assert tags["mia.gate"] == "fail" and tags["mia.likelihood_ratio.auc"] == auc_before
 
 
-def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path):
+def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path, monkeypatch):
     from mlflow_mia.entrypoints.cli import EXIT_GATE_FAILED, main
+    from mlflow_mia.signals.cache import SignalCache
 
     name, version = gated_version
     assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.5") == EXIT_GATE_FAILED == 3
-    not_a_folder = tmp_path / "file"
-    not_a_folder.write_text("x")
-    with pytest.raises(OSError):  # uncaught: the process exits with Python's 1, never 3
-        main(["audit", "--target", f"models:/{name}/{version}",
-              *tracking.cli_args("--cache-dir", str(not_a_folder / "cache"))])
+
+    def disk_fault(self, path=None):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(SignalCache, "__init__", disk_fault)  # an environment fault mid-audit (a bad cache folder
+    with pytest.raises(OSError):  # is an input error now, exit 2); uncaught: Python's 1, never 3
+        main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args()])
 
 
 def test_canary_member_text_reaches_no_store_cache_or_log(tracking, tmp_path, monkeypatch, capsys, caplog):
