@@ -255,8 +255,10 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
         Missing columns, empty or missing names, names that are not valid Unicode (a lone
         surrogate) or are empty once folded (:func:`mlflow_mia.data.canonical_text`: zero-width,
         format or default-ignorable characters and combining marks only, each with its own
-        message), labels other than 0/1, a name labelled both 1 and 0 within a type (compared as :func:`name_hash` compares names, and
-        up to invisible characters), a type with one class only, or unknown types.
+        message), labels other than 0/1, a name labelled both 1 and 0 within a type (compared
+        as :func:`name_hash` compares names, and up to the fold of
+        :func:`mlflow_mia.data.canonical_text`: invisible characters, combining marks such as
+        accents, compatibility forms), a type with one class only, or unknown types.
     """
     import pandas as pd
 
@@ -324,7 +326,8 @@ def _refuse_conflicting_labels(df, label_column: str) -> None:
     if both:
         raise ValueError(f"{len(both)} name(s) are labelled both in-sample and out-of-sample in {label_column!r} "
                          f"within one entity type (first: rows {both[0][:5]}; names are compared ignoring case, "
-                         "spacing and invisible characters): a name either occurs in the training data or does not; "
+                         "spacing, invisible characters, combining marks such as accents and compatibility forms): "
+                         "a name either occurs in the training data or does not; "
                          "fix the labels or drop the duplicates")
 
 
