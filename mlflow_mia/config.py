@@ -24,12 +24,17 @@ __all__ = [
     "AuditConfig",
     "NerAuditConfig",
     "ENTITY_TYPE_PATTERN",
+    "MIN_FPR",
     "record_digest",
 ]
 
 SIGNAL_KINDS = ("energy", "pll")
 ENERGY_REDUCTIONS = ("sum", "mean")
 DEFAULT_FPRS = (0.1, 0.01, 0.001)
+#: The smallest false-positive rate an audit reads: a threshold at FPR alpha needs ceil(1 / alpha)
+#: population texts (:func:`mlflow_mia.metrics.thresholds.min_population_size`), here 10**9. A smaller
+#: rate (``--fprs 1e-300``) is refused by the option's declared range, naming it.
+MIN_FPR = 1e-9
 
 
 def _from_dict(cls, data: Mapping[str, Any]):
@@ -209,8 +214,8 @@ class MetricConfig:
     Attributes
     ----------
     fprs : tuple of float
-        Target false-positive rates alpha; thresholds are the ``1 - alpha`` quantiles
-        of the population scores.
+        Target false-positive rates alpha in [:data:`MIN_FPR`, 1); thresholds are the
+        ``1 - alpha`` quantiles of the population scores.
     bootstrap_rounds : int
         Resamples of the target pool for confidence intervals (0 disables them).
     confidence : float
@@ -240,7 +245,7 @@ class MetricConfig:
 
     fprs: tuple[float, ...] = option(DEFAULT_FPRS, "false-positive rates alpha at which TPR, precision and "
                                      "recall are reported; the population needs at least 1/min(fprs) texts",
-                                     gt=0, lt=1, metavar="A,B")
+                                     ge=MIN_FPR, lt=1, metavar="A,B")
     bootstrap_rounds: int = option(1000, "bootstrap resamples for the confidence intervals (0 = none)", ge=0,
                                    metavar="N")
     confidence: float = option(0.95, "two-sided confidence level of the intervals, and the confidence of the "
@@ -379,7 +384,7 @@ class NerAuditConfig:
     bootstrap_rounds: int = option(1000, "bootstrap resamples of the M-MEM intervals over names (0 = none)", ge=0,
                                    metavar="N")
     fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs of the TPR metrics, thresholds from the dev "
-                                     "out-of-sample names", gt=0, lt=1, metavar="A,B")
+                                     "out-of-sample names", ge=MIN_FPR, lt=1, metavar="A,B")
     token_removal: bool = option(True, "run the greedy token removal (about as many sentences as the prompt set "
                                  "on dev)", flags=("--no-token-removal",), invert=True, mlproject=False,
                                  flag_help="skip the greedy token removal")

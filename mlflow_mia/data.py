@@ -7,6 +7,7 @@ target model's training data), ``0 = non-member``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import numbers
@@ -18,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
-           "invisible_variants"]
+           "invisible_variants", "surrogate_at", "DEFAULT_IGNORABLE", "FOLDED_CATEGORIES"]
 
 
 def text_hash(text: str) -> str:
@@ -26,23 +27,69 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def canonical_text(text: str) -> str:
-    """``text`` as a reader sees it: NFC form, invisible format characters dropped, whitespace runs as one space.
+#: Ranges of the Unicode property Default_Ignorable_Code_Point (Unicode's ``DerivedCoreProperties.txt``;
+#: :mod:`unicodedata` does not expose it, and ``tests/test_data.py`` compares these ranges with the ``regex``
+#: module's ``\p{Default_Ignorable_Code_Point}``): soft hyphen, combining grapheme joiner U+034F, Arabic letter mark,
+#: Hangul fillers, Khmer inherent vowels U+17B4-U+17B5, Mongolian free variation selectors, zero-width space /
+#: joiners and direction marks U+200B-U+200F, bidi embeddings U+202A-U+202E, word joiner and invisible
+#: operators U+2060-U+206F, variation selectors U+FE00-U+FE0F and U+E0100-U+E01EF, byte-order mark U+FEFF,
+#: shorthand format controls, musical beam symbols, tag characters U+E0000-U+E0FFF.
+DEFAULT_IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+_IGNORABLE = frozenset(c for lo, hi in DEFAULT_IGNORABLE for c in range(lo, hi + 1))
+#: Unicode general categories dropped by :func:`canonical_text`: nonspacing and enclosing marks, format characters.
+FOLDED_CATEGORIES = ("Mn", "Me", "Cf")
 
-    Format characters (Unicode category Cf: zero-width space U+200B, soft hyphen U+00AD,
-    word joiner U+2060, zero-width joiner U+200D, byte-order mark U+FEFF, ...) draw nothing,
-    and a no-break space (U+00A0) is a space; tokenizers drop or split on them, so the model
-    sees the same tokens for both forms (the issue found identical token ids).
+
+@functools.lru_cache(maxsize=4096)
+def _folded(char: str) -> bool:
+    """True for a character :func:`canonical_text` drops (see there)."""
+    return ord(char) in _IGNORABLE or unicodedata.category(char) in FOLDED_CATEGORIES
+
+
+def canonical_text(text: str) -> str:
+    """``text`` as a tokenizer may read it: what draws nothing or only marks a letter is folded away.
+
+    The fold, in order:
+
+    1. NFKD: compatibility forms become their plain letters (``\ufb01`` -> ``fi``, a full-width
+       ``\uff41`` -> ``a``, a no-break space -> a space) and precomposed letters split into a base
+       letter and combining marks (``\u00e9`` -> ``e`` + U+0301);
+    2. every character of category Mn (nonspacing marks: accents, U+0301, U+034F, variation
+       selectors U+FE00-U+FE0F, Khmer U+17B4), Me (enclosing marks) or Cf (format characters:
+       zero-width space U+200B, joiners, word joiner U+2060, byte-order mark U+FEFF, soft hyphen,
+       direction marks) is dropped, and so is every Unicode Default_Ignorable_Code_Point
+       (:data:`DEFAULT_IGNORABLE`, which also holds the Hangul fillers and the unassigned
+       ignorable ranges);
+    3. NFC of what is left, and every run of whitespace becomes one space (leading and trailing
+       whitespace dropped).
+
+    Letters, digits, punctuation, symbols, case and the order of characters are kept: case is
+    compared only by the near-duplicate warning (:func:`near_duplicates`). The model sees the
+    same tokens for many pairs this folds together (an uncased BERT tokenizer strips accents,
+    drops format characters and splits on every space), and the rest are the same text to a
+    reader; so the pool/population overlap check and the conflicting-label check compare texts
+    by this fold.
 
     >>> canonical_text("the\u200b cat\u00ad\u00a0sat\ufeff") == canonical_text("the cat sat")
     True
+    >>> canonical_text("cafe\u0301 \u034fnai\ufe0fve\u17b4") == canonical_text("caf\u00e9  naive")
+    True
+    >>> canonical_text("\ufb01ne \uff21")
+    'fine A'
     """
-    text = "".join(c for c in unicodedata.normalize("NFC", text) if unicodedata.category(c) != "Cf")
+    text = unicodedata.normalize("NFKD", text)
+    if not text.isascii():
+        text = "".join(c for c in text if c.isascii() or not _folded(c))
+        text = unicodedata.normalize("NFC", text)
     return " ".join(text.split())
 
 
 def invisible_variants(pool_texts: Sequence[str], population_texts: Sequence[str]) -> int:
-    """How many population texts equal a pool text up to invisible characters and whitespace, but not exactly."""
+    """How many population texts equal a pool text up to :func:`canonical_text` (invisible characters, combining
+    marks, compatibility forms and whitespace), but not exactly."""
     exact = set(pool_texts)
     pool = {canonical_text(t) for t in pool_texts}
     return sum(1 for t in population_texts if t not in exact and canonical_text(t) in pool)
@@ -79,13 +126,37 @@ def _check_texts(texts: Sequence, what: str) -> tuple[str, ...]:
             f"{what} has {len(bad)} non-string text(s) (first at row {bad[0]}: {texts[bad[0]]!r}); "
             "convert the column to str"
         )
+    broken = [(i, j) for i, j in ((i, surrogate_at(t)) for i, t in enumerate(texts)) if j is not None]
+    if broken:
+        i, j = broken[0]
+        raise ValueError(
+            f"{what} has {len(broken)} text(s) that are not valid Unicode: a lone surrogate code point (first at "
+            f"row {i}, character {j}: U+{ord(texts[i][j]):04X}), as a JSON escape such as '\\ud800' without its "
+            "pair gives; fix the file's encoding or drop those rows")
     blank = [i for i, t in enumerate(texts) if not _visible(t)]
     if blank:
         raise ValueError(
-            f"{what} has {len(blank)} empty, whitespace-only or invisible text(s) (zero-width, control or NUL "
-            f"characters only; first at row {blank[0]}); remove them before the audit: they have no tokens to score"
+            f"{what} has {len(blank)} empty, whitespace-only or invisible text(s) (zero-width, format, combining, "
+            f"control or NUL characters only; first at row {blank[0]}); remove them before the audit: they have no "
+            "tokens to score"
         )
     return texts
+
+
+def surrogate_at(text: str) -> int | None:
+    """Index of the first lone surrogate (U+D800-U+DFFF) in ``text``, or None when it encodes as UTF-8.
+
+    Python keeps such code points (``json.loads('"\\ud800"')``), but they are not text: no
+    UTF-8 encoding, so no hash and no tokens.
+
+    >>> surrogate_at("a cat"), surrogate_at("a " + chr(0xD800) + "cat")
+    (None, 2)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def _is_missing(value) -> bool:
@@ -101,8 +172,9 @@ _INVISIBLE = {"Zs", "Zl", "Zp", "Cc", "Cf"}
 
 
 def _visible(text: str) -> bool:
-    """True when ``text`` holds at least one character that is not whitespace, a control or a format character."""
-    return any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
+    """True when ``text`` holds a character that is not whitespace, a control, or dropped by :func:`canonical_text`
+    (format characters, combining marks, default-ignorable code points)."""
+    return any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in canonical_text(text))
 
 
 def _check_labels(labels, n: int) -> np.ndarray:
@@ -149,7 +221,8 @@ def load_table(source, *, what: str = "data"):
         The path does not exist.
     ValueError
         The file extension is not one of csv, json, jsonl, parquet; the file has no
-        rows (empty, a header only, ``[]``), checked before ``datasets`` reads it.
+        rows (empty, a header only, ``[]``), checked before ``datasets`` reads it; the
+        file cannot be parsed (invalid JSON or UTF-8, a lone surrogate), with the reason.
     """
     import pandas as pd
 
@@ -165,7 +238,7 @@ def load_table(source, *, what: str = "data"):
             raise ValueError(f"{what} file {path!r}: use a .csv, .jsonl, .json or .parquet file")
         if _row_free(path, builder):
             raise ValueError(f"{what} file {path!r} has no rows: it needs a header and at least one text")
-        return _read_in_memory(builder, path)
+        return _read_in_memory(builder, path, what)
     if hasattr(source, "to_pandas"):  # datasets.Dataset, mlflow EvaluationDataset
         return source.to_pandas()
     raise TypeError(f"{what} must be a pandas DataFrame or a file path, got {type(source).__name__}")
@@ -194,14 +267,28 @@ def _row_free(path: str, builder: str) -> bool:
         return fh.read(64).strip() in (b"[]", b"{}")
 
 
-def _read_in_memory(builder: str, path: str):
-    """``load_dataset(builder, data_files=path)`` as a DataFrame, with no cache left behind."""
+def _read_in_memory(builder: str, path: str, what: str = "data"):
+    """``load_dataset(builder, data_files=path)`` as a DataFrame, with no cache left behind.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be parsed (invalid JSON or UTF-8, a lone surrogate, a damaged
+        parquet file), with the file and the parser's reason.
+    """
     import tempfile
 
     from datasets import load_dataset
+    from datasets.exceptions import DatasetsError
 
     with tempfile.TemporaryDirectory(prefix="mlflow_mia_table_") as tmp:
-        dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
+        try:
+            dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
+        except DatasetsError as exc:  # "An error occurred while generating the dataset": the cause says what
+            cause = exc.__cause__ or exc.__context__ or exc
+            raise ValueError(f"{what} file {path!r} cannot be read ({type(cause).__name__}: {cause}); check its "
+                             "format and that it is valid UTF-8 text (a lone surrogate such as the JSON escape "
+                             "'\\ud800' without its pair is not)") from None
         return dataset.to_pandas()
 
 
@@ -231,10 +318,11 @@ class AuditDataset:
     Raises
     ------
     ValueError
-        An empty pool; empty, blank or invisible texts (zero-width, control or NUL
-        characters only); labels other than 0/1 (NaN, None, ``"yes"``, ``"1"``); the same
-        text (up to invisible characters and whitespace, :func:`canonical_text`) labelled
-        both member and non-member; length mismatches; duplicate sample
+        An empty pool; texts holding a lone surrogate (not valid Unicode); empty, blank or
+        invisible texts (zero-width, format, combining, control or NUL characters only);
+        labels other than 0/1 (NaN, None, ``"yes"``, ``"1"``); the same text (up to
+        :func:`canonical_text`: invisible characters, combining marks, compatibility forms
+        and whitespace) labelled both member and non-member; length mismatches; duplicate sample
         ids; a group containing both members and non-members. Each names the first row.
     """
 
@@ -252,8 +340,8 @@ class AuditDataset:
             raise ValueError(
                 f"{len(conflicts)} text(s) are labelled both member and non-member (first: rows {conflicts[0][:5]}); "
                 "a text either was in the training data or was not: fix the labels or drop the duplicates (texts "
-                "that differ only in invisible characters or whitespace count as one: the model sees the same "
-                "tokens)")
+                "that differ only in invisible characters, combining marks, compatibility forms or whitespace "
+                "count as one, mlflow_mia.data.canonical_text: the model sees the same tokens)")
         object.__setattr__(self, "labels", labels)
         ids = self.sample_ids
         if ids is None:

@@ -31,6 +31,7 @@ import hmac
 import logging
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 
 __all__ = ["HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
@@ -44,6 +45,8 @@ HASH_KEY_ENV = "MLFLOW_MIA_HASH_KEY"
 #: by brute force; ``secrets.token_hex(32)`` gives 64 bytes.
 MIN_KEY_BYTES = 32
 _CHECK_MESSAGE = b"mlflow-mia hash key check"
+#: How to make a strong key in a file only its owner can read (the form a key file must have).
+_MAKE_KEY = "(umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > mia_hash.key)"
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class HashKey:
         if len(raw) < MIN_KEY_BYTES:
             raise ValueError(
                 f"the hash key ({source}) has {len(raw)} bytes; use at least {MIN_KEY_BYTES}, e.g. "
-                "python -c 'import secrets; print(secrets.token_hex(32))' > mia_hash.key")
+                + _MAKE_KEY)
         return cls(key=raw, source=source)
 
     @classmethod
@@ -154,20 +157,41 @@ def lookup_hash(text: str, key) -> str:
 def resolve_hash_key(path: str | os.PathLike | None = None, *, env=None) -> HashKey:
     """The audit's hash key: from ``path``, else ``$MLFLOW_MIA_HASH_KEY``, else a random one.
 
+    A key file must be a regular file (a symbolic link to one is followed) that only its owner
+    may read or write (no group or other permission bits, as ``chmod 600`` leaves it) and
+    that holds at least :data:`MIN_KEY_BYTES` bytes: a key others can read (``/etc/passwd``,
+    world-readable and public) lets them look every logged hash up.
+
     Raises
     ------
     FileNotFoundError
         ``path`` does not exist.
     ValueError
-        The key is too short (see :meth:`HashKey.from_bytes`).
+        ``path`` is not a regular file (``/dev/null``, a folder), can be read or written by
+        other users (mode bits ``0o077``; POSIX only), or holds a key that is too short
+        (see :meth:`HashKey.from_bytes`); each message names the file and the fix.
     """
     env = os.environ if env is None else env
     if path:
         path = os.fspath(path)
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise FileNotFoundError(f"hash key file {path!r} does not exist")
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
+            raise ValueError(f"hash key file {path!r} is not a regular file ({kind}); give a file holding "
+                             f"{MIN_KEY_BYTES}+ random bytes, e.g. {_MAKE_KEY}")
+        if os.name == "posix" and info.st_mode & 0o077:
+            raise ValueError(f"hash key file {path!r} can be read or written by other users (mode "
+                             f"{stat.S_IMODE(info.st_mode):04o}): anyone who reads it can look up every logged hash; "
+                             f"keep a secret key readable by you only: chmod 600 {path}, or make a new one with "
+                             f"{_MAKE_KEY}")
         with open(path, "rb") as fh:
-            return HashKey.from_bytes(fh.read(), source="file")
+            content = fh.read()
+        try:
+            return HashKey.from_bytes(content, source="file")
+        except ValueError as exc:
+            raise ValueError(f"hash key file {path!r}: {exc}") from None
     if env.get(HASH_KEY_ENV):
         return HashKey.from_bytes(env[HASH_KEY_ENV], source="env")
     return HashKey.random()

@@ -59,7 +59,8 @@ class Option:
         Flat key (``evaluator_config["mia"]`` key, MLproject parameter base); None =
         the field name.
     ge, gt, le, lt : float or None
-        Range of a number (of each element, for a tuple).
+        Range of a number (of each element, for a tuple). NaN and infinity never fit a
+        number option, whatever its range.
     choices : tuple of str or None
         Allowed values of a string (case-insensitive on input).
     pattern : str or None
@@ -188,6 +189,8 @@ class OptionField:
             text = f"a non-empty list (or comma-separated string) of {element}"
         else:
             text = {int: "an int", float: "a number", str: "a string"}.get(base, "a value")
+            if base is float and (opt.ge is None and opt.gt is None or opt.le is None and opt.lt is None):
+                text = "a finite number"  # inf would fit an open-ended range; it is refused all the same
         extra = opt.range_text() or opt.pattern_doc or ""
         text = f"{text} {extra}" if extra else text
         return f"{text} or None" if self.optional and base is not Any else text
@@ -216,7 +219,7 @@ class OptionField:
         if base in (int, float):
             if isinstance(value, bool) or not isinstance(value, int if base is int else (int, float)):
                 return False
-            if math.isnan(value):
+            if isinstance(value, float) and not math.isfinite(value):  # NaN, and inf where the range is open
                 return False
             return ((opt.ge is None or value >= opt.ge) and (opt.gt is None or value > opt.gt)
                     and (opt.le is None or value <= opt.le) and (opt.lt is None or value < opt.lt))

@@ -120,6 +120,67 @@ def test_invisible_character_variants_of_a_member_in_the_population_are_refused(
         check_data(pool, population, config)
 
 
+# Issue 32, medium: default-ignorable code points and combining marks the round-two fold let through.
+MARK_VARIANTS = {
+    "combining grapheme joiner U+034F": MEMBER.replace(" cat", " c\u034fat"),
+    "variation selector 16 U+FE0F": MEMBER.replace(" sat", " sat\ufe0f"),
+    "variation selector 1 U+FE00": MEMBER.replace(" on", " o\ufe00n"),
+    "combining acute U+0301 (composes with a vowel)": MEMBER.replace(" cat", " ca\u0301t"),
+    "combining acute U+0301 (after a consonant)": MEMBER.replace(" mat", " mat\u0301"),
+    "precomposed a-acute U+00E1": MEMBER.replace(" sat", " s\u00e1t"),
+    "Khmer inherent vowel U+17B4": MEMBER.replace(" the", " the\u17b4"),
+    "variation selector 17 U+E0100 and a tag character": MEMBER + "\U000e0100\U000e0041",
+    "all of them": "\u034f" + MEMBER.replace(" cat", " ca\u0301t\ufe0f").replace(" on", " o\ufe00n\u17b4"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MARK_VARIANTS))
+def test_default_ignorable_and_combining_mark_variants_of_a_member_are_refused(kind):
+    from mlflow_mia.audits.membership.checks import check_data
+    from mlflow_mia.config import AuditConfig, MetricConfig
+    from mlflow_mia.signals.testing import tiny_bert_tokenizer
+
+    variant = MARK_VARIANTS[kind]
+    assert variant != MEMBER
+    tok = tiny_bert_tokenizer()
+    assert tok(variant)["input_ids"] == tok(MEMBER)["input_ids"]  # the same tokens for an uncased BERT
+    pool = AuditDataset(texts=[MEMBER, "a dog ran"], labels=[1, 0])
+    population = PopulationSet(texts=[variant] + [f"population text {i}" for i in range(20)])
+    config = AuditConfig(attacks=("loss",), metrics=MetricConfig(fprs=(0.1,)))
+    with pytest.raises(ValueError, match=r"^1 population text\(s\) equal a pool text up to invisible characters "
+                                         r"\(format characters .*default-ignorable code points .*combining marks "
+                                         r"\(accents\), compatibility forms .*\(mlflow_mia.data.canonical_text\)"):
+        check_data(pool, population, config)
+    with pytest.raises(ValueError, match=r"1 text\(s\) are labelled both member and non-member"):
+        AuditDataset(texts=[MEMBER, "a dog ran", variant], labels=[1, 0, 0])
+
+
+def test_the_fold_drops_every_default_ignorable_code_point_and_mark():
+    """canonical_text drops exactly: Default_Ignorable_Code_Point, categories Mn, Me and Cf (after NFKD)."""
+    import sys
+    import unicodedata
+
+    from mlflow_mia.data import DEFAULT_IGNORABLE, canonical_text
+
+    regex = pytest.importorskip("regex")
+    ignorable = [c for c in range(sys.maxunicode + 1)
+                 if regex.match(r"\p{Default_Ignorable_Code_Point}", chr(c))]
+    assert ignorable == [c for lo, hi in DEFAULT_IGNORABLE for c in range(lo, hi + 1)]
+    for code in ignorable:
+        assert canonical_text(f"a{chr(code)}b") == "ab", hex(code)
+    marks = [c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) in ("Mn", "Me", "Cf")]
+    assert all(canonical_text(f"a{chr(c)}b") == "ab" for c in marks)
+    # kept: letters with their case, digits, punctuation, symbols, visible spaces (as one)
+    assert canonical_text("  Caf\u00e9,\u00a0\u00bd \u2460 \u00c5ngstr\u00f6m!\u3000") == "Cafe, 1\u20442 1 Angstrom!"
+
+
+def test_texts_of_marks_and_ignorable_code_points_only_are_invisible():
+    with pytest.raises(ValueError, match=r"the population set has 1 empty, whitespace-only or invisible text\(s\) "
+                                         r"\(zero-width, format, combining, control or NUL characters only; first at "
+                                         r"row 1\)"):
+        PopulationSet(texts=["a cat", "\u034f\ufe0f\u0301 \U000e0100"])
+
+
 @pytest.mark.parametrize("kind", list(INVISIBLE_VARIANTS))
 def test_invisible_character_variants_labelled_both_ways_are_a_conflicting_label(kind):
     with pytest.raises(ValueError, match=r"1 text\(s\) are labelled both member and non-member.*rows \[0, 2\].*"
@@ -147,3 +208,19 @@ def test_a_missing_text_in_a_table_is_reported_as_missing_not_nan(cell, tmp_path
     assert "nan" not in str(err.value)
     with pytest.raises(ValueError, match=r"the population set has 1 missing text\(s\)"):
         PopulationSet(texts=["a cat", None])
+
+
+def test_a_lone_surrogate_is_reported_at_its_row(tmp_path):
+    """An unpaired '\\ud800' is not text (no UTF-8): a file holding one is named with the parser's reason, and a
+    text holding one (an object column, a list) with its row."""
+    path = tmp_path / "pool.jsonl"
+    path.write_text('{"text": "a cat", "is_member": 1}\n{"text": "a \\ud800dog", "is_member": 0}\n')
+    with pytest.raises(ValueError, match=r"^the target pool file '.*pool.jsonl' cannot be read \(ArrowInvalid: JSON "
+                                         r"parse error: The surrogate pair in string is invalid. in row 1\); check "
+                                         r"its format and that it is valid UTF-8 text"):
+        AuditDataset.from_frame(path)
+    with pytest.raises(ValueError, match=r"^the target pool has 1 text\(s\) that are not valid Unicode: a lone "
+                                         r"surrogate code point \(first at row 1, character 2: U\+D800\)"):
+        AuditDataset(texts=["a cat", "a \ud800dog"], labels=[1, 0])
+    with pytest.raises(ValueError, match=r"^the population set has 1 text\(s\) that are not valid Unicode"):
+        PopulationSet(texts=["a cat", "\udfff"])

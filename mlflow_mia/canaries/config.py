@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlflow_mia.config import SignalConfig
+from mlflow_mia.config import MIN_FPR, SignalConfig
 from mlflow_mia.option import check_options, option
 
-__all__ = ["CanaryAuditConfig"]
+__all__ = ["CanaryAuditConfig", "MAX_CANDIDATES"]
+
+#: Most candidate secrets scored per template (``n_candidates``): each one costs a forward pass (a PLL costs
+#: one per token) for every canary of the template, and 10**6 already resolves about 19.9 bits of exposure.
+MAX_CANDIDATES = 10**6
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,10 @@ class CanaryAuditConfig:
     token_budget: int | None = option(None, "padded tokens per forward pass", ge=16, metavar="N",
                                       default_doc="1024 on CPU, 16384 on CUDA")
     n_candidates: int = option(1000, "candidate secrets scored per secret-format template for the exposure; the "
-                               "whole space is scored (exact ranks) when it is no larger", ge=10, metavar="N")
+                               "whole space is scored (exact ranks) when it is no larger; each candidate costs a "
+                               "forward pass per canary", ge=10, le=MAX_CANDIDATES, metavar="N")
     fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs at which the TPR of included vs excluded canaries is read",
-                                     gt=0, lt=1, metavar="A[,B]")
+                                     ge=MIN_FPR, lt=1, metavar="A[,B]")
     bootstrap_rounds: int = option(1000, "bootstrap resamples of the canaries (by inclusion bit) for the intervals",
                                    ge=0, metavar="N")
     confidence: float = option(0.95, "level of the intervals, the one-run bounds and the gate's bounds", gt=0, lt=1)

@@ -14,6 +14,12 @@ bound shows the model leaks more than its budget) or ``inconclusive`` (the audit
 neither that the budget holds nor that it is exceeded), each with its own message; also 3 when the audited registry version was
 deleted during the audit and a blocking verdict could not be recorded on it (2 when
 the verdict was a pass or there was no gate).
+
+Under ``mlflow run`` every failure exits with 1 (MLflow's own code for a failed run). The
+command's code is kept in three places: a last stderr line (``mlflow-mia audit: exit code 2
+(usage or input error); mlflow run reports every failure as exit code 1``), and the project
+run, which ends FAILED with a name (``mlflow-mia audit failed (exit 2)``, unless the audit
+had named it) and a description holding the error and the code.
 """
 
 from __future__ import annotations
@@ -36,6 +42,20 @@ log = logging.getLogger(__name__)
 
 # 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
+#: What each non-zero exit code means, in the words a failed ``mlflow run`` project run records.
+EXIT_MEANINGS = {EXIT_ERROR: "the audit broke: a bug or an environment fault", EXIT_USAGE: "usage or input error",
+                 EXIT_GATE_FAILED: "the release gate did not pass"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose exit carries its message, so a usage error can be recorded too."""
+
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message, sys.stderr)
+        exc = SystemExit(status)
+        exc.usage_message = message
+        raise exc
 
 _EPILOG = """\
 examples:
@@ -52,13 +72,14 @@ exit codes: 0 = done (gate passed or none set), 1 = the audit broke (a bug or an
 2 = usage or input error, 3 = release gate did not pass: fail (the model leaks more than its budget) or
 inconclusive (the audit shows neither that the budget holds nor that it is exceeded; the message says
 how many more members / non-members would resolve it), or a registry version deleted mid-audit kept a blocking
-verdict from being recorded.
+verdict from being recorded. Under mlflow run, which exits 1 for every failure, the last stderr line and the
+failed run's description give this code.
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mlflow-mia`` (also used to render ``--help``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Membership inference audits of masked language models, logged to MLflow.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
@@ -226,60 +247,95 @@ def _cmd_build_demo(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate did not pass)."""
+    """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate did not pass).
+
+    Under ``mlflow run`` (``$MLFLOW_RUN_ID`` set) a non-zero exit also ends the project run
+    FAILED with a name and a description holding the error and this exit code
+    (:func:`~mlflow_mia.tracking.runs.record_project_failure`), and a last line on stderr gives
+    the code: ``mlflow run`` itself exits with 1 for every failure.
+    """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return int(exc.code or 0)
+        code = int(exc.code or 0)
+        message = (getattr(exc, "usage_message", None) or "").strip()
+        command = next((a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("-")), None)
+        _project_failed(command or "(no command)", code, message)
+        return code
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with quiet_output(args):  # progress bars only on a terminal; -q also silences the libraries
-        return _run(args)
+        try:
+            code, message = _run(args)
+        except Exception as exc:  # 1, with Python's traceback: recorded first under mlflow run
+            _project_failed(args.command, EXIT_ERROR, f"{type(exc).__name__}: {exc}")
+            raise
+    _project_failed(args.command, code, message)
+    return code
 
 
-def _run(args) -> int:
-    """The parsed command, with its exit code (see the module docstring)."""
+def _project_failed(command: str, code: int, message: str | None) -> None:
+    """Under ``mlflow run``, a non-zero exit: record it on the project run and say the code on stderr."""
+    from mlflow_mia.tracking.runs import record_project_failure
+
+    if not code or not os.environ.get("MLFLOW_RUN_ID"):
+        return
+    meaning = EXIT_MEANINGS.get(code, "failed")
+    record_project_failure(command, code, message, meaning=meaning)
+    print(f"mlflow-mia {command}: exit code {code} ({meaning}); mlflow run reports every failure as exit code 1",
+          file=sys.stderr)
+
+
+def _error(args, code: int, message: str) -> tuple[int, str]:
+    """Print ``message`` as the command's error; ``(code, message)``."""
+    print(f"mlflow-mia {args.command}: error: {message}", file=sys.stderr)
+    return code, message
+
+
+def _run(args) -> tuple[int, str | None]:
+    """The parsed command: its exit code (see the module docstring) and the error it printed (None when none)."""
     import mlflow
 
     from mlflow_mia.tracking.registry_tags import VersionDeletedError
     from mlflow_mia.signals.cache import CacheCorruptError
 
     try:
-        if args.command != "build-demo":
-            _setup_tracking(args)
-        if args.command == "audit":
-            return _cmd_audit(args)
-        if args.command == "compare":
-            return _cmd_compare(args)
-        if args.command == "ner-audit":
-            from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
-
-            return cmd_ner_audit(args)
-        if args.command == "canary-audit":
-            from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
-
-            return cmd_canary_audit(args)
-        if args.command == "analyze":
-            from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
-
-            return cmd_analyze(args)
-        return _cmd_build_demo(args)
+        return _command(args), None
     except VersionDeletedError as exc:  # 3: a blocking verdict could not be recorded on the version
-        print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE
+        return _error(args, EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE, str(exc))
     except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
-        print(f"mlflow-mia {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _error(args, EXIT_USAGE, str(exc))
     except mlflow.exceptions.MlflowException as exc:
         from mlflow_mia.models.files import tracking_unreachable
 
         if tracking_unreachable(exc):  # the server is down: an environment fault, not the user's input
-            print(f"mlflow-mia {args.command}: error: the tracking server at {mlflow.get_tracking_uri()} cannot be "
-                  f"reached ({exc.message}); start it or check --tracking-uri", file=sys.stderr)
-            return EXIT_ERROR
-        print(f"mlflow-mia {args.command}: error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
+            return _error(args, EXIT_ERROR, f"the tracking server at {mlflow.get_tracking_uri()} cannot be reached "
+                                            f"({exc.message}); start it or check --tracking-uri")
+        return _error(args, EXIT_USAGE, exc.message)
+
+
+def _command(args) -> int:
+    """Run the parsed command; its exit code when it returns."""
+    if args.command != "build-demo":
+        _setup_tracking(args)
+    if args.command == "audit":
+        return _cmd_audit(args)
+    if args.command == "compare":
+        return _cmd_compare(args)
+    if args.command == "ner-audit":
+        from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
+
+        return cmd_ner_audit(args)
+    if args.command == "canary-audit":
+        from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
+
+        return cmd_canary_audit(args)
+    if args.command == "analyze":
+        from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
+
+        return cmd_analyze(args)
+    return _cmd_build_demo(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

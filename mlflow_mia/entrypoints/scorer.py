@@ -96,10 +96,12 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
         Raises
         ------
         ValueError
-            No text column, or a null, non-string or empty text (its row is named).
+            No text column, or a null, non-string or empty text, or one holding a lone
+            surrogate (not valid Unicode; its row is named).
         """
         import pandas as pd
 
+        from mlflow_mia.data import surrogate_at
         from mlflow_mia.signals.energy import compute_signals
 
         if isinstance(model_input, pd.DataFrame):
@@ -110,12 +112,16 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
             else:
                 raise ValueError(f"the input has no text column {self._column!r}; its columns are "
                                  f"{list(model_input.columns)}")
-        else:
-            texts = pd.Series(list(model_input))
+        else:  # a plain list (not a pandas Series: its Arrow strings cannot hold a lone surrogate, checked below)
+            texts = model_input
         texts = list(texts)
         for i, t in enumerate(texts):
             if isinstance(t, str) and t.strip():
-                continue
+                at = surrogate_at(t)
+                if at is None:
+                    continue
+                raise ValueError(f"text at row {i} is not valid Unicode: a lone surrogate at character {at} "
+                                 f"(U+{ord(t[at]):04X}); fix the encoding or drop the row")
             what = "empty" if isinstance(t, str) else "missing" if pd.isna(t) else f"not a string ({t!r})"
             raise ValueError(f"text at row {i} is {what}; give a non-empty string per row")
         res = compute_signals(self._lm, texts, self._config, device=self._device, progress=False)

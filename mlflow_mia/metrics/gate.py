@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from mlflow_mia.config import MIN_FPR
 from mlflow_mia.metrics.binomial import members_needed, per_side_confidence
 from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
 
@@ -269,6 +270,21 @@ class GateResult(ThreeStateResult):
                             "checks": [{**c, "points": list(c["points"])} for c in self.checks]})
 
 
+_NOT_A_BUDGET = ("max_tpr_at_fpr {!r} is not a budget: give ALPHA:MAX, e.g. '0.01:0.05' (the TPR at FPR 0.01 may be "
+                 "at most 0.05), a list of those or a dict {{alpha: max}}")
+
+
+def _budget_pair(item) -> tuple:
+    """``(alpha, max_tpr)`` of a non-string budget: a pair of numbers (or numeric strings, as JSON keys are),
+    else the error naming the key and the form."""
+    if isinstance(item, (list, tuple)) and len(item) == 2 and not any(isinstance(v, bool) for v in item):
+        try:
+            return float(item[0]), float(item[1])
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(_NOT_A_BUDGET.format(item))
+
+
 @dataclass(frozen=True)
 class Gate:
     """Release budget: the TPR at FPR ``alpha`` may not exceed ``max_tpr``.
@@ -279,12 +295,13 @@ class Gate:
     Attributes
     ----------
     budgets : tuple of (float, float)
-        ``(alpha, max_tpr)`` pairs, alpha in (0, 1), ``alpha < max_tpr < 1``.
+        ``(alpha, max_tpr)`` pairs, alpha in [:data:`~mlflow_mia.config.MIN_FPR`, 1),
+        ``alpha < max_tpr < 1``.
 
     Raises
     ------
     ValueError
-        No budget, alpha out of (0, 1), max_tpr out of [0, 1) or not finite, or ``max_tpr <= alpha``
+        No budget, alpha out of [1e-9, 1), max_tpr out of [0, 1) or not finite, or ``max_tpr <= alpha``
         (a model that leaks nothing has TPR = alpha at FPR alpha, so such a budget
         fails every model).
     """
@@ -297,8 +314,9 @@ class Gate:
         clean = []
         for alpha, max_tpr in self.budgets:
             alpha, max_tpr = float(alpha), float(max_tpr)
-            if not 0.0 < alpha < 1.0:
-                raise ValueError(f"gate budget {alpha:g}:{max_tpr:g}: the FPR alpha must be in (0, 1); e.g. 0.01:0.05")
+            if not MIN_FPR <= alpha < 1.0:  # nan fails too
+                raise ValueError(f"gate budget {alpha:g}:{max_tpr:g}: the FPR alpha must be in [{MIN_FPR:g}, 1) (a "
+                                 f"threshold at FPR alpha needs ceil(1 / alpha) population texts); e.g. 0.01:0.05")
             if not 0.0 <= max_tpr < 1.0:  # nan fails too
                 raise ValueError(f"gate budget {alpha:g}:{max_tpr:g}: the maximum TPR must be a finite number in "
                                  "[0, 1) (a budget of 1 or more lets every model pass); e.g. 0.01:0.05")
@@ -322,16 +340,29 @@ class Gate:
         Raises
         ------
         ValueError
-            A budget is not of the form ``ALPHA:MAX``, out of range or not above its alpha.
+            A budget is not of the form ``ALPHA:MAX`` (a lone number such as ``0.05``, a
+            pair that is not two numbers: the message names ``max_tpr_at_fpr`` and the
+            form), out of range or not above its alpha.
+
+        Examples
+        --------
+        >>> Gate.parse("0.01:0.05").budgets
+        ((0.01, 0.05),)
+        >>> Gate.parse(0.05)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: max_tpr_at_fpr 0.05 is not a budget: give ALPHA:MAX, e.g. '0.01:0.05' (the TPR at FPR 0.01 ...
         """
         if spec is None or spec == "" or spec == [] or spec == ():
             return None
         if isinstance(spec, Gate):
             return spec
         if isinstance(spec, Mapping):
-            return cls(tuple(spec.items()))
+            return cls(tuple(_budget_pair(item) for item in spec.items()))
         if isinstance(spec, str):
             spec = [s for s in spec.split(",") if s.strip()]
+        elif not isinstance(spec, (list, tuple)):
+            raise ValueError(_NOT_A_BUDGET.format(spec))
         budgets = []
         for item in spec:
             if isinstance(item, str):
@@ -344,8 +375,7 @@ class Gate:
                 except ValueError:
                     raise ValueError(f"gate budget {item!r}: ALPHA and MAX must be numbers") from None
             else:
-                alpha, max_tpr = item
-                budgets.append((alpha, max_tpr))
+                budgets.append(_budget_pair(item))
         return cls(tuple(budgets)) if budgets else None
 
     def check(self, metrics: Mapping[str, float], *, confidence: float = 0.95) -> GateResult:

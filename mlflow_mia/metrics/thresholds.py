@@ -432,4 +432,5 @@ def mean_member_loss_threshold(y_true, y_score) -> float:
     if n_members == 0:
         warn_one_class(n_members, int(labels.size), "The mean-member-loss threshold")
         return float("nan")
-    return float(scores[labels == 1].mean())
+    members = scores[labels == 1]
+    return float(np.sum(members / members.size))  # divided first: a mean of values near 1e308 does not overflow

@@ -26,7 +26,15 @@ def as_1d(x, name: str) -> np.ndarray:
 
 
 def check_scores(y_score, name: str = "y_score", *, allow_empty: bool = False) -> np.ndarray:
-    """Validate a 1-D array of finite real scores and return it as float64."""
+    """Validate a 1-D array of finite real scores and return it as float64.
+
+    Raises
+    ------
+    ValueError
+        Not 1-D, not real numbers, empty (unless ``allow_empty``), or holding NaN or an
+        infinite value: the message counts each kind and names the first position (a
+        finite value such as 1e308 is never called infinite).
+    """
     arr = as_1d(y_score, name)
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
@@ -38,9 +46,24 @@ def check_scores(y_score, name: str = "y_score", *, allow_empty: bool = False) -
     if not allow_empty and arr.size == 0:
         raise ValueError(f"{name} is empty")
     if not np.all(np.isfinite(arr)):
-        n_bad = int(np.count_nonzero(~np.isfinite(arr)))
-        raise ValueError(f"{name} contains NaN or infinity ({n_bad} value(s)); scores must be finite")
+        raise ValueError(f"{name} contains {_non_finite(arr)}; scores must be finite (any float64 up to "
+                         "+-1.8e308 is)")
     return arr
+
+
+def _non_finite(arr: np.ndarray) -> str:
+    """What is not finite in ``arr``, in words: counts of NaN and of infinite values, and the first one.
+
+    A finite value, however large, is never counted.
+
+    >>> _non_finite(np.array([1e308, np.inf, np.nan, -np.inf]))
+    '1 NaN and 2 infinite value(s) (first at position 1: inf)'
+    """
+    nan, bad = np.isnan(arr), ~np.isfinite(arr)
+    n_nan, n_inf = int(nan.sum()), int((bad & ~nan).sum())
+    what = " and ".join(p for p in (f"{n_nan} NaN" if n_nan else "", f"{n_inf} infinite" if n_inf else "") if p)
+    first = int(np.flatnonzero(bad)[0])
+    return f"{what} value(s) (first at position {first}: {float(arr[first])!r})"
 
 
 def check_labels(y_true, name: str = "y_true", *, allow_empty: bool = False) -> np.ndarray:

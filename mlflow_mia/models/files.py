@@ -10,7 +10,9 @@ folder being audited, so the weights whose digest becomes the model's identity
 - the model and tokenizer folders must not be symbolic links, and no link inside
   them may resolve outside the artifact;
 - weights must be safetensors: a pickle (``pytorch_model.bin``) runs code when
-  unpickled, so it needs ``trust_remote_code``.
+  unpickled, so it needs ``trust_remote_code``;
+- an empty folder, or a model folder without weights, is refused by name before a
+  loader reports it as a bare ``OSError``.
 """
 
 from __future__ import annotations
@@ -79,12 +81,15 @@ def check_model_files(folder: str, *, root: str | None = None, source: str | Non
     Raises
     ------
     ValueError
-        A symbolic link inside ``folder`` resolves outside ``root``; or the folder's
-        weights are pickle files only and ``trust_remote_code`` is off.
+        A symbolic link inside ``folder`` resolves outside ``root``; the folder holds no
+        file (a symbolic link that was uploaded as an empty folder) or, for a model
+        folder, no weights file; or the folder's weights are pickle files only and
+        ``trust_remote_code`` is off. Each message names ``source`` and the folder.
     """
     root, source = root or folder, source or folder
-    safe, pickles = [], []
+    safe, pickles, found = [], [], []
     for here, dirs, files in os.walk(folder):
+        found += files
         for entry in dirs + files:
             path = os.path.join(here, entry)
             if os.path.islink(path) and not _within(path, root):
@@ -93,6 +98,14 @@ def check_model_files(folder: str, *, root: str | None = None, source: str | Non
                                  "only from inside the artifact it audits: copy the real files into it (cp -rL)")
         safe += [f for f in files if f.endswith(".safetensors")]
         pickles += [f for f in files if f.endswith(PICKLE_WEIGHTS) and not f.startswith("training_args")]
+    where = os.path.relpath(folder, root) if folder != root else "."
+    if not found:
+        raise ValueError(f"{source}: the {'model' if weights else 'tokenizer'} folder {where!r} is empty (a symbolic "
+                         "link uploaded as an empty folder, or an interrupted copy?); log the model again with its "
+                         "files (mlflow.transformers.log_model)")
+    if weights and not safe and not pickles:
+        raise ValueError(f"{source}: the model folder {where!r} holds no weights file (.safetensors); log the model "
+                         "again with its weights (mlflow.transformers.log_model, or save_pretrained)")
     if weights and pickles and not safe and not trust_remote_code:
         raise ValueError(f"{source}: the weights are pickle files ({', '.join(sorted(pickles)[:3])}), and loading a "
                          "pickle can run code of the model's authors; mlflow-mia reads safetensors weights only. "

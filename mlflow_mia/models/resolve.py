@@ -229,8 +229,10 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
     ------
     ValueError
         Not a transformers-flavor model, custom code without ``trust_remote_code``,
-        no tokenizer saved with the model, a model file outside the artifact, or
-        pickle weights without ``trust_remote_code``.
+        no tokenizer saved with the model, a model file outside the artifact, an empty
+        model or tokenizer folder (a symbolic link uploaded as an empty folder), no weights
+        file, pickle weights without ``trust_remote_code``, or files transformers cannot
+        read (its ``OSError``, with the URI).
     """
     from mlflow.models import Model
 
@@ -256,8 +258,11 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
     tokenizer_cls = _transformers_class(flavor.get("tokenizer_type"), "tokenizer", uri)
     for sub in (model_dir, tokenizer_dir):
         refuse_remote_code(sub, source=uri)
-    model = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True)
-    return model, tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
+    try:
+        model = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True)
+        return model, tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
+    except OSError as exc:  # transformers' word for a missing or unreadable file
+        raise ValueError(f"{uri}: the model or its tokenizer cannot be loaded from the artifact ({exc})") from None
 
 
 _NO_TOKENIZER = ("{uri} was saved without a tokenizer; log the model with "

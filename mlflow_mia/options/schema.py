@@ -57,6 +57,13 @@ def _device(value) -> str:
     return device
 
 
+def _cache_dir(value) -> str:
+    """A cache folder path, checked to be (or to be creatable as) a folder this user can write."""
+    from mlflow_mia.signals.cache import check_cache_dir
+
+    return check_cache_dir(str(value).strip())
+
+
 def _prefix(value) -> str:
     """A metric / artifact name prefix: name characters only, no absolute path, no ``..`` segment."""
     prefix = str(value or "")
@@ -85,8 +92,8 @@ class CommonOptions:
     label_column: str | None = option(None, "membership label column, 1 = member (in the training data), "
                                       "0 = not", used_by=_AUDITS, metavar="NAME",
                                       default_doc="the targets argument of mlflow.models.evaluate, else is_member")
-    log_texts: bool = option(False, "write raw texts (names, for NER) into the logged tables; else only ids and "
-                             "keyed hashes", used_by=_AUDITS)
+    log_texts: bool = option(False, "write raw texts (names, for NER) and the sample ids as given into the logged "
+                             "tables; else only keyed hashes of texts, ids and groups", used_by=_AUDITS)
     log_samples: bool = option(False, "log per-sample scores, flags and token counts (per-name confidences, for "
                                "NER) beside the labels; else the tables hold only ids, keyed hashes and labels: "
                                "anyone who can read the run and load the target could recompute a text's score "
@@ -98,9 +105,11 @@ class CommonOptions:
     metric_prefix: str = option("", "prefix of metric, parameter and artifact names", parse=_prefix,
                                 used_by=frozenset(METHODS), cli=False)
     cache_dir: str | None = option(None, "cache directory of the computed signals (confidences, for NER); "
-                                   "re-runs and shared references cost nothing", used_by=_WITH_ANALYZE,
+                                   "re-runs and shared references cost nothing; a folder (created when missing)",
+                                   parse=_cache_dir, used_by=_WITH_ANALYZE,
                                    metavar="DIR", default_doc="$MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia")
-    device: str | None = option(None, "torch device, e.g. cpu or cuda:0; checked before any model loads",
+    device: str | None = option(None, "torch device: cpu, cuda, cuda:<index> or mps; checked before any model "
+                                "loads",
                                 parse=_device, used_by=_WITH_ANALYZE, default_doc="CUDA when available")
     progress: bool = option(True, "show progress bars (the commands: only when stdout is a terminal)",
                             flags=("--no-progress",), invert=True, flag_help="no progress bars",

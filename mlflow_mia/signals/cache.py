@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import sqlite3
+import stat
 import threading
 from typing import Iterable, Mapping, Sequence
 
@@ -33,7 +34,7 @@ import numpy as np
 from mlflow_mia.config import record_digest
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "default_cache_dir"]
+__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "default_cache_dir", "check_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,65 @@ log = logging.getLogger(__name__)
 def default_cache_dir() -> str:
     """``$MLFLOW_MIA_CACHE`` or ``~/.cache/mlflow_mia``."""
     return os.environ.get("MLFLOW_MIA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mlflow_mia")
+
+
+def _kind(path: str) -> str:
+    """What is at ``path`` when it is not a folder, in words."""
+    mode = os.stat(path).st_mode
+    return "a file" if stat.S_ISREG(mode) else "a device, pipe or socket"
+
+
+def check_cache_dir(path, *, what: str = "cache_dir") -> str:
+    """``path`` when a cache folder can be there, checked before anything is computed.
+
+    It must be a folder this process can write, or not exist yet below a folder it can write
+    (it is created on first use).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    what : str
+        The option named in messages.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ValueError
+        ``path`` (or its nearest existing parent) is a file, a device such as ``/dev/null``,
+        a pipe or a socket, or a folder this process cannot write; the message names
+        ``what`` and the path.
+    """
+    path = os.fspath(path)
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(full):
+        if not os.path.isdir(full):
+            raise ValueError(f"{what} {path!r} is not a folder (it is {_kind(full)}); give a folder for the "
+                             "cache (created when missing), or leave it unset for $MLFLOW_MIA_CACHE or "
+                             "~/.cache/mlflow_mia")
+        if not os.access(full, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {path!r} is a folder this user cannot write; give a folder you can write")
+        return path
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{what} {path!r} cannot be created: {parent!r} is not a folder (it is {_kind(parent)})")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path!r} cannot be created: this user cannot write {parent!r}")
+    return path
+
+
+def _make_cache_dir(path: str) -> None:
+    """``os.makedirs(path)``, with an error that names the cache folder instead of a bare ``OSError``."""
+    check_cache_dir(path, what="cache folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cache folder {path!r} cannot be created ({exc.strerror}); set --cache-dir / cache_dir "
+                         "(or $MLFLOW_MIA_CACHE) to a folder you can write") from None
 
 
 class CacheCorruptError(RuntimeError):
@@ -217,10 +277,10 @@ class SignalCache(SqliteSpecStore):
     def __init__(self, path: str | os.PathLike | None = None):
         path = os.fspath(path or default_cache_dir())
         if not path.endswith(".sqlite"):
-            os.makedirs(path, exist_ok=True)
+            _make_cache_dir(path)
             path = os.path.join(path, "signals.sqlite")
         else:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            _make_cache_dir(os.path.dirname(os.path.abspath(path)))
         super().__init__(path)
 
     def __repr__(self) -> str:

@@ -35,8 +35,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import pad_batch, plan_batches
-from mlflow_mia.signals.cache import SqliteSpecStore, default_cache_dir
+from mlflow_mia.signals.cache import SqliteSpecStore, _make_cache_dir, default_cache_dir
 from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
@@ -205,7 +206,7 @@ class ConfidenceCache(SqliteSpecStore):
     def __init__(self, path=None):
         path = os.fspath(path or default_cache_dir())
         if not path.endswith(".sqlite"):
-            os.makedirs(path, exist_ok=True)
+            _make_cache_dir(path)
             path = os.path.join(path, "ner_confidence.sqlite")
         super().__init__(path)
 
@@ -318,7 +319,8 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
     ------
     ValueError
         Unequal lengths, an unknown ``subword``, a prompt without exactly one slot, an
-        empty name, a type the model has no ``B-`` tag for, or a name lost to truncation.
+        empty name or one of invisible characters only (:func:`mlflow_mia.data.canonical_text`
+        folds it to nothing), a type the model has no ``B-`` tag for, or a name lost to truncation.
     """
     from tqdm.auto import tqdm
 
@@ -330,6 +332,11 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
         raise ValueError(f"subword must be one of {SUBWORD_MODES}, got {subword!r}")
     if any(not isinstance(n, str) or not n.strip() for n in names):
         raise ValueError("empty names cannot be scored: drop blank rows of the names table")
+    invisible = [k for k, n in enumerate(names) if not canonical_text(n)]
+    if invisible:
+        raise ValueError(f"name {invisible[0]} ({len(invisible)} in all) is made only of invisible characters "
+                         "(zero-width, format or default-ignorable code points, combining marks): it has no letters "
+                         "for the model to tag; drop it")
     tags = {t: entity_tag_ids(clf.label2id, t) for t in dict.fromkeys(entity_types)}
     device = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     clf.model.to(device)

@@ -10,8 +10,12 @@ import os
 
 import torch
 
-__all__ = ["resolve_device", "default_token_budget", "TOKEN_BUDGETS", "NEIGHBOUR_TOKEN_BUDGET", "token_limit",
-           "release_free_memory", "resident_bytes", "HeapTrimmer"]
+__all__ = ["resolve_device", "DEVICE_TYPES", "default_token_budget", "TOKEN_BUDGETS", "NEIGHBOUR_TOKEN_BUDGET",
+           "token_limit", "release_free_memory", "resident_bytes", "HeapTrimmer"]
+
+
+#: Torch device types an audit runs its models on.
+DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
 def resolve_device(device=None) -> torch.device:
@@ -22,8 +26,9 @@ def resolve_device(device=None) -> torch.device:
     Raises
     ------
     ValueError
-        ``device`` is not a torch device (``"banana"``), names CUDA where there is none
-        or a CUDA index this machine lacks (``"cuda:7"``), or MPS where it is unavailable.
+        ``device`` is not a torch device (``"banana"``), is not one of :data:`DEVICE_TYPES`
+        (``"meta"``, which holds no data, ``"xla"``), names CUDA where there is none or a CUDA
+        index this machine lacks (``"cuda:7"``), or MPS where it is unavailable.
     """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -42,11 +47,10 @@ def resolve_device(device=None) -> torch.device:
             raise ValueError(f"device {device!r}: this machine has {count} CUDA device(s) ({listed})")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r}: MPS is not available on this machine; use device='cpu'")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        try:
-            torch.empty(0, device=dev)
-        except Exception as exc:  # noqa: BLE001 - any backend error means the device cannot be used
-            raise ValueError(f"device {device!r} cannot be used here ({exc}); use 'cpu' or 'cuda:<index>'") from None
+    elif dev.type not in DEVICE_TYPES:
+        # 'meta' holds no data (every signal would be empty), and other backends (xla, xpu, ...) are untested
+        raise ValueError(f"device {device!r} is not one the models run on here; use one of 'cpu', 'cuda', "
+                         "'cuda:<index>' or 'mps'")
     return dev
 
 

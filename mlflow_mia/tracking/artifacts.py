@@ -34,21 +34,27 @@ def dataset_digest(text_hashes, *, key) -> str:
     return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
 
 
-def keyed_table(table, key):
-    """A copy of a sample table with ``text_hash`` -> keyed ``text_hmac`` and keyed ``group`` values.
+def keyed_table(table, key, *, raw_ids: bool = False):
+    """A copy of a sample table with ``text_hash`` -> keyed ``text_hmac``, keyed ``group`` and keyed ``sample_id``.
 
     Parameters
     ----------
     table : pandas.DataFrame
         ``AuditResult.samples``, ``riskiest`` or ``neighbour_examples``; its
-        ``text_hash`` column holds plain sha256 hashes, its ``group`` column group ids.
+        ``text_hash`` column holds plain sha256 hashes, its ``group`` column group ids,
+        its ``sample_id`` column the pool's ids (the id column, else row numbers).
     key : bytes, str or HashKey
+    raw_ids : bool
+        Keep ``sample_id`` as given (``log_texts``: the raw texts are logged beside the
+        labels then, and an id tells no more). Default False: an id such as a record
+        number names a person or a row of a file as plainly as the text would.
 
     Returns
     -------
     pandas.DataFrame
         Same rows and column order; ``text_hmac`` = ``keyed_hash(text_hash, key)``,
-        ``group`` = ``lookup_hash(group, key)`` (missing groups stay missing).
+        ``group`` = ``lookup_hash(group, key)`` (missing groups stay missing) and, unless
+        ``raw_ids``, ``sample_id`` = ``lookup_hash(sample_id, key)`` (look an id up as a group).
     """
     import pandas as pd
 
@@ -62,6 +68,8 @@ def keyed_table(table, key):
     if "group" in out:
         out["group"] = [None if g is None or (not isinstance(g, str) and pd.isna(g))
                         else keyed_hash(text_hash(str(g)), key) for g in out["group"]]
+    if "sample_id" in out and not raw_ids:
+        out["sample_id"] = [keyed_hash(text_hash(str(i)), key) for i in out["sample_id"]]
     return out
 
 

@@ -13,8 +13,8 @@ What one audit writes (``prefix`` is prepended to every name):
   metrics itself;
 - figures: ``plots/roc.png``, ``plots/roc_loglog.png``, ``plots/user_roc.png``,
   ``plots/hist_<attack>.png``;
-- tables: ``tables/samples.csv`` (ids, keyed text hashes ``text_hmac``, keyed group
-  ids, labels; with ``log_samples=True`` also lengths, scores and flags; raw text only
+- tables: ``tables/samples.csv`` (keyed sample ids, keyed text hashes ``text_hmac``, keyed group
+  ids, labels; the sample ids as given only with ``log_texts=True``; with ``log_samples=True`` also lengths, scores and flags; raw text only
   with ``log_texts=True``), ``tables/riskiest.csv`` (the members flagged at the lowest
   FPR, by keyed hash; with ``log_samples=True`` in score order with ids, lengths and scores),
   ``tables/memorization_features.csv`` (which features predict the flagged members, when
@@ -36,7 +36,7 @@ too, and are left out with the scores.
 No raw text reaches params, metrics, tags or artifacts unless ``log_texts=True``.
 No unkeyed hash of a text or group id does either: an unsalted sha256 next to a
 label would let anyone who reads the run test a candidate text for membership.
-Texts and group ids appear as ``HMAC-SHA256(key, sha256(value))``
+Texts, group ids and sample ids (unless ``log_texts``) appear as ``HMAC-SHA256(key, sha256(value))``
 (:mod:`mlflow_mia.hashing`); the key is the user's (key file or
 ``$MLFLOW_MIA_HASH_KEY``) or, without one, random per audit and not kept.
 """
@@ -159,7 +159,8 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
 LARGE_TABLE_ROWS = 200_000
 
 
-#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length).
+#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length);
+#: ``sample_id``, ``group`` and ``text_hmac`` hold keyed hashes (``mlflow_mia.lookup_hash`` of the id, group, text).
 #: What a reader looks at comes first, the 64-character keyed hashes last (a CSV grid opens on the left).
 SAMPLE_COLUMNS = ("sample_id", "label", "group", "text_hmac")
 #: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
@@ -192,14 +193,14 @@ def _without_scores(samples, riskiest):
 def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool = False) -> dict:
     """``{path: (artifact kind, artifact name, writer)}`` of the audit's tables (raw text only with ``log_texts``).
 
-    Text hashes and group ids are keyed with ``hash_key`` (:func:`keyed_table`): no plain
-    sha256 of a text leaves the process. Without ``log_samples`` the tables hold no
+    Text hashes, group ids and sample ids are keyed with ``hash_key`` (:func:`keyed_table`): no
+    plain sha256 of a text leaves the process, and sample ids appear as given only with ``log_texts``. Without ``log_samples`` the tables hold no
     score, flag, rank or token count (see the module docstring). A pool of more than
     :data:`LARGE_TABLE_ROWS` rows (an audit on Spark, say) gets ``tables/samples.parquet``
     instead of the CSV.
     """
-    samples = keyed_table(result.samples, hash_key)
-    riskiest = keyed_table(result.riskiest, hash_key)
+    samples = keyed_table(result.samples, hash_key, raw_ids=log_texts)
+    riskiest = keyed_table(result.riskiest, hash_key, raw_ids=log_texts)
     by_hmac = dict(zip(samples["text_hmac"], texts)) if log_texts else {}
     if not log_samples:
         samples, riskiest = _without_scores(samples, riskiest)
@@ -214,8 +215,8 @@ def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool 
     files["tables/riskiest.csv"] = ("csv", "riskiest", lambda p: riskiest.to_csv(p, index=False))
     if log_texts and result.neighbour_examples is not None:  # raw text: only when asked
         files["tables/neighbour_examples.csv"] = ("csv", "neighbour_examples",
-                                                  lambda p: keyed_table(result.neighbour_examples,
-                                                                        hash_key).to_csv(p, index=False))
+                                                  lambda p: keyed_table(result.neighbour_examples, hash_key,
+                                                                        raw_ids=True).to_csv(p, index=False))
     table = result.memorization_features
     if table is not None:  # memorization-feature analysis (paper Sec. 4.6)
         files["tables/memorization_features.csv"] = ("csv", "memorization_features",

@@ -2,9 +2,9 @@
 
 :func:`dataset_inputs` logs the pool and the population set through ``mlflow.data``
 (name, digest, schema, row count; shown under "Datasets" on the run page). MLflow keeps
-only that description and a source, never the rows; the frames described hold ids,
-keyed hashes (:mod:`mlflow_mia.hashing`), keyed groups and labels, plus the raw text
-only with ``log_texts``, so the schema lists what ``tables/samples.csv`` holds.
+only that description and a source, never the rows; the frames described hold keyed
+sample ids, keyed hashes (:mod:`mlflow_mia.hashing`), keyed groups and labels, plus the raw
+text and the ids as given only with ``log_texts``, so the schema lists what ``tables/samples.csv`` holds.
 :func:`model_inputs` links the registry versions' logged models (MLflow 3) to the
 audit run as its model inputs.
 """
@@ -28,7 +28,7 @@ def _pool_frame(result, hash_key, *, texts=None):
 
     from mlflow_mia.tracking.audit_log import SAMPLE_COLUMNS
 
-    samples = keyed_table(result.samples, hash_key)
+    samples = keyed_table(result.samples, hash_key, raw_ids=texts is not None)
     frame = samples[[c for c in SAMPLE_COLUMNS if c in samples]].copy()
     if "group" in frame and frame["group"].isna().all():
         frame = frame.drop(columns="group")

@@ -9,7 +9,8 @@ import os
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.options.values import blank
 
-__all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
+__all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
+           "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +83,67 @@ def finished_run(client, tag: str, value: str):
     runs = client.search_runs(experiment_ids, filter_string=f"tags.`{tag}` = '{value}' and "
                               "attributes.status = 'FINISHED'", max_results=1, order_by=["attributes.start_time DESC"])
     return runs[0] if runs else None
+
+
+def record_project_failure(command: str, code: int, error: str | None, *, meaning: str) -> str | None:
+    """Under ``mlflow run``: end the project run FAILED, named, with a description holding the error and exit code.
+
+    ``mlflow run`` marks a failed command's run FAILED but keeps no reason, leaves it the
+    random name it drew, and exits with 1 whatever the command's own exit code was. This
+    writes, on the run in ``$MLFLOW_RUN_ID``:
+
+    - the description (``mlflow.note.content``): when the command wrote an audit verdict
+      (the run has ``mia.verdict``: a release gate that did not pass, exit 3), that
+      description with one line added, the exit code and its meaning; otherwise
+      ``**Failed: exit code <code>** (<meaning>)``, the error in a code block and that
+      line (a description someone else wrote before is kept after it, quoted);
+    - the name, when the command did not name the run (no ``mia.verdict``):
+      ``mlflow-mia <command> failed (exit <code>)``;
+    - the status FAILED (also of a run the command had ended FINISHED).
+
+    Nothing happens outside ``mlflow run`` or for exit code 0. A tracking store that cannot
+    be written is logged and ignored: the command's own message and code stand.
+
+    Parameters
+    ----------
+    command : str
+        The subcommand (``audit``, ``compare``, ...).
+    code : int
+        The command's exit code (1, 2 or 3).
+    error : str or None
+        The error message the command printed (None for a gate that did not pass).
+    meaning : str
+        What ``code`` means, in words.
+
+    Returns
+    -------
+    str or None
+        The run id written to, or None.
+    """
+    import mlflow
+
+    from mlflow_mia.tracking.verdict import (DESCRIPTION_START, FAILURE_START, NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG,
+                                             with_own_text)
+
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id or not code:
+        return None
+    line = (f"`mlflow-mia {command}` exited with code {code} ({meaning}); `mlflow run` itself exits with 1 for "
+            "every failure, so this code is the one to read.")
+    try:
+        client = mlflow.MlflowClient()
+        tags = client.get_run(run_id).data.tags
+        note = tags.get(NOTE_TAG) or ""
+        if VERDICT_TAG in tags and note.startswith(DESCRIPTION_START):
+            description = note if line in note else f"{note}\n\n{line}"
+        else:
+            shown = (error or "").replace("`", "'")  # no fence of its own can close the code block
+            description = with_own_text(f"{FAILURE_START} exit code {code}** ({meaning}).\n\n```\n{shown}\n```\n\n"
+                                        f"{line}", note)
+            client.set_tag(run_id, RUN_NAME_TAG, f"mlflow-mia {command} failed (exit {code})")
+        client.set_tag(run_id, NOTE_TAG, description)
+        client.set_terminated(run_id, "FAILED")
+    except Exception as exc:  # noqa: BLE001 - the command's own message and exit code must still reach the user
+        log.warning("could not record the failure on the mlflow run %s: %s", run_id, exc)
+        return None
+    return run_id

@@ -150,7 +150,7 @@ def test_item21_hf_metric_settings_are_read_as_the_audit_options(metric):
         metric.compute(**args, fprs=[0.1, 0.05], seed=3, bootstrap_rounds=0)
     for bad, message in (({"seed": "x"}, "seed must be an int >= 0, got 'x'"),
                          ({"fprs": "abc"}, "fprs must be a non-empty list (or comma-separated string) of numbers "
-                                           "in (0, 1), got 'abc'"),
+                                           "in [1e-09, 1), got 'abc'"),
                          ({"bootstrap_rounds": -1}, "bootstrap_rounds must be an int >= 0, got -1"),
                          ({"confidence": "high"}, "confidence must be a number in (0, 1), got 'high'")):
         with pytest.raises(ValueError) as info:
@@ -171,3 +171,24 @@ def test_item21_hf_metric_labels_other_than_0_1_are_refused(metric, labels, show
     exact = metric.compute(predictions=[3.0, 2.0, 1.0, 0.5], references=[1.0, 1.0, 0.0, 0.0],
                            population_scores=list(range(100)), fprs=[0.1])
     assert exact["auc"] == 1.0  # whole-number floats are labels
+
+
+def test_finite_1e308_scores_are_numbers_and_only_nan_or_inf_is_refused(metric):
+    """Finite scores up to the float64 maximum are scored (issue 32: 1e308 was called 'NaN or infinity');
+    NaN and infinity are refused by kind and position, before anything is stored."""
+    import sys
+
+    big = sys.float_info.max
+    pop = list(np.arange(100.0))
+    out = metric.compute(predictions=[big, 1e308, 1e308, 0.5, -big, 0.1], references=[1, 1, 1, 0, 0, 0],
+                         population_scores=pop + [1e308, -1e308], fprs=[0.1], bootstrap_rounds=20)
+    assert out["auc"] == 1.0 and out["recall_at_pop_fpr_0.1"] == 1.0
+    for value, kind in ((float("inf"), "infinite"), (float("-inf"), "infinite"), (float("nan"), "NaN")):
+        with pytest.raises(ValueError) as info:
+            metric.compute(predictions=[3.0, value], references=[1, 0], population_scores=pop, fprs=[0.1])
+        assert str(info.value) == (f"predictions (attack scores) must be finite numbers, got {value!r} ({kind}) "
+                                   "at position 1")
+        with pytest.raises(ValueError) as info:
+            metric.compute(predictions=[3.0, 1.0], references=[1, 0], population_scores=[value] + pop, fprs=[0.1])
+        assert str(info.value) == f"population_scores must be finite numbers, got {value!r} ({kind}) at position 0"
+

@@ -45,9 +45,9 @@ def test_defaults_match_the_library():
     ({"num_mask": 3}, r"unknown .*\['num_mask'\].*valid keys are"),
     ({"attacks": ["loss", "nope"]}, "registered attacks"),
     ({"signal": "bogus"}, "signal must be one of 'energy', 'pll', got 'bogus'"),
-    ({"fprs": [0.0]}, r"fprs must be a non-empty list \(or comma-separated string\) of numbers in \(0, 1\), "
+    ({"fprs": [0.0]}, r"fprs must be a non-empty list \(or comma-separated string\) of numbers in \[1e-09, 1\), "
                       r"got \[0.0\]"),
-    ({"fprs": "abc"}, r"fprs must be a non-empty list .* of numbers in \(0, 1\), got 'abc'"),
+    ({"fprs": "abc"}, r"fprs must be a non-empty list .* of numbers in \[1e-09, 1\), got 'abc'"),
     ({"log_texts": "maybe"}, "log_texts must be true or false, got 'maybe'"),
     ({"num_masks": 2.5}, "num_masks must be an int >= 1, got 2.5"),
     ({"num_masks": True}, "num_masks must be an int >= 1, got True"),

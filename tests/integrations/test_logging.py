@@ -229,6 +229,7 @@ def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
 
     path = tmp_path / "mia.key"
     path.write_text("file key of at least sixteen bytes\n")
+    path.chmod(0o600)  # a key file only its owner can read
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "the env key, also long enough: 32+")
     _, options = parse_options({"hash_key_file": str(path)})
     assert options.hash_key.source == "file" and "sixteen" not in repr(options)
@@ -246,6 +247,7 @@ def test_a_weak_hash_key_under_32_bytes_is_refused(tmp_path, monkeypatch):
     weak, strong = "a sixteen byte k" + "x" * 15, "a sixteen byte k" + "x" * 16
     path = tmp_path / "weak.key"
     path.write_text(weak + "\n")
+    path.chmod(0o600)  # a key file only its owner can read
     with pytest.raises(ValueError, match=r"the hash key \(file\) has 31 bytes; use at least 32"):
         parse_options({"hash_key_file": str(path)})
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "sixteen byte key")
@@ -269,3 +271,25 @@ def test_a_large_pool_table_is_logged_as_parquet(tracking, audit, monkeypatch):
     table = artifacts["samples"].content
     assert len(table) == len(pool) and "text_hmac" in table and "text" not in table
     assert table["label"].tolist() == result.samples["label"].tolist()
+
+
+def test_sample_ids_are_keyed_like_groups_unless_log_texts(tracking, audit, monkeypatch):
+    """Issue 32, low: samples.csv logged the raw sample_id (``s000``) beside the label; it is keyed now, as groups
+    are, and given as-is only with log_texts (the raw texts are beside the labels then)."""
+    from mlflow_mia import lookup_hash
+
+    result, pool, population = audit
+    key = "a key only the auditor holds, 32+"
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
+    with mlflow.start_run():
+        artifacts = log_audit(result, population=population, log_metrics=False)
+    samples = artifacts["samples"].content
+    assert not set(pool.sample_ids) & set(samples["sample_id"])
+    assert samples["sample_id"].tolist() == [lookup_hash(i, key) for i in pool.sample_ids]
+    with mlflow.start_run():
+        scored = log_audit(result, population=population, log_metrics=False, log_samples=True)
+    assert scored["samples"].content["sample_id"].tolist() == samples["sample_id"].tolist()
+    assert not set(pool.sample_ids) & set(scored["riskiest"].content["sample_id"])
+    with mlflow.start_run():
+        texts = log_audit(result, population=population, log_metrics=False, log_texts=True, texts=pool.texts)
+    assert texts["samples"].content["sample_id"].tolist() == list(pool.sample_ids)

@@ -184,6 +184,7 @@ def test_evaluator_docstring_key_table_is_generated(module, method):
 def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     key = tmp_path / "k.key"
     key.write_text("k" * 32)
+    key.chmod(0o600)
     argv = ["audit", "--attacks", "loss", "--signal", "energy", "--num-masks", "3", "--mask-rate", "0.2",
             "--seed", "4", "--max-length", "64", "--token-budget", "32", "--half-precision", "--energy-reduction",
             "mean", "--allow-tokenizer-mismatch", "false", "--num-neighbours", "5", "--neighbour-generator",
@@ -224,8 +225,8 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["audit", "--fprs", "abc"], "fprs must be a non-empty list (or comma-separated string) of numbers in (0, 1), "
-                                 "got 'abc'"),
+    (["audit", "--fprs", "abc"], "fprs must be a non-empty list (or comma-separated string) of numbers in "
+                                 "[1e-09, 1), got 'abc'"),
     (["compare", "--fprs", "0.1,x"], "fprs must be a non-empty list"),
     (["ner-audit", "--fprs", "abc"], "fprs must be a non-empty list"),
     (["audit", "--num-masks", "many"], "num_masks must be an int >= 1, got 'many'"),
@@ -239,6 +240,95 @@ def test_item21_fprs_abc_and_other_bad_values_name_the_option(argv, message, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err, err
+
+
+_NOT_CREATABLE = "cache_dir '{}' cannot be created: '{}' is not a folder (it is a file)"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["audit", "--cache-dir", "/dev/null"],
+     "argument --cache-dir: cache_dir '/dev/null' is not a folder (it is a device, pipe or socket); give a folder for "
+     "the cache (created when missing), or leave it unset for $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia"),
+    (["ner-audit", "--cache-dir", "{file}/sub"], "argument --cache-dir: " + _NOT_CREATABLE),
+    (["audit", "--rmia-gamma", "inf"], "argument --rmia-gamma: rmia_gamma must be a finite number > 0, got 'inf'"),
+    (["audit", "--rmia-gamma", "nan"], "argument --rmia-gamma: rmia_gamma must be a finite number > 0, got 'nan'"),
+    (["audit", "--device", "meta"], "argument --device: device 'meta' is not one the models run on here; use one "
+                                    "of 'cpu', 'cuda', 'cuda:<index>' or 'mps'"),
+    (["canary-audit", "--n-candidates", "1000000000000"],
+     "argument --n-candidates: n_candidates must be an int in [10, 1e+06], got '1000000000000'"),
+    (["audit", "--fprs", "1e-300"], "argument --fprs: fprs must be a non-empty list (or comma-separated string) of "
+                                    "numbers in [1e-09, 1), got '1e-300'"),
+    (["canary-audit", "--fprs", "1e-10"], "argument --fprs: fprs must be a non-empty list"),
+    (["audit", "--max-tpr-at-fpr", "1e-300:0.5"],
+     "gate budget 1e-300:0.5: the FPR alpha must be in [1e-09, 1) (a threshold at FPR alpha needs ceil(1 / alpha) "
+     "population texts); e.g. 0.01:0.05"),
+    (["audit", "--hash-key-file", "/dev/null"],
+     "argument --hash-key-file: hash key file '/dev/null' is not a regular file (a device, pipe or socket); give a "
+     "file holding 32+ random bytes, e.g. (umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > "
+     "mia_hash.key)"),
+    (["audit", "--hash-key-file", "/etc/passwd"],
+     "argument --hash-key-file: hash key file '/etc/passwd' can be read or written by other users (mode 0644): "
+     "anyone who reads it can look up every logged hash; keep a secret key readable by you only: chmod 600 "
+     "/etc/passwd, or make a new one with (umask 077; "),
+])
+def test_issue32_low_items_name_the_option_and_exit_2(argv, message, tmp_path, capsys):
+    """Each bad value is refused while the flags are parsed (exit 2), naming the option (issue 32, low items)."""
+    import os
+
+    file = tmp_path / "afile"
+    file.write_text("x")
+    argv = [a.format(file=file) for a in argv]
+    if "/etc/passwd" in argv and (not os.path.exists("/etc/passwd") or os.stat("/etc/passwd").st_mode & 0o777 != 0o644):
+        pytest.skip("needs a world-readable /etc/passwd")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message.format(f"{file}/sub", file) in err, err
+
+
+def test_issue32_a_hash_key_file_others_can_read_a_folder_or_a_short_key_is_refused(tmp_path):
+    from mlflow_mia.hashing import resolve_hash_key
+
+    key = tmp_path / "mia.key"
+    key.write_text("k" * 40)
+    key.chmod(0o640)
+    with pytest.raises(ValueError, match=r"^hash key file '.*mia.key' can be read or written by other users \(mode "
+                                         r"0640\)"):
+        resolve_hash_key(key)
+    key.chmod(0o600)
+    assert resolve_hash_key(key).key == b"k" * 40
+    key.write_text("k" * 31)
+    with pytest.raises(ValueError, match=r"^hash key file '.*mia.key': the hash key \(file\) has 31 bytes; use at "
+                                         r"least 32"):
+        resolve_hash_key(key)
+    with pytest.raises(ValueError, match=r"^hash key file '.*' is not a regular file \(a folder\)"):
+        resolve_hash_key(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^hash key file '.*missing.key' does not exist$"):
+        resolve_hash_key(tmp_path / "missing.key")
+
+
+@pytest.mark.parametrize("gate", [0.05, [0.05], [0.01, 0.05], {0.01: "high"}])
+def test_issue32_evaluator_max_tpr_at_fpr_as_one_number_names_the_key_and_the_form(gate):
+    """``max_tpr_at_fpr=0.05`` was a TypeError ('float' object is not iterable)."""
+    with pytest.raises(ValueError, match=r"^max_tpr_at_fpr .* is not a budget: give ALPHA:MAX, e.g. '0.01:0.05' \(the "
+                                         r"TPR at FPR 0.01 may be at most 0.05\), a list of those or a dict "
+                                         r"\{alpha: max\}$"):
+        parse_options({"max_tpr_at_fpr": gate, "reference_model": "models:/r/1"})
+    # the accepted forms, JSON's string keys included
+    for ok in ("0.01:0.05", [(0.01, 0.05)], {0.01: 0.05}, {"0.01": "0.05"}):
+        assert parse_options({"max_tpr_at_fpr": ok, "reference_model": "models:/r/1"})[1].gate.budgets == (
+            (0.01, 0.05),)
+
+
+def test_issue32_a_cache_folder_that_cannot_be_made_is_named_not_an_oserror(tmp_path, monkeypatch):
+    """$MLFLOW_MIA_CACHE (no option parsing on the way) pointing at a device: a named ValueError."""
+    from mlflow_mia.signals.cache import SignalCache
+
+    with pytest.raises(ValueError, match=r"^cache folder '/dev/null' is not a folder \(it is a device, pipe or "
+                                         r"socket\)"):
+        SignalCache("/dev/null")
+    monkeypatch.setenv("MLFLOW_MIA_CACHE", "/dev/null")
+    with pytest.raises(ValueError, match=r"^cache folder '/dev/null' is not a folder"):
+        SignalCache()
 
 
 @pytest.mark.parametrize("command", ["audit", "compare"])
@@ -263,6 +353,7 @@ def test_hash_key_is_resolved_once_at_the_boundary(tmp_path, monkeypatch):
     assert parse_options({})[1].hash_key.key == b"e" * 40
     key = tmp_path / "k"
     key.write_text("f" * 40)
+    key.chmod(0o600)
     assert parse_options({"hash_key_file": str(key)})[1].hash_key.source == "file"
     assert "f" * 40 not in repr(parse_options({"hash_key_file": str(key)})[1])
 

@@ -51,3 +51,16 @@ def test_the_scorer_checks_the_model_weights_not_only_the_tokenizer(tracking):
     scorer = MiaScorer()
     scorer.load_context(PythonModelContext(artifacts={}, model_config=config))
     assert scorer._lm.weights_id == config["weights_id"]
+
+
+def test_a_lone_surrogate_is_refused_with_its_row():
+    """A text that is not valid Unicode (a lone surrogate, as an unpaired JSON escape gives) names its row."""
+    from mlflow_mia.entrypoints.scorer import MiaScorer
+
+    scorer = MiaScorer()
+    scorer._column, scorer._config, scorer._device, scorer._lm = "text", CONFIG, None, None  # never reached
+    with pytest.raises(ValueError, match=r"^text at row 1 is not valid Unicode: a lone surrogate at character 4 "
+                                         r"\(U\+D800\); fix the encoding or drop the row$"):
+        scorer.predict(None, ["the cat", "the \ud800dog"])
+    with pytest.raises(ValueError, match=r"^text at row 0 is not valid Unicode"):
+        scorer.predict(None, pd.DataFrame({"text": pd.Series(["\udfff"], dtype=object)}))

@@ -7,6 +7,7 @@ now refuses or records it correctly.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 from pathlib import Path
@@ -163,16 +164,19 @@ def test_item4_a_failing_audit_without_version_tags_still_records_the_fail(track
     assert tags["mia.gate"] == "fail" and tags["mia.likelihood_ratio.auc"] == auc_before
 
 
-def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path):
+def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path, monkeypatch):
     from mlflow_mia.entrypoints.cli import EXIT_GATE_FAILED, main
+    from mlflow_mia.signals.cache import SignalCache
 
     name, version = gated_version
     assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.5") == EXIT_GATE_FAILED == 3
-    not_a_folder = tmp_path / "file"
-    not_a_folder.write_text("x")
-    with pytest.raises(OSError):  # uncaught: the process exits with Python's 1, never 3
-        main(["audit", "--target", f"models:/{name}/{version}",
-              *tracking.cli_args("--cache-dir", str(not_a_folder / "cache"))])
+
+    def disk_fault(self, path=None):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(SignalCache, "__init__", disk_fault)  # an environment fault mid-audit (a bad cache folder
+    with pytest.raises(OSError):  # is an input error now, exit 2); uncaught: Python's 1, never 3
+        main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args()])
 
 
 def test_canary_member_text_reaches_no_store_cache_or_log(tracking, tmp_path, monkeypatch, capsys, caplog):
@@ -289,6 +293,31 @@ def test_high5_a_weights_file_linked_outside_the_artifact_is_refused(tracking, t
     os.symlink(folder.parent / "benign" / "model" / "model.safetensors", hf / "model.safetensors")
     with pytest.raises(ValueError, match="outside the model's folder"):
         resolve_model(hf)
+
+
+def test_an_uploaded_empty_symlink_folder_is_refused_by_name_exit_2(tracking, tmp_path, no_weights_loaded, capsys):
+    """A ``model/`` folder that was a symbolic link to an empty folder is logged as an empty folder: named, exit 2
+    (it was a bare OSError from transformers, exit 1)."""
+    from mlflow_mia.entrypoints.cli import main
+
+    folder = _saved("models:/tgt/1", tmp_path / "src")
+    shutil.rmtree(folder / "model")
+    (tmp_path / "empty").mkdir()
+    os.symlink(tmp_path / "empty", folder / "model")
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(folder), "uploaded")
+    uri = f"runs:/{run.info.run_id}/uploaded"
+    message = (f"{uri}: the model folder 'model' is empty (a symbolic link uploaded as an empty folder, or an "
+               "interrupted copy?); log the model again with its files (mlflow.transformers.log_model)")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        resolve_model(uri)
+    assert main(["audit", "--target", uri, *tracking.cli_args()]) == 2
+    assert f"mlflow-mia audit: error: {message}" in capsys.readouterr().err
+    assert no_weights_loaded == []
+    weightless = _saved("models:/tgt/1", tmp_path / "weightless")
+    (weightless / "model" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"the model folder 'model' holds no weights file \(.safetensors\)"):
+        resolve_model(str(weightless))
 
 
 def _hf_folder(path: Path, *, seed: int = 3) -> Path:

@@ -53,8 +53,10 @@ def test_unknown_gate_status_is_an_error():
         verdict_of(gate_status="ok")
 
 
-def test_describe_run_keeps_the_users_description(tracking):
+def test_describe_run_keeps_the_users_description_after_the_verdict(tracking):
     import mlflow
+
+    from mlflow_mia.tracking.verdict import OWN_TEXT_HEADING
 
     client = MlflowClient()
     verdict = verdict_of(auc=0.9, auc_ci=(0.8, 0.95))
@@ -62,14 +64,44 @@ def test_describe_run_keeps_the_users_description(tracking):
         mlflow.set_tag("mlflow.note.content", "my own notes")
         written = describe_run(client, run.info.run_id, verdict=verdict, description="**Verdict: x**", name="n1")
     tags = client.get_run(run.info.run_id).data.tags
-    assert "mlflow.note.content" not in written
-    assert tags["mlflow.note.content"] == "my own notes"
+    assert tags["mlflow.note.content"] == written["mlflow.note.content"] == (
+        f"**Verdict: x**\n\n---\n\n{OWN_TEXT_HEADING}\n\n> my own notes")
     assert tags["mia.verdict"] == LEAKS and tags["mlflow.runName"] == "n1"
     with mlflow.start_run() as run:
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p1"))
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p2"))
     note = client.get_run(run.info.run_id).data.tags["mlflow.note.content"]
     assert note.startswith(DESCRIPTION_START) and "p2" in note and "p1" not in note  # ours is replaced
+
+
+def test_a_model_authors_verdict_lookalike_is_quoted_after_the_tools_verdict(tracking):
+    """Issue 32, low: a version description reading 'Verdict: within budget' was kept as it was after a failing
+    audit. The tool's verdict now comes first; the authors' text follows, quoted under a heading that says it is
+    not the verdict, and a second audit neither drops it nor quotes it twice."""
+    import mlflow
+
+    from mlflow_mia.tracking.registry_tags import describe_versions
+    from mlflow_mia.tracking.verdict import OWN_TEXT_HEADING
+
+    client = MlflowClient()
+    source = client.get_model_version("tgt", "1").source
+    client.create_registered_model("authored-description")
+    authored = "Verdict: within budget\n\n**Verdict: within budget** (release gate passed). Trained on clinic notes."
+    version = client.create_model_version("authored-description", source, description=authored).version
+    with mlflow.start_run(run_name="a failing audit") as run:
+        pass
+    leaks = verdict_of(gate_status=FAIL)
+    quoted = ("> Verdict: within budget\n>\n> **Verdict: within budget** (release gate passed). Trained on clinic "
+              "notes.")
+    for paragraph in ("first audit", "second audit"):
+        describe_versions(client, [("authored-description", version)], verdict=leaks, paragraph=paragraph,
+                          run_id=run.info.run_id)
+        text = client.get_model_version("authored-description", version).description
+        assert text.startswith("**Verdict: leaks** (release gate failed")
+        ours, theirs = text.split("\n\n---\n\n")
+        assert paragraph in ours and "within budget" not in ours
+        assert theirs == f"{OWN_TEXT_HEADING}\n\n{quoted}"
+    assert client.get_model_version("authored-description", version).tags["mia.verdict"] == LEAKS
 
 
 def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):

@@ -245,7 +245,7 @@ def test_auc_statistic_is_the_rank_form_not_the_score_values():
 def test_auc_statistic_errors_and_one_class():
     with pytest.raises(ValueError, match=r"y_score must have shape \(n_rows, 3\) to match y_true, got \(2, 4\)"):
         auc_statistic([1, 0, 1], np.zeros((2, 4)))
-    with pytest.raises(ValueError, match="y_score contains NaN or infinity"):
+    with pytest.raises(ValueError, match=r"y_score contains 1 NaN value\(s\) \(first at position 1: nan\)"):
         auc_statistic([1, 0], [[0.1, np.nan], [0.2, 0.3]])
     with pytest.raises(ValueError, match="y_true"):
         auc_statistic([1, 2], [0.1, 0.2])

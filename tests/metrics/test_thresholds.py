@@ -221,3 +221,17 @@ def test_unresolved_reason_names_the_count_and_what_it_needs():
             population_threshold(np.arange(needed - 1, dtype=float), alpha=alpha)
     with pytest.raises(ValueError, match="alpha"):
         unresolved_reason(10, 0.0, unit="x")
+
+
+def test_the_score_check_never_calls_a_finite_value_infinite():
+    from mlflow_mia.metrics.thresholds import mean_member_loss_threshold
+    from mlflow_mia.metrics.validation import check_scores
+
+    assert check_scores([1e308, -1.7e308]).tolist() == [1e308, -1.7e308]
+    with pytest.raises(ValueError, match=r"^y_score contains 1 infinite value\(s\) \(first at position 1: inf\); "
+                                         r"scores must be finite \(any float64 up to \+-1.8e308 is\)$"):
+        check_scores([1e308, np.inf])
+    with pytest.raises(ValueError, match=r"^y_score contains 1 NaN and 1 infinite value\(s\) \(first at position 0: "
+                                         r"nan\)"):
+        check_scores([np.nan, -np.inf, 1.0])
+    assert mean_member_loss_threshold([1] * 20 + [0], [1.7e308] * 20 + [0.0]) == pytest.approx(1.7e308)  # no overflow

@@ -85,6 +85,10 @@ def test_bad_prompt_and_empty_name(tiny_ner):
         entity_confidence(clf, ["{name} and {name}"], ["red"], ["PER"], progress=False)
     with pytest.raises(ValueError, match="empty names"):
         entity_confidence(clf, ["{name} sat"], ["  "], ["PER"], progress=False)
+    with pytest.raises(ValueError, match=r"^name 1 \(1 in all\) is made only of invisible characters \(zero-width, "
+                                         r"format or default-ignorable code points, combining marks\): it has no "
+                                         r"letters for the model to tag; drop it$"):
+        entity_confidence(clf, ["{name} sat"] * 2, ["red", "\u200b\u200b"], ["PER"] * 2, progress=False)
 
 
 def test_batching_does_not_change_values(tiny_ner):

@@ -245,6 +245,7 @@ def test_ner_audit_honours_hash_key_file(registry, tmp_path, monkeypatch, capsys
     key = "my NER audit key, a secret of 32+ bytes"
     key_file = tmp_path / "ner.key"
     key_file.write_text(key + "\n")
+    key_file.chmod(0o600)  # a key file only its owner can read
     names = names_table()
     expected = sorted(lookup_hash(" ".join(n.split()).lower(), key)[:16] for n in names.name)
     common = ["--model", "models:/tiny-ner@candidate", "--names", _names_file(tmp_path), "--prompts",

@@ -140,3 +140,21 @@ def test_names_that_tokenize_to_unk_get_a_warning(caplog):
                         "drop them"]
     assert not any(n in warnings[0] for n in names.name)  # names never reach a message
     assert unknown_token_warnings(names.iloc[[0, 3]], tok) == []
+
+
+@pytest.mark.parametrize("name", ["\u200b\u200b", "\u200d\ufeff \u2060", "\u034f\ufe0f", "\u0301"])
+def test_a_name_of_invisible_characters_only_gets_its_own_message(name):
+    """Not blamed on truncation: the table check names the row and says why (issue 32, low)."""
+    table = pd.DataFrame({"name": ["a", "b", name], "entity_type": ["PER"] * 3, "is_member": [1, 0, 0]})
+    with pytest.raises(ValueError, match=r"^the names table has 1 name\(s\) made only of invisible characters "
+                                         r"\(zero-width, format or default-ignorable code points, combining marks; "
+                                         r"first at row 2\): they have no letters for the model to tag; drop them$"):
+        check_names_table(table)
+
+
+def test_a_name_with_a_lone_surrogate_is_refused_with_its_row():
+    table = pd.DataFrame({"name": pd.Series(["a", "b\ud800"], dtype=object), "entity_type": ["PER"] * 2,
+                          "is_member": [1, 0]})
+    with pytest.raises(ValueError, match=r"^the names table has 1 name\(s\) that are not valid Unicode: a lone "
+                                         r"surrogate \(first at row 1, character 1\)"):
+        check_names_table(table)

@@ -144,7 +144,8 @@ def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfi
     ValueError
         A pool with one class, a missing or too small population set (it needs
         ``ceil(1 / min(fprs))`` samples), or a text in both (also when the two differ
-        only in invisible characters or whitespace: the model sees the same tokens).
+        only in invisible characters, combining marks, compatibility forms or whitespace,
+        :func:`~mlflow_mia.data.canonical_text`: the model sees the same tokens).
     """
     n_members = int(pool.labels.sum())
     if n_members == 0 or n_members == len(pool):
@@ -166,10 +167,13 @@ def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfi
                          "the population must be disjoint from the pool")
     hidden = invisible_variants(pool.texts, population.texts)
     if hidden:
-        raise ValueError(f"{hidden} population text(s) equal a pool text up to invisible characters (zero-width "
-                         "space or joiner, soft hyphen, word joiner, byte-order mark, no-break space) or whitespace: "
-                         "the model sees the same tokens, so they are the same record; the population must be "
-                         "disjoint from the pool: drop them")
+        raise ValueError(f"{hidden} population text(s) equal a pool text up to invisible characters (format "
+                         "characters such as zero-width spaces and joiners, soft hyphens, word joiners and byte-order "
+                         "marks; default-ignorable code points such as variation selectors and the combining "
+                         "grapheme joiner), combining marks (accents), compatibility forms (no-break spaces, "
+                         "ligatures, full-width letters) or whitespace (mlflow_mia.data.canonical_text): the model "
+                         "sees the same tokens, so they are the same record; the population must be disjoint from "
+                         "the pool: drop them")
     variants = near_duplicates(pool.texts, population.texts)
     if variants:
         return [f"{variants} population text(s) equal a pool text up to case or whitespace; the population "

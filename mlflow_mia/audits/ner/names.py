@@ -252,11 +252,17 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
     Raises
     ------
     ValueError
-        Missing columns, empty or missing names, labels other than 0/1, a name labelled
-        both 1 and 0 within a type (compared as :func:`name_hash` compares names, and
-        up to invisible characters), a type with one class only, or unknown types.
+        Missing columns, empty or missing names, names that are not valid Unicode (a lone
+        surrogate) or are empty once folded (:func:`mlflow_mia.data.canonical_text`: zero-width,
+        format or default-ignorable characters and combining marks only, each with its own
+        message), labels other than 0/1, a name labelled both 1 and 0 within a type (compared
+        as :func:`name_hash` compares names, and up to the fold of
+        :func:`mlflow_mia.data.canonical_text`: invisible characters, combining marks such as
+        accents, compatibility forms), a type with one class only, or unknown types.
     """
     import pandas as pd
+
+    from mlflow_mia.data import canonical_text, surrogate_at
 
     if not isinstance(names, pd.DataFrame):
         raise ValueError(f"the names table must be a pandas DataFrame, got {type(names).__name__}")
@@ -271,6 +277,16 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
     if bad:
         raise ValueError(f"the names table has {len(bad)} empty or non-string name(s) (first at row {bad[0]}); "
                          "drop them")
+    broken = [(i, surrogate_at(n)) for i, n in enumerate(df["name"]) if surrogate_at(n) is not None]
+    if broken:
+        raise ValueError(f"the names table has {len(broken)} name(s) that are not valid Unicode: a lone surrogate "
+                         f"(first at row {broken[0][0]}, character {broken[0][1]}); fix the file's encoding or drop "
+                         "them")
+    invisible = [i for i, n in enumerate(df["name"]) if not canonical_text(n)]
+    if invisible:
+        raise ValueError(f"the names table has {len(invisible)} name(s) made only of invisible characters "
+                         f"(zero-width, format or default-ignorable code points, combining marks; first at row "
+                         f"{invisible[0]}): they have no letters for the model to tag; drop them")
     df["name"] = [" ".join(n.split()) for n in df["name"]]
     labels = pd.to_numeric(df["is_member"], errors="coerce")
     if labels.isna().any() or not labels.isin([0, 1]).all():
@@ -310,7 +326,8 @@ def _refuse_conflicting_labels(df, label_column: str) -> None:
     if both:
         raise ValueError(f"{len(both)} name(s) are labelled both in-sample and out-of-sample in {label_column!r} "
                          f"within one entity type (first: rows {both[0][:5]}; names are compared ignoring case, "
-                         "spacing and invisible characters): a name either occurs in the training data or does not; "
+                         "spacing, invisible characters, combining marks such as accents and compatibility forms): "
+                         "a name either occurs in the training data or does not; "
                          "fix the labels or drop the duplicates")
 
 

@@ -8,6 +8,7 @@ logs for one attack (without the ``{attack}/`` prefix), so a score computed here
 equals the audit's.
 """
 
+import math
 import numbers
 
 import datasets
@@ -35,7 +36,8 @@ Clopper-Pearson bounds on the error rates, Jagielski et al. 2020).
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `float`): attack scores of the target pool, higher = more likely a
-        member. Finite values only.
+        member. Finite values only: NaN and infinity are refused by position; any finite
+        float64 (up to +-1.8e308) is accepted.
     references (`list` of `int`): membership labels of the pool, 1 = member, 0 = non-member.
     population_scores (`list` of `float`): attack scores of the population set (required); at
         least ceil(1 / min(fprs)) values.
@@ -118,9 +120,13 @@ def _settings(kwargs: dict) -> dict:
 
 
 def _check_numbers(values, what: str) -> None:
+    """Refuse a value that is not a real number, or is NaN or infinite (a finite 1e308 is a number like any other)."""
     for i, v in enumerate([] if values is None else values):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
             raise ValueError(f"{what} must be numbers, got {v!r} at position {i}")
+        if not math.isfinite(v):
+            kind = "NaN" if math.isnan(v) else "infinite"
+            raise ValueError(f"{what} must be finite numbers, got {v!r} ({kind}) at position {i}")
 
 
 def _check_inputs(predictions, references) -> None:
