@@ -223,7 +223,7 @@ def _explain(where: str, derived, record: GateRecord | None, run_id: str, before
 
 def _mark_stale(client, name: str, version: str, current: dict, weights_id: str) -> None:
     """The version's weights changed since its last audit: its verdict goes (``mia.verdict=stale``)."""
-    from mlflow_mia.tracking.verdict import VERDICT_TAG
+    from mlflow_mia.tracking.verdict import DESCRIPTION_START, VERDICT_TAG, with_own_text
 
     old = current.get(WEIGHTS_TAG)
     reason = (f"the weights of models:/{name}/{version} changed since its last audit (recorded {old}, now "
@@ -234,7 +234,9 @@ def _mark_stale(client, name: str, version: str, current: dict, weights_id: str)
     client.set_model_version_tag(name, version, VERDICT_TAG, STALE)
     client.set_model_version_tag(name, version, f"{VERDICT_TAG}.reason", reason)
     client.set_model_version_tag(name, version, WEIGHTS_TAG, weights_id)
-    client.update_model_version(name, version, description=f"**Verdict: stale**: {reason}.")
+    earlier = client.get_model_version(name, version).description
+    client.update_model_version(name, version, description=with_own_text(f"{DESCRIPTION_START} stale**: {reason}.",
+                                                                         earlier))
     log.warning("models:/%s/%s: %s; mia.verdict=stale until this audit's result is written", name, version, reason)
 
 
@@ -251,7 +253,7 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
     weights = weights_id or legacy
     before, _ = _derive_for(client, name, version, weights, legacy)
     written = dict(new)
-    if record is not None and (headline or not gate.passed):  # the record first: append-only
+    if record is not None and (headline or gate is None or not gate.passed):  # the record first: append-only
         client.set_model_version_tag(name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
         written[f"{RECORD_PREFIX}{run_id}"] = record.to_tag()
     if weights_id and (headline or record is not None):
