@@ -19,7 +19,7 @@ of the size (once for an experiment that is not seeded: the nulls), in order:
    a DP target's run also gets the accountant's epsilon per sentence and per article
    (``dp/epsilon``, ``dp/delta``, ``dp/max_group_size``, ``dp/group_epsilon``,
    ``dp/group_delta``), and a null's run the article-label permutation p-value of each
-   AUC (``<prefix><attack>/auc_permutation_p``; :func:`_permutation_metrics`);
+   AUC (``<prefix><attack>/auc_permutation_p``; :func:`~mlflow_mia.analyze.subsets.permutation_metrics`);
 3. the parent run gets ``tables/findings.csv`` (:func:`~mlflow_mia.analyze.output.findings_table`),
    ``tables/findings_differences.csv`` (the paired differences), one plot per finding
    (``plots/findings/<name>.png``), ``findings.md`` and a ``findings/<name>/reproduced``
@@ -36,6 +36,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 
+from mlflow_mia.analyze.subsets import PERMUTATION_ROUNDS, length_subsets, permutation_metrics
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR
 from mlflow_mia.analyze.output import differences_table, findings_table
 from mlflow_mia.analyze.plan import ANALYSIS_SIZES, AnalysisSize, experiments, experiments_for, variants
@@ -51,7 +52,6 @@ KEY_TAG = "mia.analyze.key"
 EXPERIMENT_TAG = "mia.analyze.experiment"
 SEED_TAG = "mia.analyze.seed"
 DEMO_ROLES = ("reference", "ood_reference", "base")
-PERMUTATION_ROUNDS = 1000  # article-label permutations behind each null AUC's p-value (resolution 1 / 1001)
 
 
 @dataclass
@@ -250,80 +250,6 @@ class _Suite:
         return {"heldout/loss": loss, "heldout/n_tokens": float(n)}
 
 
-def _length_subsets(result, config) -> dict:
-    """``len_short/...`` and ``len_long/...`` metrics: each attack on the pool's samples of that length bin."""
-    from mlflow_mia.audits.membership.scoring import attack_report
-
-    samples = result.samples
-    y, n_tokens = samples["label"].to_numpy(), samples["n_tokens"].to_numpy()
-    out = {}
-    for label, (lo, hi) in zip(("short", "long"), config.metrics.length_bins):
-        keep = (n_tokens >= lo) & (n_tokens < hi)
-        if len(set(y[keep])) < 2:
-            continue
-        # With groups, the intervals resample whole groups, as at the full pool's sample level.
-        groups = samples["group"].to_numpy()[keep] if samples["group"].notna().all() else None
-        for attack in result.attacks:
-            report = attack_report(attack, y[keep], samples[f"score_{attack}"].to_numpy()[keep],
-                                   result.population_scores.get(attack), config, groups=groups)
-            out.update(report.metrics(f"len_{label}/{attack}/"))
-        out[f"len_{label}/n_samples"] = float(keep.sum())
-    return out
-
-
-def _permutation_metrics(result, config, subsets=(), *, rounds: int = PERMUTATION_ROUNDS, seed: int = 0) -> dict:
-    """``<prefix><attack>/auc_permutation_p``: each AUC of an audit against shuffled article labels.
-
-    Every sentence keeps its article's label (:func:`mlflow_mia.metrics.permutation.group_permutation_auc`);
-    the prefixes are the audit's own: ``""`` (sentences), ``user/`` (per-article mean scores)
-    and the length bins of ``subsets``. Only the p-values are returned: labels and scores
-    stay in memory.
-
-    Parameters
-    ----------
-    result : AuditResult
-    config : AuditConfig
-        Its ``metrics.length_bins`` define the length subsets.
-    subsets : tuple of str
-        The experiment's subsets (``"length"``).
-    rounds, seed : int
-
-    Returns
-    -------
-    dict of str to float
-        Two-sided p-values in ``[1 / (1 + rounds), 1]``.
-    """
-    import numpy as np
-
-    from mlflow_mia.metrics.aggregate import group_scores
-    from mlflow_mia.metrics.permutation import group_permutation_auc
-
-    samples = result.samples
-    y = samples["label"].to_numpy()
-    groups = samples["group"].to_numpy() if samples["group"].notna().all() else None
-    parts = {"": np.ones(len(y), dtype=bool)}
-    if "length" in subsets:
-        n_tokens = samples["n_tokens"].to_numpy()
-        for label, (lo, hi) in zip(("short", "long"), config.metrics.length_bins):
-            parts[f"len_{label}/"] = (n_tokens >= lo) & (n_tokens < hi)
-    out = {}
-    for attack in result.attacks:
-        score = samples[f"score_{attack}"].to_numpy(dtype=float)
-        for prefix, part in parts.items():
-            keep = part & np.isfinite(score)
-            if len(set(y[keep])) < 2:
-                continue
-            out[f"{prefix}{attack}/auc_permutation_p"] = group_permutation_auc(
-                y[keep], score[keep], groups=None if groups is None else groups[keep], rounds=rounds,
-                seed=seed).pvalue
-        if groups is not None:
-            keep = np.isfinite(score)
-            users = group_scores(y[keep], score[keep], groups[keep])
-            out[f"user/{attack}/auc_permutation_p"] = group_permutation_auc(users.y_true, users.y_score,
-                                                                            rounds=rounds, seed=seed).pvalue
-    return out
-
-
 def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) -> None:
     """Audit ``target`` on ``data`` (pool, population) against ``reference`` and log it all to ``run_id``."""
     import mlflow
@@ -341,9 +267,9 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
                                                "reference_model": reference.resolved_uri})
     extra = suite.heldout(target)
     if "length" in exp.subsets:
-        extra.update(_length_subsets(result, config))
+        extra.update(length_subsets(result, config))
     if exp.name in suite.nulls:
-        extra.update(_permutation_metrics(result, config, exp.subsets))
+        extra.update(permutation_metrics(result, config, exp.subsets))
     mlflow.log_metrics(extra, run_id=run_id)
 
 

@@ -167,7 +167,7 @@ def dp_group_metrics(epsilon: float, delta: float, group_size: int) -> dict[str,
     -------
     dict of str to float
         ``dp/group_epsilon`` (nats) and ``dp/group_delta`` by group privacy
-        (:func:`mlflow_mia.metrics.epsilon.group_privacy`: k eps, k e^((k - 1) eps) delta);
+        (:func:`mlflow_mia.metrics.group_privacy.group_privacy`: k eps, k e^((k - 1) eps) delta);
         ``dp/group_delta`` is capped at 1 (a delta of 1 or more guarantees nothing).
     """
     from mlflow_mia.metrics.group_privacy import group_privacy

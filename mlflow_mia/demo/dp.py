@@ -9,7 +9,7 @@ returns the accountant's epsilon actually spent, to log as ``dp/epsilon`` and
 ``dp/delta``. That guarantee is per training text (one sentence): where membership was
 decided per group of texts (an article), the audit's group-level bound
 (``user/{attack}/epsilon_lower_bound``) must stay below the guarantee per group, which
-group privacy gives (:func:`mlflow_mia.metrics.epsilon.group_privacy`,
+group privacy gives (:func:`mlflow_mia.metrics.group_privacy.group_privacy`,
 :func:`mlflow_mia.analyze.variants.dp_group_metrics`).
 
 Differences from :func:`~mlflow_mia.demo.train.train_mlm`, all required by DP-SGD:

@@ -114,8 +114,7 @@ def registry_versions_of(logged_model_id: str | None, run_id: str | None = None)
     """
     if not logged_model_id:
         return []
-    client = _client()
-    found = []
+    client, found = _client(), []
     try:
         found = client.search_model_versions(f"source_path='models:/{logged_model_id}'")
     except Exception as exc:  # noqa: BLE001 - a registry without this filter: fall back to run id
@@ -126,8 +125,7 @@ def registry_versions_of(logged_model_id: str | None, run_id: str | None = None)
                          if str(mv.source).rstrip("/").endswith(logged_model_id)]
             except Exception as exc2:  # noqa: BLE001
                 log.debug("search by run_id failed: %s", exc2)
-    found = sorted(found, key=_version_key, reverse=True)
-    return [(mv.name, str(mv.version)) for mv in found]
+    return [(mv.name, str(mv.version)) for mv in sorted(found, key=_version_key, reverse=True)]
 
 
 def _parse_models_uri(uri: str) -> tuple[str | None, str | None, str | None]:
@@ -229,10 +227,9 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
     ------
     ValueError
         Not a transformers-flavor model, custom code without ``trust_remote_code``,
-        no tokenizer saved with the model, a model file outside the artifact, an empty
-        model or tokenizer folder (a symbolic link uploaded as an empty folder), no weights
-        file, pickle weights without ``trust_remote_code``, or files transformers cannot
-        read (its ``OSError``, with the URI).
+        no tokenizer saved with the model, a model file outside the artifact, an empty model or
+        tokenizer folder (an uploaded symbolic link), no weights file, pickle weights without
+        ``trust_remote_code``, or files transformers cannot read (its ``OSError``, with the URI).
     """
     from mlflow.models import Model
 

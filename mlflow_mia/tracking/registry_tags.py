@@ -223,7 +223,8 @@ def _explain(where: str, derived, record: GateRecord | None, run_id: str, before
 
 def _mark_stale(client, name: str, version: str, current: dict, weights_id: str) -> None:
     """The version's weights changed since its last audit: its verdict goes (``mia.verdict=stale``)."""
-    from mlflow_mia.tracking.verdict import DESCRIPTION_START, VERDICT_TAG, with_own_text
+    from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
+    from mlflow_mia.tracking.verdict import VERDICT_TAG
 
     old = current.get(WEIGHTS_TAG)
     reason = (f"the weights of models:/{name}/{version} changed since its last audit (recorded {old}, now "

@@ -122,8 +122,8 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
     """
     import mlflow
 
-    from mlflow_mia.tracking.verdict import (DESCRIPTION_START, FAILURE_START, NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG,
-                                             with_own_text)
+    from mlflow_mia.tracking.descriptions import DESCRIPTION_START, FAILURE_START, with_own_text
+    from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id or not code:

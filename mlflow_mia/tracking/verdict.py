@@ -35,12 +35,13 @@ import math
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
            "short_model_name", "audit_run_name", "references_label", "run_description", "describe_run",
-           "describe_version", "own_text", "with_own_text", "OWN_TEXT_HEADING", "FAILURE_START", "run_url",
+           "describe_version", "run_url",
            "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
@@ -49,15 +50,6 @@ VERDICT_TAG = "mia.verdict"
 NOTE_TAG = "mlflow.note.content"  # the run's (and experiment's) description in the MLflow UI
 RUN_NAME_TAG = "mlflow.runName"
 LEAKS, WITHIN_BUDGET, NO_EVIDENCE = "leaks", "within budget", "no evidence of leakage"
-#: First words of every description written here: a description that starts otherwise is someone else's (the
-#: model's authors', the user's) and is kept, quoted under :data:`OWN_TEXT_HEADING` after the verdict.
-DESCRIPTION_START = "**Verdict:"
-#: First words of the description of an ``mlflow run`` project run whose command failed before it wrote a verdict
-#: (:func:`mlflow_mia.tracking.runs.record_project_failure`): also this package's.
-FAILURE_START = "**Failed:"
-#: The heading under which a description written before the audit is kept: it can never read as the verdict.
-OWN_TEXT_HEADING = ("**Description written before this audit** (kept as written, quoted; not written by mlflow-mia "
-                    "and not its verdict: the verdict is the line above and the `mia.verdict` tag):")
 
 
 @dataclass(frozen=True)
@@ -360,63 +352,14 @@ def run_description(verdict: Verdict, paragraph: str, *, gate=None, run_link: st
     return "\n".join(lines)
 
 
-def own_text(current: str | None) -> str:
-    """The part of a run's or version's description that mlflow-mia did not write ('' when none).
-
-    A description that starts with :data:`DESCRIPTION_START` (or is a failed command's,
-    :data:`FAILURE_START`) is this package's: what it quotes under
-    :data:`OWN_TEXT_HEADING` (unquoted) is the earlier text. Any other
-    description is someone else's, whole; one that imitates a verdict (``Verdict: within
-    budget``) included.
-
-    >>> own_text("Verdict: within budget. Fine-tuned on notes.")
-    'Verdict: within budget. Fine-tuned on notes.'
-    >>> own_text(with_own_text("**Verdict: leaks** (...).", "Verdict: within budget\\n\\nMy notes."))
-    'Verdict: within budget\\n\\nMy notes.'
-    >>> own_text("**Verdict: leaks** (...).")
-    ''
-    """
-    if not current:
-        return ""
-    if not current.startswith((DESCRIPTION_START, FAILURE_START)):
-        return current.strip()
-    if OWN_TEXT_HEADING not in current:
-        return ""
-    quoted = current.split(OWN_TEXT_HEADING, 1)[1].strip("\n").splitlines()
-    return "\n".join(line[2:] if line.startswith("> ") else line[1:] if line.startswith(">") else line
-                     for line in quoted).strip()
-
-
-def with_own_text(description: str, current: str | None) -> str:
-    """``description`` (this audit's, starting with the verdict) followed by the text it replaces, quoted.
-
-    The earlier text (:func:`own_text` of ``current``) is kept, after a rule, under
-    :data:`OWN_TEXT_HEADING`, every line a Markdown quote: a model author's
-    ``Verdict: within budget`` can never be read as the tool's verdict, which comes first.
-
-    >>> print(with_own_text("**Verdict: leaks** (gate failed).", "Verdict: within budget"))  # doctest: +ELLIPSIS
-    **Verdict: leaks** (gate failed).
-    <BLANKLINE>
-    ---
-    <BLANKLINE>
-    **Description written before this audit** (kept as written, quoted; not written by mlflow-mia and not its ...
-    <BLANKLINE>
-    > Verdict: within budget
-    """
-    text = own_text(current)
-    if not text:
-        return description
-    quoted = "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines())
-    return f"{description}\n\n---\n\n{OWN_TEXT_HEADING}\n\n{quoted}"
-
-
 def describe_run(client, run_id: str, *, verdict: Verdict, description: str, name: str | None = None,
                  prefix: str = "") -> dict[str, str]:
     """Write the verdict tag, the description and (when given) the name of a run.
 
     The description replaces one this module wrote (it starts with
     :data:`DESCRIPTION_START`); a description someone else wrote is kept after it, quoted
-    under :data:`OWN_TEXT_HEADING` (:func:`with_own_text`), so it never reads as the
+    under :data:`~mlflow_mia.tracking.descriptions.OWN_TEXT_HEADING`
+    (:func:`~mlflow_mia.tracking.descriptions.with_own_text`), so it never reads as the
     verdict. The name sets the run's ``mlflow.runName`` tag, so it also renames the run
     ``mlflow run`` created.
 
@@ -452,8 +395,8 @@ def describe_version(client, name: str, version: str, *, verdict: Verdict, descr
 
     ``description`` comes from :func:`run_description` with a ``run_link``. The model
     authors' own description (one that does not start with :data:`DESCRIPTION_START`, such
-    as ``Verdict: within budget``) is kept after it, quoted under :data:`OWN_TEXT_HEADING`
-    (:func:`with_own_text`): it never reads as the tool's verdict.
+    as ``Verdict: within budget``) is kept after it, quoted under
+    :data:`~mlflow_mia.tracking.descriptions.OWN_TEXT_HEADING`: it never reads as the tool's verdict.
     """
     client.set_model_version_tag(name, version, VERDICT_TAG, verdict.value)
     current = client.get_model_version(name, version).description

@@ -216,7 +216,7 @@ def test_permutation_metrics_give_each_auc_of_an_audit_its_article_label_p_value
 
     import numpy as np
 
-    from mlflow_mia.analyze.suite import _permutation_metrics
+    from mlflow_mia.analyze.subsets import permutation_metrics
     from mlflow_mia.config import AuditConfig
     from mlflow_mia.metrics.aggregate import group_scores
     from mlflow_mia.metrics.permutation import group_permutation_auc
@@ -229,7 +229,7 @@ def test_permutation_metrics_give_each_auc_of_an_audit_its_article_label_p_value
     score[3] = np.nan  # unscored: left out, as the audit leaves it out
     samples = pd.DataFrame({"label": label, "group": group, "n_tokens": n_tokens, "score_loss": score})
     config = AuditConfig()
-    out = _permutation_metrics(SimpleNamespace(samples=samples, attacks=["loss"]), config, ("length",), rounds=50)
+    out = permutation_metrics(SimpleNamespace(samples=samples, attacks=["loss"]), config, ("length",), rounds=50)
     keep = ~np.isnan(score)
     assert out["loss/auc_permutation_p"] == group_permutation_auc(label[keep], score[keep], groups=group[keep],
                                                                   rounds=50).pvalue

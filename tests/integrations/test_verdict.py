@@ -10,7 +10,8 @@ from mlflow import MlflowClient
 
 from mlflow_mia.entrypoints.cli import main
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
-from mlflow_mia.tracking.verdict import (DESCRIPTION_START, LEAKS, NO_EVIDENCE, WITHIN_BUDGET, describe_run,
+from mlflow_mia.tracking.descriptions import DESCRIPTION_START
+from mlflow_mia.tracking.verdict import (LEAKS, NO_EVIDENCE, WITHIN_BUDGET, describe_run,
                                          run_description, verdict_of)
 
 
@@ -56,7 +57,7 @@ def test_unknown_gate_status_is_an_error():
 def test_describe_run_keeps_the_users_description_after_the_verdict(tracking):
     import mlflow
 
-    from mlflow_mia.tracking.verdict import OWN_TEXT_HEADING
+    from mlflow_mia.tracking.descriptions import OWN_TEXT_HEADING
 
     client = MlflowClient()
     verdict = verdict_of(auc=0.9, auc_ci=(0.8, 0.95))
@@ -81,7 +82,7 @@ def test_a_model_authors_verdict_lookalike_is_quoted_after_the_tools_verdict(tra
     import mlflow
 
     from mlflow_mia.tracking.registry_tags import describe_versions
-    from mlflow_mia.tracking.verdict import OWN_TEXT_HEADING
+    from mlflow_mia.tracking.descriptions import OWN_TEXT_HEADING
 
     client = MlflowClient()
     source = client.get_model_version("tgt", "1").source

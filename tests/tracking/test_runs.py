@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 
 from mlflow_mia.entrypoints.cli import main
 from mlflow_mia.tracking.runs import record_project_failure
-from mlflow_mia.tracking.verdict import OWN_TEXT_HEADING
+from mlflow_mia.tracking.descriptions import OWN_TEXT_HEADING
 
 LINE = ("`mlflow-mia audit` exited with code {code} ({meaning}); `mlflow run` itself exits with 1 for every failure, "
         "so this code is the one to read.")
