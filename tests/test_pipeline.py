@@ -57,8 +57,9 @@ def test_score_audit_on_precomputed_arrays_equals_run_audit(setup):
     assert any("memorization-feature analysis skipped: it needs the target model" in w for w in result.warnings)
     assert result.memorization_features is None
     assert result.models == {}  # plain arrays carry no model identities
-    assert expected.models == {"target": {"identity": target.model_id, "name": "target"},
-                               "reference": {"identity": reference.model_id, "name": "reference"}}
+    assert expected.models == {"target": {"identity": target.model_id, "name": "target", "weights": target.weights_id},
+                               "reference": {"identity": reference.model_id, "name": "reference",
+                                             "weights": reference.weights_id}}
 
 
 def test_compute_stage_computes_only_what_the_attacks_need(setup):

@@ -81,8 +81,12 @@ def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
     record = json.loads(open(mlflow.artifacts.download_artifacts(
         run_id=run_id, artifact_path="audit_config.json", dst_path=str(tmp_path))).read())
     info = result.info
-    assert record["models"] == {"target": {"identity": info["target_model"], "name": info["target_name"]},
-                                "reference": {"identity": info["reference_model"], "name": info["reference_name"]}}
+    weights = {role: result.models[role]["weights"] for role in ("target", "reference")}
+    assert all(w.startswith("sha256:") and len(w) == 71 for w in weights.values())
+    assert record["models"] == {
+        "target": {"identity": info["target_model"], "name": info["target_name"], "weights": weights["target"]},
+        "reference": {"identity": info["reference_model"], "name": info["reference_name"],
+                      "weights": weights["reference"]}}
     assert info["target_model"] != info["reference_model"]
     assert record["attacks"] == ["loss", "likelihood_ratio"] and record["signal"]["num_masks"] == 2
 

@@ -150,7 +150,7 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     pool, population = inputs["pool"].dataset, inputs["population"].dataset
     assert pool.digest == run.data.params["pool.digest"][:32]
     assert population.digest == run.data.params["population.digest"][:32]
-    assert '"num_rows": 40' in pool.profile and '"num_rows": 100' in population.profile
+    assert '"num_rows": 160' in pool.profile and '"num_rows": 100' in population.profile
     columns = [c["name"] for c in __import__("json").loads(pool.schema)["mlflow_colspec"]]
     assert columns == ["sample_id", "label", "group", "text_hmac"]
     assert {t.key: t.value for t in inputs["pool"].tags}["mlflow.data.context"] == "pool"

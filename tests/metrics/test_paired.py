@@ -208,7 +208,7 @@ def test_invalid_scores_raise():
         paired_bootstrap(y, a, b[:-1], statistic=auc_statistic, margin=0.0)
     bad = b.copy()
     bad[0] = np.nan
-    with pytest.raises(ValueError, match="score_b contains NaN"):
+    with pytest.raises(ValueError, match=r"score_b contains 1 NaN value\(s\)"):
         paired_bootstrap(y, a, bad, statistic=auc_statistic, margin=0.0)
     with pytest.raises(ValueError, match="callable"):
         paired_bootstrap(y, a, b, statistic="auc", margin=0.0)
