@@ -137,6 +137,37 @@ def _same_weights(client, weights_id: str | None) -> list:
         return [mv for mv in client.search_model_versions() if (mv.tags or {}).get(WEIGHTS_TAG) == weights_id]
 
 
+def _set_tag(client, name: str, version: str, key: str, value: str, *, attempts: int = 6) -> None:
+    """Set one version tag; retried when another writer set the same key at the same moment.
+
+    MLflow's SQL stores insert a new tag after checking it is absent, so two writers of one
+    key can collide (a unique-constraint error): the tag exists then, and writing it again
+    replaces it. A deleted version (``RESOURCE_DOES_NOT_EXIST``) is raised at once.
+    """
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(attempts):
+        try:
+            client.set_model_version_tag(name, version, key, value)
+            return
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * 2 ** attempt)
+
+
+def _delete_tag(client, name: str, version: str, key: str) -> None:
+    """Delete one version tag; one another writer deleted already is gone, as asked (a deleted version raises)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.delete_model_version_tag(name, version, key)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        client.get_model_version(name, version)  # raises when the version itself is gone
+
+
 def _versions_with(client, weights_id: str | None, name: str, version: str) -> list[tuple[str, str, dict]]:
     """``(name, version, tags)`` of this version (re-read) and every other holding the weights ``weights_id``."""
     out = {(name, version): dict(client.get_model_version(name, version).tags or {})}
@@ -189,12 +220,12 @@ def _settle(client, name: str, version: str, weights_id: str | None, legacy: str
         copy = f"{RECORD_PREFIX}{derived.run_id}" if derived is not None else None
         if derived is not None and derived.status == FAIL and derived.where != where and copy not in current:
             # the inherited fail's record, for whoever reads this version's history
-            client.set_model_version_tag(name, version, copy, replace(derived.record, via=derived.where).to_tag())
+            _set_tag(client, name, version, copy, replace(derived.record, via=derived.where).to_tag())
         for key, value in _gate_tags(derived, where).items():
             if value is None and key in current:
-                client.delete_model_version_tag(name, version, key)
+                _delete_tag(client, name, version, key)
             elif value is not None and current.get(key) != value:
-                client.set_model_version_tag(name, version, key, value)
+                _set_tag(client, name, version, key, value)
         again, _ = _derive_for(client, name, version, weights_id, legacy)
         if (again and (again.status, again.run_id)) == (derived and (derived.status, derived.run_id)):
             break
@@ -231,10 +262,10 @@ def _mark_stale(client, name: str, version: str, current: dict, weights_id: str)
               f"{weights_id}): earlier verdicts belong to the old weights")
     for key in (GATE_TAG, ATTACKS_TAG, RUN_ID_TAG, WRITTEN_TAG, REQUIRES_TAG, INHERITED_TAG):
         if key in current:
-            client.delete_model_version_tag(name, version, key)
-    client.set_model_version_tag(name, version, VERDICT_TAG, STALE)
-    client.set_model_version_tag(name, version, f"{VERDICT_TAG}.reason", reason)
-    client.set_model_version_tag(name, version, WEIGHTS_TAG, weights_id)
+            _delete_tag(client, name, version, key)
+    _set_tag(client, name, version, VERDICT_TAG, STALE)
+    _set_tag(client, name, version, f"{VERDICT_TAG}.reason", reason)
+    _set_tag(client, name, version, WEIGHTS_TAG, weights_id)
     earlier = client.get_model_version(name, version).description
     client.update_model_version(name, version, description=with_own_text(f"{DESCRIPTION_START} stale**: {reason}.",
                                                                          earlier))
@@ -255,7 +286,7 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
     before, _ = _derive_for(client, name, version, weights, legacy)
     written = dict(new)
     if record is not None and (headline or gate is None or not gate.passed):  # the record first: append-only
-        client.set_model_version_tag(name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
+        _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
         written[f"{RECORD_PREFIX}{run_id}"] = record.to_tag()
     if weights_id and (headline or record is not None):
         written[WEIGHTS_TAG] = weights_id
@@ -263,9 +294,9 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
     stale = [key for key in current if headline and key.startswith(scope) and not key.startswith(kept)
              and key not in written and not key.startswith("mia.verdict")]  # the headline describes this audit only
     for key in stale:
-        client.delete_model_version_tag(name, version, key)
+        _delete_tag(client, name, version, key)
     for key, value in written.items():
-        client.set_model_version_tag(name, version, key, value)
+        _set_tag(client, name, version, key, value)
     derived = _settle(client, name, version, weights, legacy)
     _explain(f"models:/{where}", derived, record, run_id, before)
     if derived is not None:
@@ -283,7 +314,7 @@ def _propagate(client, weights_id: str | None, record: GateRecord, *, done, sour
         if (name, version) in done:
             continue
         try:
-            client.set_model_version_tag(name, version, f"{RECORD_PREFIX}{run_id}",
+            _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}",
                                          replace(record, via=source).to_tag())
             _settle(client, name, version, weights_id, (mv.tags or {}).get(WEIGHTS_TAG))
         except MlflowException as exc:
