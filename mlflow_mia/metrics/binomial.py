@@ -48,8 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta
 
+from .resampling import units_of_rows
 from .roc import roc
-from .validation import as_1d, check_pair, check_rate
+from .validation import check_pair, check_rate
 
 __all__ = ["TprBounds", "check_counts", "clopper_pearson_lower", "clopper_pearson_upper", "members_needed",
            "per_side_confidence", "tpr_bounds_at_fpr"]
@@ -209,17 +210,6 @@ class TprBounds:
     confidence: float
 
 
-def _unit_counts(labels: np.ndarray, groups) -> tuple[int, int]:
-    if groups is None:
-        n1 = int(labels.sum())
-        return n1, int(labels.size - n1)
-    ids = as_1d(groups, "groups")
-    if ids.shape[0] != labels.shape[0]:
-        raise ValueError(f"groups has {ids.shape[0]} entries for {labels.shape[0]} samples; give one group id "
-                         "per sample")
-    return len(set(ids[labels == 1].tolist())), len(set(ids[labels == 0].tolist()))
-
-
 def tpr_bounds_at_fpr(y_true, y_score, *, alpha: float, confidence: float = 0.95, groups=None) -> TprBounds:
     """Lower and upper confidence bounds on the TPR at FPR ``alpha``, the threshold's noise included.
 
@@ -262,7 +252,9 @@ def tpr_bounds_at_fpr(y_true, y_score, *, alpha: float, confidence: float = 0.95
     alpha = check_rate(alpha, "alpha", low_closed=False, high_closed=False)
     side = per_side_confidence(confidence)
     labels, scores = check_pair(y_true, y_score)
-    g1, g0 = _unit_counts(labels, groups)
+    _, unit_labels = units_of_rows(labels, groups, why="the bound counts groups as trials")
+    g1 = int(unit_labels.sum())
+    g0 = int(unit_labels.size) - g1
     if g1 == 0 or g0 == 0:
         raise ValueError(f"bounds on a TPR need members and non-members; the pool has {g1} member and {g0} "
                          "non-member units")

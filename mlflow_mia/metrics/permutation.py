@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import rankdata
 
+from .resampling import units_of_rows
 from .validation import check_labels
 
 __all__ = ["AucPermutation", "PromptSpreadNull", "group_permutation_auc", "prompt_spread_null",
@@ -261,14 +262,8 @@ def group_permutation_auc(y_true, y_score, *, groups=None, rounds: int = 1000, s
         raise ValueError("y_score holds NaN or infinite scores")
     if not (isinstance(rounds, int) and rounds >= 1):
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    codes = np.arange(y.size) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
-    if codes.shape != y.shape:
-        raise ValueError(f"groups must have shape {y.shape}, got {np.shape(groups)}")
-    n_groups = int(codes.max()) + 1
-    group_label = np.zeros(n_groups, dtype=np.int64)
-    group_label[codes] = y
-    if np.any(group_label[codes] != y):
-        raise ValueError("a group holds members and non-members: labels must be constant within each group")
+    codes, group_label = units_of_rows(y, groups, why="the test shuffles the labels of whole groups")
+    n_groups = group_label.size
     n1 = int(group_label.sum())
     if n1 == 0 or n1 == n_groups:
         raise ValueError("the AUC needs members (1) and non-members (0); got one class only")

@@ -24,7 +24,7 @@ from .roc import auc_statistic
 from .validation import as_1d
 from .weighted_roc import WeightedResamples, batch_auc
 
-__all__ = ["ResamplePlan", "ScoredPool", "Statistic", "resample_plan"]
+__all__ = ["ResamplePlan", "ScoredPool", "Statistic", "resample_plan", "units_of_rows"]
 
 #: A statistic of one resample: ``f(y_true, y_score) -> float``.
 Statistic = Callable[[np.ndarray, np.ndarray], float]
@@ -36,8 +36,27 @@ _BATCH_FORMS = {auc_statistic: batch_auc}
 _CHUNK_CELLS = 2_000_000
 
 
-def _units(labels: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray]:
-    """Unit of each row (row index without groups) and the label of each unit."""
+def units_of_rows(labels: np.ndarray, groups, *, why: str = "the cluster bootstrap resamples groups by label"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Unit of each row (its row index without groups) and the label of each unit.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_samples,), 0/1
+    groups : array-like of shape (n_samples,) or None
+    why : str
+        Why a group must hold one label, for the error message.
+
+    Returns
+    -------
+    (ndarray of shape (n_samples,), int; ndarray of shape (n_units,), int8)
+
+    Raises
+    ------
+    ValueError
+        ``groups`` of another length, ids that cannot be ordered, or a group that mixes
+        members and non-members.
+    """
     if groups is None:
         return np.arange(labels.size), labels
     ids = as_1d(groups, "groups")
@@ -54,8 +73,8 @@ def _units(labels: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray]:
     mixed = np.flatnonzero((n_member_rows > 0) & (n_member_rows < sizes))
     if mixed.size:
         first = ids[np.flatnonzero(unit_of_row == mixed[0])[0]]
-        raise ValueError(f"{mixed.size} group(s) mix members and non-members (first: {first!r}); the cluster "
-                         "bootstrap resamples groups by label, so a group's samples must share one label")
+        raise ValueError(f"{mixed.size} group(s) mix members and non-members (first: {first!r}); {why}, so a "
+                         "group's samples must share one label")
     return unit_of_row, (n_member_rows > 0).astype(np.int8)
 
 
@@ -180,7 +199,7 @@ def resample_plan(labels: np.ndarray, groups=None, *, rounds: int) -> ResamplePl
     """
     if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    unit_of_row, unit_labels = _units(labels, groups)
+    unit_of_row, unit_labels = units_of_rows(labels, groups)
     return ResamplePlan(unit_of_row=unit_of_row, member_units=np.flatnonzero(unit_labels == 1),
                         non_member_units=np.flatnonzero(unit_labels == 0), n_units=int(unit_labels.size),
                         grouped=groups is not None, rounds=int(rounds),
