@@ -50,6 +50,14 @@ def _union(a: tuple, b: tuple) -> tuple:
     return tuple(dict.fromkeys(a + b))
 
 
+def _tightest(pairs) -> dict:
+    """``{key: smallest budget}`` over ``(key, budget)`` pairs, in first-seen order."""
+    out: dict = {}
+    for key, budget in pairs:
+        out[key] = min(budget, out.get(key, budget))
+    return out
+
+
 @dataclass(frozen=True)
 class GateRecord:
     """What a gated audit showed, as kept in a registry history tag; and what clearing its fail takes.
@@ -158,11 +166,9 @@ class GateRecord:
         for name in ("weights", "pool", "started", "written", "parent"):
             if getattr(self, name) is not None:
                 parts.append(f"{name} {getattr(self, name)}")
-        if self.references:
-            parts.append(f"references {','.join(self.references)}")
         if self.clear:
             parts.append("clear 1")
-        for name in ("canary_sets", "planted_in", "canary_scores"):
+        for name in ("references", "canary_sets", "planted_in", "canary_scores"):
             if getattr(self, name):
                 parts.append(f"{name} {','.join(getattr(self, name))}")
         if self.canary_budgets:
@@ -182,16 +188,16 @@ class GateRecord:
             key, _, text = part.partition(" ")
             found[key] = text.strip()
         out = {"status": status,
-               "attacks": tuple(a for a in found.get("attacks", "").split(",") if a),
+               "attacks": _items(found.get("attacks", "")),
                "budgets": tuple((float(a), float(b)) for a, _, b in
-                                (item.partition(":") for item in found.get("budgets", "").split(",") if item)),
+                                (item.partition(":") for item in _items(found.get("budgets", "")))),
                "confidence": float(found["confidence"]) if "confidence" in found else None,
                "bounds": found.get("bounds", ""), "via": found.get("via"), "weights": found.get("weights"),
-               "pool": found.get("pool"), "parent": found.get("parent"), "clear": found.get("clear") == "1",
-               "references": tuple(r for r in found.get("references", "").split(",") if r)}
+               "pool": found.get("pool"), "parent": found.get("parent"), "clear": found.get("clear") == "1"}
         out.update({name: int(found[name]) for name, _, _ in _COUNTS if name in found})
         out.update({name: int(found[name]) for name in ("started", "written") if name in found})
-        out.update({name: _items(found.get(name, "")) for name in ("canary_sets", "planted_in", "canary_scores")})
+        out.update({name: _items(found.get(name, ""))
+                    for name in ("references", "canary_sets", "planted_in", "canary_scores")})
         out["canary_budgets"] = tuple((k, float(b)) for k, _, b in
                                       (item.partition(":") for item in _items(found.get("canary_budgets", ""))))
         out["delta"] = float(found["delta"]) if "delta" in found else None
@@ -202,26 +208,21 @@ class GateRecord:
         """A requirement as strong as both: every attack, the tightest budget per alpha, the larger pools."""
         if other is None:
             return self
-        attacks = tuple(dict.fromkeys(self.attacks + other.attacks))
-        budgets: dict = {}
-        for alpha, max_tpr in self.budgets + other.budgets:
-            budgets[alpha] = min(max_tpr, budgets.get(alpha, max_tpr))
+        budgets = _tightest(self.budgets + other.budgets)
         counts = {name: max((v for v in (getattr(self, name), getattr(other, name)) if v is not None), default=None)
                   for name, _, _ in _COUNTS}
         confidences = [c for c in (self.confidence, other.confidence) if c is not None]
-        references = tuple(dict.fromkeys(self.references + other.references))
         pools = {p for p in (self.pool, other.pool) if p}
-        canary_budgets: dict = {}
-        for kind, budget in self.canary_budgets + other.canary_budgets:
-            canary_budgets[kind] = min(budget, canary_budgets.get(kind, budget))
         deltas = [d for d in (self.delta, other.delta) if d is not None]
         candidates = [c for c in (self.candidates, other.candidates) if c is not None]
-        return replace(self, status=FAIL, attacks=attacks, budgets=tuple(sorted(budgets.items(), reverse=True)),
-                       confidence=max(confidences) if confidences else None, via=None, references=references,
+        return replace(self, status=FAIL, attacks=_union(self.attacks, other.attacks),
+                       budgets=tuple(sorted(budgets.items(), reverse=True)),
+                       confidence=max(confidences) if confidences else None, via=None,
+                       references=_union(self.references, other.references),
                        pool=",".join(sorted(pools)) or None, **counts,
                        canary_sets=_union(self.canary_sets, other.canary_sets),
                        planted_in=_union(self.planted_in, other.planted_in),
-                       canary_budgets=tuple(canary_budgets.items()), delta=min(deltas) if deltas else None,
+                       canary_budgets=tuple(_tightest(self.canary_budgets + other.canary_budgets).items()), delta=min(deltas) if deltas else None,
                        canary_scores=_union(self.canary_scores, other.canary_scores),
                        candidates=max(candidates) if candidates else None)
 
