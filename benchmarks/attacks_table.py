@@ -1,4 +1,4 @@
-"""Every attack on the default demo, by the reference models it may use: the table of ``docs/attacks.md``.
+"""Every attack on the default demo, by the reference models it may use: the table of ``docs/results/attacks.md``.
 
 Run from a folder whose MLflow store holds the default demo (``mlflow-mia build-demo``) and its
 shadow references (``mlflow-mia build-demo --references``)::

@@ -4,7 +4,7 @@ The ``dp_sgd`` finding of ``mlflow-mia analyze`` compares each DP-SGD target wit
 sigma = 0 control trained on the same recipe (Poisson batches, per-sample clipping, same
 schedule, no noise). Its verdict can only be "reproduced" when that control leaks: if the
 recipe memorises nothing before any noise is added, the noise has nothing to remove
-(``docs/findings.md``). This script trains the control (and, with ``--epsilons``, DP
+(``docs/results/findings.md``). This script trains the control (and, with ``--epsilons``, DP
 targets) at the ``full`` size with one seed and other learning rates, audits each against
 the in-domain reference on the default demo's pool, and prints one JSON line per setting:
 likelihood-ratio AUC with its article-level interval, TPR at 1 % FPR, held-out loss (nats

@@ -1,4 +1,4 @@
-"""docs/ner.md's demo tables, read from the logged runs of ``mlflow run . -e ner-audit``.
+"""docs/guides/ner.md's demo tables, read from the logged runs of ``mlflow run . -e ner-audit``.
 
 Finds the newest finished parent run ``ner-audit wnut-default`` (or ``--run-id``) in the
 current tracking store (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``) and its two
@@ -13,7 +13,7 @@ logged metrics only (nothing is recomputed):
    95 % intervals resampling names;
 4. the dev gap and sigma against the label-permutation null (95th percentile, p-value) and
    Kendall's tau of the prompts' dev vs test M-MEM;
-5. counts behind docs/ner.md's "What held" list.
+5. counts behind docs/guides/ner.md's "What held" list.
 
 Example::
 

@@ -19,7 +19,7 @@ Two sizes (:data:`ANALYSIS_SIZES`): ``full`` on the default demo with 3 seeds (h
 on 2 CPU cores) and ``quick`` on the small demo with 1 seed and short DP-SGD runs (a
 few minutes; the tests use it). The quick size backs no claim: one seed cannot measure
 the seed spread, and its pools are 150 sentences a side. Only ``full`` backs
-``docs/findings.md``.
+``docs/results/findings.md``.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class AnalysisSize:
         It also removes what the target memorises: with the embeddings frozen the sigma = 0
         control does not leak, with every parameter trained (``()``, lr 2e-3) it leaks like
         the non-private target (one-seed probe, ``benchmarks/dp_recipe.py``,
-        docs/findings.md), so the DP-SGD finding can only be decided on the latter.
+        docs/results/findings.md), so the DP-SGD finding can only be decided on the latter.
     """
 
     demo_size: str

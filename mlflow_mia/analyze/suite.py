@@ -348,7 +348,7 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
         tagged ``mia.analyze=custom``), e.g. ``dataclasses.replace(ANALYSIS_SIZES["full"],
         seeds=(0,), dp_learning_rate=2e-3)`` to probe another DP-SGD recipe
         (``benchmarks/dp_recipe.py``). Its runs are keyed by the size, so they never stand
-        in for a named size's runs; only ``full`` backs ``docs/findings.md``.
+        in for a named size's runs; only ``full`` backs ``docs/results/findings.md``.
 
     Returns
     -------

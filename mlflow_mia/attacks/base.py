@@ -18,7 +18,7 @@ from mlflow_mia.config import AuditConfig
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
            "check_attack_names", "gate_attacks", "required_inputs", "required_roles"]
 
-#: Reference-free attacks, weakest to strongest on the default demo (docs/attacks.md).
+#: Reference-free attacks, weakest to strongest on the default demo (docs/results/attacks.md).
 REFERENCE_FREE_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")
 
 
@@ -175,7 +175,7 @@ def gate_attacks(n_references: int) -> tuple[str, ...]:
     more, and ``lira_offline`` with two or more (with one it ranks as the likelihood
     ratio). On the default demo the strongest at 1 % FPR were ``lira_offline`` with 4
     shadow references, the likelihood ratio with one, ``min_k_plus_plus`` with none
-    (``docs/attacks.md``, ``benchmarks/attacks_table.py``).
+    (``docs/results/attacks.md``, ``benchmarks/attacks_table.py``).
 
     Parameters
     ----------

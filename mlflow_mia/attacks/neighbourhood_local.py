@@ -5,7 +5,7 @@ against its loss on close variants it has not seen -- restricted to the tokens a
 swap changed: ``mean_j [sum_{R(x_j)} l(x_j, t) - sum_{R(x)} l(x, t)]`` with ``l`` the
 target's one-token masked NLL (:mod:`mlflow_mia.signals.neighbour_local`). The
 paper's whole-text variant stays available as ``neighbourhood``; this one is not a
-default (``docs/neighbourhood.md`` gives the measurements: on the small BBC demo
+default (``docs/explanations/neighbourhood.md`` gives the measurements: on the small BBC demo
 it scores below the paper's variant).
 """
 

@@ -42,7 +42,7 @@ audit needs, locally and without downloads:
 A second call finds the four aliases, checks that their versions were built from the
 same split (a digest of the sample ids, stored as a version tag) and returns at once.
 
-How the demo's size was chosen (model shape, throughput, measured AUCs): ``docs/demo_sizing.md``.
+How the demo's size was chosen (model shape, throughput, measured AUCs): ``docs/results/demo_sizing.md``.
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def build_references(*, size: str = "default", count: int = SHADOW_COUNT, force:
     Notes
     -----
     Each shadow model takes as long to train as the oracle reference (same steps); on the
-    default demo the four took the time given in ``docs/demo_sizing.md``.
+    default demo the four took the time given in ``docs/results/demo_sizing.md``.
     """
     import mlflow
     from mlflow import MlflowClient

@@ -21,7 +21,7 @@ The deprecated ``mlflow.evaluate(...)`` alias reaches the same code.
 
 ``model=None`` with the *target_model* key is the recommended form: the audit loads the
 model with its own loader, which reads only the artifact's safetensors weights and
-never runs code shipped with the model (``docs/security.md``). With
+never runs code shipped with the model (``docs/explanations/security.md``). With
 ``model="models:/..."`` MLflow's pyfunc loader runs before this evaluator is called
 (and, for a model with custom classes, runs the model's code whatever
 *trust_remote_code* says); the evaluator then audits the loaded model and warns,

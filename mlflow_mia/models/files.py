@@ -1,7 +1,7 @@
 """Which files an audit may read from a model artifact, and which errors are environment faults.
 
 A model's files are written by its authors, whom an audit does not trust
-(``docs/security.md``). The loaders of :mod:`mlflow_mia.models.resolve` read
+(``docs/explanations/security.md``). The loaders of :mod:`mlflow_mia.models.resolve` read
 weights, ``config.json`` and tokenizer files only from inside the artifact or
 folder being audited, so the weights whose digest becomes the model's identity
 (and whose registry version gets the verdict) are that artifact's own:

@@ -355,7 +355,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
     trust_remote_code : bool
         Allow a model whose classes are not part of transformers to run the Python
         code shipped with it. Off by default: an audit of someone else's model must
-        not execute their code (``docs/security.md``).
+        not execute their code (``docs/explanations/security.md``).
     wrapper : type
         What the loaded ``(model, tokenizer)`` becomes: :class:`MaskedLM` (default) or
         :class:`~mlflow_mia.signals.entity_confidence.TokenClassifier`; it must take

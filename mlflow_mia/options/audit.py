@@ -80,7 +80,7 @@ class MiaOptions(CommonOptions):
                                "inconclusive (the audit shows neither). Tags mia.gate=pass|fail|inconclusive; the "
                                "command exits with 3 unless it passes. Each ALPHA is added to fprs. A gated audit always "
                                "runs every attack its references allow (mlflow_mia.attacks.gate_attacks; "
-                               "docs/attacks.md); attacks named with attacks are added to them. Needs confidence "
+                               "docs/results/attacks.md); attacks named with attacks are added to them. Needs confidence "
                                ">= 0.95 and MAX < 1",
                                key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (a failing "
@@ -94,7 +94,7 @@ class MiaOptions(CommonOptions):
                                    "the same confidence and a pool as large (else a fail stays)", mlproject=False)
     trust_remote_code: bool = option(False, "let a model the audit loads itself (target_model, reference_model, "
                                      "neighbour_generator) run the Python code shipped with it or load pickle "
-                                     "weights (else such a model is refused; see docs/security.md). It cannot "
+                                     "weights (else such a model is refused; see docs/explanations/security.md). It cannot "
                                      "protect model=: MLflow has loaded that model before the evaluator runs; use "
                                      "model=None with target_model", mlproject=False)
     engine: str = option("local", "where the signals are computed: local, or spark (on Apache Spark, scored on "
@@ -196,7 +196,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])
     if gate is not None:
-        # A gate always runs every attack the references allow (docs/attacks.md); named attacks add to that set.
+        # A gate always runs every attack the references allow (docs/results/attacks.md); named attacks add to that set.
         n_refs = len(MiaOptions(reference_model=values.get("reference_model")).references)
         values["attacks"] = tuple(dict.fromkeys(gate_attacks(n_refs) + tuple(values.get("attacks", ()))))
         check_gate_confidence(values.get("confidence", MetricConfig.confidence), option="confidence")

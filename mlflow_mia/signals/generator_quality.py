@@ -39,7 +39,7 @@ the audit's :class:`~mlflow_mia.signals.neighbour_recipe.NeighbourRecipe`) and
 :func:`judge_generator` in stage 2 (numbers only: the gap, the fraction, the
 verdict); :func:`check_generator` runs both.
 
-Levels (documented in ``docs/neighbourhood.md``): the check fails when
+Levels (documented in ``docs/explanations/neighbourhood.md``): the check fails when
 ``generator_accuracy < MIN_GENERATOR_ACCURACY`` or
 ``neighbour_shift_over_gap > MAX_SHIFT_OVER_GAP``; the audit then warns in the
 log and the report with :data:`WARNING_TEXT`.

@@ -4,7 +4,7 @@ The neighbourhood attack of Mattern et al. (2023, Eq. 3) compares whole-text
 losses, ``L(x_j) - L(x)``. A swap changes one word, but every other token's loss
 also moves, because each sees the new word in its context; with a masked LM and
 a short text that context term is as large as the swapped-word term and carries
-little membership signal (``docs/neighbourhood.md``). This module keeps the
+little membership signal (``docs/explanations/neighbourhood.md``). This module keeps the
 paper's comparison -- the target's loss on the text against its loss on a close
 variant it has not seen -- but reads it at the swapped tokens only.
 

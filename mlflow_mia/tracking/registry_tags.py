@@ -16,7 +16,7 @@ Two kinds of ``mia.*`` tags live on an audited version:
   clear the fail) and, for a fail that came from another version with the same
   weights, ``mia.gate.inherited_from`` (``name/version``).
 
-The rules (``docs/security.md``):
+The rules (``docs/explanations/security.md``):
 
 1. Every gated audit first appends its record (``mia.gate.run.<run_id>``, with the
    weights digest, the references' digests, the pool's keyed digest and when it was

@@ -472,5 +472,5 @@ def test_high6_trust_remote_code_docs_no_longer_claim_to_protect_model():
 
     text = CONFIG_KEYS["trust_remote_code"]
     assert "It cannot protect model=" in text and "target_model" in text
-    security = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    security = (Path(__file__).parents[2] / "docs" / "explanations" / "security.md").read_text()
     assert "model=None" in security and "target_model" in security
