@@ -38,3 +38,22 @@ def test_evaluate_block_runs_as_written(tracking, monkeypatch, capsys):
     assert run.data.metrics["likelihood_ratio/auc"] == pytest.approx(auc)
     assert mlflow.get_experiment(run.info.experiment_id).name == "mlflow-mia"
     assert run.data.tags["mia.verdict"] in ("leaks", "no evidence of leakage", "inconclusive")
+
+
+def test_readme_fits_a_few_screens_and_opens_with_the_two_commands():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines; move detail into docs/"
+    block = lines[lines.index("```bash"):][:6]
+    assert block[1].startswith("# 1. Install") and block[2].startswith("python3 -m venv .venv && . .venv/bin/activate")
+    assert block[2].endswith("mlflow run . -e audit --env-manager local -P demo_size=small --experiment-name mlflow-mia")
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert block[4].startswith("# 2. Run the tests") and block[5] == ci[ci.index("# --- README: test command (keep identical) ---") + 1]
+
+
+def test_readme_links_point_at_files_that_exist():
+    text = README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+://", t)]
+    assert len(local) > 20  # the README is a front door into docs/
+    missing = [t for t in local if not (README.parent / t).exists()]
+    assert missing == []
