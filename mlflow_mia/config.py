@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from mlflow_mia.option import check_options, option, same_option
+from mlflow_mia.option import check_options, option, same_option, shared_option
 
 __all__ = [
     "SignalConfig",
@@ -136,13 +136,16 @@ class SignalConfig:
                        "pseudo-log-likelihood, every token masked once", key="signal", choices=SIGNAL_KINDS)
     num_masks: int = option(10, "K, random masks per text for the energy", ge=1, metavar="K")
     mask_rate: float = option(0.15, "fraction of the maskable tokens masked in each mask", gt=0, le=1, metavar="R")
-    seed: int = option(0, "seed of the masks and of the bootstrap", ge=0)
+    seed: int = option(0, "seed of the audit's random draws: the masks and the bootstrap; for the NER audit the "
+                       "dev/test split, Mix-PT and the bootstrap; for the canary audit also the candidate samples and "
+                       "the guesses' tie-breaks", ge=0)
     max_length: int | None = option(None, "token limit per text including special tokens; longer texts are "
                                     "truncated and counted", ge=3, unset=(0,), metavar="N",
                                     default_doc="the model's limit (0 also means that)")
     token_budget: int | None = option(None, "padded tokens per forward pass, batch size x padded length; lower it "
                                       "if memory runs out", ge=16, metavar="N",
-                                      default_doc="1024 on CPU, 16384 on CUDA")
+                                      default_doc="1024 on CPU, 16384 on CUDA; for the NER audit's confidences "
+                                                  "4096 on CPU, 32768 on CUDA")
     half_precision: bool = option(False, "run the models in float16 on CUDA (ignored on CPU)")
     energy_reduction: str = option("sum", "how one mask's energy combines its masked tokens' NLLs: sum (Eq. 2) "
                                    "or mean (per masked token)", choices=ENERGY_REDUCTIONS)
@@ -244,12 +247,14 @@ class MetricConfig:
     """
 
     fprs: tuple[float, ...] = option(DEFAULT_FPRS, "false-positive rates alpha at which TPR, precision and "
-                                     "recall are reported; the population needs at least 1/min(fprs) texts",
-                                     ge=MIN_FPR, lt=1, metavar="A,B")
-    bootstrap_rounds: int = option(1000, "bootstrap resamples for the confidence intervals (0 = none)", ge=0,
-                                   metavar="N")
+                                     "recall are reported; the population needs at least 1/min(fprs) texts (NER: "
+                                     "thresholds from the dev out-of-sample names; canaries: the TPR of included vs "
+                                     "excluded canaries)", ge=MIN_FPR, lt=1, metavar="A,B")
+    bootstrap_rounds: int = option(1000, "bootstrap resamples for the confidence intervals, of the target pool (NER: "
+                                   "of the names, for the M-MEM intervals; canaries: of the canaries by inclusion "
+                                   "bit); 0 = none", ge=0, metavar="N")
     confidence: float = option(0.95, "two-sided confidence level of the intervals, and the confidence of the "
-                               "epsilon lower bound", gt=0, lt=1)
+                               "epsilon lower bound (and of a release gate's bounds)", gt=0, lt=1)
     length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
     min_k_fraction: float = option(0.2, "k of the min_k attack: the fraction of lowest token log-probs averaged",
                                    gt=0, le=1)
@@ -368,7 +373,9 @@ class NerAuditConfig:
         Sentences per forward pass instead of a token budget.
 
     Each field is a user option (flat key of ``method="ner_prompts"``, ``ner-audit`` flag);
-    ``__post_init__`` checks the declared ranges. The default FPRs stop at 0.01: a
+    ``seed``, ``bootstrap_rounds``, ``fprs`` and ``token_budget`` are the options declared on
+    :class:`SignalConfig` and :class:`MetricConfig` (one declaration each, a token budget of at
+    least 16); ``__post_init__`` checks the declared ranges. The default FPRs stop at 0.01: a
     detection set holds tens to hundreds of names per class, too few for 0.001.
     """
 
@@ -380,16 +387,13 @@ class NerAuditConfig:
                                  "has no split", gt=0, lt=1)
     subword: str = option("first", "tokens read per name: the first subword of each word, or every subword",
                           choices=("first", "mean"))
-    seed: int = option(0, "seed of the dev/test split, Mix-PT and the bootstrap", ge=0)
-    bootstrap_rounds: int = option(1000, "bootstrap resamples of the M-MEM intervals over names (0 = none)", ge=0,
-                                   metavar="N")
-    fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs of the TPR metrics, thresholds from the dev "
-                                     "out-of-sample names", ge=MIN_FPR, lt=1, metavar="A,B")
+    seed: int = shared_option(SignalConfig, "seed")
+    bootstrap_rounds: int = shared_option(MetricConfig, "bootstrap_rounds")
+    fprs: tuple[float, ...] = shared_option(MetricConfig, "fprs", (0.1, 0.01))
     token_removal: bool = option(True, "run the greedy token removal (about as many sentences as the prompt set "
                                  "on dev)", flags=("--no-token-removal",), invert=True, mlproject=False,
                                  flag_help="skip the greedy token removal")
-    token_budget: int | None = option(None, "padded tokens per forward pass", ge=1, metavar="N",
-                                      default_doc="4096 on CPU, 32768 on CUDA")
+    token_budget: int | None = shared_option(SignalConfig, "token_budget")
     batch_size: int | None = option(None, "sentences per forward pass (instead of token_budget)", ge=1,
                                     metavar="N")
 
