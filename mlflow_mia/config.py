@@ -230,20 +230,17 @@ class MetricConfig:
         bound is computed against, in [0, 1) (default 1e-5).
     length_bins : tuple of (int, int)
         Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
-    min_k_fraction : float
-        k of the min-k% attack: the fraction of lowest token log-probs averaged.
-    min_k_plus_plus_fraction : float
-        k of the Min-K%++ attack: the fraction of lowest normalised token scores
-        averaged (default 0.2, as for min-k%).
+    min_k_fraction, min_k_plus_plus_fraction, rmia_offline_a, rmia_gamma : float (rmia_offline_a: or None)
+        The values of the attacks' options of these keys. Each is declared (help, range,
+        default) on its attack's ``Settings`` (:mod:`mlflow_mia.attacks.min_k`,
+        :mod:`~mlflow_mia.attacks.min_k_plus_plus`, :mod:`~mlflow_mia.attacks.rmia`; the option
+        schema gathers them from ``ATTACKS``); the parser checks a given value against it, and
+        the attack's ``Settings`` check the value again when the attack is built
+        (``Attack.from_config``). The defaults here are the declared ones (a test compares them).
     top_records : int
         How many riskiest member records to report.
     seed : int
         Seed of the bootstrap.
-    rmia_offline_a : float or None
-        ``a`` of the ``rmia`` attack's offline approximation, in [0, 1]; None uses 1
-        (:mod:`mlflow_mia.attacks.rmia`).
-    rmia_gamma : float
-        ``gamma`` of the ``rmia`` attack (> 0; paper default 1).
     """
 
     fprs: tuple[float, ...] = option(DEFAULT_FPRS, "false-positive rates alpha at which TPR, precision and "
@@ -256,20 +253,14 @@ class MetricConfig:
     confidence: float = option(0.95, "two-sided confidence level of the intervals, and the confidence of the "
                                "epsilon lower bound (and of a release gate's bounds)", gt=0, lt=1)
     length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
-    min_k_fraction: float = option(0.2, "k of the min_k attack: the fraction of lowest token log-probs averaged",
-                                   gt=0, le=1)
-    min_k_plus_plus_fraction: float = option(0.2, "k of the min_k_plus_plus attack: the fraction of lowest "
-                                             "normalised token scores averaged", gt=0, le=1)
+    min_k_fraction: float = same_option("min_k_fraction", 0.2)
+    min_k_plus_plus_fraction: float = same_option("min_k_plus_plus_fraction", 0.2)
     top_records: int = option(20, "riskiest member records listed per attack", ge=0, metavar="N")
     seed: int = same_option("seed", 0)
     delta: float = option(1e-5, "delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound",
                           ge=0, lt=1, metavar="D")
-    rmia_offline_a: float | None = option(None, "a of the rmia attack's offline Pr(x) = ((1+a) Pr_OUT(x) + (1-a))/2, "
-                                          "in [0, 1] (Zarifzadeh et al. 2024); the paper picks it by attacking a "
-                                          "reference model whose training texts are known", ge=0, le=1, metavar="A",
-                                          default_doc="1: Pr(x) = the reference models' mean per-token likelihood")
-    rmia_gamma: float = option(1.0, "gamma of the rmia attack: a sample scores the fraction of population samples "
-                               "z with likelihood ratio LR(x, z) >= gamma", gt=0, metavar="G")
+    rmia_offline_a: float | None = same_option("rmia_offline_a", None)
+    rmia_gamma: float = same_option("rmia_gamma", 1.0)
 
     def __post_init__(self):
         if isinstance(self.fprs, (list, tuple)) and all(isinstance(a, (int, float)) and not isinstance(a, bool)

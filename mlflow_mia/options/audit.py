@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.metrics.gate import Gate, GateResult  # re-exported: the gate lives in .gate
 from mlflow_mia.options.schema import CommonOptions, build, options_for, parse_values, register_family
 from mlflow_mia.options.values import mia_section
-from mlflow_mia.option import option
+from mlflow_mia.option import declared_options, option
 
 __all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
 
@@ -219,7 +220,11 @@ def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditCon
     return replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(fprs, reverse=True))))
 
 
-register_family("mia", (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, MiaOptions),
+#: The attacks' own settings declared as options (``min_k_fraction``, ``rmia_gamma``, ...), gathered from the
+#: registry: each attack's ``Settings`` declares them; ``MetricConfig`` carries the values given.
+ATTACK_SETTINGS = tuple(dict.fromkeys(a.Settings for a in ATTACKS.values() if declared_options(a.Settings)))
+
+register_family("mia", (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, *ATTACK_SETTINGS, MiaOptions),
                 frozenset({"audit", "compare", "mia"}))
 
 #: The ``evaluator_config["mia"]`` keys of the membership audit and their help, derived from the declarations.

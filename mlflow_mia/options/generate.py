@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mlflow_mia.options.schema import (_TITLES, COMMANDS, METHODS, Entry, default_text, dest, entries, flag_of,
+from mlflow_mia.options.schema import (COMMANDS, METHODS, Entry, default_text, dest, entries, flag_of, help_rank,
                                        mlproject_parameters, options_for)
 
 __all__ = ["REGENERATE", "ENTRY_POINTS", "mlproject_text", "options_reference", "declarations", "generated_files",
@@ -56,10 +56,7 @@ _HEADER = f"""\
 
 def _ordered(command: str) -> list[Entry]:
     """The options of ``command`` in ``--help`` order: by declaring class (as the CLI groups them), then field."""
-    order = list(_TITLES)
-    found = list(options_for(command).values())
-    return sorted(found, key=lambda e: order.index(e.field.owner.__name__) if e.field.owner.__name__ in order
-                  else len(order))
+    return sorted(options_for(command).values(), key=help_rank)
 
 
 def _yaml_scalar(kind: str, value: str) -> str:

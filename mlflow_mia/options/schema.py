@@ -191,6 +191,18 @@ _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release 
            "CommonOptions": "logging and execution"}
 
 
+#: The ``--help`` group of an attack's own settings (a class not in ``_TITLES``: an attack's ``Settings``).
+_ATTACK_TITLE = _TITLES["AuditConfig"]
+
+
+def help_rank(e: "Entry") -> float:
+    """Where an option sorts in ``--help`` (and MLproject): by its declaring class's group, attack settings with
+    the attacks."""
+    order = list(_TITLES)
+    name = e.field.owner.__name__
+    return order.index(name) if name in order else order.index("AuditConfig") + 0.5
+
+
 @dataclass(frozen=True)
 class Entry:
     """One declared option, the commands and methods that take it, and where it is parsed to.
@@ -349,13 +361,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     Options of a config family default to None ("not given": the library default or the
     demo's value applies); command-only options default to their declared default.
     """
-    order = list(_TITLES)
-    found = sorted((e for e in options_for(command).values() if e.field.option.cli),
-                   key=lambda e: order.index(e.field.owner.__name__) if e.field.owner.__name__ in order else len(order))
+    found = sorted((e for e in options_for(command).values() if e.field.option.cli), key=help_rank)
     groups: dict[str, Any] = {}
     for e in found:
         of, opt = e.field, e.field.option
-        title = _TITLES.get(of.owner.__name__, "options")
+        title = _TITLES.get(of.owner.__name__, _ATTACK_TITLE)
         group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
         default = of.default if e.family is None else None
         kwargs = {"dest": dest(e), "help": _help(e).replace("%", "%%")}

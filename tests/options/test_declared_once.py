@@ -66,3 +66,26 @@ def test_a_second_declaration_is_found(tmp_path):
     assert found[("option", "num_masks")] == ["mlflow_mia/extra.py:MetricConfig.num_masks"]
     assert found[("add_argument", "num_masks")] == ["mlflow_mia/extra.py:5"]
     assert found[("key list", "num_masks")] == ["mlflow_mia/extra.py:3"]
+
+
+def test_attack_settings_are_declared_on_the_attacks_and_carried_by_metric_config():
+    """min_k_fraction, min_k_plus_plus_fraction, rmia_offline_a and rmia_gamma: declared on each attack's Settings,
+    gathered from ATTACKS; MetricConfig's fields carry the values, with the declared defaults."""
+    from dataclasses import fields
+
+    from mlflow_mia.attacks import ATTACKS
+    from mlflow_mia.config import MetricConfig
+    from mlflow_mia.option import same_option_fields
+
+    declared = {}
+    for attack in ATTACKS.values():
+        for key, of in declared_options(attack.Settings).items():
+            declared[key] = of
+            assert options_for("mia")[key].field.option is of.option, key
+            assert f"metrics.{key}" in attack.settings_from_config.values(), (attack.name, key)
+    assert set(declared) == {"min_k_fraction", "min_k_plus_plus_fraction", "rmia_offline_a", "rmia_gamma"}
+    carried = same_option_fields(MetricConfig)
+    defaults = {f.name: f.default for f in fields(MetricConfig)}
+    for key, of in declared.items():
+        assert carried[key] == key and defaults[key] == of.default, key
+    assert not set(declared) & set(declared_options(MetricConfig))
