@@ -8,6 +8,10 @@ default are the option's type and default, so nothing about an option is written
 twice. :mod:`mlflow_mia.options.schema` derives the command-line flags, the
 evaluator keys, their error messages and their documentation from these fields;
 each config's ``__post_init__`` checks the declared ranges with :func:`check_options`.
+A setting several audits share is declared once and held by the others' configs with
+:func:`shared_option` (the same declaration, the audit's own default); a field that only
+carries the value of an option declared elsewhere (an attack's setting) is a
+:func:`same_option`.
 
 Values from a front end (strings from the CLI or MLproject, numbers or booleans
 from a config dict) are converted with a pydantic ``TypeAdapter`` for the field's
