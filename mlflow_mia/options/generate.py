@@ -119,12 +119,13 @@ def options_reference() -> str:
     for e in entries():
         by_key[e.key].append(e)
     lines = [
-        "# Options reference",
+        "# Options",
         "",
         f"<!-- Generated from the option declarations by `{REGENERATE}`; do not edit by hand. -->",
         "",
-        "Every option of the `mlflow-mia` commands, the MLflow evaluator (`evaluator_config={\"mia\": {...}}`,",
-        "methods `mia`, `ner_prompts`, `canaries`) and the MLproject entry points. Each is declared once, on the",
+        "This page answers which options every command, evaluator key and MLproject parameter takes, with its",
+        "default: the `mlflow-mia` commands, the MLflow evaluator (`evaluator_config={\"mia\": {...}}`, methods",
+        "`mia`, `ner_prompts`, `canaries`) and the MLproject entry points. Each option is declared once, on the",
         "config field that holds it (`mlflow_mia/option.py`); the flag, the evaluator key and the MLproject",
         "parameter all come from that declaration. The evaluator key is the option's key; the MLproject parameter",
         "is the flag without dashes, with underscores. A key with no flag is an evaluator key only; a key whose",
