@@ -89,3 +89,29 @@ def test_attack_settings_are_declared_on_the_attacks_and_carried_by_metric_confi
     for key, of in declared.items():
         assert carried[key] == key and defaults[key] == of.default, key
     assert not set(declared) & set(declared_options(MetricConfig))
+
+
+def test_a_key_with_two_defaults_or_two_declarations_on_one_surface_is_refused(monkeypatch):
+    from dataclasses import dataclass
+
+    from mlflow_mia.config import MetricConfig
+    from mlflow_mia.option import option, shared_option
+    from mlflow_mia.options import schema
+
+    @dataclass(frozen=True)
+    class OtherDefault:
+        fprs: tuple = shared_option(MetricConfig, "fprs", (0.5,))
+
+    @dataclass(frozen=True)
+    class Again:
+        fprs: tuple = option((0.5,), "again")
+
+    with pytest.raises(ValueError, match="option family 'mia' is registered already"):
+        schema.register_family("mia", (OtherDefault,), frozenset({"audit"}))
+    monkeypatch.setitem(schema.FAMILIES, "extra", ((OtherDefault,), frozenset({"audit"})))
+    with pytest.raises(ValueError, match=r"^option 'fprs' of 'audit' has two defaults: \(0.1, 0.01, 0.001\) on "
+                                         r"MetricConfig and \(0.5,\) on OtherDefault$"):
+        options_for("audit")
+    monkeypatch.setitem(schema.FAMILIES, "extra", ((Again,), frozenset({"audit"})))
+    with pytest.raises(ValueError, match="^option 'fprs' of 'audit' is declared twice: on MetricConfig and Again$"):
+        options_for("audit")
