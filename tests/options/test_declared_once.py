@@ -115,3 +115,13 @@ def test_a_key_with_two_defaults_or_two_declarations_on_one_surface_is_refused(m
     monkeypatch.setitem(schema.FAMILIES, "extra", ((Again,), frozenset({"audit"})))
     with pytest.raises(ValueError, match="^option 'fprs' of 'audit' is declared twice: on MetricConfig and Again$"):
         options_for("audit")
+
+
+def test_canary_audit_takes_the_shared_reference_option_but_one_reference():
+    from mlflow_mia.options.canary import parse_canary_config
+
+    assert parse_canary_config({"method": "canaries", "reference_model": "models:/r/1"})[1].reference_model == \
+        "models:/r/1"
+    with pytest.raises(ValueError, match=r"^the canary audit takes one reference model, got 2: "
+                                         r"\['models:/r/1', 'models:/s/1'\]$"):
+        parse_canary_config({"method": "canaries", "reference_model": "models:/r/1, models:/s/1"})
