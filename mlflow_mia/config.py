@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from mlflow_mia.option import check_options, option, same_option
+from mlflow_mia.option import check_options, option, same_option, shared_option
 
 __all__ = [
     "SignalConfig",
@@ -136,13 +136,16 @@ class SignalConfig:
                        "pseudo-log-likelihood, every token masked once", key="signal", choices=SIGNAL_KINDS)
     num_masks: int = option(10, "K, random masks per text for the energy", ge=1, metavar="K")
     mask_rate: float = option(0.15, "fraction of the maskable tokens masked in each mask", gt=0, le=1, metavar="R")
-    seed: int = option(0, "seed of the masks and of the bootstrap", ge=0)
+    seed: int = option(0, "seed of the audit's random draws: the masks and the bootstrap; for the NER audit the "
+                       "dev/test split, Mix-PT and the bootstrap; for the canary audit also the candidate samples and "
+                       "the guesses' tie-breaks", ge=0)
     max_length: int | None = option(None, "token limit per text including special tokens; longer texts are "
                                     "truncated and counted", ge=3, unset=(0,), metavar="N",
                                     default_doc="the model's limit (0 also means that)")
     token_budget: int | None = option(None, "padded tokens per forward pass, batch size x padded length; lower it "
                                       "if memory runs out", ge=16, metavar="N",
-                                      default_doc="1024 on CPU, 16384 on CUDA")
+                                      default_doc="1024 on CPU, 16384 on CUDA; for the NER audit's confidences "
+                                                  "4096 on CPU, 32768 on CUDA")
     half_precision: bool = option(False, "run the models in float16 on CUDA (ignored on CPU)")
     energy_reduction: str = option("sum", "how one mask's energy combines its masked tokens' NLLs: sum (Eq. 2) "
                                    "or mean (per masked token)", choices=ENERGY_REDUCTIONS)
@@ -227,44 +230,37 @@ class MetricConfig:
         bound is computed against, in [0, 1) (default 1e-5).
     length_bins : tuple of (int, int)
         Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
-    min_k_fraction : float
-        k of the min-k% attack: the fraction of lowest token log-probs averaged.
-    min_k_plus_plus_fraction : float
-        k of the Min-K%++ attack: the fraction of lowest normalised token scores
-        averaged (default 0.2, as for min-k%).
+    min_k_fraction, min_k_plus_plus_fraction, rmia_offline_a, rmia_gamma : float (rmia_offline_a: or None)
+        The values of the attacks' options of these keys. Each is declared (help, range,
+        default) on its attack's ``Settings`` (:mod:`mlflow_mia.attacks.min_k`,
+        :mod:`~mlflow_mia.attacks.min_k_plus_plus`, :mod:`~mlflow_mia.attacks.rmia`; the option
+        schema gathers them from ``ATTACKS``); the parser checks a given value against it, and
+        the attack's ``Settings`` check the value again when the attack is built
+        (``Attack.from_config``). The defaults here are the declared ones (a test compares them).
     top_records : int
         How many riskiest member records to report.
     seed : int
         Seed of the bootstrap.
-    rmia_offline_a : float or None
-        ``a`` of the ``rmia`` attack's offline approximation, in [0, 1]; None uses 1
-        (:mod:`mlflow_mia.attacks.rmia`).
-    rmia_gamma : float
-        ``gamma`` of the ``rmia`` attack (> 0; paper default 1).
     """
 
     fprs: tuple[float, ...] = option(DEFAULT_FPRS, "false-positive rates alpha at which TPR, precision and "
-                                     "recall are reported; the population needs at least 1/min(fprs) texts",
-                                     ge=MIN_FPR, lt=1, metavar="A,B")
-    bootstrap_rounds: int = option(1000, "bootstrap resamples for the confidence intervals (0 = none)", ge=0,
-                                   metavar="N")
+                                     "recall are reported; the population needs at least 1/min(fprs) texts (NER: "
+                                     "thresholds from the dev out-of-sample names; canaries: the TPR of included vs "
+                                     "excluded canaries)", ge=MIN_FPR, lt=1, metavar="A,B")
+    bootstrap_rounds: int = option(1000, "bootstrap resamples for the confidence intervals, of the target pool (NER: "
+                                   "of the names, for the M-MEM intervals; canaries: of the canaries by inclusion "
+                                   "bit); 0 = none", ge=0, metavar="N")
     confidence: float = option(0.95, "two-sided confidence level of the intervals, and the confidence of the "
-                               "epsilon lower bound", gt=0, lt=1)
+                               "epsilon lower bound (and of a release gate's bounds)", gt=0, lt=1)
     length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
-    min_k_fraction: float = option(0.2, "k of the min_k attack: the fraction of lowest token log-probs averaged",
-                                   gt=0, le=1)
-    min_k_plus_plus_fraction: float = option(0.2, "k of the min_k_plus_plus attack: the fraction of lowest "
-                                             "normalised token scores averaged", gt=0, le=1)
+    min_k_fraction: float = same_option("min_k_fraction", 0.2)
+    min_k_plus_plus_fraction: float = same_option("min_k_plus_plus_fraction", 0.2)
     top_records: int = option(20, "riskiest member records listed per attack", ge=0, metavar="N")
     seed: int = same_option("seed", 0)
     delta: float = option(1e-5, "delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound",
                           ge=0, lt=1, metavar="D")
-    rmia_offline_a: float | None = option(None, "a of the rmia attack's offline Pr(x) = ((1+a) Pr_OUT(x) + (1-a))/2, "
-                                          "in [0, 1] (Zarifzadeh et al. 2024); the paper picks it by attacking a "
-                                          "reference model whose training texts are known", ge=0, le=1, metavar="A",
-                                          default_doc="1: Pr(x) = the reference models' mean per-token likelihood")
-    rmia_gamma: float = option(1.0, "gamma of the rmia attack: a sample scores the fraction of population samples "
-                               "z with likelihood ratio LR(x, z) >= gamma", gt=0, metavar="G")
+    rmia_offline_a: float | None = same_option("rmia_offline_a", None)
+    rmia_gamma: float = same_option("rmia_gamma", 1.0)
 
     def __post_init__(self):
         if isinstance(self.fprs, (list, tuple)) and all(isinstance(a, (int, float)) and not isinstance(a, bool)
@@ -368,7 +364,9 @@ class NerAuditConfig:
         Sentences per forward pass instead of a token budget.
 
     Each field is a user option (flat key of ``method="ner_prompts"``, ``ner-audit`` flag);
-    ``__post_init__`` checks the declared ranges. The default FPRs stop at 0.01: a
+    ``seed``, ``bootstrap_rounds``, ``fprs`` and ``token_budget`` are the options declared on
+    :class:`SignalConfig` and :class:`MetricConfig` (one declaration each, a token budget of at
+    least 16); ``__post_init__`` checks the declared ranges. The default FPRs stop at 0.01: a
     detection set holds tens to hundreds of names per class, too few for 0.001.
     """
 
@@ -380,16 +378,13 @@ class NerAuditConfig:
                                  "has no split", gt=0, lt=1)
     subword: str = option("first", "tokens read per name: the first subword of each word, or every subword",
                           choices=("first", "mean"))
-    seed: int = option(0, "seed of the dev/test split, Mix-PT and the bootstrap", ge=0)
-    bootstrap_rounds: int = option(1000, "bootstrap resamples of the M-MEM intervals over names (0 = none)", ge=0,
-                                   metavar="N")
-    fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs of the TPR metrics, thresholds from the dev "
-                                     "out-of-sample names", ge=MIN_FPR, lt=1, metavar="A,B")
+    seed: int = shared_option(SignalConfig, "seed")
+    bootstrap_rounds: int = shared_option(MetricConfig, "bootstrap_rounds")
+    fprs: tuple[float, ...] = shared_option(MetricConfig, "fprs", (0.1, 0.01))
     token_removal: bool = option(True, "run the greedy token removal (about as many sentences as the prompt set "
                                  "on dev)", flags=("--no-token-removal",), invert=True, mlproject=False,
                                  flag_help="skip the greedy token removal")
-    token_budget: int | None = option(None, "padded tokens per forward pass", ge=1, metavar="N",
-                                      default_doc="4096 on CPU, 32768 on CUDA")
+    token_budget: int | None = shared_option(SignalConfig, "token_budget")
     batch_size: int | None = option(None, "sentences per forward pass (instead of token_budget)", ge=1,
                                     metavar="N")
 

@@ -8,6 +8,10 @@ default are the option's type and default, so nothing about an option is written
 twice. :mod:`mlflow_mia.options.schema` derives the command-line flags, the
 evaluator keys, their error messages and their documentation from these fields;
 each config's ``__post_init__`` checks the declared ranges with :func:`check_options`.
+A setting several audits share is declared once and held by the others' configs with
+:func:`shared_option` (the same declaration, the audit's own default); a field that only
+carries the value of an option declared elsewhere (an attack's setting) is a
+:func:`same_option`.
 
 Values from a front end (strings from the CLI or MLproject, numbers or booleans
 from a config dict) are converted with a pydantic ``TypeAdapter`` for the field's
@@ -40,8 +44,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Option", "OptionField", "option", "same_option", "declared_options", "check_options", "coerce",
-           "is_unset"]
+__all__ = ["Option", "OptionField", "option", "shared_option", "same_option", "declared_options", "check_options",
+           "coerce", "is_unset"]
 
 _METADATA_KEY = "mlflow_mia.option"
 _SAME_KEY = "mlflow_mia.same_option"
@@ -134,6 +138,44 @@ def option(default=dataclasses.MISSING, help: str = "", *, repr: bool = True, **
     ``repr=False`` keeps a secret out of the dataclass's ``repr``.
     """
     return field(default=default, repr=repr, metadata={_METADATA_KEY: Option(help=help, **kwargs)})
+
+
+def shared_option(owner: type, name: str, default=dataclasses.MISSING) -> Any:
+    """A field holding the option declared on ``owner.name`` (the same declaration, not a copy).
+
+    Shared settings (the signal, the metrics, the seed) are declared once, on the
+    config of the part they belong to, and composed into each audit's config with
+    this: the key, help, range and choices are the declaration's; only the default
+    may differ by audit (``default``; the declared one when omitted).
+
+    Raises
+    ------
+    TypeError
+        ``owner.name`` is not a field declared with :func:`option`.
+
+    Examples
+    --------
+    >>> @dataclass(frozen=True)
+    ... class Masks:
+    ...     num_masks: int = option(10, "random masks per text", ge=1)
+    >>> @dataclass(frozen=True)
+    ... class Canary:
+    ...     num_masks: int = shared_option(Masks, "num_masks", 4)
+    ...     def __post_init__(self):
+    ...         check_options(self)
+    >>> declared_options(Canary)["num_masks"].option is declared_options(Masks)["num_masks"].option
+    True
+    >>> Canary(num_masks=0)
+    Traceback (most recent call last):
+        ...
+    ValueError: num_masks must be an int >= 1, got 0
+    """
+    found = {f.name: f for f in dataclasses.fields(owner)}.get(name)
+    if found is None or _METADATA_KEY not in found.metadata:
+        raise TypeError(f"{owner.__name__}.{name} is not a declared option")
+    if default is dataclasses.MISSING:
+        default = found.default
+    return field(default=default, repr=found.repr, metadata=found.metadata)
 
 
 def same_option(key: str, default) -> Any:

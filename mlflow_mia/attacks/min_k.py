@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.option import option
 
 
 def min_k_mean(logprobs: np.ndarray, fraction: float) -> float:
@@ -33,8 +34,8 @@ class MinKSettings:
     Attributes
     ----------
     fraction : float
-        k of the min-k% attack, in (0, 1] (default 0.2; an audit reads
-        ``MetricConfig.min_k_fraction``).
+        k of the min-k% attack, in (0, 1] (default 0.2). The option ``min_k_fraction``
+        (an audit carries its value in ``MetricConfig.min_k_fraction``).
 
     Raises
     ------
@@ -42,7 +43,8 @@ class MinKSettings:
         ``fraction`` outside (0, 1].
     """
 
-    fraction: float = 0.2
+    fraction: float = option(0.2, "k of the min_k attack: the fraction of lowest token log-probs averaged",
+                             key="min_k_fraction", gt=0, le=1)
     attack: ClassVar[str] = "min_k"  # named in the error
 
     def __post_init__(self):

@@ -25,6 +25,7 @@ import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.min_k import MinKSettings, min_k_mean
+from mlflow_mia.option import option
 
 __all__ = ["MinKPlusPlusAttack", "MinKPlusPlusSettings", "token_scores", "SIGMA_FLOOR"]
 
@@ -63,7 +64,8 @@ class MinKPlusPlusSettings(MinKSettings):
     ----------
     fraction : float
         k, the fraction of lowest token scores averaged, in (0, 1] (default 0.2, as
-        for min-k%; Zhang et al. report Min-K%++ robust to k; an audit reads
+        for min-k%; Zhang et al. report Min-K%++ robust to k). The option
+        ``min_k_plus_plus_fraction`` (an audit carries its value in
         ``MetricConfig.min_k_plus_plus_fraction``). ``ceil(k n)`` scores, at least one.
 
     Raises
@@ -72,6 +74,8 @@ class MinKPlusPlusSettings(MinKSettings):
         ``fraction`` outside (0, 1].
     """
 
+    fraction: float = option(0.2, "k of the min_k_plus_plus attack: the fraction of lowest normalised token "
+                             "scores averaged", key="min_k_plus_plus_fraction", gt=0, le=1)
     attack: ClassVar[str] = "min_k_plus_plus"
 
 

@@ -59,6 +59,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.option import option
 
 __all__ = ["RmiaAttack", "RmiaSettings", "per_token_loglik", "log_likelihood_ratio", "rmia_scores",
            "rmia_tie_break", "choose_offline_a"]
@@ -264,9 +265,10 @@ class RmiaSettings:
     ----------
     offline_a : float or None
         ``a`` of the offline ``Pr(x)``, in [0, 1]; None: 1 (see the module docstring).
-        An audit reads ``MetricConfig.rmia_offline_a``.
+        The option ``rmia_offline_a`` (an audit carries it in ``MetricConfig.rmia_offline_a``).
     gamma : float
-        The pairwise threshold gamma > 0 (paper: 1). An audit reads ``MetricConfig.rmia_gamma``.
+        The pairwise threshold gamma > 0 (paper: 1). The option ``rmia_gamma`` (an audit carries
+        it in ``MetricConfig.rmia_gamma``).
 
     Raises
     ------
@@ -274,8 +276,13 @@ class RmiaSettings:
         ``offline_a`` outside [0, 1] or ``gamma <= 0``.
     """
 
-    offline_a: float | None = None
-    gamma: float = 1.0
+    offline_a: float | None = option(None, "a of the rmia attack's offline Pr(x) = ((1+a) Pr_OUT(x) + (1-a))/2, "
+                                     "in [0, 1] (Zarifzadeh et al. 2024); the paper picks it by attacking a reference "
+                                     "model whose training texts are known", key="rmia_offline_a", ge=0, le=1,
+                                     metavar="A", default_doc="1: Pr(x) = the reference models' mean per-token "
+                                                              "likelihood")
+    gamma: float = option(1.0, "gamma of the rmia attack: a sample scores the fraction of population samples z with "
+                          "likelihood ratio LR(x, z) >= gamma", key="rmia_gamma", gt=0, metavar="G")
 
     def __post_init__(self):
         if self.offline_a is not None and not 0.0 <= self.offline_a <= 1.0:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlflow_mia.config import MIN_FPR, SignalConfig
-from mlflow_mia.option import check_options, option
+from mlflow_mia.config import MetricConfig, SignalConfig
+from mlflow_mia.option import check_options, option, shared_option
 
 __all__ = ["CanaryAuditConfig", "MAX_CANDIDATES"]
 
@@ -22,31 +22,30 @@ class CanaryAuditConfig:
     ``evaluator_config["mia"]`` with ``method="canaries"``, a flag of
     ``mlflow-mia canary-audit`` and a parameter of the MLproject entry ``canary-audit``.
 
+    Every field but ``n_candidates`` is an option declared once on
+    :class:`~mlflow_mia.config.SignalConfig` or :class:`~mlflow_mia.config.MetricConfig`
+    (:func:`~mlflow_mia.option.shared_option`); only the defaults of ``signal`` and
+    ``fprs`` are the canary audit's own.
+
     The signal defaults to the pseudo-log-likelihood (every token masked once): it is
     deterministic and scores every digit of a secret, so the exposure ranking of
     candidates that differ in one digit is not blurred by which tokens a random mask
     happened to hide (the energy's masks are drawn per text).
     """
 
-    signal: str = option("pll", "signal of every canary and candidate: pll (every token masked once) or energy "
-                         "(num_masks random masks)", choices=("pll", "energy"))
-    num_masks: int = option(10, "K, random masks per text for the energy", ge=1, metavar="K")
-    mask_rate: float = option(0.15, "fraction of the maskable tokens masked in each mask", gt=0, le=1, metavar="R")
-    seed: int = option(0, "seed of the masks, the candidate samples, the guesses' tie-breaks and the bootstrap",
-                       ge=0)
-    max_length: int | None = option(None, "token limit per text including special tokens", ge=3, unset=(0,),
-                                    metavar="N", default_doc="the model's limit")
-    token_budget: int | None = option(None, "padded tokens per forward pass", ge=16, metavar="N",
-                                      default_doc="1024 on CPU, 16384 on CUDA")
+    signal: str = shared_option(SignalConfig, "kind", "pll")
+    num_masks: int = shared_option(SignalConfig, "num_masks")
+    mask_rate: float = shared_option(SignalConfig, "mask_rate")
+    seed: int = shared_option(SignalConfig, "seed")
+    max_length: int | None = shared_option(SignalConfig, "max_length")
+    token_budget: int | None = shared_option(SignalConfig, "token_budget")
     n_candidates: int = option(1000, "candidate secrets scored per secret-format template for the exposure; the "
                                "whole space is scored (exact ranks) when it is no larger; each candidate costs a "
                                "forward pass per canary", ge=10, le=MAX_CANDIDATES, metavar="N")
-    fprs: tuple[float, ...] = option((0.1, 0.01), "FPRs at which the TPR of included vs excluded canaries is read",
-                                     ge=MIN_FPR, lt=1, metavar="A[,B]")
-    bootstrap_rounds: int = option(1000, "bootstrap resamples of the canaries (by inclusion bit) for the intervals",
-                                   ge=0, metavar="N")
-    confidence: float = option(0.95, "level of the intervals, the one-run bounds and the gate's bounds", gt=0, lt=1)
-    delta: float = option(1e-5, "delta of the one-run epsilon lower bound", ge=0, lt=1)
+    fprs: tuple[float, ...] = shared_option(MetricConfig, "fprs", (0.1, 0.01))
+    bootstrap_rounds: int = shared_option(MetricConfig, "bootstrap_rounds")
+    confidence: float = shared_option(MetricConfig, "confidence")
+    delta: float = shared_option(MetricConfig, "delta")
 
     def __post_init__(self):
         check_options(self)

@@ -8,6 +8,11 @@
 - :mod:`.audit`: :class:`~.audit.MiaOptions` and :func:`~.audit.parse_options` (the
   membership audit's flat ``evaluator_config["mia"]`` keys, parsed once);
 - :mod:`.ner`: :class:`~.ner.NerOptions` (the NER audit's prompt tables);
+- :mod:`.canary`: :class:`~.canary.CanaryOptions` and :func:`~.canary.parse_canary_config`;
 - :mod:`.values`: what every front end shares (an unset MLproject parameter, the
   ``{"mia": {...}}`` wrapper).
 """
+
+# Each audit's options module registers its config family in the schema (``schema.FAMILIES``) when imported, as
+# each attack module registers its attack: importing them here completes the registry before any use.
+from mlflow_mia.options import audit, canary, ner  # noqa: E402,F401

@@ -16,21 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.metrics.gate import Gate, GateResult  # re-exported: the gate lives in .gate
-from mlflow_mia.options.schema import CommonOptions
+from mlflow_mia.options.schema import CommonOptions, build, options_for, parse_values, register_family
 from mlflow_mia.options.values import mia_section
-from mlflow_mia.option import option
+from mlflow_mia.option import declared_options, option
 
 __all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
-
-
-def __getattr__(name):
-    if name == "CONFIG_KEYS":  # derived from the declarations, on demand (they import this module)
-        from mlflow_mia.options.schema import options_for
-
-        return {key: e.field.option.help for key, e in options_for("mia").items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: How an audit uses several reference models (``reference_mode``).
 REFERENCE_MODES = ("set", "each")
@@ -49,8 +42,11 @@ class MiaOptions(CommonOptions):
     reference_model: Any = option(None, f"reference model(s): {_MODEL_FORMS}, comma-separated (or a list) for "
                                   "several. Needed by likelihood_ratio, lira_offline and rmia: models trained on "
                                   "similar data, disjoint from the target's training data. Several make a reference "
-                                  "set, used as reference_mode says", flags=("--reference",), metavar="URI[,URI]",
-                                  default_doc="the demo's oracle reference models:/bbc-reference@champion, else none")
+                                  "set, used as reference_mode says. The canary audit takes one, that never saw a "
+                                  "canary: its score becomes the likelihood ratio instead of the target's signal "
+                                  "alone", flags=("--reference",), metavar="URI[,URI]",
+                                  default_doc="the membership demo's oracle reference models:/bbc-reference@champion, "
+                                              "else none")
     reference_mode: str | None = option(None, "how several references are used: set = one audit over the set "
                                         "(lira_offline and rmia use every reference; likelihood_ratio is reported "
                                         "against each: likelihood_ratio against the first, "
@@ -83,15 +79,19 @@ class MiaOptions(CommonOptions):
                                "docs/results/attacks.md); attacks named with attacks are added to them. Needs confidence "
                                ">= 0.95 and MAX < 1",
                                key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
-    tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (a failing "
-                                     "gate verdict is written regardless)", flags=("--no-tag-model-version",),
-                                     invert=True, mlproject=False,
-                                     flag_help="do not tag the audited registry version with mia.* headline numbers "
-                                               "(a failing gate verdict is still written)")
+    tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (mia.canary.* "
+                                     "for the canary audit; a failing gate verdict is written regardless)",
+                                     flags=("--no-tag-model-version",), invert=True, mlproject=False,
+                                     flag_help="do not tag the audited registry version with mia.* (mia.canary.*) "
+                                               "headline numbers (a failing gate verdict is still written)")
     clear_gate_fail: bool = option(False, "let a passing gate replace an earlier mia.gate=fail on the registry "
-                                   "version (or on another version with the same weights) when this audit is at "
-                                   "least as strong: the same or more attacks, a budget at each failed FPR as tight, "
-                                   "the same confidence and a pool as large (else a fail stays)", mlproject=False)
+                                   "version (or, for the membership audit, on another version with the same weights) "
+                                   "when this audit is at least as strong (else a fail stays). Membership audit: the "
+                                   "same or more attacks, a budget at each failed FPR as tight, the same confidence "
+                                   "and a pool as large. Canary audit: the same canary set (keyed digest, under the "
+                                   "same hash key) and planting, the same gated metrics with budgets as tight, the "
+                                   "same score, confidence as high, delta as small, as many candidates",
+                                   mlproject=False)
     trust_remote_code: bool = option(False, "let a model the audit loads itself (target_model, reference_model, "
                                      "neighbour_generator) run the Python code shipped with it or load pickle "
                                      "weights (else such a model is refused; see docs/explanations/security.md). It cannot "
@@ -186,7 +186,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     from mlflow_mia.attacks import check_attack_names, gate_attacks
     from mlflow_mia.metrics.gate import check_gate_confidence
     from mlflow_mia.hashing import resolve_hash_key
-    from mlflow_mia.options.schema import build, parse_values
 
     values = parse_values("mia", mia_section(config))
     if values.get("method", "mia") != "mia":
@@ -219,3 +218,14 @@ def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditCon
 
     fprs = set(fprs) | set(gate.alphas if gate is not None else ())
     return replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(fprs, reverse=True))))
+
+
+#: The attacks' own settings declared as options (``min_k_fraction``, ``rmia_gamma``, ...), gathered from the
+#: registry: each attack's ``Settings`` declares them; ``MetricConfig`` carries the values given.
+ATTACK_SETTINGS = tuple(dict.fromkeys(a.Settings for a in ATTACKS.values() if declared_options(a.Settings)))
+
+register_family("mia", (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, *ATTACK_SETTINGS, MiaOptions),
+                frozenset({"audit", "compare", "mia"}))
+
+#: The ``evaluator_config["mia"]`` keys of the membership audit and their help, derived from the declarations.
+CONFIG_KEYS = {key: e.field.option.help for key, e in options_for("mia").items()}

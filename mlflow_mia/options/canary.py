@@ -10,14 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.metrics.gate import check_gate_confidence
 from mlflow_mia.metrics.gate_record import PLANTED_IN_PATTERN
-from mlflow_mia.option import option
-from mlflow_mia.options.schema import CommonOptions
+from mlflow_mia.option import option, shared_option
+from mlflow_mia.options.audit import MiaOptions
+from mlflow_mia.options.schema import CommonOptions, build, parse_values, register_family
 from mlflow_mia.options.values import mia_section
 
 __all__ = ["CanaryOptions", "parse_canary_config", "is_canary_config"]
-
-_MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> or a local folder"
 
 
 @dataclass(frozen=True)
@@ -27,9 +29,7 @@ class CanaryOptions(CommonOptions):
     canaries: Any = option(None, "the auditor's canary set file (written by CanarySet.save: texts, secrets, "
                            "repetition counts and inclusion bits; keep it private)", metavar="PATH",
                            default_doc="required, except for the built-in demo")
-    reference_model: Any = option(None, f"reference model that never saw a canary ({_MODEL_FORMS}): the score "
-                                  "becomes the likelihood ratio instead of the target's signal alone",
-                                  flags=("--reference",), metavar="URI", default_doc="none")
+    reference_model: Any = shared_option(MiaOptions, "reference_model")
     max_exposure: float | None = option(None, "release budget on the mean exposure (bits) of the included "
                                         "secret-format canaries at every repetition count, the larger of the headline "
                                         "(extrapolated when candidates are sampled) and the rank-based mean: pass when "
@@ -46,17 +46,9 @@ class CanaryOptions(CommonOptions):
                                     "names the same", pattern=PLANTED_IN_PATTERN,
                                     pattern_doc="of letters, digits and _.:/@+=- (at most 200)", metavar="ID",
                                     default_doc="not stated")
-    tag_model_version: bool = option(True, "tag the audited registry version with mia.canary.* headline numbers (a "
-                                     "failing gate verdict is written regardless)", flags=("--no-tag-model-version",),
-                                     invert=True, mlproject=False,
-                                     flag_help="do not tag the audited registry version with mia.canary.* numbers")
-    clear_gate_fail: bool = option(False, "let a passing canary gate replace an earlier mia.gate=fail when this "
-                                   "audit is at least as strong: the same canary set (keyed digest, under the same "
-                                   "hash key) and planting, the same gated metrics with budgets as tight, the same "
-                                   "score, confidence as high, delta as small, as many candidates",
-                                   mlproject=False)
-    trust_remote_code: bool = option(False, "let a model the audit loads run the code shipped with it or load pickle "
-                                     "weights (else such a model is refused)", mlproject=False)
+    tag_model_version: bool = shared_option(MiaOptions, "tag_model_version")
+    clear_gate_fail: bool = shared_option(MiaOptions, "clear_gate_fail")
+    trust_remote_code: bool = shared_option(MiaOptions, "trust_remote_code")
 
     def gate(self):
         """The :class:`~mlflow_mia.metrics.canary_gate.CanaryGate` of the budgets, or None without one."""
@@ -85,15 +77,16 @@ def parse_canary_config(config: Mapping[str, Any] | None, *, targets: str | None
     FileNotFoundError
         ``hash_key_file`` does not exist.
     """
-    from mlflow_mia.canaries.config import CanaryAuditConfig
-    from mlflow_mia.hashing import resolve_hash_key
-    from mlflow_mia.metrics.gate import check_gate_confidence
-    from mlflow_mia.options.schema import build, parse_values
-
     values = parse_values("canaries", mia_section(config))
+    references = MiaOptions(reference_model=values.get("reference_model")).references
+    if len(references) > 1:
+        raise ValueError(f"the canary audit takes one reference model, got {len(references)}: {references}")
     cfg = build(CanaryAuditConfig, values)
     options = build(CanaryOptions, values, label_column=values.get("label_column") or targets or "included",
                     hash_key=values.get("hash_key_file") or resolve_hash_key())
     if options.gate() is not None:  # a bad budget or confidence fails here, before anything loads
         check_gate_confidence(cfg.confidence, option="confidence")
     return cfg, options
+
+
+register_family("canary", (CanaryAuditConfig, CanaryOptions), frozenset({"canary-audit", "canaries"}))

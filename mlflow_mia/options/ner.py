@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.option import option
-from mlflow_mia.options.schema import CommonOptions
+from mlflow_mia.options.schema import CommonOptions, register_family
 
 __all__ = ["NerOptions"]
 
@@ -24,3 +25,6 @@ class NerOptions(CommonOptions):
                           "DataFrame or a .csv/.jsonl path", metavar="PATH", default_doc="the shipped set")
     handwritten_prompts: Any = option(None, "the baselines' prompts, same form", metavar="PATH",
                                       default_doc="the shipped five per type")
+
+
+register_family("ner", (NerAuditConfig, NerOptions), frozenset({"ner-audit", "ner_prompts"}))

@@ -15,11 +15,14 @@ options (:class:`CommandOptions`). From these declarations come:
   :func:`parse_values` (an unknown key is an error that lists the valid ones; a bad value
   an error naming the key and the expected form);
 - the key tables of the evaluator docstrings (:func:`key_table`);
-- the MLproject parameters each entry point must declare (:func:`mlproject_parameters`;
-  ``MLproject`` is static YAML, and a test compares it with this).
+- the MLproject parameters of each entry point (:func:`mlproject_parameters`; ``MLproject``
+  and ``docs/reference/options.md`` are written from them by :mod:`mlflow_mia.options.generate`).
 
 Which commands and methods take an option is its ``used_by``; an option declared on a
-config of one audit is used by that audit's command(s) and evaluator method (:data:`FAMILIES`).
+config of one audit is used by that audit's command(s) and evaluator method (:data:`FAMILIES`,
+a registry each audit's options module fills). A setting several audits share (the signal,
+the metrics, the seed, the reference model) is declared once and held by the other audits'
+configs with :func:`~mlflow_mia.option.shared_option`: one declaration, a default per audit.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, Mapping
 
 from mlflow_mia.option import OptionField, coerce, declared_options, is_unset, option, same_option_fields
 
-__all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "COMMANDS", "METHODS", "Entry", "entries",
+__all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "Entry", "entries",
            "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
            "mlproject_parameters", "dest"]
 
@@ -161,39 +164,43 @@ class CommandOptions:
                                       mlproject=False, default_doc="$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
 
 
-def _mia_classes():
-    from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
-    from mlflow_mia.options.audit import MiaOptions
-
-    return (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, MiaOptions)
-
-
-def _ner_classes():
-    from mlflow_mia.config import NerAuditConfig
-    from mlflow_mia.options.ner import NerOptions
-
-    return (NerAuditConfig, NerOptions)
+#: Config families, a registry: ``{name: (classes, surfaces)}``, the classes one audit is parsed into and the
+#: commands / evaluator methods that take their options. Each audit's options module registers its family
+#: (:func:`register_family`); ``mlflow_mia.options`` imports them all, as ``mlflow_mia.attacks`` does its attacks.
+FAMILIES: dict[str, tuple[tuple[type, ...], frozenset]] = {}
 
 
-def _canary_classes():
-    from mlflow_mia.canaries.config import CanaryAuditConfig
-    from mlflow_mia.options.canary import CanaryOptions
+def register_family(name: str, classes: tuple, surfaces: frozenset) -> None:
+    """Register the config classes of one audit and the commands / methods that take their options.
 
-    return (CanaryAuditConfig, CanaryOptions)
+    Raises
+    ------
+    ValueError
+        ``name`` is registered already.
+    """
+    if name in FAMILIES:
+        raise ValueError(f"option family {name!r} is registered already")
+    FAMILIES[name] = (tuple(classes), frozenset(surfaces))
 
 
-#: Config families: the classes one audit is parsed into and the commands / methods that take its options.
-FAMILIES = {
-    "mia": (_mia_classes, frozenset({"audit", "compare", "mia"})),
-    "ner": (_ner_classes, frozenset({"ner-audit", "ner_prompts"})),
-    "canary": (_canary_classes, frozenset({"canary-audit", "canaries"})),
-}
 #: ``--help`` groups, in this order, by the class that declares the option.
 _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release gate",
            "NerOptions": "prompts", "CanaryOptions": "canaries, models and release gate",
            "CanaryAuditConfig": "canary audit", "AuditConfig": "attacks", "SignalConfig": "signals",
            "NeighbourhoodConfig": "neighbourhood attack", "MetricConfig": "metrics", "NerAuditConfig": "NER audit",
            "CommonOptions": "logging and execution"}
+
+
+#: The ``--help`` group of an attack's own settings (a class not in ``_TITLES``: an attack's ``Settings``).
+_ATTACK_TITLE = _TITLES["AuditConfig"]
+
+
+def help_rank(e: "Entry") -> float:
+    """Where an option sorts in ``--help`` (and MLproject): by its declaring class's group, attack settings with
+    the attacks."""
+    order = list(_TITLES)
+    name = e.field.owner.__name__
+    return order.index(name) if name in order else order.index("AuditConfig") + 0.5
 
 
 @dataclass(frozen=True)
@@ -219,18 +226,25 @@ class Entry:
 
 
 def entries() -> list[Entry]:
-    """Every declared option once (a field inherited by two classes counts once), in declaration order."""
+    """Every option of every family, in declaration order.
+
+    A field inherited by two classes counts once. A shared option
+    (:func:`~mlflow_mia.option.shared_option`: one declaration composed into several
+    audits' configs) gives one entry per family that holds it, each with that family's
+    default and commands.
+    """
     out, seen = [], set()
-    groups = [(name, classes(), surfaces) for name, (classes, surfaces) in FAMILIES.items()]
+    groups = [(name, classes, surfaces) for name, (classes, surfaces) in FAMILIES.items()]
     groups.append((None, (CommandOptions,), frozenset()))
     for family, classes, surfaces in groups:
         for cls in classes:
             for of in declared_options(cls).values():
-                if (of.owner, of.name) in seen:
+                used_by = frozenset(of.option.used_by or surfaces)
+                ident = (id(of.option), repr(of.default), used_by)
+                if ident in seen:
                     continue
-                seen.add((of.owner, of.name))
-                out.append(Entry(of, frozenset(of.option.used_by or surfaces),
-                                 family if of.owner is not CommonOptions else "common"))
+                seen.add(ident)
+                out.append(Entry(of, used_by, family if of.owner is not CommonOptions else "common"))
     return out
 
 
@@ -245,6 +259,10 @@ def options_for(surface: str) -> dict[str, Entry]:
     out = {}
     for e in entries():
         if surface in e.used_by:
+            if e.key in out and out[e.key].field.option is e.field.option:
+                raise ValueError(f"option {e.key!r} of {surface!r} has two defaults: {out[e.key].field.default!r} "
+                                 f"on {out[e.key].field.owner.__name__} and {e.field.default!r} on "
+                                 f"{e.field.owner.__name__}")
             if e.key in out:
                 raise ValueError(f"option {e.key!r} of {surface!r} is declared twice: on "
                                  f"{out[e.key].field.owner.__name__} and {e.field.owner.__name__}")
@@ -343,13 +361,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     Options of a config family default to None ("not given": the library default or the
     demo's value applies); command-only options default to their declared default.
     """
-    order = list(_TITLES)
-    found = sorted((e for e in options_for(command).values() if e.field.option.cli),
-                   key=lambda e: order.index(e.field.owner.__name__) if e.field.owner.__name__ in order else len(order))
+    found = sorted((e for e in options_for(command).values() if e.field.option.cli), key=help_rank)
     groups: dict[str, Any] = {}
     for e in found:
         of, opt = e.field, e.field.option
-        title = _TITLES.get(of.owner.__name__, "options")
+        title = _TITLES.get(of.owner.__name__, _ATTACK_TITLE)
         group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
         default = of.default if e.family is None else None
         kwargs = {"dest": dest(e), "help": _help(e).replace("%", "%%")}

@@ -102,8 +102,13 @@ def test_registered_with_its_settings_from_the_audit_config():
     assert get_attack("min_k_plus_plus", config).settings == MinKPlusPlusSettings(fraction=0.4)
     with pytest.raises(ValueError, match=r"min_k_plus_plus fraction must be in \(0, 1\], got 1.5"):
         MinKPlusPlusSettings(fraction=1.5)
-    with pytest.raises(ValueError, match="min_k_plus_plus_fraction"):
-        MetricConfig(min_k_plus_plus_fraction=0)
+    # The option is declared on MinKPlusPlusSettings: the parser checks it by its key, the attack when built.
+    from mlflow_mia.options.audit import parse_options
+
+    with pytest.raises(ValueError, match=r"^min_k_plus_plus_fraction must be a number in \(0, 1\], got 0$"):
+        parse_options({"min_k_plus_plus_fraction": 0})
+    with pytest.raises(ValueError, match=r"min_k_plus_plus fraction must be in \(0, 1\], got 0"):
+        get_attack("min_k_plus_plus", AuditConfig(metrics=MetricConfig(min_k_plus_plus_fraction=0)))
 
 
 def test_cli_accepts_the_attack_and_its_k():

@@ -1,107 +1,19 @@
-"""The option schema: each option declared once; --help, evaluator keys, key tables and MLproject agree with it."""
+"""The option schema: --help, evaluator keys, key tables and MLproject agree with it (declared once: tests/options)."""
 
 from __future__ import annotations
 
-import ast
 import shlex
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from mlflow_mia.entrypoints.cli import _flat_config, build_parser, main
 from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
-from mlflow_mia.options.schema import (FAMILIES, dest, entries, flag_of, key_table, mlproject_parameters,
+from mlflow_mia.options.schema import (dest, flag_of, key_table, mlproject_parameters,
                                              options_for)
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "mlflow_mia"
 CLI_COMMANDS = ("audit", "compare", "ner-audit", "analyze", "canary-audit")
-
-
-def _family_of_class() -> dict[str, str]:
-    out = {"CommonOptions": "common", "CommandOptions": "command"}
-    for family, (classes, _) in FAMILIES.items():
-        out.update({cls.__name__: family for cls in classes()})
-    return out
-
-
-def _callee(node) -> str:
-    func = node.func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-
-
-def _declarations(package: Path = PACKAGE) -> dict:
-    """Every place in the package source that declares an option, by (family, key).
-
-    A declaration is an ``option(...)`` field, an ``add_argument`` call with a literal flag
-    of a declared option, or a module-level constant named ``*KEYS`` listing option keys.
-    ``mlflow_mia/demo/`` is left out: its builder scripts (``python -m mlflow_mia.demo.wnut``)
-    have a few flags of their own, not audit options.
-    """
-    family_of = _family_of_class()
-    flags = {}
-    for e in entries():
-        for flag in e.field.option.flags or ("--" + e.key.replace("_", "-"),):
-            flags[flag] = e.key
-    keys = {e.key for e in entries()}
-    found = defaultdict(list)
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package.parent)
-        if rel.parts[1] == "demo":
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef):
-                for stmt in node.body:
-                    if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.value, ast.Call)
-                            and _callee(stmt.value) == "option"):
-                        key = next((k.value.value for k in stmt.value.keywords if k.arg == "key"), stmt.target.id)
-                        found[(family_of.get(node.name, node.name), key)].append(f"{rel}:{node.name}.{stmt.target.id}")
-            elif isinstance(node, ast.Call) and _callee(node) == "add_argument":
-                hits = {flags[a.value] for a in node.args if isinstance(a, ast.Constant) and a.value in flags}
-                for key in hits:
-                    found[("add_argument", key)].append(f"{rel}:{node.lineno}")
-        for stmt in tree.body:
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                names = [t.id for t in targets if isinstance(t, ast.Name)]
-                if any(n.endswith("KEYS") for n in names) and stmt.value is not None:
-                    for const in ast.walk(stmt.value):
-                        if isinstance(const, ast.Constant) and const.value in keys:
-                            found[("key list", const.value)].append(f"{rel}:{stmt.lineno}")
-    return found
-
-
-def test_each_option_is_declared_once():
-    found = _declarations()
-    by_option = {k: v for k, v in found.items() if k[0] in ("mia", "ner", "canary", "common", "command")}
-    # The scan sees exactly the declarations the schema is built from ...
-    assert set(by_option) == {(_family_of_class()[e.field.owner.__name__], e.key) for e in entries()}
-    # ... each in one place, and nowhere else: no hand-written flag, no hand-kept key list.
-    twice = {k: v for k, v in by_option.items() if len(v) != 1}
-    assert not twice, f"options declared more than once: {twice}"
-    elsewhere = {k: v for k, v in found.items() if k[0] in ("add_argument", "key list")}
-    assert not elsewhere, f"options declared outside their field: {elsewhere}"
-    # A key of the common options is not declared again by an audit's own config.
-    common = {key for fam, key in by_option if fam == "common"}
-    assert not common & {key for fam, key in by_option if fam in ("mia", "ner", "canary")}
-    # No surface sees one key twice (options_for raises if it does).
-    for surface in (*CLI_COMMANDS, "build-demo", "mia", "ner_prompts", "canaries"):
-        options_for(surface)
-
-
-def test_a_second_declaration_is_found(tmp_path):
-    """The scan can fail: an option declared again, a hand-written flag and a hand-kept key list are all found."""
-    pkg = tmp_path / "mlflow_mia"
-    pkg.mkdir()
-    (pkg / "extra.py").write_text("class MetricConfig:\n    num_masks: int = option(3, 'again')\n"
-                                  "CONFIG_KEYS = {'num_masks': 'x'}\n"
-                                  "def f(p):\n    p.add_argument('--num-masks')\n", encoding="utf-8")
-    found = _declarations(pkg)
-    assert found[("mia", "num_masks")] == ["mlflow_mia/extra.py:MetricConfig.num_masks"]
-    assert found[("add_argument", "num_masks")] == ["mlflow_mia/extra.py:5"]
-    assert found[("key list", "num_masks")] == ["mlflow_mia/extra.py:3"]
 
 
 def _subparser(command):

@@ -17,7 +17,7 @@ import evaluate
 import numpy as np
 
 from mlflow_mia.audits.membership.scoring import attack_report
-from mlflow_mia.config import DEFAULT_FPRS, AuditConfig, MetricConfig, SignalConfig
+from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.metrics.thresholds import population_threshold
 from mlflow_mia.option import coerce, declared_options
 
@@ -110,6 +110,8 @@ _REFERENCE_URLS = [
 ]
 
 
+#: The audit's declarations of the settings this metric takes: their checks and defaults (bootstrap_rounds aside:
+#: 0 here, so a plain compute stays fast).
 _SETTINGS = {**{k: declared_options(MetricConfig)[k] for k in ("fprs", "delta", "confidence", "bootstrap_rounds")},
              "seed": declared_options(SignalConfig)["seed"]}
 
@@ -169,8 +171,9 @@ class MembershipInference(evaluate.Metric):
         _check_inputs(None if prediction is None else [prediction], None if reference is None else [reference])
         return super().add(prediction=prediction, reference=reference, **kwargs)
 
-    def _compute(self, predictions, references, population_scores=None, fprs=DEFAULT_FPRS, delta=1e-5,
-                 confidence=0.95, bootstrap_rounds=0, seed=0):
+    def _compute(self, predictions, references, population_scores=None, fprs=_SETTINGS["fprs"].default,
+                 delta=_SETTINGS["delta"].default, confidence=_SETTINGS["confidence"].default, bootstrap_rounds=0,
+                 seed=_SETTINGS["seed"].default):
         if population_scores is None:
             raise ValueError("population_scores is required: the attack's scores of a population set (same "
                              "distribution as the members, disjoint from the pool), used to set thresholds")

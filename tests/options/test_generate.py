@@ -1,0 +1,74 @@
+"""MLproject and docs/reference/options.md are generated from the option declarations, and kept up to date."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from mlflow_mia.entrypoints.cli import build_parser
+from mlflow_mia.options.generate import ENTRY_POINTS, REGENERATE, generated_files, main, mlproject_text
+from mlflow_mia.options.schema import COMMANDS, options_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", ["MLproject", "docs/reference/options.md"])
+def test_committed_generated_file_is_up_to_date(path):
+    expected = generated_files(REPO)[REPO / path]
+    committed = (REPO / path).read_text(encoding="utf-8")
+    assert committed == expected, f"{path} is out of date with the option declarations; regenerate it: {REGENERATE}"
+
+
+def test_check_reports_a_stale_file_and_names_the_command(tmp_path, capsys):
+    for path, text in generated_files(tmp_path).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert main(["--root", str(tmp_path), "--check"]) == 0
+    (tmp_path / "MLproject").write_text(mlproject_text().replace("num_masks", "n_masks"), encoding="utf-8")
+    assert main(["--root", str(tmp_path), "--check"]) == 1
+    assert f"MLproject is out of date; run: {REGENERATE}" in capsys.readouterr().out
+
+
+def test_mlproject_has_every_entry_point_and_its_defaults_parse():
+    from mlflow.projects._project_spec import load_project
+
+    project = load_project(str(REPO))
+    assert set(project._entry_points) == set(ENTRY_POINTS) == set(COMMANDS)
+    for name in ENTRY_POINTS:
+        entry = project.get_entry_point(name)
+        args = build_parser().parse_args(shlex.split(entry.compute_command({}, storage_dir=None))[1:])
+        assert args.command == name
+    demo = project.get_entry_point("build-demo")
+    args = build_parser().parse_args(shlex.split(demo.compute_command({"size": "small"}, storage_dir=None))[1:])
+    assert (args.size, args.quiet) == ("small", False)
+
+
+def test_mlproject_keeps_the_parameter_names_and_defaults_of_the_hand_written_file():
+    """The parameters (names, types, defaults) of the last hand-written MLproject, still there and the same."""
+    from mlflow.projects._project_spec import load_project
+
+    project = load_project(str(REPO))
+    audit = project.get_entry_point("audit").parameters
+    assert (audit["num_masks"].type, float(audit["num_masks"].default)) == ("float", 10.0)
+    assert (audit["delta"].type, float(audit["delta"].default)) == ("float", 1e-5)
+    assert audit["fprs"].default == "" and audit["text_column"].default == ""  # the demo picks them when not given
+    assert audit["attacks"].default == "loss,likelihood_ratio" and audit["signal"].default == "energy"
+    assert project.get_entry_point("canary-audit").parameters["signal"].default == "pll"
+    assert project.get_entry_point("ner-audit").parameters["fprs"].default == "0.1,0.01"
+    assert project.get_entry_point("canary-audit").parameters["fprs"].default == "0.1,0.01"
+    assert {"demo_size", "quiet", "reference", "population", "max_tpr_at_fpr", "hash_key_file",
+            "rmia_offline_a"} <= set(audit)
+    assert set(project.get_entry_point("build-demo").parameters) == {"size", "quiet"}
+
+
+def test_options_reference_lists_every_key_once_with_its_audit_defaults():
+    text = generated_files(REPO)[REPO / "docs" / "reference" / "options.md"]
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    keys = [row.split("`")[1] for row in rows]
+    every = {k for surface in (*COMMANDS, "mia", "ner_prompts", "canaries") for k in options_for(surface)}
+    assert sorted(keys) == sorted(every)
+    fprs = next(row for row in rows if row.startswith("| `fprs`"))
+    assert "0.1,0.01,0.001 (`audit`, `compare`, `mia`)" in fprs
+    assert "0.1,0.01 (`ner-audit`, `canary-audit`, `ner_prompts`, `canaries`)" in fprs
