@@ -360,7 +360,7 @@ class AttackInputs:
 
 
 def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
-    from mlflow_mia.signals.energy import compute_signals
+    from mlflow_mia.signals.dispatch import compute_signals
 
     kind = stage.config.signal.kind
     return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
@@ -376,7 +376,7 @@ def _reference_set(stage: StageOne) -> ReferenceSignals:
         if i == 0 and "reference" in stage.computed:
             out.append(stage.computed["reference"])
             continue
-        from mlflow_mia.signals.energy import compute_signals
+        from mlflow_mia.signals.dispatch import compute_signals
 
         out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
                                    device=stage.device, progress=stage.progress,
