@@ -93,7 +93,8 @@ class AuditModels:
         Raises
         ------
         ValueError
-            Both ``reference`` and ``references``, or an empty ``references``.
+            Both ``reference`` and ``references``, or an empty ``references``; models of
+        different kinds (:func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
         """
         config = config or AuditConfig()
         load = load or as_language_model
@@ -107,6 +108,8 @@ class AuditModels:
                                          reference=reference)
         else:
             generator = None
+        # models of different kinds (causal vs masked) fail here, before the tokenizer checks
+        check_model_kinds(target, loaded, attacks=config.attacks, generator=generator)
         return cls(target=target, reference=reference, generator=generator, references=loaded)
 
     def identities(self) -> dict:
