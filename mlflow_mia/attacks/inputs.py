@@ -398,7 +398,8 @@ def _neighbour_local(stage: StageOne) -> np.ndarray:
 declare_input(AttackInput(
     "target", rows="signal", roles=("target",), compute=partial(_model_signals, role="target"),
     how_to_provide="the target model's signals come with every audit: pass target=...",
-    description="Signals of the target model: masked energy (nats) or PLL (nats/token), per SignalConfig.kind."))
+    description="Signals of the target model: masked energy (nats) or PLL (nats/token), per SignalConfig.kind; "
+                "for a causal LM the mean NLL per predicted token (nats/token)."))
 declare_input(AttackInput(
     "reference", rows="signal", roles=("reference",), compute=partial(_model_signals, role="reference"),
     how_to_provide="give a reference model (reference_model=...) trained on similar but disjoint data",
