@@ -17,7 +17,7 @@ from mlflow_mia.config import SignalConfig
 from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
 
 __all__ = ["compute_signals", "value_settings", "signal_config_for", "check_model_kinds", "as_language_model",
-           "MASKED_ONLY_ATTACKS"]
+           "MASKED_ONLY_ATTACKS", "sequence_values"]
 
 #: Attacks that need a masked target (they re-mask its tokens): refused for a causal target.
 MASKED_ONLY_ATTACKS = ("neighbourhood_local",)
@@ -66,6 +66,31 @@ def compute_signals(lm, texts: Sequence[str], config: SignalConfig | None = None
     from mlflow_mia.signals.energy import compute_signals as masked_signals
 
     return masked_signals(lm, texts, config, **kwargs)
+
+
+def sequence_values(lm, texts: Sequence[str], config: SignalConfig | None = None, **kwargs):
+    """One number per text for ranking whole texts (the canary audit's exposure), lower = likelier.
+
+    A masked LM: its signal's values (energy or PLL, as ``config`` asks). A causal LM:
+    the log-perplexity of the text in nats, ``-sum_{t=2..n} log p(x_t | x_<t)``, the
+    Secret Sharer's own measure (Carlini et al. 2019, Sec. 3; there in bits, the same
+    ranking), whatever masked kind ``config`` names (both are masked-LM readings of the
+    text's likelihood; the causal LM's is exact and deterministic). A sum, not a mean: two
+    candidate secrets whose digits split into different token counts are compared on the
+    probability of the whole text.
+
+    Returns
+    -------
+    ndarray of shape (n_texts,), float64
+        Nats (energy, PLL in nats/token, or the causal log-perplexity).
+    """
+    import numpy as np
+
+    config = config or SignalConfig()
+    if isinstance(lm, CausalLM):
+        res = compute_signals(lm, texts, dataclasses.replace(config, kind="causal"), **kwargs)
+        return res.values * np.array([len(x) for x in res.token_logprobs], dtype=np.float64)
+    return compute_signals(lm, texts, config, **kwargs).values
 
 
 def value_settings(lm, config: SignalConfig) -> dict:
