@@ -112,6 +112,21 @@ class AuditModels:
         check_model_kinds(target, loaded, attacks=config.attacks, generator=generator)
         return cls(target=target, reference=reference, generator=generator, references=loaded)
 
+    def config_for(self, config: AuditConfig) -> AuditConfig:
+        """``config`` with the signal the target gets (:func:`~mlflow_mia.signals.dispatch.signal_config_for`).
+
+        A causal target's audit records ``signal="causal"`` (its values are mean NLLs per
+        predicted token), not the default ``"energy"`` it was asked with.
+        """
+        import dataclasses
+
+        from mlflow_mia.signals.dispatch import signal_config_for
+
+        if self.target is None or not hasattr(self.target, "model"):
+            return config
+        signal = signal_config_for(self.target, config.signal)
+        return config if signal == config.signal else dataclasses.replace(config, signal=signal)
+
     def identities(self) -> dict:
         """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).
 

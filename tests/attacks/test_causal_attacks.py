@@ -124,3 +124,10 @@ def test_causal_target_with_masked_reference_is_refused_before_any_model_runs(au
     config = AuditConfig(attacks=("loss", "likelihood_ratio"), metrics=MetricConfig(fprs=(0.1,)))
     with pytest.raises(ValueError, match="the target is a causal LM but the reference model is a masked LM"):
         run_audit(target, pool, population, reference=masked, config=config, progress=False)
+
+
+def test_audit_of_a_causal_target_records_the_causal_signal(audit_set):
+    target, reference, pool, population = audit_set
+    config = AuditConfig(attacks=("loss",), metrics=MetricConfig(fprs=(0.1,), bootstrap_rounds=0))
+    result = run_audit(target, pool, population, config=config, progress=False)
+    assert result.config.signal.kind == "causal"
