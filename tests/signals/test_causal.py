@@ -128,3 +128,22 @@ def test_causal_target_with_masked_reference_is_refused(lm):
     with pytest.raises(ValueError, match=r"\['neighbourhood_local'\] re-mask the target's tokens"):
         check_model_kinds(lm, [], attacks=["loss", "neighbourhood_local"])
     check_model_kinds(lm, [CausalLM(*tiny_gpt2(seed=4))], attacks=["loss"])  # same kinds: fine
+
+
+def test_a_token_the_tokenizer_adds_itself_is_context_not_scored():
+    from tokenizers import processors
+
+    from mlflow_mia.signals.testing import tiny_gpt2_tokenizer
+
+    tok = tiny_gpt2_tokenizer()
+    bos = tok.bos_token_id
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A",
+                                                                  special_tokens=[("<|endoftext|>", bos)])
+    lm = CausalLM(*tiny_gpt2(tok, seed=5))
+    text = "the cat sat"
+    ids = lm.tokenizer(text)["input_ids"]
+    assert ids[0] == bos and len(ids) == 4  # Llama-style: the tokenizer prepends its BOS
+    res = compute_causal_signals(lm, [text], CAUSAL, progress=False)
+    logp, _, _ = brute_force(lm, text)
+    assert res.token_logprobs[0].shape == (3,) and res.n_tokens[0] == 3  # every word scored, given the BOS
+    np.testing.assert_allclose(res.token_logprobs[0], logp, atol=1e-5)
