@@ -357,7 +357,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         code shipped with it. Off by default: an audit of someone else's model must
         not execute their code (``docs/security.md``).
     wrapper : type
-        What the loaded ``(model, tokenizer)`` becomes: :class:`MaskedLM` (default; a causal LM: CausalLM) or
+        What the loaded ``(model, tokenizer)`` becomes: :class:`MaskedLM` (default) or
         :class:`~mlflow_mia.signals.entity_confidence.TokenClassifier`; it must take
         ``(model, tokenizer, model_id=, name=)``, offer ``from_pretrained(path,
         trust_remote_code=)`` and check its own head.
