@@ -28,7 +28,7 @@ __all__ = [
     "record_digest",
 ]
 
-SIGNAL_KINDS = ("energy", "pll")
+SIGNAL_KINDS = ("energy", "pll", "causal")
 ENERGY_REDUCTIONS = ("sum", "mean")
 DEFAULT_FPRS = (0.1, 0.01, 0.001)
 #: The smallest false-positive rate an audit reads: a threshold at FPR alpha needs ceil(1 / alpha)
@@ -98,7 +98,9 @@ class SignalConfig:
         negative log-likelihoods (nats) over ``ceil(mask_rate * T)`` masked positions,
         averaged over ``num_masks`` random masks. ``"pll"``: the pseudo-log-likelihood
         "normalized energy" of appendix A.3.2, every maskable token masked once, the
-        mean NLL per token (nats/token).
+        mean NLL per token (nats/token). ``"causal"``: for a causal LM, the mean NLL per
+        predicted token, tokens 2..n given those before them (nats/token;
+        :mod:`mlflow_mia.signals.causal`); an audit picks it for a causal target.
     num_masks : int
         K, the number of random mask subsets per sample (paper appendix: 10). When
         ``num_masks >= C(T, l)`` every subset is used exactly once, so the energy is
@@ -133,7 +135,8 @@ class SignalConfig:
     """
 
     kind: str = option("energy", "energy: masked energy over num_masks random masks; pll: "
-                       "pseudo-log-likelihood, every token masked once", key="signal", choices=SIGNAL_KINDS)
+                       "pseudo-log-likelihood, every token masked once; causal: mean NLL per predicted token of a "
+                       "causal LM (picked for causal models)", key="signal", choices=SIGNAL_KINDS)
     num_masks: int = option(10, "K, random masks per text for the energy", ge=1, metavar="K")
     mask_rate: float = option(0.15, "fraction of the maskable tokens masked in each mask", gt=0, le=1, metavar="R")
     seed: int = option(0, "seed of the audit's random draws: the masks and the bootstrap; for the NER audit the "

@@ -360,7 +360,7 @@ class AttackInputs:
 
 
 def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
-    from mlflow_mia.signals.energy import compute_signals
+    from mlflow_mia.signals.dispatch import compute_signals
 
     kind = stage.config.signal.kind
     return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
@@ -376,7 +376,7 @@ def _reference_set(stage: StageOne) -> ReferenceSignals:
         if i == 0 and "reference" in stage.computed:
             out.append(stage.computed["reference"])
             continue
-        from mlflow_mia.signals.energy import compute_signals
+        from mlflow_mia.signals.dispatch import compute_signals
 
         out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
                                    device=stage.device, progress=stage.progress,
@@ -398,7 +398,8 @@ def _neighbour_local(stage: StageOne) -> np.ndarray:
 declare_input(AttackInput(
     "target", rows="signal", roles=("target",), compute=partial(_model_signals, role="target"),
     how_to_provide="the target model's signals come with every audit: pass target=...",
-    description="Signals of the target model: masked energy (nats) or PLL (nats/token), per SignalConfig.kind."))
+    description="Signals of the target model: masked energy (nats) or PLL (nats/token), per SignalConfig.kind; "
+                "for a causal LM the mean NLL per predicted token (nats/token)."))
 declare_input(AttackInput(
     "reference", rows="signal", roles=("reference",), compute=partial(_model_signals, role="reference"),
     how_to_provide="give a reference model (reference_model=...) trained on similar but disjoint data",

@@ -17,6 +17,12 @@ class LikelihoodRatioAttack(Attack):
     (``AttackInputs`` checks the row counts); with agreeing tokenizers they use the
     same masks, which lowers the variance of the ratio.
 
+    For a causal target and reference (``kind="causal"``) the values are mean NLLs
+    per predicted token: ``L(s) = loss_target(s) - loss_reference(s)``, MIMIR's
+    ``ReferenceAttack`` (Carlini et al. 2021's reference-model ratio), negated here so
+    that higher = member. A causal target with a masked reference is refused
+    (:func:`mlflow_mia.signals.dispatch.check_model_kinds`).
+
     With a reference set of k >= 2 models the audit reports it against each
     (``per_reference``): ``likelihood_ratio`` against the first reference,
     ``likelihood_ratio.reference_2`` ... ``likelihood_ratio.reference_<k>`` against the others.

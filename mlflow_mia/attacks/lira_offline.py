@@ -156,7 +156,8 @@ class LiraOfflineAttack(Attack):
     rows scored otherwise.
 
     With one reference the score is the likelihood ratio divided by a constant
-    (same ROC as ``likelihood_ratio``).
+    (same ROC as ``likelihood_ratio``). For causal models the values are mean NLLs
+    per predicted token (``kind="causal"``), MIMIR's loss, the statistic ``-loss``.
 
     Examples
     --------

@@ -15,6 +15,11 @@ from mlflow_mia.attacks.base import Attack, register_attack
 class LossAttack(Attack):
     """Score = ``-E(s; theta)``: low target energy (loss) means member.
 
+    For a causal target (``kind="causal"``) the value is the mean NLL per predicted
+    token, ``-(1/(n-1)) sum_{t=2..n} log p(x_t | x_<t)`` (nats/token), so the score is
+    its negation: Yeom et al.'s loss as MIMIR's ``LOSSAttack`` computes it (MIMIR
+    returns the NLL, lower = member; here it is negated, higher = member).
+
     Examples
     --------
     >>> from mlflow_mia.attacks.base import AttackInputs

@@ -57,6 +57,11 @@ class MinKSettings:
 class MinKAttack(Attack):
     """Score = mean of the lowest ``fraction`` of masked-token log-probs (higher = member).
 
+    For a causal target the tokens are ``x_2 .. x_n`` with ``log p(x_t | x_<t)``
+    (Shi et al. 2024's setting). Where MIMIR differs: it keeps ``int(k n)`` tokens
+    (none for a short text, whose score is then NaN) and returns the negated mean;
+    here ``ceil(k n)``, at least one, and the mean itself (higher = member).
+
     Settings: :class:`MinKSettings` (``MinKAttack(fraction=0.2)``), read in an audit
     from ``AuditConfig.metrics.min_k_fraction``.
 

@@ -98,9 +98,14 @@ class MinKPlusPlusAttack(Attack):
     scored once, under the text with only itself masked: the paper's per-token
     sequence, with context on both sides instead of the prefix.
 
-    The paper scores next-token distributions of causal LMs; here the distributions
-    are the MLM head's at masked positions, the quantity the MLM objective trains.
-    k is rounded up (at least one token), where the authors' code rounds down.
+    The paper scores next-token distributions of causal LMs; for a masked target the
+    distributions are the MLM head's at masked positions, the quantity the MLM
+    objective trains. For a causal target (``kind="causal"``) they are the paper's own:
+    ``p(. | x_<t)`` at each of tokens 2..n, from the same forward pass as the log-probs
+    (:mod:`mlflow_mia.signals.causal`), with ``mu_t`` and ``sigma_t`` as MIMIR's
+    ``MinKPlusPlusAttack`` computes them (``sum p log p`` and the square root of
+    ``sum p (log p)^2 - mu^2``). k is rounded up (at least one token), where the
+    authors' code and MIMIR round down; sigma is floored at :data:`SIGMA_FLOOR`.
 
     Raises
     ------

@@ -10,9 +10,15 @@ from the training distribution, only a generator masked LM.
 Notes
 -----
 The paper attacks a causal LM (GPT-2) through its loss, with BERT as generator.
-Here the target is itself a masked LM and its masked energy (or pseudo-log-
-likelihood, per ``SignalConfig.kind``) plays the loss; the generator is any
-masked LM, by default the reference model. Neighbour generation and its
+A causal target is audited in exactly that setting: its value is the mean NLL
+per predicted token (:mod:`mlflow_mia.signals.causal`) and the generator must be a
+masked LM (given, or configured; a causal reference cannot propose neighbours).
+A masked target's masked energy (or pseudo-log-likelihood, per
+``SignalConfig.kind``) plays the loss; the generator is any masked LM, by default
+the reference model. Where MIMIR differs: its generator scores one position per
+forward pass at batch size 1 and draws neighbours per position; here every
+position of a text is proposed in one batched pass and the ``n`` most likely single
+swaps over all positions are kept (:mod:`mlflow_mia.signals.neighbours`). Neighbour generation and its
 departures from the paper: :mod:`mlflow_mia.signals.neighbours`.
 """
 

@@ -72,7 +72,8 @@ def per_token_loglik(signal) -> np.ndarray:
     ----------
     signal : SignalResult
         With ``token_logprobs`` (every masked token of every mask), or of kind ``"pll"``
-        (whose value is the mean NLL per token already).
+        or ``"causal"`` (whose value is the mean NLL per token already; for a causal LM
+        ``Pr(x|theta)`` is the geometric-mean next-token probability of tokens 2..n).
 
     Returns
     -------
@@ -83,7 +84,7 @@ def per_token_loglik(signal) -> np.ndarray:
     ValueError
         An energy signal without token log-probs (signals built from values alone).
     """
-    if signal.kind == "pll":
+    if signal.kind in ("pll", "causal"):  # per-token means already (a causal value is -mean of its log-probs)
         return -np.asarray(signal.values, dtype=np.float64)
     out = np.empty(len(signal), dtype=np.float64)
     for i, lp in enumerate(signal.token_logprobs):

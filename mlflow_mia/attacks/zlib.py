@@ -19,7 +19,14 @@ def zlib_length(text: str) -> int:
 
 @register_attack
 class ZlibAttack(Attack):
-    """Score = ``-E(s; theta) / zlib_length(s)`` (energy in nats per compressed byte; higher = member)."""
+    """Score = ``-E(s; theta) / zlib_length(s)`` (energy in nats per compressed byte; higher = member).
+
+    For a causal target the numerator is the mean NLL per predicted token (nats/token),
+    Carlini et al.'s ratio as MIMIR's ``ZLIBAttack`` computes it (``loss /
+    len(zlib.compress(text))``). We differ from MIMIR in the compression level (9, the
+    smallest output, where MIMIR uses zlib's default 6: a few bytes apart on short
+    texts) and in the sign (higher = member here).
+    """
 
     name = "zlib"
     citation = "Carlini et al. 2021"

@@ -21,7 +21,8 @@ from mlflow_mia.engines.audit_signals import EXAMPLE_NEIGHBOURS, AuditExtras, Au
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalCache, tokenize
-from mlflow_mia.signals.model import as_masked_lm
+from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, as_language_model
+from mlflow_mia.signals.dispatch import check_model_kinds
 from mlflow_mia.signals.neighbours import choose_generator
 from mlflow_mia.signals.runtime import token_limit
 
@@ -83,8 +84,8 @@ class AuditModels:
             ``config.neighbourhood.generator_model`` (a folder, loaded when first used),
             then ``reference``. Otherwise no generator.
         load : callable, optional
-            ``load(model, role=...) -> MaskedLM``: the engine's loader (default
-            :func:`~mlflow_mia.signals.model.as_masked_lm`).
+            ``load(model, role=...) -> MaskedLM or CausalLM``: the engine's loader (default
+            :func:`~mlflow_mia.signals.causal_model.as_language_model`: either kind, read from the model).
         references : sequence, optional
             Several reference models (each what ``load`` accepts), loaded with the roles
             ``reference``, ``reference_2``, ...; instead of ``reference``.
@@ -92,10 +93,11 @@ class AuditModels:
         Raises
         ------
         ValueError
-            Both ``reference`` and ``references``, or an empty ``references``.
+            Both ``reference`` and ``references``, or an empty ``references``; models of
+        different kinds (:func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
         """
         config = config or AuditConfig()
-        load = load or as_masked_lm
+        load = load or as_language_model
         refs = _reference_list(reference, references)
         target = None if target is None else load(target, role="target")
         loaded = tuple(load(m, role=role) for m, role in zip(refs, reference_roles(len(refs))))
@@ -106,7 +108,24 @@ class AuditModels:
                                          reference=reference)
         else:
             generator = None
+        # models of different kinds (causal vs masked) fail here, before the tokenizer checks
+        check_model_kinds(target, loaded, attacks=config.attacks, generator=generator)
         return cls(target=target, reference=reference, generator=generator, references=loaded)
+
+    def config_for(self, config: AuditConfig) -> AuditConfig:
+        """``config`` with the signal the target gets (:func:`~mlflow_mia.signals.dispatch.signal_config_for`).
+
+        A causal target's audit records ``signal="causal"`` (its values are mean NLLs per
+        predicted token), not the default ``"energy"`` it was asked with.
+        """
+        import dataclasses
+
+        from mlflow_mia.signals.dispatch import signal_config_for
+
+        if self.target is None or not hasattr(self.target, "model"):
+            return config
+        signal = signal_config_for(self.target, config.signal)
+        return config if signal == config.signal else dataclasses.replace(config, signal=signal)
 
     def identities(self) -> dict:
         """``{role: {"identity": model id, "name": ...}}`` of every model present (generator: folder or model).
@@ -120,7 +139,7 @@ class AuditModels:
         roles += list(zip(reference_roles(len(self.references)), self.references))
         roles.append(("generator", self.generator))
         for role, lm in roles:
-            if isinstance(lm, MaskedLM):
+            if isinstance(lm, LANGUAGE_MODELS):
                 out[role] = {"identity": lm.model_id, "name": lm.name, "weights": lm.weights_id}
             elif lm is not None:
                 out[role] = {"identity": str(lm), "name": None}
@@ -189,6 +208,7 @@ def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet
         ``info``: the models' identities and the time of each input
         (``timings["signals_<input>_s"]``).
     """
+    check_model_kinds(models.target, models.references, attacks=config.attacks, generator=models.generator)
     texts = list(pool.texts) + list(population.texts)
     needs = needed_inputs(config, len(models.references))
     given = dict(given or {})

@@ -21,7 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import ClassVar
 
-from mlflow_mia.signals.model import MaskedLM, as_masked_lm
+from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, as_language_model
+from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.runtime import resolve_device
 
 __all__ = ["LocalEngine", "ENGINES", "get_engine"]
@@ -51,9 +52,9 @@ class LocalEngine:
         """Every declared input runs here: nothing to refuse."""
 
     def load(self, model, *, role: str) -> MaskedLM:
-        """A MaskedLM, a ``(model, tokenizer)`` pair, a local folder, or a resolved model (its ``lm``)."""
+        """A MaskedLM or CausalLM, a ``(model, tokenizer)`` pair, a local folder, or a resolved model (its ``lm``)."""
         lm = getattr(model, "lm", None)  # a ResolvedModel of the integrations carries the loaded model
-        return as_masked_lm(lm if isinstance(lm, MaskedLM) else model, role=role)
+        return as_language_model(lm if isinstance(lm, LANGUAGE_MODELS) else model, role=role)
 
     def signals(self, models, pool, population, config, *, cache=None, device=None, progress: bool = True):
         """:func:`~mlflow_mia.engines.local.stage_one` in this process."""

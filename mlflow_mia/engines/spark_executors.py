@@ -48,7 +48,7 @@ from mlflow_mia.config import SignalConfig, record_digest
 from mlflow_mia.engines.spark_store import (STORE_TAG, SparkJobError, damaged_file_error, fill_store,
                                                  partition_mac_key, read_store, settings_digests)
 from mlflow_mia.signals.cache import CacheCorruptError
-from mlflow_mia.signals.energy import value_settings
+from mlflow_mia.signals.dispatch import value_settings
 from mlflow_mia.signals.types import SignalResult
 
 __all__ = ["spark_signals", "SignalJob", "SparkSignalError", "SparkJobError", "collect_signals", "model_spec"]
@@ -246,7 +246,7 @@ def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column
     import torch
     from pyspark import TaskContext
 
-    from mlflow_mia.signals.energy import compute_signals
+    from mlflow_mia.signals.dispatch import compute_signals
 
     ctx = TaskContext.get()
     cpus = ctx.cpus() if ctx is not None else int(os.environ.get("OMP_NUM_THREADS", "1"))

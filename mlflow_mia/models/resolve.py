@@ -31,8 +31,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder,
-                                                 tracking_unreachable)
+from mlflow_mia.models.files import PICKLE_WEIGHTS, check_model_files, inside_folder, tracking_unreachable
+from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, wrapper_for
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.identity import refuse_remote_code, weights_digest
 
@@ -321,7 +321,7 @@ def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
     identity (and the registry tags) of a version it is not.
     """
     model, tokenizer = lm_parts
-    weights_id = None
+    wrapper, weights_id = wrapper_for(wrapper, model=model), None  # a text-generation model becomes a CausalLM
     if claimed and registry:
         weights_id = "sha256:" + weights_digest(model)
         rejected = [r for r in registry if registered_weights_id(*r) != weights_id]
@@ -341,9 +341,9 @@ def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
 
 
 def resolve_model(model, *, role: str = "target", trust_remote_code: bool = False, wrapper=MaskedLM) -> ResolvedModel:
-    """Load ``model`` for an audit role (a masked LM by default) with a version-pinned identity.
+    """Load ``model`` for an audit role (a masked LM, or a causal LM read from its config) with a pinned identity.
 
-    The one loader of every role: target and reference masked LMs, neighbour
+    The one loader of every role: target and reference masked or causal LMs, neighbour
     generators, and (``wrapper=TokenClassifier``) the NER models of the prompt audit.
 
     Parameters
@@ -375,7 +375,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
     """
     if isinstance(model, ResolvedModel):
         return model
-    if isinstance(model, wrapper):
+    if isinstance(model, LANGUAGE_MODELS if wrapper is MaskedLM else wrapper):
         return ResolvedModel(lm=model, requested=model.name or model.model_id, resolved_uri=model.model_id)
     if isinstance(model, tuple) and len(model) == 2:
         return _resolved(model, requested=f"in-memory {role} model", pinned=None, role=role, registry=[],
@@ -407,7 +407,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
                              registry=registry_versions_of(model_id, run_id), claimed=True, wrapper=wrapper)
         if os.path.exists(os.path.join(uri, "config.json")):
             check_model_files(uri, source=uri, trust_remote_code=trust_remote_code)
-            lm = wrapper.from_pretrained(uri, trust_remote_code=trust_remote_code)
+            lm = wrapper_for(wrapper, folder=uri).from_pretrained(uri, trust_remote_code=trust_remote_code)
             lm.name = f"{role} {uri}"
             return ResolvedModel(lm=lm, requested=uri, resolved_uri=lm.model_id)
         raise ValueError(f"{role} model folder {uri!r} holds neither an MLmodel file (an MLflow model) nor a "
@@ -438,7 +438,7 @@ def _from_pyfunc(model, *, role: str, wrapper=MaskedLM) -> ResolvedModel:
     if hf_model is None or tokenizer is None:
         raise ValueError(
             f"the {role} model is a {type(raw).__name__} pyfunc model; the mia evaluator needs a transformers "
-            f"{'token-classification' if wrapper is not MaskedLM else 'fill-mask'} model logged with "
+            f"{'token-classification' if wrapper is not MaskedLM else 'fill-mask or text-generation'} model logged with "
             "mlflow.transformers.log_model(transformers_model={'model': ..., 'tokenizer': ...})")
     metadata = getattr(model, "metadata", None)
     model_id = getattr(metadata, "model_id", None) or getattr(model, "model_id", None)

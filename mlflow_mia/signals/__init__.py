@@ -1,12 +1,16 @@
 """Per-sample signals of masked language models (the only layer that runs models).
 
 ``compute_signals`` gives the masked energy (Mireshghallah et al. 2022, Eq. 2)
-or the pseudo-log-likelihood, plus masked-token log-probs, for a list of texts.
+or the pseudo-log-likelihood, plus masked-token log-probs, for a list of texts;
+for a causal LM (:class:`CausalLM`) the mean NLL per predicted token and the
+per-token log-probs (:mod:`mlflow_mia.signals.causal`).
 """
 
 from mlflow_mia.signals.cache import SignalCache
-from mlflow_mia.signals.energy import compute_signals, tokenize
+from mlflow_mia.signals.causal_model import CausalLM
+from mlflow_mia.signals.dispatch import compute_signals
+from mlflow_mia.signals.energy import tokenize
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["compute_signals", "tokenize", "MaskedLM", "SignalCache", "SignalResult"]
+__all__ = ["compute_signals", "tokenize", "MaskedLM", "CausalLM", "SignalCache", "SignalResult"]

@@ -28,7 +28,7 @@ import numpy as np
 from mlflow_mia.config import NeighbourhoodConfig, SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals.cache import SignalCache
-from mlflow_mia.signals.energy import compute_signals
+from mlflow_mia.signals.dispatch import compute_signals
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR, choose_generator, generate_neighbours, load_generator
 

@@ -80,3 +80,28 @@ def tiny_roberta(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int
                            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                            eos_token_id=tokenizer.eos_token_id)
     return RobertaForMaskedLM(config).eval(), tokenizer
+
+
+def tiny_gpt2_tokenizer():
+    """A word-level tokenizer in GPT-2's manner: no token added around a text, ``<|endoftext|>`` = 0, no pad token."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = _vocab(["<|endoftext|>", "<unk>"])
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.normalizer = normalizers.Lowercase()
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   unk_token="<unk>", model_max_length=64)
+
+
+def tiny_gpt2(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int = 2, max_positions: int = 64):
+    """A randomly initialised ``GPT2LMHeadModel`` sized to ``tokenizer``; returns ``(model, tokenizer)``."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = tokenizer or tiny_gpt2_tokenizer()
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=hidden, n_layer=layers, n_head=2, n_positions=max_positions,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    return GPT2LMHeadModel(config).eval(), tokenizer

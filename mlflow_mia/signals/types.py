@@ -11,7 +11,7 @@ from mlflow_mia.config import SIGNAL_KINDS
 __all__ = ["SignalResult", "SIGNAL_UNITS"]
 
 #: Unit of ``SignalResult.values`` for each signal kind.
-SIGNAL_UNITS = {"energy": "nats", "pll": "nats/token"}
+SIGNAL_UNITS = {"energy": "nats", "pll": "nats/token", "causal": "nats/token"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class SignalResult:
         The signal, lower = more likely under the model. For ``kind="energy"``
         the masked energy in nats: the sum of masked-token NLLs averaged over the
         K masks (Mireshghallah et al. 2022, Eq. 2); for ``kind="pll"`` the
-        pseudo-log-likelihood's mean NLL per token in nats/token (appendix A.3.2).
+        pseudo-log-likelihood's mean NLL per token in nats/token (appendix A.3.2); for
+        ``kind="causal"`` a causal LM's mean NLL per predicted token (nats/token).
     token_logprobs : tuple of ndarray (float32), length n_samples
         The log-probabilities (nats, <= 0) of every masked token of every mask, in
         mask order; the raw material of min-k% and similar signals.

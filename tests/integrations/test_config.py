@@ -44,7 +44,7 @@ def test_defaults_match_the_library():
 @pytest.mark.parametrize("bad, match", [
     ({"num_mask": 3}, r"unknown .*\['num_mask'\].*valid keys are"),
     ({"attacks": ["loss", "nope"]}, "registered attacks"),
-    ({"signal": "bogus"}, "signal must be one of 'energy', 'pll', got 'bogus'"),
+    ({"signal": "bogus"}, "signal must be one of 'energy', 'pll', 'causal', got 'bogus'"),
     ({"fprs": [0.0]}, r"fprs must be a non-empty list \(or comma-separated string\) of numbers in \[1e-09, 1\), "
                       r"got \[0.0\]"),
     ({"fprs": "abc"}, r"fprs must be a non-empty list .* of numbers in \[1e-09, 1\), got 'abc'"),

@@ -142,7 +142,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     (["compare", "--fprs", "0.1,x"], "fprs must be a non-empty list"),
     (["ner-audit", "--fprs", "abc"], "fprs must be a non-empty list"),
     (["audit", "--num-masks", "many"], "num_masks must be an int >= 1, got 'many'"),
-    (["audit", "--signal", "bogus"], "signal must be one of 'energy', 'pll', got 'bogus'"),
+    (["audit", "--signal", "bogus"], "signal must be one of 'energy', 'pll', 'causal', got 'bogus'"),
     (["audit", "--max-tpr-at-fpr", "0.01"], "ALPHA:MAX"),
     (["audit", "--device", "banana"], "device 'banana' is not a torch device"),
     (["analyze", "--device", "banana"], "device 'banana' is not a torch device"),

@@ -134,15 +134,15 @@ class CanaryAuditResult:
 
 def score_texts(lm, texts, config: CanaryAuditConfig, *, cache=None, device=None, progress: bool = False,
                 desc: str | None = None, text_key=None) -> np.ndarray:
-    """The signal (energy or PLL, nats; lower = likelier) of every text, in order.
+    """The signal (energy or PLL, nats; a causal LM's log-perplexity; lower = likelier) of every text, in order.
 
     ``text_key``: the key of the cache rows (:func:`~mlflow_mia.signals.compute_signals`);
     canary texts and candidates are always cached under one, never under their sha256.
     """
-    from mlflow_mia.signals import compute_signals
+    from mlflow_mia.signals.dispatch import sequence_values
 
-    return compute_signals(lm, list(texts), config.signal_config(), cache=cache, device=device, progress=progress,
-                           desc=desc, text_key=text_key).values
+    return sequence_values(lm, list(texts), config.signal_config(), cache=cache, device=device, progress=progress,
+                           desc=desc, text_key=text_key)
 
 
 def _canary_cache(cache, hash_key):

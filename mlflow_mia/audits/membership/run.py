@@ -102,6 +102,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
     models = AuditModels.build(target, reference=reference, references=references, generator=generator,
                                config=config, load=runner.load)
+    config = models.config_for(config)  # a causal target records signal="causal"
     notes = check_audit(models, pool, population, config)
     if isinstance(cache, str):
         cache = SignalCache(cache)

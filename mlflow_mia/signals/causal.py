@@ -1,0 +1,269 @@
+"""Per-token log-probabilities of texts under a causal LM, in one forward pass per batch.
+
+For a text tokenised as ``x_1 .. x_n`` (with the special tokens the tokenizer adds
+itself, e.g. Llama's BOS; none is prepended otherwise, so the first token is not
+scored), the signal keeps, for ``t = 2..n``,
+
+    log p(x_t | x_<t)                       (nats, <= 0)
+    mu_t = E_{v~p(.|x_<t)}[log p(v)]          (Min-K%++, Zhang et al. 2024, Sec. 3)
+    sigma_t = sd_{v~p(.|x_<t)}[log p(v)]
+
+and its value is the mean NLL per predicted token, ``-(1/(n-1)) sum_t log p(x_t |
+x_<t)`` (nats/token: Yeom et al. 2018's loss, MIMIR's ``loss``). The per-token
+values fill the same :class:`~mlflow_mia.signals.types.SignalResult` fields as the
+masked energy's, so ``loss``, ``zlib``, ``min_k``, ``min_k_plus_plus``,
+``likelihood_ratio``, ``lira_offline``, ``rmia`` and ``neighbourhood`` read them
+unchanged (``kind="causal"``).
+
+How it is computed:
+
+* texts are sorted by length and packed into batches of at most ``token_budget``
+  padded tokens (:mod:`mlflow_mia.signals.batching`), right-padded with an
+  attention mask: with causal attention a real token never sees the padding after
+  it, so the values equal those of batch size 1 (a test checks it);
+* the model runs once per batch up to the input of its vocabulary projection
+  (the projection itself is skipped); the scored positions' hidden states are
+  projected :data:`HEAD_POSITIONS` positions and ``vocab_block`` words at a time with a
+  running log-sum-exp and running moments
+  (:func:`~mlflow_mia.signals.token_stats.blocked_logprob_stats`), so no
+  ``batch x length x vocabulary`` tensor of logits or log-probs is ever held;
+* models whose logits are not a plain projection of what the output embeddings
+  receive (logit scaling or soft-capping) fall back to the model's own logits, one
+  batch at a time (:meth:`~mlflow_mia.signals.causal_model.CausalLM.projection`);
+* rows are cached like the masked signals (:class:`~mlflow_mia.signals.cache.SignalCache`,
+  keyed by weights, config and tokenizer digests and the value settings).
+
+Where MIMIR differs: MIMIR (``mimir/models.py:get_ll``) scores one text per forward
+pass and takes ``log_softmax`` over full logits; the values are the same to float32
+rounding (``benchmarks/bench_causal.py`` measures the difference and the speed).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from mlflow_mia.config import SignalConfig
+from mlflow_mia.data import text_hash
+from mlflow_mia.hashing import keyed_hash
+from mlflow_mia.signals.batching import pad_batch, plan_batches
+from mlflow_mia.signals.cache import SignalCache
+from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
+from mlflow_mia.signals.energy import tokenize, value_settings
+from mlflow_mia.signals.model import _blocked_target_logprobs
+from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, release_free_memory, resolve_device
+from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
+from mlflow_mia.signals.types import SignalResult
+
+__all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", "VOCAB_BLOCK"]
+
+log = logging.getLogger(__name__)
+
+#: Scored positions per call of the vocabulary projection.
+HEAD_POSITIONS = 512
+#: Vocabulary rows per block of the projection.
+VOCAB_BLOCK = 4096
+
+
+def _head(features: torch.Tensor, decoder: torch.nn.Linear, targets: torch.Tensor, stats: bool) -> torch.Tensor:
+    """``(log p, mu, sigma)`` (stats) or ``log p`` of each row of ``features``, HEAD_POSITIONS rows at a time."""
+    out = torch.empty((len(features), 3) if stats else len(features), dtype=torch.float32, device=features.device)
+    kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
+    for start in range(0, len(features), HEAD_POSITIONS):
+        stop = start + HEAD_POSITIONS
+        out[start:stop] = kernel(features[start:stop], decoder.weight, decoder.bias, targets[start:stop], VOCAB_BLOCK)
+    return out
+
+
+def _from_logits(logits: torch.Tensor, targets: torch.Tensor, stats: bool) -> torch.Tensor:
+    """The fallback head: rows of full logits, HEAD_POSITIONS at a time, in float32."""
+    out = torch.empty((len(logits), 3) if stats else len(logits), dtype=torch.float32, device=logits.device)
+    for start in range(0, len(logits), HEAD_POSITIONS):
+        stop = start + HEAD_POSITIONS
+        res = logprob_stats_of_logits(logits[start:stop], targets[start:stop])
+        out[start:stop] = res if stats else res[:, 0]
+    return out
+
+
+def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budget: int | None = None, device=None,
+                          half_precision: bool = False, progress=None, stats: bool = True) -> list[np.ndarray]:
+    """``log p(x_t | x_<t)`` for ``t = 2..n`` of each token sequence, from one forward pass per batch.
+
+    Parameters
+    ----------
+    lm : CausalLM
+    ids : sequence of ndarray (int64), each of length n_i >= 2
+        Token ids of each text (with the tokenizer's own special tokens).
+    token_budget : int, optional
+        Padded tokens per forward pass; default :func:`~mlflow_mia.signals.runtime.default_token_budget`.
+    device : str or torch.device, optional
+    half_precision : bool
+        float16 autocast on CUDA (ignored on CPU).
+    progress : tqdm or None
+        Updated by the number of texts done after each batch.
+    stats : bool
+        Also return Min-K%++'s ``mu`` and ``sigma`` of each position (default True).
+
+    Returns
+    -------
+    list of ndarray (float32), one per text
+        Shape (n_i - 1,) of log-probs in nats; with ``stats``, shape (n_i - 1, 3):
+        columns ``log p``, ``mu``, ``sigma`` (nats).
+
+    Raises
+    ------
+    ValueError
+        A sequence of fewer than 2 tokens (nothing to predict).
+    """
+    short = next((i for i, x in enumerate(ids) if len(x) < 2), None)
+    if short is not None:
+        raise ValueError(f"text {short} has {len(ids[short])} token(s); a causal LM scores tokens 2..n, so each "
+                         "text needs at least 2 tokens: drop or lengthen it")
+    device = resolve_device(device)
+    token_budget = token_budget or default_token_budget(device)
+    lm.model.to(device)
+    decoder = lm.projection()
+    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    out: list = [None] * len(ids)
+    autocast = (torch.autocast(device_type="cuda", dtype=torch.float16)
+                if half_precision and device.type == "cuda" else torch.autocast("cpu", enabled=False))
+    trimmer = HeapTrimmer()
+    with torch.inference_mode(), autocast:
+        for rows in plan_batches(lengths, token_budget):
+            batch, attention = pad_batch([ids[i] for i in rows], lm.pad_id)
+            n_scored = lengths[rows] - 1
+            row_idx = np.repeat(np.arange(len(rows)), n_scored)
+            col_idx = np.concatenate([np.arange(n) for n in n_scored])
+            targets = torch.from_numpy(batch[row_idx, col_idx + 1]).to(device)
+            inputs = torch.from_numpy(batch).to(device), torch.from_numpy(attention).to(device)
+            r, c = torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device)
+            if decoder is not None:
+                hidden = capture_projection_input(lm.model, decoder, *inputs)
+                scored = _head(hidden[r, c], decoder, targets, stats)
+            else:
+                logits = lm.model(input_ids=inputs[0], attention_mask=inputs[1]).logits
+                scored = _from_logits(logits[r, c], targets, stats)
+                del logits
+            scored = scored.cpu().numpy()
+            offset = 0
+            for i, n in zip(rows, n_scored):
+                out[i] = scored[offset:offset + n]
+                offset += n
+            if progress is not None:
+                progress.update(len(rows))
+            trimmer.after_batch(batch.shape)
+    return out
+
+
+def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalConfig | None = None, *,
+                           cache: SignalCache | None = None, device=None, progress: bool = True,
+                           chunk_size: int = 512, desc: str | None = None, mask_keys=None,
+                           text_key=None) -> SignalResult:
+    """Mean NLL per predicted token, per-token log-probs and Min-K%++ statistics of every text under a causal LM.
+
+    Parameters
+    ----------
+    lm : CausalLM
+    texts : sequence of str, length n_samples
+    config : SignalConfig, optional
+        ``kind`` must be ``"causal"``; ``max_length``, ``token_budget`` and
+        ``half_precision`` apply, the mask settings do not.
+    cache : SignalCache, optional
+        Rows found there are not recomputed; new rows are written chunk by chunk.
+    device, progress, chunk_size, desc
+        As for :func:`mlflow_mia.signals.energy.compute_signals`.
+    mask_keys : ignored
+        Accepted for a common signature with the masked signals (nothing here is random).
+    text_key : HashKey, bytes or str, optional
+        Cache rows named by the keyed hash of each text (see
+        :func:`mlflow_mia.signals.energy.compute_signals`).
+
+    Returns
+    -------
+    SignalResult
+        ``kind="causal"``; ``values`` the mean NLL per predicted token (nats/token,
+        shape (n_samples,), float64); ``token_logprobs[i]`` of shape (n_i - 1,) for
+        tokens 2..n; ``token_mu``/``token_sigma`` aligned with them; ``n_tokens`` the
+        text's tokens that are not special tokens the tokenizer added (as for the
+        masked signals); ``truncated`` texts longer than the token limit, scored on
+        their first tokens.
+
+    Raises
+    ------
+    ValueError
+        ``config.kind`` is not ``"causal"``; a text with fewer than 2 tokens.
+
+    References
+    ----------
+    Yeom et al. (2018); Carlini et al. (2021); Zhang et al. (2024), Sec. 3.
+
+    Examples
+    --------
+    >>> from mlflow_mia.signals.testing import tiny_gpt2
+    >>> lm = CausalLM(*tiny_gpt2())
+    >>> res = compute_causal_signals(lm, ["the cat sat on the mat"], SignalConfig(kind="causal"), progress=False)
+    >>> res.kind, res.token_logprobs[0].shape, bool(res.values[0] > 0)
+    ('causal', (5,), True)
+    """
+    from tqdm.auto import tqdm
+
+    config = config or SignalConfig(kind="causal")
+    if config.kind != "causal":
+        raise ValueError(f"compute_causal_signals needs SignalConfig(kind='causal'), got kind={config.kind!r}")
+    texts = list(texts)
+    hashes = [text_hash(t) for t in texts]
+    if text_key is not None:
+        hashes = [keyed_hash(h, text_key) for h in hashes]
+    settings = value_settings(lm, config)
+    spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id, **settings}
+    if text_key is not None:
+        spec["rows"] = "hmac"
+    key = cache.register(spec) if cache is not None else None
+    unique = dict(zip(hashes, texts))
+    rows = cache.get_many(key, unique) if cache is not None else {}
+    rows = {h: row for h, row in rows.items() if row[4] is not None}
+    todo = [h for h in unique if h not in rows]
+    if todo:
+        first_row: dict[str, int] = {}
+        for i, h in enumerate(hashes):
+            first_row.setdefault(h, i)
+        ids, maskable, truncated = tokenize(lm, [unique[h] for h in todo], max_length=settings["max_length"],
+                                            rows=[first_row[h] for h in todo])
+        if truncated.any():
+            log.warning("%d of %d texts are longer than %d tokens and are truncated to their first %d tokens",
+                        int(truncated.sum()), len(todo), settings["max_length"], settings["max_length"])
+        short = next((j for j, x in enumerate(ids) if len(x) < 2), None)
+        if short is not None:
+            raise ValueError(f"the text of row {first_row[todo[short]]} has {len(ids[short])} token; a causal LM "
+                             "scores tokens 2..n given those before them, so each text needs at least 2 tokens: "
+                             "drop or lengthen it")
+        bar = tqdm(total=len(todo), desc=desc or f"causal {lm.name}", unit="text", disable=not progress, leave=False)
+        try:
+            for start in range(0, len(todo), chunk_size):
+                chunk = range(start, min(start + chunk_size, len(todo)))
+                scored = causal_token_logprobs(lm, [ids[j] for j in chunk], token_budget=config.token_budget,
+                                               device=device, half_precision=config.half_precision, progress=bar)
+                new = {}
+                for j, s in zip(chunk, scored):
+                    logprobs = np.ascontiguousarray(s[:, 0])
+                    nll = -float(np.mean(logprobs, dtype=np.float64))
+                    new[todo[j]] = (nll, len(maskable[j]), bool(truncated[j]), logprobs,
+                                    np.ascontiguousarray(s[:, 1:].T))
+                if cache is not None:
+                    cache.put_many(key, new)
+                rows.update(new)
+                release_free_memory()
+        finally:
+            bar.close()
+    return SignalResult(
+        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
+        token_logprobs=tuple(rows[h][3] for h in hashes),
+        n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
+        truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
+        kind="causal",
+        token_mu=tuple(rows[h][4][0] for h in hashes),
+        token_sigma=tuple(rows[h][4][1] for h in hashes),
+    )

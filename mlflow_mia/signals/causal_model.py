@@ -1,0 +1,284 @@
+"""A causal (left-to-right) language model with its tokenizer and a stable identity, and how a model's kind is read.
+
+A causal LM (``AutoModelForCausalLM``: GPT-2, Pythia, OPT, Llama-style) predicts
+each token from the tokens before it; a masked LM (:class:`~mlflow_mia.signals.model.MaskedLM`)
+predicts masked tokens from both sides. Which one a model is comes from its config
+(:func:`config_kind`: ``architectures``, else ``model_type``) or its class
+(:func:`model_kind`): the user names nothing extra. :func:`as_language_model` loads
+either kind from a folder, a ``(model, tokenizer)`` pair or a wrapped model.
+
+The identity (weights, config and tokenizer digests), the refusal of shipped code
+and the tokenizer checks are those of the masked LMs
+(:class:`~mlflow_mia.signals.identity.ModelIdentity`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
+from mlflow_mia.signals.model import MaskedLM
+
+__all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "LANGUAGE_MODELS",
+           "kind_of", "wrapper_for"]
+
+#: The wrapped model classes an audit accepts as target or reference.
+LANGUAGE_MODELS = (MaskedLM,)  # CausalLM is appended below
+
+
+def _mapping_names(mapping) -> set[str]:
+    out = set()
+    for value in mapping.values():
+        out.update(value if isinstance(value, (tuple, list)) else (value,))
+    return out
+
+
+def _class_names() -> tuple[set[str], set[str], dict, dict]:
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    return (_mapping_names(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), _mapping_names(MODEL_FOR_MASKED_LM_MAPPING_NAMES),
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+
+def config_kind(config) -> str | None:
+    """``"causal"``, ``"masked"`` or None (neither) for a transformers config or a ``config.json`` dict.
+
+    The ``architectures`` the model was saved with decide (``GPT2LMHeadModel``:
+    causal; ``BertForMaskedLM``: masked; ``BertLMHeadModel``, a BERT trained left to
+    right: causal). Without them, ``model_type``: masked when transformers has a
+    masked-LM class for it (BERT, RoBERTa), else causal when it has a causal-LM class
+    (GPT-2, Llama), else None.
+
+    >>> config_kind({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
+    'causal'
+    >>> config_kind({"model_type": "bert"}), config_kind({"model_type": "gpt2"}), config_kind({"model_type": "t5"})
+    ('masked', 'causal', None)
+    """
+    get = config.get if isinstance(config, dict) else (lambda k, d=None: getattr(config, k, d))
+    causal, masked, causal_types, masked_types = _class_names()
+    for arch in get("architectures") or ():
+        if arch in masked:
+            return "masked"
+        if arch in causal:
+            return "causal"
+    model_type = get("model_type")
+    if model_type in masked_types:
+        return "masked"
+    if model_type in causal_types:
+        return "causal"
+    return None
+
+
+def model_kind(model) -> str | None:
+    """``"causal"``, ``"masked"`` or None for a loaded transformers model (its class, then its config)."""
+    causal, masked, _, _ = _class_names()
+    name = type(model).__name__
+    if name in masked:
+        return "masked"
+    if name in causal:
+        return "causal"
+    return config_kind(getattr(model, "config", None) or {})
+
+
+def folder_kind(path: str | os.PathLike) -> str | None:
+    """The kind (:func:`config_kind`) of the Hugging Face folder ``path`` from its ``config.json``, or None."""
+    config = os.path.join(os.fspath(path), "config.json")
+    if not os.path.exists(config):
+        return None
+    with open(config, encoding="utf-8") as fh:
+        return config_kind(json.load(fh))
+
+
+def wrapper_for(wrapper, *, model=None, folder=None):
+    """:class:`CausalLM` when ``wrapper`` is the default :class:`MaskedLM` and the model (or folder) is causal.
+
+    Any other ``wrapper`` (e.g. the NER audit's token classifier) is returned as given.
+    """
+    if wrapper is not MaskedLM:
+        return wrapper
+    kind = model_kind(model) if model is not None else folder_kind(folder) if folder is not None else None
+    return CausalLM if kind == "causal" else wrapper
+
+
+def kind_of(lm) -> str:
+    """``"causal"`` for a :class:`CausalLM`, else ``"masked"`` (a :class:`MaskedLM` or anything else)."""
+    return "causal" if isinstance(lm, CausalLM) else "masked"
+
+
+def as_language_model(obj, *, role: str = "model"):
+    """A :class:`CausalLM` or :class:`MaskedLM`, whichever the model is, from a wrapped model, a pair or a folder.
+
+    Raises
+    ------
+    ValueError
+        The model is of neither kind, or what the wrapper raises.
+    TypeError
+        ``obj`` is of another type.
+    """
+    if isinstance(obj, LANGUAGE_MODELS):
+        return obj
+    if isinstance(obj, tuple) and len(obj) == 2:
+        wrapper = CausalLM if model_kind(obj[0]) == "causal" else MaskedLM
+        return wrapper(obj[0], obj[1], name=role)
+    if isinstance(obj, (str, os.PathLike)):
+        wrapper = CausalLM if folder_kind(obj) == "causal" else MaskedLM
+        return wrapper.from_pretrained(obj, name=role)
+    raise TypeError(f"the {role} must be a MaskedLM, a CausalLM, a (model, tokenizer) pair or a local folder, "
+                    f"got {type(obj).__name__}")
+
+
+@dataclass
+class CausalLM(ModelIdentity):
+    """A Hugging Face causal LM, its tokenizer and a cache identity.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A model with a language-modelling head predicting the next token
+        (``AutoModelForCausalLM``, e.g. ``GPT2LMHeadModel``).
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Its tokenizer. No pad token is needed: padded positions are masked out and
+        never scored (:attr:`pad_id` falls back to the end-of-text token, then 0).
+    model_id, name : str, optional
+        As for :class:`~mlflow_mia.signals.model.MaskedLM`.
+
+    Raises
+    ------
+    ValueError
+        The model has no output embeddings (an ``AutoModel`` without its LM head),
+        is an encoder-decoder, or is a masked LM.
+    """
+
+    kind: ClassVar[str] = "causal"
+
+    def __post_init__(self):
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        if head is None:
+            raise ValueError(f"{type(self.model).__name__} has no language-modelling head; load the model with "
+                             "transformers.AutoModelForCausalLM (e.g. GPT2LMHeadModel), not AutoModel")
+        config = getattr(self.model, "config", None)
+        if getattr(config, "is_encoder_decoder", False):
+            raise ValueError(f"{type(self.model).__name__} is an encoder-decoder model; causal signals need a "
+                             "decoder-only causal LM (AutoModelForCausalLM)")
+        if model_kind(self.model) == "masked":
+            raise ValueError(f"{type(self.model).__name__} is a masked LM; wrap it in MaskedLM, not CausalLM")
+        if self.model_id is None:
+            self.model_id = self.weights_id
+        if self.name is None:
+            self.name = self.model_id
+        self.model.eval()
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
+                        **kwargs) -> "CausalLM":
+        """Load ``AutoModelForCausalLM`` and ``AutoTokenizer`` from a local folder (no shipped code by default).
+
+        Raises
+        ------
+        ValueError
+            The architecture has no causal-LM class, the folder maps classes to shipped
+            code (without ``trust_remote_code=True``), or the checkpoint lacks the LM
+            head's weights (an untied ``lm_head`` initialised at random would make every
+            signal noise).
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = os.fspath(path)
+        trust = bool(kwargs.pop("trust_remote_code", False))
+        if not trust and os.path.isdir(path):
+            refuse_remote_code(path)
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True,
+                                                               trust_remote_code=trust, **kwargs)
+        except ValueError as exc:
+            raise ValueError(f"{path!r} cannot be loaded as a causal LM: {exc}") from None
+        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("lm_head."))
+        if missing:
+            raise ValueError(f"{path!r} has no trained causal-LM head (missing weights: {missing[:4]}); its "
+                             "predictions would be random. Train or fine-tune it with a language-modelling objective")
+        return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
+                   name=name or path)
+
+    @property
+    def max_length(self) -> int:
+        """Model limit in tokens (the tokenizer's ``model_max_length`` and the config's positions, the smaller)."""
+        config = getattr(self.model, "config", None)
+        limits = [getattr(self.tokenizer, "model_max_length", None)]
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            limits.append(getattr(config, attr, None))
+        limits = [x for x in limits if isinstance(x, int) and 0 < x < 1_000_000]
+        return min(limits) if limits else 1024
+
+    @property
+    def pad_id(self) -> int:
+        """The id written into padded positions: the pad token, else end of text, else 0 (never scored)."""
+        for attr in ("pad_token_id", "eos_token_id"):
+            value = getattr(self.tokenizer, attr, None)
+            if isinstance(value, int):
+                return value
+        return 0
+
+    def projection(self) -> torch.nn.Linear | None:
+        """The output embeddings when the logits are exactly ``linear(hidden, W, b)`` of what they receive, else None.
+
+        Decided once per model on a short probe: the input captured at the output
+        embeddings, projected, must equal the model's logits (models that scale or
+        cap their logits after the projection fail this and get full logits).
+        """
+        if getattr(self, "_projection", None) is None:
+            self._projection = self._find_projection() or False
+        return self._projection or None
+
+    def _find_projection(self):
+        decoder = self.model.get_output_embeddings()
+        if not isinstance(decoder, torch.nn.Linear):
+            return None
+        probe = torch.tensor([[self.pad_id] * 2 + list(range(min(6, decoder.out_features)))],
+                             device=decoder.weight.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=probe).logits.float()
+            hidden = capture_projection_input(self.model, decoder, probe, torch.ones_like(probe))
+            got = torch.nn.functional.linear(hidden, decoder.weight, decoder.bias).float()
+        scale = max(float(logits.abs().max()), 1.0)
+        if got.shape != logits.shape or not torch.allclose(got, logits, rtol=1e-3, atol=1e-4 * scale):
+            return None
+        return decoder
+
+
+class _Captured(Exception):
+    """Raised by the hook of :func:`capture_projection_input` to stop the model before its vocabulary projection."""
+
+
+def capture_projection_input(model, decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """What ``model`` feeds its output embeddings ``decoder`` (shape (batch, length, hidden)); the projection never runs.
+
+    Raises
+    ------
+    ValueError
+        The model never calls ``decoder``.
+    """
+    captured = []
+
+    def stop(module, args):
+        captured.append(args[0])
+        raise _Captured
+
+    handle = decoder.register_forward_pre_hook(stop)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask)
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    if not captured:
+        raise ValueError(f"{type(model).__name__} never calls its output embeddings")
+    return captured[0]
+
+
+LANGUAGE_MODELS = (MaskedLM, CausalLM)

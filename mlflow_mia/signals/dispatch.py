@@ -1,0 +1,142 @@
+"""Which signal a model gets: the masked signals for a masked LM, the causal signal for a causal LM.
+
+The one place where stage 1 (every engine, the neighbour values, the canary
+audit) chooses between :func:`mlflow_mia.signals.energy.compute_signals` and
+:func:`mlflow_mia.signals.causal.compute_causal_signals`, from the kind of the
+loaded model (:mod:`mlflow_mia.signals.causal_model`): the user names nothing
+extra. :func:`check_model_kinds` refuses an audit whose models are of different
+kinds, before any model runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from mlflow_mia.config import SignalConfig
+from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
+
+__all__ = ["compute_signals", "value_settings", "signal_config_for", "check_model_kinds", "as_language_model",
+           "MASKED_ONLY_ATTACKS", "sequence_values"]
+
+#: Attacks that need a masked target (they re-mask its tokens): refused for a causal target.
+MASKED_ONLY_ATTACKS = ("neighbourhood_local",)
+
+
+def signal_config_for(lm, config: SignalConfig | None) -> SignalConfig:
+    """``config`` as it applies to ``lm``: ``kind="causal"`` for a causal LM.
+
+    A causal LM gets the causal signal when ``config.kind`` is the default
+    ``"energy"`` or ``"causal"``; a masked LM keeps ``config``.
+
+    Raises
+    ------
+    ValueError
+        ``kind="pll"`` for a causal LM (masking is not defined for it), or
+        ``kind="causal"`` for a masked LM; the message names the model's kind and the fix.
+    """
+    config = config or SignalConfig()
+    if isinstance(lm, CausalLM):
+        if config.kind == "pll":
+            raise ValueError(f"{lm.name} is a causal LM and signal='pll' masks tokens, which only a masked LM "
+                             "predicts; use signal='causal' (the default picks it for a causal model)")
+        return config if config.kind == "causal" else dataclasses.replace(config, kind="causal")
+    if config.kind == "causal":
+        raise ValueError(f"{getattr(lm, 'name', 'the model')} is a masked LM and signal='causal' needs a causal LM "
+                         "(AutoModelForCausalLM); use signal='energy' or 'pll' for a masked LM")
+    return config
+
+
+def compute_signals(lm, texts: Sequence[str], config: SignalConfig | None = None, **kwargs):
+    """The signals of ``lm`` on ``texts``: the causal signal for a :class:`CausalLM`, else the masked ones.
+
+    Same parameters and return as :func:`mlflow_mia.signals.energy.compute_signals`
+    (``mask_keys`` is ignored for a causal LM: nothing is random there).
+
+    Raises
+    ------
+    ValueError
+        What :func:`signal_config_for` and the signal function raise.
+    """
+    config = signal_config_for(lm, config)
+    if isinstance(lm, CausalLM):
+        from mlflow_mia.signals.causal import compute_causal_signals
+
+        return compute_causal_signals(lm, texts, config, **kwargs)
+    from mlflow_mia.signals.energy import compute_signals as masked_signals
+
+    return masked_signals(lm, texts, config, **kwargs)
+
+
+def sequence_values(lm, texts: Sequence[str], config: SignalConfig | None = None, **kwargs):
+    """One number per text for ranking whole texts (the canary audit's exposure), lower = likelier.
+
+    A masked LM: its signal's values (energy or PLL, as ``config`` asks). A causal LM:
+    the log-perplexity of the text in nats, ``-sum_{t=2..n} log p(x_t | x_<t)``, the
+    Secret Sharer's own measure (Carlini et al. 2019, Sec. 3; there in bits, the same
+    ranking), whatever masked kind ``config`` names (both are masked-LM readings of the
+    text's likelihood; the causal LM's is exact and deterministic). A sum, not a mean: two
+    candidate secrets whose digits split into different token counts are compared on the
+    probability of the whole text.
+
+    Returns
+    -------
+    ndarray of shape (n_texts,), float64
+        Nats (energy, PLL in nats/token, or the causal log-perplexity).
+    """
+    import numpy as np
+
+    config = config or SignalConfig()
+    if isinstance(lm, CausalLM):
+        res = compute_signals(lm, texts, dataclasses.replace(config, kind="causal"), **kwargs)
+        return res.values * np.array([len(x) for x in res.token_logprobs], dtype=np.float64)
+    return compute_signals(lm, texts, config, **kwargs).values
+
+
+def value_settings(lm, config: SignalConfig) -> dict:
+    """What besides the model decides its signal values (a cache and store key part), for either kind."""
+    from mlflow_mia.signals.energy import value_settings as settings
+
+    return settings(lm, signal_config_for(lm, config))
+
+
+def check_model_kinds(target, references=(), *, attacks: Sequence[str] = (), generator=None) -> None:
+    """Refuse models of different kinds in one audit, and attacks the target's kind does not support.
+
+    Parameters
+    ----------
+    target : CausalLM, MaskedLM or None
+    references : sequence of CausalLM or MaskedLM
+    attacks : sequence of str
+        The audit's attacks.
+    generator : optional
+        The neighbour generator, when loaded: it must be a masked LM whatever the target.
+
+    Raises
+    ------
+    ValueError
+        A reference of another kind than the target (naming both kinds and the fix),
+        a causal target with an attack of :data:`MASKED_ONLY_ATTACKS`, or a causal
+        model as neighbour generator.
+    """
+    if target is None:
+        return
+    kind = kind_of(target)
+    for i, ref in enumerate(references or ()):
+        if ref is None or not hasattr(ref, "model"):
+            continue
+        if kind_of(ref) != kind:
+            which = "reference model" if i == 0 else f"reference model {i + 1}"
+            raise ValueError(
+                f"the target is a {kind} LM but the {which} is a {kind_of(ref)} LM: their signals (causal: mean "
+                "NLL per predicted token; masked: masked energy) cannot be compared, and no signal is defined for "
+                f"both. Use a {kind} reference model (e.g. the target's public base model, or a {kind} LM trained "
+                "on disjoint text), or drop the reference-based attacks (e.g. attacks=['loss', 'zlib', 'min_k', "
+                "'min_k_plus_plus'])")
+    bad = [a for a in attacks if a in MASKED_ONLY_ATTACKS]
+    if kind == "causal" and bad:
+        raise ValueError(f"attack(s) {bad} re-mask the target's tokens and need a masked LM target; the target is a "
+                         "causal LM: use 'neighbourhood' (neighbours scored by the causal target's loss) instead")
+    if isinstance(generator, CausalLM):
+        raise ValueError("the neighbour generator must be a masked LM (Mattern et al. 2023 propose neighbours with "
+                         "BERT); the one given is a causal LM. Pass a masked LM as generator / neighbour_generator")

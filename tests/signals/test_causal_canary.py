@@ -1,0 +1,51 @@
+"""Canary exposure of a causal target: ranks by log-perplexity (Carlini et al. 2019), against brute force."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mlflow_mia.audits.canary import canary_audit
+from mlflow_mia.canaries import Template, make_canaries
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.signals import CausalLM
+from mlflow_mia.signals.dispatch import sequence_values
+from mlflow_mia.signals.testing import tiny_gpt2, tiny_gpt2_tokenizer
+
+TEMPLATES = [Template("record", "the record is {digits:3}"), Template("dose", "the dose was {digits:3} mg")]
+
+
+@pytest.fixture(scope="module")
+def digit_gpt():
+    tok = tiny_gpt2_tokenizer()
+    tok.add_tokens([str(d) for d in range(10)])  # one token per digit
+    return CausalLM(*tiny_gpt2(tok, seed=0), name="tiny-gpt")
+
+
+def log_perplexity(lm, text):
+    """-sum_{t>=2} log p(x_t | x_<t) in nats, from one unbatched pass in float64."""
+    ids = lm.tokenizer(text)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.model(torch.tensor([ids])).logits[0].double(), dim=-1)
+    return -float(logp[:-1].gather(1, torch.tensor(ids[1:])[:, None]).sum())
+
+
+def test_sequence_values_of_a_causal_lm_are_log_perplexities(digit_gpt):
+    texts = ["the record is 123", "the dose was 9 mg"]
+    got = sequence_values(digit_gpt, texts, CanaryAuditConfig().signal_config(), progress=False)  # asks for "pll"
+    np.testing.assert_allclose(got, [log_perplexity(digit_gpt, t) for t in texts], rtol=1e-6)
+
+
+def test_causal_exposure_equals_a_brute_force_rank_over_the_full_space(digit_gpt):
+    canaries = make_canaries(20, TEMPLATES, repetitions=(1,), seed=0)
+    result = canary_audit(digit_gpt, canaries, config=CanaryAuditConfig(n_candidates=1000, bootstrap_rounds=0))
+    for template in TEMPLATES:
+        space = [template.render(f"{i:03d}") for i in range(1000)]
+        ppl = sequence_values(digit_gpt, space, progress=False)
+        for row in np.flatnonzero(np.array(canaries.template_ids) == template.id):
+            own = ppl[int(canaries.secrets[row])]
+            rank = int(np.sum(ppl <= own))  # candidates at least as likely: ties count against the secret
+            assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(rank))
