@@ -1,4 +1,4 @@
-"""Parsing of the flat evaluator_config['mia'] dict (the release gate itself: test_gate.py)."""
+"""Parsing of the flat evaluator_config['mia'] dict (the release gate itself: tests/tracking/test_registry_gate.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 
-from .test_ner_audit import HAND, PROMPTS, names_table
+from ner_tables import HAND, PROMPTS, names_table
 
 
 @pytest.fixture(scope="module")

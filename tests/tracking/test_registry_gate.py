@@ -1,7 +1,7 @@
 """A registry gate verdict that a weaker audit cannot wash, and a gated audit end to end.
 
-The gate's decision itself is tested in ``tests/metrics/test_gate.py``. Registry behaviour
-uses the tiny registered models of ``conftest.py``; each test audits weights of its own
+The gate's decision itself is tested in ``tests/metrics/test_release_gate.py``. Registry behaviour
+uses the tiny registered models of ``tests/registered_models.py``; each test audits weights of its own
 (``fresh_weights``), since a fail belongs to the weights digest.
 """
 
