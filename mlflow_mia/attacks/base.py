@@ -12,7 +12,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
-from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, RENAMED_INPUTS, AttackInputs
+from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInputs
 from mlflow_mia.config import AuditConfig
 
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
@@ -124,8 +124,6 @@ def _read(config, path: str):
 def _check_declaration(c: type[Attack]) -> None:
     """Raise when an attack requires an undeclared input or maps settings that do not exist."""
     for need in c.requires:
-        if need in RENAMED_INPUTS:
-            raise ValueError(f"attack {c.name!r} requires {need!r}, now named {RENAMED_INPUTS[need]!r}")
         if need not in INPUTS:
             raise ValueError(f"attack {c.name!r} requires {need!r}, which is not a declared input; declared inputs: "
                              f"{list(INPUTS)} (declare new ones with mlflow_mia.attacks.declare_input)")

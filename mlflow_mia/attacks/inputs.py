@@ -35,7 +35,7 @@ from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
 
 __all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS",
-           "RENAMED_INPUTS", "declare_input", "input_spec", "reference_roles"]
+           "declare_input", "input_spec", "reference_roles"]
 
 #: What one row of an input holds, by ``AttackInput.rows``.
 ROW_KINDS = {
@@ -51,10 +51,6 @@ MODEL_ROLES = {
                   "references=[...] (several), or drop them, e.g. attacks=['loss']"),
     "generator": "a generator masked LM to propose neighbours; " + HOW_TO_GIVE_A_GENERATOR,
 }
-
-#: Former input names, and the name each became.
-RENAMED_INPUTS = {"neighbour_energy": "neighbour_values"}
-
 
 def reference_roles(k: int) -> tuple[str, ...]:
     """The role names of a reference set of ``k`` models: ``reference``, then ``reference_2`` ... ``reference_<k>``.
@@ -254,10 +250,8 @@ def declare_input(spec: AttackInput, *, force: bool = False) -> AttackInput:
     Raises
     ------
     ValueError
-        The name is declared already (and ``force`` is False), or it is a former name.
+        The name is declared already (and ``force`` is False).
     """
-    if spec.name in RENAMED_INPUTS:
-        raise ValueError(f"{spec.name!r} is the former name of input {RENAMED_INPUTS[spec.name]!r}")
     if not force and spec.name in INPUTS and INPUTS[spec.name] != spec:
         raise ValueError(f"an input named {spec.name!r} is declared already; pass force=True to replace it")
     INPUTS[spec.name] = spec
@@ -270,11 +264,8 @@ def input_spec(name: str) -> AttackInput:
     Raises
     ------
     ValueError
-        A former name (the message names the new one) or an unknown name (it lists the declared ones).
+        An unknown name (the message lists the declared ones).
     """
-    if name in RENAMED_INPUTS:
-        raise ValueError(f"the input {name!r} is now named {RENAMED_INPUTS[name]!r} (the mean of the neighbours' "
-                         "signal values, energy or PLL); use that name")
     if name not in INPUTS:
         raise ValueError(f"unknown signal name(s) [{name!r}]; signals are named after attack inputs {list(INPUTS)}")
     return INPUTS[name]
@@ -307,7 +298,7 @@ class AttackInputs:
     Raises
     ------
     ValueError
-        An unknown or former input name, or an input whose rows do not pair up with ``texts``.
+        An unknown input name, or an input whose rows do not pair up with ``texts``.
     TypeError
         An input of the wrong type; ``population`` that is not an AttackInputs or ``"self"``.
     """
@@ -334,8 +325,6 @@ class AttackInputs:
     def __getattr__(self, name):
         if name in INPUTS:
             return self._inputs.get(name)
-        if name in RENAMED_INPUTS:
-            input_spec(name)  # raises, naming the new name
         raise AttributeError(f"AttackInputs has no attribute {name!r}; inputs are {list(INPUTS)}")
 
     def __setattr__(self, name, value):

@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "bbc-target@candidate, bbc-reference@champion (oracle) and "
                                       "bbc-base@champion. Skips training when they are already registered.")
     demo.add_argument("--size", choices=("default", "small"), default="default",
-                      help="'small': build and audit take about 2.5 CPU-minutes (README), for tests and a first look "
-                           "(default: default)")
+                      help="'small': 150 + 150 pool sentences, 300 population sentences and tiny models, for tests "
+                           "and a first look (default: default)")
     demo.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
     demo.add_argument("--data-dir", metavar="DIR",
                       help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")

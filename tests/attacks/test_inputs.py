@@ -62,24 +62,6 @@ def test_attack_inputs_has_one_attribute_per_declared_input():
         got.target = None
 
 
-def test_former_input_name_is_a_clear_error_everywhere():
-    message = r"the input 'neighbour_energy' is now named 'neighbour_values'"
-    with pytest.raises(ValueError, match=message):
-        AttackInputs(("a",), target=_sig([1.0]), neighbour_energy=np.zeros(1))
-    with pytest.raises(ValueError, match=message):
-        AuditSignals({"target": _sig([1.0]), "neighbour_energy": np.zeros(1)})
-    with pytest.raises(ValueError, match=message):
-        AttackInputs(("a",), target=_sig([1.0])).neighbour_energy
-
-    class Old(Attack):
-        name = "old_neighbourhood"
-        requires = ("target", "neighbour_energy")
-
-    with pytest.raises(ValueError, match=r"requires 'neighbour_energy', now named 'neighbour_values'"):
-        register_attack(Old)
-    assert "old_neighbourhood" not in ATTACKS
-
-
 def test_declarations_are_checked():
     with pytest.raises(ValueError, match=r"unknown model role\(s\) \['oracle'\]"):
         AttackInput("x", rows="values", roles=("oracle",), how_to_provide="", compute=len)

@@ -6,7 +6,7 @@ import re
 import pandas as pd
 import pytest
 
-from .test_ner_audit import HAND, PROMPTS, names_table
+from ner_tables import HAND, PROMPTS, names_table
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(ner_models, "resolve_token_classifier", refuse)
 
 
-def test_item21_ner_device_banana_fails_before_any_model_loads(registry, tmp_path, no_model_load, capsys):
+def test_ner_an_unknown_device_fails_before_any_model_loads(registry, tmp_path, no_model_load, capsys):
     from mlflow_mia.entrypoints.cli import main
     from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
 
@@ -185,7 +185,7 @@ def test_item21_ner_device_banana_fails_before_any_model_loads(registry, tmp_pat
         parse_ner_config({"method": "ner_prompts", "device": "banana"})
 
 
-def test_item21_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no_model_load, capsys):
+def test_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no_model_load, capsys):
     from mlflow_mia.audits.ner.audit import NerAuditConfig
     from mlflow_mia.entrypoints.cli import main
     from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
@@ -200,7 +200,7 @@ def test_item21_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no
         NerAuditConfig(bootstrap_rounds=-1)
 
 
-def test_item21_entity_type_x_eq_y_fails_before_compute(registry, tmp_path, no_model_load, capsys):
+def test_ner_entity_types_with_odd_characters_or_absent_fail_before_compute(registry, tmp_path, no_model_load, capsys):
     from mlflow_mia.entrypoints.cli import main
 
     names = _names_file(tmp_path)
@@ -216,7 +216,7 @@ def test_item21_entity_type_x_eq_y_fails_before_compute(registry, tmp_path, no_m
     assert "not in the names table" in capsys.readouterr().err
 
 
-def test_item21_long_prompt_in_an_error_is_shortened():
+def test_ner_a_long_prompt_in_an_error_is_shortened():
     from mlflow_mia.audits.ner.prompts import check_prompts, split_prompt
 
     prompt = "word " * 2000  # 10k characters, no slot
@@ -300,7 +300,7 @@ def _labels_found_by_recomputing(run_id, names):
     return found, table, open(os.path.join(root, "report.md")).read()
 
 
-def test_high1_ner_names_table_is_no_membership_oracle_by_default(registry):
+def test_ner_names_table_is_no_membership_oracle_by_default(registry):
     names = names_table()
     run_id, _ = _evaluate_none(registry, names)
     found, table, report = _labels_found_by_recomputing(run_id, names)
@@ -314,7 +314,7 @@ def test_high1_ner_names_table_is_no_membership_oracle_by_default(registry):
     assert "**This run logged per-name confidences**" in report
 
 
-def test_high6_ner_evaluate_with_model_none_and_a_pyfunc_warning(registry, caplog):
+def test_ner_evaluate_with_model_none_and_a_pyfunc_warning(registry, caplog):
     import mlflow
 
     from mlflow_mia.entrypoints.evaluator import PYFUNC_WARNING

@@ -141,7 +141,7 @@ def test_scores_reach_the_metrics_unrounded(metric):
     assert out["recall_at_pop_fpr_0.1"] == 1.0  # float32 would round both members onto the threshold
 
 
-def test_item21_hf_metric_settings_are_read_as_the_audit_options(metric):
+def test_hf_metric_settings_are_read_as_the_audit_options(metric):
     """fprs as a string is read as a list; seed='x' and other bad settings name the setting and its form."""
     pop = list(np.arange(100.0))
     args = dict(predictions=[300.0, 200.0, 1.0, 0.5], references=[1, 1, 0, 0], population_scores=pop)
@@ -160,7 +160,7 @@ def test_item21_hf_metric_settings_are_read_as_the_audit_options(metric):
 
 @pytest.mark.parametrize("labels, shown", [([1, "yes", 0, 0], "'yes'"), ([1, 0.5, 0, 0], "0.5"),
                                            ([1, 2, 0, 0], "2"), ([1, None, 0, 0], "None")])
-def test_item21_hf_metric_labels_other_than_0_1_are_refused(metric, labels, shown):
+def test_hf_metric_labels_other_than_0_1_are_refused(metric, labels, shown):
     """A float label such as 0.5 is refused, not truncated to 0 by the int32 feature."""
     with pytest.raises(ValueError) as info:
         metric.compute(predictions=[3.0, 2.0, 1.0, 0.5], references=labels, population_scores=list(range(100)),

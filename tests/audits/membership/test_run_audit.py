@@ -311,14 +311,14 @@ def _roberta_reference(seed=5):
     return MaskedLM(model, tok, name="roberta reference")
 
 
-def test_item10_reference_with_another_tokenizer_is_an_error(setup):
+def test_reference_with_another_tokenizer_is_an_error(setup):
     target, _, pool, population = setup
     with pytest.raises(ValueError, match=r"tokenizer differs from the target's .*allow_tokenizer_mismatch=True.*pll"):
         run_audit(target, pool, population, reference=_roberta_reference(), config=AuditConfig(**FAST),
                   progress=False)
 
 
-def test_item10_tokenizer_mismatch_opt_in_requires_pll(setup):
+def test_tokenizer_mismatch_opt_in_requires_pll(setup):
     with pytest.raises(ValueError, match="allow_tokenizer_mismatch=True requires signal='pll'"):
         AuditConfig(**FAST, allow_tokenizer_mismatch=True)
     target, _, pool, population = setup
@@ -339,7 +339,7 @@ def test_tokenizer_comparison_helper():
     assert tokenizer_difference(tiny_bert_tokenizer(), other) is not None
 
 
-def test_item10_case_variants_of_pool_texts_in_the_population_warn(setup, caplog):
+def test_case_variants_of_pool_texts_in_the_population_warn(setup, caplog):
     target, _, pool, population = setup
     variants = PopulationSet(texts=list(population.texts) + [pool.texts[0].upper(), "  " + pool.texts[1].title()])
     with caplog.at_level("WARNING"):
@@ -348,7 +348,7 @@ def test_item10_case_variants_of_pool_texts_in_the_population_warn(setup, caplog
     assert "2 population text(s) equal a pool text" in caplog.text
 
 
-def test_item10_device_is_checked_before_any_model_loads(setup, tmp_path, monkeypatch):
+def test_device_is_checked_before_any_model_loads(setup, tmp_path, monkeypatch):
     from mlflow_mia.signals.runtime import resolve_device
 
     target, _, pool, population = setup

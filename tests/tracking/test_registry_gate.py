@@ -1,7 +1,7 @@
 """A registry gate verdict that a weaker audit cannot wash, and a gated audit end to end.
 
-The gate's decision itself is tested in ``tests/metrics/test_gate.py``. Registry behaviour
-uses the tiny registered models of ``conftest.py``; each test audits weights of its own
+The gate's decision itself is tested in ``tests/metrics/test_release_gate.py``. Registry behaviour
+uses the tiny registered models of ``tests/registered_models.py``; each test audits weights of its own
 (``fresh_weights``), since a fail belongs to the weights digest.
 """
 
@@ -44,7 +44,7 @@ def test_gate_record_round_trips_parses_the_older_form_and_merges():
     assert (merged.members, merged.user_members, merged.via) == (2000, 59, None)
 
 
-def test_item4_a_weaker_clearing_audit_is_told_each_shortfall():
+def test_a_weaker_clearing_audit_is_told_each_shortfall():
     weaker = _record(status="pass", attacks=("loss",), budgets=((0.1, 0.2),), confidence=0.9, members=500,
                      non_members=985, user_members=None, user_non_members=None)
     assert weaker.shortfalls(_record()) == [
@@ -121,7 +121,7 @@ def _tag(name, version, result, gate, *, clear=False, weights="sha256:" + "0" * 
     return run.info.run_id
 
 
-def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, audit_result, caplog):
+def test_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, audit_result, caplog):
     import hashlib
 
     name = "gate-clear-direct"
@@ -156,7 +156,7 @@ def test_item4_only_an_audit_at_least_as_strong_clears_a_fail(fresh_weights, aud
         ["fail", "fail", "pass", "pass"]
 
 
-def test_item2_an_audit_too_small_for_its_budget_is_inconclusive_exits_3_and_says_what_resolves_it(
+def test_an_audit_too_small_for_its_budget_is_inconclusive_exits_3_and_says_what_resolves_it(
         tracking, fresh_weights, capsys):
     version = fresh_weights("tgt/1", "gate-small")
     code = _audit(tracking, "gate-small", version, "--max-tpr-at-fpr", "0.1:0.2", "--run-name", "small",
@@ -180,7 +180,7 @@ def test_item2_an_audit_too_small_for_its_budget_is_inconclusive_exits_3_and_say
     assert "more member groups" in out or "more member users" in out or "no number of member" in out
 
 
-def test_item4_re_registered_weights_inherit_a_fail(tracking, fresh_weights, audit_result, capsys, caplog):
+def test_re_registered_weights_inherit_a_fail(tracking, fresh_weights, audit_result, capsys, caplog):
     before = fresh_weights("tgt/2", "leaky-before")  # the same logged model registered twice before the fail
     audited = fresh_weights("tgt/2", "leaky-audited")
     assert _audit(tracking, "leaky-before", before) == 0
@@ -212,7 +212,7 @@ def test_item4_re_registered_weights_inherit_a_fail(tracking, fresh_weights, aud
     assert _audit(tracking, "leaky-after", after, "--max-tpr-at-fpr", "0.1:0.9") == 3  # a real audit: these leak
 
 
-def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(tracking, fresh_weights, tmp_path, caplog):
+def test_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(tracking, fresh_weights, tmp_path, caplog):
     from mlflow_mia.entrypoints.cli import main
 
     version = fresh_weights("tgt/2", "gate-wash")
@@ -233,7 +233,7 @@ def test_item4_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(trackin
     assert tags["mia.gate"] == "fail" and tags["mia.gate.run_id"] == failed  # ... and clears nothing
 
 
-def test_item4_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
+def test_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
         tracking, fresh_weights, monkeypatch, caplog):
     import mlflow_mia.audits.membership
 
@@ -263,7 +263,7 @@ def test_item4_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept
     assert f"mia.gate=fail was written by run {other} after this audit began; it is kept" in caplog.text
 
 
-def test_item4_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_recorded(
+def test_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_recorded(
         tracking, fresh_weights, monkeypatch, capsys):
     import mlflow_mia.audits.membership
 

@@ -49,7 +49,7 @@ def _evil_folder(store_model_uri: str, dst: Path, marker: Path) -> Path:
     return path
 
 
-def test_item1_auditing_a_model_never_runs_code_shipped_in_it(tracking, tmp_path):
+def test_auditing_a_model_never_runs_code_shipped_in_it(tracking, tmp_path):
     marker = tmp_path / "pwned"
     folder = _evil_folder("models:/tgt/1", tmp_path / "evil", marker)
     with pytest.raises(ValueError, match="trust_remote_code"):
@@ -57,7 +57,7 @@ def test_item1_auditing_a_model_never_runs_code_shipped_in_it(tracking, tmp_path
     assert not marker.exists()
 
 
-def test_item1_a_hugging_face_folder_with_remote_code_is_refused(tmp_path):
+def test_a_hugging_face_folder_with_remote_code_is_refused(tmp_path):
     from mlflow_mia.signals.testing import tiny_bert
 
     marker = tmp_path / "pwned"
@@ -75,7 +75,7 @@ def test_item1_a_hugging_face_folder_with_remote_code_is_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_item1_the_cli_refuses_remote_code_without_the_flag(tracking, tmp_path, capsys):
+def test_the_cli_refuses_remote_code_without_the_flag(tracking, tmp_path, capsys):
     from mlflow_mia.entrypoints.cli import main
 
     marker = tmp_path / "pwned"
@@ -90,7 +90,7 @@ def _version_tags(name, version):
     return dict(mlflow.MlflowClient().get_model_version(name, str(version)).tags or {})
 
 
-def test_item3_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, capsys):
+def test_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, capsys):
     from mlflow_mia.entrypoints.cli import main
 
     fake = Path(mlflow.artifacts.download_artifacts("models:/tgt/2", dst_path=str(tmp_path / "fake")))
@@ -108,7 +108,7 @@ def test_item3_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, cap
         {k: v for k, v in before.items() if k != "mia.weights_sha256"}
 
 
-def test_item3_a_folder_with_the_registered_weights_keeps_its_identity(tracking, tmp_path):
+def test_a_folder_with_the_registered_weights_keeps_its_identity(tracking, tmp_path):
     from mlflow_mia.signals.identity import weights_digest
 
     real = Path(mlflow.artifacts.download_artifacts("models:/tgt/2", dst_path=str(tmp_path / "real")))
@@ -131,7 +131,7 @@ def _audit(tracking, name, version, *extra):
     return main(["audit", "--target", f"models:/{name}/{version}", *tracking.cli_args(*extra)])
 
 
-def test_item4_a_re_audit_without_a_gate_keeps_the_fail(tracking, gated_version):
+def test_a_re_audit_without_a_gate_keeps_the_fail(tracking, gated_version):
     name, version = gated_version
     assert _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.5") == 3
     assert _version_tags(name, version)["mia.gate"] == "fail"
@@ -139,7 +139,7 @@ def test_item4_a_re_audit_without_a_gate_keeps_the_fail(tracking, gated_version)
     assert _version_tags(name, version)["mia.gate"] == "fail"
 
 
-def test_item4_a_weaker_passing_audit_does_not_flip_a_fail(tracking, gated_version):
+def test_a_weaker_passing_audit_does_not_flip_a_fail(tracking, gated_version):
     name, version = gated_version
     assert _audit(tracking, name, version, "--attacks", "loss,likelihood_ratio", "--max-tpr-at-fpr", "0.1:0.5") == 3
     # Naming one attack cannot choose a pass: the gate still runs every attack the reference allows.
@@ -154,7 +154,7 @@ def test_item4_a_weaker_passing_audit_does_not_flip_a_fail(tracking, gated_versi
     assert _version_tags(name, version)["mia.gate"] == "fail"
 
 
-def test_item4_a_failing_audit_without_version_tags_still_records_the_fail(tracking, gated_version):
+def test_a_failing_audit_without_version_tags_still_records_the_fail(tracking, gated_version):
     name, version = gated_version
     assert _audit(tracking, name, version) == 0
     assert "mia.gate" not in _version_tags(name, version)
@@ -164,7 +164,7 @@ def test_item4_a_failing_audit_without_version_tags_still_records_the_fail(track
     assert tags["mia.gate"] == "fail" and tags["mia.likelihood_ratio.auc"] == auc_before
 
 
-def test_item7_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path, monkeypatch):
+def test_a_failed_gate_and_a_broken_audit_exit_differently(tracking, gated_version, tmp_path, monkeypatch):
     from mlflow_mia.entrypoints.cli import EXIT_GATE_FAILED, main
     from mlflow_mia.signals.cache import SignalCache
 
@@ -240,7 +240,7 @@ def no_weights_loaded(monkeypatch):
 
 
 @pytest.mark.parametrize("form", ["absolute", "dotdot"])
-def test_high5_model_binary_outside_the_artifact_is_refused_before_loading(tracking, tmp_path, form,
+def test_model_binary_outside_the_artifact_is_refused_before_loading(tracking, tmp_path, form,
                                                                           no_weights_loaded):
     folder = _saved("models:/tgt/2", tmp_path / "leaky")
     elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
@@ -250,7 +250,7 @@ def test_high5_model_binary_outside_the_artifact_is_refused_before_loading(track
     assert no_weights_loaded == []
 
 
-def test_high5_a_registered_version_with_model_binary_outside_is_refused_and_left_untagged(tracking, tmp_path,
+def test_a_registered_version_with_model_binary_outside_is_refused_and_left_untagged(tracking, tmp_path,
                                                                                            capsys):
     """The attack of the issue: a version whose MLmodel loads another model's weights gets no verdict."""
     folder = _saved("models:/tgt/2", tmp_path / "leaky")
@@ -266,7 +266,7 @@ def test_high5_a_registered_version_with_model_binary_outside_is_refused_and_lef
     assert not any(k.startswith("mia.") for k in _version_tags(name, version))
 
 
-def test_high5_a_symlinked_model_folder_is_refused_by_name(tracking, tmp_path, no_weights_loaded):
+def test_a_symlinked_model_folder_is_refused_by_name(tracking, tmp_path, no_weights_loaded):
     folder = _saved("models:/tgt/2", tmp_path / "linked")
     elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
     shutil.rmtree(folder / "model")
@@ -276,7 +276,7 @@ def test_high5_a_symlinked_model_folder_is_refused_by_name(tracking, tmp_path, n
     assert no_weights_loaded == []
 
 
-def test_high5_a_weights_file_linked_outside_the_artifact_is_refused(tracking, tmp_path, no_weights_loaded):
+def test_a_weights_file_linked_outside_the_artifact_is_refused(tracking, tmp_path, no_weights_loaded):
     folder = _saved("models:/tgt/2", tmp_path / "linked")
     elsewhere = _saved("models:/tgt/1", tmp_path / "benign")
     (folder / "model" / "model.safetensors").unlink()
@@ -329,7 +329,7 @@ def _hf_folder(path: Path, *, seed: int = 3) -> Path:
     return path
 
 
-def test_high5_pickle_weights_get_a_named_refusal_unless_trusted(tracking, tmp_path):
+def test_pickle_weights_get_a_named_refusal_unless_trusted(tracking, tmp_path):
     import torch
     from safetensors.torch import load_file
 
@@ -347,7 +347,7 @@ def test_high5_pickle_weights_get_a_named_refusal_unless_trusted(tracking, tmp_p
         resolve_model(str(saved))
 
 
-def test_high5_a_forged_weights_tag_does_not_lend_a_registry_identity(tracking, tmp_path, caplog):
+def test_a_forged_weights_tag_does_not_lend_a_registry_identity(tracking, tmp_path, caplog):
     """A folder with other weights claims a version whose mia.weights_sha256 tag was forged to match it."""
     from mlflow_mia.signals.identity import weights_digest
 
@@ -425,7 +425,7 @@ def _labels_found_by_recomputing(run, root: Path, texts) -> dict:
     return found
 
 
-def test_high1_no_membership_oracle_in_the_logged_tables_by_default(tracking, tmp_path):
+def test_no_membership_oracle_in_the_logged_tables_by_default(tracking, tmp_path):
     from mlflow_mia.tracking.audit_log import RISKY_COLUMNS, SAMPLE_COLUMNS
 
     texts, labels = tracking.pool["text"].tolist(), tracking.pool["is_member"].tolist()
@@ -449,7 +449,7 @@ def test_high1_no_membership_oracle_in_the_logged_tables_by_default(tracking, tm
 # --- The evaluate path made safe (issue 21, High 6 and item 5) ---------------------------------------------------
 
 
-def test_high6_evaluate_with_model_none_never_runs_code_of_a_registered_model(tracking, tmp_path):
+def test_evaluate_with_model_none_never_runs_code_of_a_registered_model(tracking, tmp_path):
     """mlflow.models.evaluate(model=None, target_model=...) loads the registry model with the audit's loader."""
     marker = tmp_path / "pwned"
     folder = _evil_folder("models:/tgt/1", tmp_path / "evil", marker)
@@ -467,7 +467,7 @@ def test_high6_evaluate_with_model_none_never_runs_code_of_a_registered_model(tr
         assert not marker.exists()
 
 
-def test_high6_trust_remote_code_docs_no_longer_claim_to_protect_model():
+def test_trust_remote_code_docs_say_it_cannot_protect_a_loaded_model():
     from mlflow_mia.options.audit import CONFIG_KEYS
 
     text = CONFIG_KEYS["trust_remote_code"]

@@ -10,7 +10,7 @@ from mlflow_mia.metrics import prompts as pm
 from mlflow_mia.signals.entity_confidence import TokenClassifier, entity_confidence
 from mlflow_mia.signals.ner_testing import tiny_token_classifier
 
-from .test_ner_audit import HAND, PROMPTS, names_table
+from ner_tables import HAND, PROMPTS, names_table
 
 CFG = NerAuditConfig(bootstrap_rounds=30, fprs=(0.1,), token_removal=False)
 

@@ -1,4 +1,4 @@
-"""Parsing of the flat evaluator_config['mia'] dict (the release gate itself: test_gate.py)."""
+"""Parsing of the flat evaluator_config['mia'] dict (the release gate itself: tests/tracking/test_registry_gate.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_invalid_config_is_rejected(bad, match):
 
 
 @pytest.mark.parametrize("prefix", ["../x/", "a/../../b", "/abs/", "./", "a/./b", "..", "a\\b"])
-def test_item21_traversal_metric_prefix_is_refused_at_parse_time(prefix):
+def test_traversal_metric_prefix_is_refused_at_parse_time(prefix):
     """Before any audit runs: the prefix becomes part of artifact paths."""
     for parse in (parse_options, _parse_ner):
         with pytest.raises(ValueError, match="metric_prefix .* may only hold"):
@@ -111,7 +111,7 @@ def test_gate_alphas_are_added_to_fprs():
 
 @pytest.mark.parametrize("device, match", [("banana", "device 'banana' is not a torch device"),
                                            ("cuda:7", "device 'cuda:7'")])
-def test_item10_device_is_validated_when_the_config_is_parsed(device, match, monkeypatch):
+def test_device_is_validated_when_the_config_is_parsed(device, match, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -121,7 +121,7 @@ def test_item10_device_is_validated_when_the_config_is_parsed(device, match, mon
     assert parse_options({"device": "cuda:0"})[1].device == "cuda:0"
 
 
-def test_item10_allow_tokenizer_mismatch_option():
+def test_allow_tokenizer_mismatch_parses_and_requires_the_pll_signal():
     config, _ = parse_options({"allow_tokenizer_mismatch": "true", "signal": "pll"})
     assert config.allow_tokenizer_mismatch
     with pytest.raises(ValueError, match="requires signal='pll'"):

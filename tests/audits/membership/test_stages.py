@@ -175,8 +175,6 @@ def test_misaligned_or_misshaped_signals_are_rejected(setup):
         AuditSignals({"target": sig(5), "reference": sig(4)})
     with pytest.raises(ValueError, match=r"'neighbour_values' must be 1-D .* got shape \(5, 2\)"):
         AuditSignals({"target": sig(5), "neighbour_values": np.zeros((5, 2))})
-    with pytest.raises(ValueError, match=r"the input 'neighbour_energy' is now named 'neighbour_values'"):
-        AuditSignals({"target": sig(5), "neighbour_energy": np.zeros(5)})
     with pytest.raises(ValueError, match=r"extras 'token_ids' have 3 rows; expected one per pool text \(40\)"):
         score_audit(AuditSignals({"target": sig(rows)}, extras=AuditExtras(token_ids=(np.zeros(1),) * 3)), pool,
                     population, loss)
@@ -188,11 +186,9 @@ def test_misaligned_or_misshaped_signals_are_rejected(setup):
         SignalResult.from_arrays(np.zeros(5), n_tokens=np.zeros(4))
 
 
-def test_signal_result_energy_was_removed_in_favour_of_values():
+def test_signal_result_keeps_its_kind_through_take():
     sig = SignalResult.from_arrays([1.0, 2.0], n_tokens=[3, 4], kind="pll")
     assert sig.kind == "pll" and sig.take([1]).kind == "pll" and sig.take([1]).values.tolist() == [2.0]
-    with pytest.raises(AttributeError, match=r"SignalResult.energy was removed: read SignalResult.values"):
-        sig.energy
 
 
 def test_top_level_exports():

@@ -148,7 +148,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     (["analyze", "--device", "banana"], "device 'banana' is not a torch device"),
     (["audit", "--hash-key-file", "/nonexistent/mia.key"], "hash key file '/nonexistent/mia.key' does not exist"),
 ])
-def test_item21_fprs_abc_and_other_bad_values_name_the_option(argv, message, capsys):
+def test_fprs_abc_and_other_bad_values_name_the_option(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err, err
@@ -183,7 +183,7 @@ _NOT_CREATABLE = "cache_dir '{}' cannot be created: '{}' is not a folder (it is 
      "anyone who reads it can look up every logged hash; keep a secret key readable by you only: chmod 600 "
      "/etc/passwd, or make a new one with (umask 077; "),
 ])
-def test_issue32_low_items_name_the_option_and_exit_2(argv, message, tmp_path, capsys):
+def test_bad_option_values_are_refused_at_parse_time_naming_the_option_exit_2(argv, message, tmp_path, capsys):
     """Each bad value is refused while the flags are parsed (exit 2), naming the option (issue 32, low items)."""
     import os
 
@@ -197,7 +197,7 @@ def test_issue32_low_items_name_the_option_and_exit_2(argv, message, tmp_path, c
     assert message.format(f"{file}/sub", file) in err, err
 
 
-def test_issue32_a_hash_key_file_others_can_read_a_folder_or_a_short_key_is_refused(tmp_path):
+def test_a_hash_key_file_others_can_read_a_folder_or_a_short_key_is_refused(tmp_path):
     from mlflow_mia.hashing import resolve_hash_key
 
     key = tmp_path / "mia.key"
@@ -219,7 +219,7 @@ def test_issue32_a_hash_key_file_others_can_read_a_folder_or_a_short_key_is_refu
 
 
 @pytest.mark.parametrize("gate", [0.05, [0.05], [0.01, 0.05], {0.01: "high"}])
-def test_issue32_evaluator_max_tpr_at_fpr_as_one_number_names_the_key_and_the_form(gate):
+def test_evaluator_max_tpr_at_fpr_as_one_number_names_the_key_and_the_form(gate):
     """``max_tpr_at_fpr=0.05`` was a TypeError ('float' object is not iterable)."""
     with pytest.raises(ValueError, match=r"^max_tpr_at_fpr .* is not a budget: give ALPHA:MAX, e.g. '0.01:0.05' \(the "
                                          r"TPR at FPR 0.01 may be at most 0.05\), a list of those or a dict "
@@ -231,7 +231,7 @@ def test_issue32_evaluator_max_tpr_at_fpr_as_one_number_names_the_key_and_the_fo
             (0.01, 0.05),)
 
 
-def test_issue32_a_cache_folder_that_cannot_be_made_is_named_not_an_oserror(tmp_path, monkeypatch):
+def test_a_cache_folder_that_cannot_be_made_is_named_not_an_oserror(tmp_path, monkeypatch):
     """$MLFLOW_MIA_CACHE (no option parsing on the way) pointing at a device: a named ValueError."""
     from mlflow_mia.signals.cache import SignalCache
 
@@ -244,7 +244,7 @@ def test_issue32_a_cache_folder_that_cannot_be_made_is_named_not_an_oserror(tmp_
 
 
 @pytest.mark.parametrize("command", ["audit", "compare"])
-def test_item21_bootstrap_rounds_minus_one_is_refused(command, capsys):
+def test_bootstrap_rounds_minus_one_is_refused(command, capsys):
     assert main([command, "--bootstrap-rounds", "-1"]) == 2
     assert "bootstrap_rounds must be an int >= 0, got '-1'" in capsys.readouterr().err
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a temporary sqlite tracking store with tiny registered models.
+"""Shared fixtures (made visible to every folder by ``tests/conftest.py``): a temporary sqlite tracking store with tiny
+registered models.
 
 Registered once per session (logging a transformers model takes seconds):
 

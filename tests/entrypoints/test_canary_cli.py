@@ -86,7 +86,7 @@ def test_no_canary_text_or_secret_reaches_the_store_caches_or_logs(tracking, can
     assert searched > 10
 
 
-def test_item4_the_cache_and_the_params_hold_no_recoverable_canary_secret(
+def test_the_cache_and_the_params_hold_no_recoverable_canary_secret(
         tracking, tmp_path, monkeypatch):
     import sqlite3
 
@@ -132,7 +132,7 @@ def test_item4_the_cache_and_the_params_hold_no_recoverable_canary_secret(
     assert matches > 0  # the counts alone do narrow the seeds, as the red team found; the seeds are not the set
 
 
-def test_item3_a_canary_fail_is_cleared_by_neither_a_looser_budget_nor_another_canary_set(
+def test_a_canary_fail_is_cleared_by_neither_a_looser_budget_nor_another_canary_set(
         tracking, fresh_weights, tmp_path, monkeypatch, caplog):
     """The red team's washes, replayed with the record-level bound set as they measured it (1.57)."""
     import mlflow_mia.tracking.canary_log as canary_log

@@ -180,7 +180,7 @@ def _logged_text(run_id, tmp_path) -> str:
     return "\n".join(blobs + [f"{k}={v}" for k, v in {**data.params, **data.tags}.items()])
 
 
-def test_item5_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_path, monkeypatch):
+def test_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_path, monkeypatch):
     import hashlib
 
     result, pool, population = audit
@@ -208,7 +208,7 @@ def test_item5_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_pat
     assert "your key (env" in artifacts["report"].content
 
 
-def test_item5_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, caplog):
+def test_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, caplog):
     from mlflow_mia import lookup_hash
 
     result, pool, population = audit
@@ -227,7 +227,7 @@ def test_item5_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeyp
     assert lookup_hash(pool.texts[0], "any key of sixteen bytes") not in first
 
 
-def test_item5_hash_key_file_and_short_keys(tmp_path, monkeypatch):
+def test_hash_key_file_beats_the_env_key_and_short_keys_are_refused(tmp_path, monkeypatch):
     from mlflow_mia.hashing import HashKey, lookup_hash, resolve_hash_key
     from mlflow_mia.options.audit import parse_options
 

@@ -178,7 +178,7 @@ def _report(run_id, tmp_path) -> str:
         return fh.read()
 
 
-def test_high6_model_none_with_target_model_audits_the_registry_model(tracking, tmp_path, caplog):
+def test_model_none_with_target_model_audits_the_registry_model(tracking, tmp_path, caplog):
     with caplog.at_level("WARNING"):
         run_id, result = _evaluate(tracking, None, target_model="models:/tgt@candidate", bootstrap_rounds=0,
                                    tag_model_version=False)
@@ -189,7 +189,7 @@ def test_high6_model_none_with_target_model_audits_the_registry_model(tracking, 
     assert "pyfunc loader" not in caplog.text and "pyfunc loader" not in _report(run_id, tmp_path)
 
 
-def test_high6_a_model_loaded_by_mlflow_gets_a_loud_warning(tracking, tmp_path, caplog):
+def test_a_model_loaded_by_mlflow_gets_a_loud_warning(tracking, tmp_path, caplog):
     from mlflow_mia.entrypoints.evaluator import PYFUNC_WARNING
 
     warning = PYFUNC_WARNING.format(command="audit --target")
@@ -199,7 +199,7 @@ def test_high6_a_model_loaded_by_mlflow_gets_a_loud_warning(tracking, tmp_path, 
     assert f"- {warning}" in _report(run_id, tmp_path)
 
 
-def test_high6_the_model_must_be_given_exactly_once(tracking):
+def test_the_model_must_be_given_exactly_once(tracking):
     with pytest.raises(ValueError, match=r"pass model=None with evaluator_config=\{'mia': \{'target_model'"):
         _evaluate(tracking, None)
     with pytest.raises(ValueError, match=r"the model is given twice \(model= and target_model='models:/tgt/1'\)"):

@@ -172,7 +172,7 @@ def _row_hashes(cache: SignalCache) -> set:
         return {h for (h,) in conn.execute("SELECT text_hash FROM signal_rows")}
 
 
-def test_item4_the_cache_holds_no_recoverable_canary_secret(digit_lm, reference_lm, canaries, tmp_path):
+def test_the_cache_holds_no_recoverable_canary_secret(digit_lm, reference_lm, canaries, tmp_path):
     key = HashKey.from_bytes(b"k" * 32, source="test")
     config = CanaryAuditConfig(n_candidates=100, bootstrap_rounds=0)  # 100 of 1,000 secrets sampled per template
     cache = SignalCache(tmp_path / "cache")
@@ -197,7 +197,7 @@ def test_item4_the_cache_holds_no_recoverable_canary_secret(digit_lm, reference_
     assert other.count() == 0
 
 
-def test_item4_keyed_rows_give_the_unkeyed_values_and_never_meet_unkeyed_rows(digit_lm, tmp_path):
+def test_keyed_rows_give_the_unkeyed_values_and_never_meet_unkeyed_rows(digit_lm, tmp_path):
     texts = ["the record is 123", "the dose was 456 mg"]
     cache = SignalCache(tmp_path / "cache")
     config = CanaryAuditConfig(signal="energy", num_masks=3).signal_config()  # masks still come from sha256(text)
