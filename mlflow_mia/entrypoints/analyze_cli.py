@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank
 
 __all__ = ["add_analyze_parser", "cmd_analyze"]
@@ -51,4 +52,4 @@ def cmd_analyze(args) -> int:
           f"findings logged to run {result.run_id}: tables/findings.csv, findings.md, plots/findings/")
     for name, why in result.skipped.items():
         print(f"skipped {name}: {why}")
-    return 0
+    return EXIT_OK

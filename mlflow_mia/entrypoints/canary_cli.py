@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 
+from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.options.values import blank as _blank
 
@@ -30,7 +30,6 @@ if __doc__:
 
 __all__ = ["add_canary_parser", "cmd_canary_audit", "evaluate_canaries", "load_canary_set"]
 
-EXIT_OK, EXIT_GATE_FAILED = 0, 3
 
 
 def add_canary_parser(sub) -> argparse.ArgumentParser:
@@ -175,19 +174,15 @@ def _demo(args, cfg, options) -> int:
     """
     import mlflow
 
-    from mlflow_mia.tracking.runs import use_experiment
-    from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description, worst_verdict
+    from mlflow_mia.tracking.runs import outside_project_run, use_experiment
+    from mlflow_mia.tracking.verdict import canary_verdict, describe_nested
 
     try:
         from mlflow_mia.demo.canary import build_canary_demo
     except ImportError as exc:
         raise ValueError(f"the canary demo is not available ({exc}); give --target and --canaries") from None
-    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
-    try:
+    with outside_project_run() as project_run:
         demo = build_canary_demo(size=args.demo_size, progress=options.progress)
-    finally:
-        if project_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = project_run
     use_experiment(_blank(args.experiment))
     canaries = load_canary_set(demo.canaries_path)
     blocked, verdicts = False, []
@@ -199,11 +194,8 @@ def _demo(args, cfg, options) -> int:
             blocked = blocked or (gate is not None and not gate.passed)
             verdicts.append((label, canary_verdict(result.metrics, gate, confidence=cfg.confidence)))
         if parent is not None:
-            verdict = worst_verdict(verdicts)
-            lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
-            describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict,
-                         name=f"canary-audit demo-{args.demo_size}",
-                         description=run_description(verdict, "One nested run per demo target:\n\n" + lines))
+            describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts,
+                            name=f"canary-audit demo-{args.demo_size}", heading="One nested run per demo target:")
     return EXIT_GATE_FAILED if blocked else EXIT_OK
 
 

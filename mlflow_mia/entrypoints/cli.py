@@ -30,7 +30,8 @@ import os
 import sys
 
 from mlflow_mia.options.schema import add_arguments
-from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result, quiet_output
+from mlflow_mia.entrypoints.common import (EXIT_ERROR, EXIT_GATE_FAILED, EXIT_MEANINGS, EXIT_OK, EXIT_USAGE,
+                                         build_demo_for_audit, config_and_inputs, print_result, quiet_output)
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
 from mlflow_mia.tracking.runs import use_experiment
@@ -39,12 +40,6 @@ from mlflow_mia.options.values import blank as _blank
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger(__name__)
-
-# 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
-#: What each non-zero exit code means, in the words a failed ``mlflow run`` project run records.
-EXIT_MEANINGS = {EXIT_ERROR: "the audit broke: a bug or an environment fault", EXIT_USAGE: "usage or input error",
-                 EXIT_GATE_FAILED: "the release gate did not pass"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,8 +150,7 @@ def _cmd_audit(args) -> int:
     import mlflow
 
     from mlflow_mia.tracking.audit_run import audit_and_log
-    from mlflow_mia.tracking.verdict import (audit_run_name, audit_verdict, describe_run, references_label,
-                                             run_description, worst_verdict)
+    from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
     from mlflow_mia.models.resolve import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
@@ -195,10 +189,8 @@ def _cmd_audit(args) -> int:
             _print_audit(target, refs, result, run, gate)
             verdicts.append((child, audit_verdict(result, gate)))
             blocked |= gate is not None and not gate.passed
-        verdict = worst_verdict(verdicts)
-        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
-        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict, name=name,
-                     description=run_description(verdict, "One nested run per reference:\n\n" + lines))
+        verdict = describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts, name=name,
+                                  heading="One nested run per reference:")
     print(verdict.line())
     return EXIT_GATE_FAILED if blocked else EXIT_OK
 

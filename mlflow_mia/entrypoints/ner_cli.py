@@ -13,8 +13,8 @@ tagger's confidence, prompt by prompt).
 from __future__ import annotations
 
 import argparse
-import os
 
+from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank as _blank
 
 __all__ = ["add_ner_parser", "cmd_ner_audit"]
@@ -100,16 +100,14 @@ def _demo(args, cfg, options):
     from mlflow_mia.tracking.artifacts import to_json
     from mlflow_mia.audits.ner.names import read_private_table
     from mlflow_mia.audits.ner.report import render_ner_report
-    from mlflow_mia.tracking.verdict import describe_run, ner_verdict, run_description, short_model_name, worst_verdict
+    from mlflow_mia.tracking.runs import outside_project_run
+    from mlflow_mia.tracking.verdict import describe_nested, ner_verdict, short_model_name
 
-    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
-        demo = build_wnut_demo(size=args.demo_size, progress=options.progress)
+        with outside_project_run():
+            demo = build_wnut_demo(size=args.demo_size, progress=options.progress)
     except ModuleNotFoundError as exc:
         raise ValueError(f"the NER demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
-    finally:
-        if project_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = project_run
     names_a = read_private_table(demo.names_path)
     names_b = names_a.assign(is_member=1 - names_a["is_member"])
     with mlflow.start_run(run_name=f"ner-audit wnut-{args.demo_size}") as parent:
@@ -143,13 +141,10 @@ def _demo(args, cfg, options):
         print("controlled (mean of A and B): " + ", ".join(
             f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items() if k.endswith("controlled/best_prompt_mmem")))
         verdicts = [(f"model {k}", ner_verdict(r.metrics, r.entity_types)) for k, r in results.items()]
-        verdict = worst_verdict(verdicts)
-        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
-        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict,
-                     description=run_description(verdict, "Two taggers trained on swapped halves of the names.\n\n"
-                                                 + lines))
+        describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts,
+                        heading="Two taggers trained on swapped halves of the names.")
     _last_lines(parent.info.run_id)
-    return 0
+    return EXIT_OK
 
 
 def cmd_ner_audit(args) -> int:
@@ -186,4 +181,4 @@ def cmd_ner_audit(args) -> int:
                                 nested=False, title=None)
     _print(result, "model")
     _last_lines(run_id)
-    return 0
+    return EXIT_OK

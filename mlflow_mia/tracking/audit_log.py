@@ -47,8 +47,8 @@ import logging
 import math
 import time
 
-from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, keyed_table, log_figures,
-                                           log_files, to_json, write_text)
+from mlflow_mia.tracking.artifacts import (SAMPLE_COLUMNS, active_run_id, check_metric_names, dataset_digest,
+                                           keyed_table, log_figures, log_files, to_json, write_text)
 from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 
@@ -159,10 +159,6 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
 LARGE_TABLE_ROWS = 200_000
 
 
-#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length);
-#: ``sample_id``, ``group`` and ``text_hmac`` hold keyed hashes (``mlflow_mia.lookup_hash`` of the id, group, text).
-#: What a reader looks at comes first, the 64-character keyed hashes last (a CSV grid opens on the left).
-SAMPLE_COLUMNS = ("sample_id", "label", "group", "text_hmac")
 #: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
 RISKY_COLUMNS = ("attack", "flagged_at_fpr", "group", "text_hmac")
 _FIRST = ("attack", "sample_id", "text", "label", "flagged_at_fpr", "score")
