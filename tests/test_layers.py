@@ -2,7 +2,8 @@
 
 data and configs -> canaries (planted records) -> signals (per model) -> attacks -> metrics -> plots -> options ->
 models (where models come from) -> engines (where stage 1 runs) -> audits (membership,
-NER) -> tracking (MLflow logging and registry tags) -> demo -> analyze -> entry points.
+NER, canary) -> tracking (MLflow logging and registry tags) -> pipeline (runs an audit, hands the
+result to tracking; the AUDITS registry) -> demo -> analyze -> entry points.
 A module may import its own layer and the ones below it, never one above (not even
 inside a function): a new capability then has one obvious home.
 """
@@ -18,7 +19,7 @@ ROOT = Path(mlflow_mia.__file__).parent
 
 #: Bottom to top. Top-level modules of the package count as the bottom layer.
 LAYERS = ("core", "canaries", "signals", "attacks", "metrics", "plots", "options", "models", "engines", "audits", "tracking",
-          "demo", "analyze", "entrypoints")
+          "pipeline", "demo", "analyze", "entrypoints")
 CORE = {"__init__", "config", "data", "hashing", "naming", "option"}
 
 

@@ -255,7 +255,7 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
     import mlflow
 
     from mlflow_mia.audits.membership import run_audit
-    from mlflow_mia.tracking.audit_run import model_records
+    from mlflow_mia.pipeline.membership import model_records
     from mlflow_mia.tracking.audit_log import log_audit
 
     pool, population = data

@@ -37,7 +37,7 @@ def compare(args, flat_config) -> bool:
     """
     import mlflow
 
-    from mlflow_mia.tracking.audit_run import resolve_generator
+    from mlflow_mia.pipeline.membership import resolve_generator
     from mlflow_mia.tracking.verdict import describe_nested
     from mlflow_mia.models.resolve import resolve_model
 
@@ -95,7 +95,7 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
     import mlflow
     import pandas as pd
 
-    from mlflow_mia.tracking.audit_run import audit_and_log
+    from mlflow_mia.pipeline.membership import audit_and_log
     from mlflow_mia.tracking.verdict import audit_verdict
     from mlflow_mia.models.resolve import resolve_model
 

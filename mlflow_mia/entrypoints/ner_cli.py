@@ -12,48 +12,24 @@ tagger's confidence, prompt by prompt).
 
 from __future__ import annotations
 
-import argparse
-
 from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank as _blank
 
-__all__ = ["add_ner_parser", "cmd_ner_audit"]
-
-
-def add_ner_parser(sub) -> argparse.ArgumentParser:
-    """Add the ``ner-audit`` subcommand to an ``argparse`` subparsers object (its options: the declarations)."""
-    from mlflow_mia.options.schema import add_arguments
-
-    p = sub.add_parser(
-        "ner-audit", help="NER prompt memorization audit of a token-classification model (Xia et al. 2025)",
-        description="Fill prompts with in-sample and out-of-sample entity names, read the model's entity "
-                    "confidence and report each prompt's M-MEM (AUC), best/worst prompts, baselines, ensembles and "
-                    "token removal. Without --model, builds and audits the WNUT-16 demo (two taggers on swapped "
-                    "halves, each the other's control).")
-    add_arguments(p, "ner-audit")
-    return p
+__all__ = ["cmd_ner_audit"]
 
 
 def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str, reference_uri=None):
     import mlflow
 
-    from mlflow_mia.audits.ner.audit import ner_audit
-    from mlflow_mia.tracking.ner_log import log_ner_audit
-    from mlflow_mia.models.ner import resolve_token_classifier, tagger_params
-    from mlflow_mia.signals.entity_confidence import ConfidenceCache
+    from mlflow_mia.audits.base import Settings
+    from mlflow_mia.models.ner import resolve_token_classifier
+    from mlflow_mia.pipeline.ner import ner_audit_and_log
 
     tagger = resolve_token_classifier(model_uri)
     reference = resolve_token_classifier(reference_uri) if reference_uri else None
-    result = ner_audit(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
-                       config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
-                       progress=options.progress, hash_key=options.hash_key,
-                       reference=reference.lm if reference is not None else None)
-    params = tagger_params(tagger)
-    if reference is not None:
-        params["ner.reference_model"] = reference.resolved_uri
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
-        log_ner_audit(result, run_id=run.info.run_id, log_texts=options.log_texts, params=params,
-                      title=title, log_samples=options.log_samples)
+        result, _ = ner_audit_and_log(tagger, names, Settings(cfg, options), reference=reference,
+                                      run_id=run.info.run_id, title=title)
     return result, run.info.run_id
 
 
@@ -155,7 +131,7 @@ def cmd_ner_audit(args) -> int:
     """
     import mlflow
 
-    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
+    from mlflow_mia.audits.ner.kind import parse_ner_config
     from mlflow_mia.tracking.runs import use_experiment
     from mlflow_mia.tracking.verdict import short_model_name
     from mlflow_mia.options.schema import flat_from_args

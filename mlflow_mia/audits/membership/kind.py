@@ -34,8 +34,13 @@ def load_inputs(frame, settings: Settings):
     Raises
     ------
     ValueError
-        As :func:`~mlflow_mia.audits.membership.inputs.load_inputs`.
+        ``frame`` is not a DataFrame, or as :func:`~mlflow_mia.audits.membership.inputs.load_inputs`.
     """
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError("the mia evaluator needs `data` as a pandas DataFrame (or a dataset built from one) "
+                         "with a text column and a membership label column")
     return load_tables(frame, settings.options)
 
 

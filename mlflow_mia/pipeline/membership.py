@@ -2,8 +2,10 @@
 
 :func:`audit_and_log` resolves the neighbour generator, runs
 :func:`~mlflow_mia.audits.membership.run_audit` on the engine the options name,
-checks the release gate and logs everything (:func:`~mlflow_mia.tracking.audit_log.log_audit`);
-:func:`model_records` says where each model came from.
+checks the release gate and hands the result to :mod:`mlflow_mia.tracking`, which logs it
+(:func:`~mlflow_mia.tracking.audit_log.log_audit`); :func:`model_records` says where each
+model came from; :func:`evaluate_run` and :func:`evaluator_metrics` are the parts
+:data:`mlflow_mia.pipeline.AUDITS` registers.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 
 from mlflow_mia.options.audit import MiaOptions
 
-__all__ = ["audit_and_log", "model_records", "resolve_generator"]
+__all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +125,44 @@ def resolve_generator(config, *, trust_remote_code: bool = False):
     if not uri or "generator" not in required_roles(config.attacks):
         return None
     return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)
+
+
+def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = True, notes=()):
+    """The ``mia`` evaluator's audit: the one reference set the options name, then :func:`audit_and_log`.
+
+    Parameters
+    ----------
+    target : ResolvedModel
+    inputs : (AuditDataset, PopulationSet)
+    settings : Settings
+        ``(AuditConfig, MiaOptions)``.
+
+    Returns
+    -------
+    (AuditResult, dict of artifacts)
+
+    Raises
+    ------
+    ValueError
+        ``reference_mode='each'`` with several references (one evaluate call logs one audit).
+    """
+    from mlflow_mia.models.resolve import resolve_model
+
+    config, options = settings
+    pool, population = inputs
+    sets = options.reference_sets("audit")
+    if len(sets) > 1:
+        raise ValueError("reference_mode='each' runs one audit per reference, and one mlflow.models.evaluate "
+                         "call logs one audit: call it once per reference, or use reference_mode='set'")
+    references = [resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code)
+                  for uri in sets[0]]
+    result, _, artifacts = audit_and_log(target, pool, population, config, options, references=references,
+                                         run_id=run_id, log_metrics=log_metrics, notes=notes)
+    return result, artifacts
+
+
+def evaluator_metrics(result, settings) -> dict[str, float]:
+    """The metrics logged to MLflow (:func:`~mlflow_mia.tracking.audit_log.mlflow_metrics`), prefixed."""
+    from mlflow_mia.tracking.audit_log import mlflow_metrics
+
+    return mlflow_metrics(result, prefix=settings.options.metric_prefix)
