@@ -112,8 +112,8 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
                 client.set_tag(child.info.run_id, "mia.compare_parent", parent.info.run_id)
                 result, gate, _ = audit_and_log(
                     target, pool, population, config, options, generator=generator,
-                    references=list(reference) if isinstance(reference, tuple) else None,
-                    reference=None if isinstance(reference, tuple) else reference,
+                    references=(list(reference) if isinstance(reference, tuple)
+                                else [] if reference is None else [reference]),
                     run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)})
             print(f"{label}:")
             print_result(result, child, gate)

@@ -12,6 +12,7 @@ import math
 import time
 
 from mlflow_mia.tracking.canary_log import gate_points, log_canary_audit
+from mlflow_mia.tracking.log_settings import LogSettings
 
 __all__ = ["canary_audit_and_log", "evaluate_run", "evaluator_metrics"]
 
@@ -59,12 +60,10 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
         points, eps = gate_points(result)
         verdict = gate.check(points, eps, confidence=config.confidence)
         log.info(verdict.verdict())
-    artifacts = log_canary_audit(result, canaries, run_id=run_id, hash_key=options.hash_key, gate=verdict,
-                                 log_texts=options.log_texts, log_samples=options.log_samples,
-                                 log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
-                                 model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
-                                 tag_headline=options.tag_model_version, clear_gate_fail=options.clear_gate_fail,
-                                 audit_started=started, run_name=run_name, planted_in=options.planted_in)
+    settings = LogSettings.from_options(options, gate=verdict, log_metrics=log_metrics, params=extra_params,
+                                        model_version=target.registry_versions or None,
+                                        weights_id=target.lm.weights_id, audit_started=started, run_name=run_name)
+    artifacts = log_canary_audit(result, canaries, run_id, settings)
     return result, verdict, artifacts
 
 

@@ -31,6 +31,7 @@ import logging
 import math
 import time
 
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
                                            write_text)
 
@@ -275,11 +276,8 @@ def _report(result, gate, canaries, verdict, record=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=None, gate=None,
-                     log_texts: bool = False, log_samples: bool = False, log_metrics: bool = True, prefix: str = "",
-                     params: dict | None = None, model_version=None, weights_id: str | None = None,
-                     tag_headline: bool = True, clear_gate_fail: bool = False, audit_started: int | None = None,
-                     client=None, run_name: str | None = None, planted_in: str | None = None) -> dict:
+def log_canary_audit(result, canaries, run_id: str | None = None, settings: LogSettings | None = None, *,
+                     client=None) -> dict:
     """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
 
     The run also gets the verdict (``mia.verdict`` and ``mia.verdict.reason``,
@@ -287,6 +285,18 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     unless it has one of the user's, the description: the verdict and the report's "In
     brief" paragraph (:func:`canary_brief`). Registry versions tagged here (headline tags,
     or a gate that did not pass) get ``mia.verdict`` and that description with a link to the run.
+
+    Parameters
+    ----------
+    result : CanaryAuditResult
+    canaries : CanarySet
+        The audited set (its digest and counts are logged, never its texts unless ``log_texts``).
+    run_id : str, optional
+        Default: the active run.
+    settings : LogSettings, optional
+        What is logged and how (:class:`~mlflow_mia.tracking.log_settings.LogSettings`: the gate verdict,
+        ``log_texts``, ``log_samples``, the prefix, the registry versions, ``planted_in``, ...).
+    client : MlflowClient, optional
 
     Raises
     ------
@@ -302,6 +312,11 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
     from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description
 
+    settings = settings or LogSettings()
+    log_texts, log_samples, log_metrics, prefix = (settings.log_texts, settings.log_samples, settings.log_metrics,
+                                                   settings.prefix)
+    gate, params, planted_in, run_name = settings.gate, settings.params, settings.planted_in, settings.run_name
+    hash_key, model_version = settings.hash_key, settings.model_version
     if log_texts and not log_samples:
         raise ValueError("log_texts writes canary texts into the per-canary table, which only log_samples=True "
                          "writes; set both")
@@ -351,10 +366,12 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
         table = _samples_table(result, canaries, hash_key, log_texts)
         files["tables/canaries.csv"] = ("csv", "canaries", lambda p: table.to_csv(p, index=False))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
+    tag_headline = settings.tag_headline
     if model_version is not None:
         try:
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
+                              clear_gate_fail=settings.clear_gate_fail, weights_id=settings.weights_id,
+                              audit_started=settings.audit_started,
                               headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
                               scope=CANARY_PREFIX)
         finally:  # a deleted version raises after the others are tagged: describe those too

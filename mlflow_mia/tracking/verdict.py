@@ -39,9 +39,9 @@ from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
-__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict", "describe_nested",
-           "short_model_name", "audit_run_name", "references_label", "run_description", "describe_run",
-           "describe_version", "run_url",
+__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
+           "describe_nested", "short_model_name", "audit_run_name", "references_label", "run_description",
+           "describe_run", "describe_version", "run_url",
            "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
