@@ -10,7 +10,7 @@ from mlflow_mia.audits.base import Audit, Settings
 from mlflow_mia.audits.canary.audit import score_canaries
 from mlflow_mia.audits.canary.signals import canary_signals
 from mlflow_mia.canaries import CanarySet
-from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.options.canary import parse_canary_config
 
 __all__ = ["CANARY", "parse", "load_canary_set", "load_canary_inputs"]
@@ -67,7 +67,7 @@ def load_canary_inputs(frame, settings: Settings) -> CanarySet:
 
 def resolve(model, settings: Settings):
     """The target masked LM, loaded without running code shipped with it (unless ``trust_remote_code``)."""
-    return resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
+    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
 
 
 CANARY = Audit(

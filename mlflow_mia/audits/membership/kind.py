@@ -11,7 +11,7 @@ from mlflow_mia.audits.base import Audit, Settings
 from mlflow_mia.audits.membership.inputs import load_inputs as load_tables
 from mlflow_mia.audits.membership.run import compute_audit_signals
 from mlflow_mia.audits.membership.scoring import score_audit
-from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.options.audit import parse_options
 
 __all__ = ["MEMBERSHIP", "parse", "load_inputs", "resolve"]
@@ -46,7 +46,7 @@ def load_inputs(frame, settings: Settings):
 
 def resolve(model, settings: Settings):
     """The target masked LM, loaded without running code shipped with it (unless ``trust_remote_code``)."""
-    return resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
+    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
 
 
 MEMBERSHIP = Audit(

@@ -32,7 +32,7 @@ from mlflow_mia.audits.ner.names import check_names_table
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.hashing import resolve_hash_key
-from mlflow_mia.models.ner import resolve_token_classifier
+from mlflow_mia.models import ner as ner_models
 from mlflow_mia.options.ner import NerOptions
 from mlflow_mia.options.schema import build, key_table, parse_values
 from mlflow_mia.options.values import mia_section
@@ -87,7 +87,7 @@ def load_names(frame, settings: Settings):
 
 def resolve(model, settings: Settings):
     """The token classifier under audit, loaded with a version-pinned identity (``.lm`` is the tagger)."""
-    return resolve_token_classifier(model)
+    return ner_models.resolve_token_classifier(model)  # looked up when called (tests replace the loader)
 
 
 NER = Audit(
