@@ -67,8 +67,8 @@ class Audit:
         ``run(target, inputs, settings, *, run_id, log_metrics, notes) -> (result, artifacts)``: both
         stages, the gate and the log; set by :mod:`mlflow_mia.pipeline` at registration.
     log : callable, optional
-        ``log(result, run_id, settings, **context) -> artifacts`` (:mod:`mlflow_mia.tracking`); set at
-        registration.
+        The tracking function that logs a result (:mod:`mlflow_mia.tracking`): ``log(result, run_id,
+        LogSettings)`` (the canary audit's takes the canary set after the result); set at registration.
     metrics : callable, optional
         ``metrics(result, settings) -> dict``: the metrics logged to MLflow, which an ``EvaluationResult``
         returns; set at registration.

@@ -11,6 +11,7 @@ from mlflow_mia.audits.ner.audit import score_ner
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.models.ner import tagger_params
 from mlflow_mia.signals.entity_confidence import ConfidenceCache
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.ner_log import log_ner_audit
 
 __all__ = ["ner_audit_and_log", "evaluate_run", "evaluator_metrics"]
@@ -51,9 +52,8 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
     params = tagger_params(tagger)
     if reference is not None:
         params["ner.reference_model"] = reference.resolved_uri
-    artifacts = log_ner_audit(result, run_id=run_id, log_texts=options.log_texts, log_metrics=log_metrics,
-                              params=params, prefix=options.metric_prefix, title=title,
-                              log_samples=options.log_samples)
+    logged = LogSettings.from_options(options, log_metrics=log_metrics, params=params)
+    artifacts = log_ner_audit(result, run_id, logged, title=title)
     return result, artifacts
 
 

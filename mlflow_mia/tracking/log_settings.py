@@ -82,7 +82,7 @@ class LogSettings:
     @classmethod
     def from_options(cls, options, **context) -> "LogSettings":
         """The options' logging choices (``log_texts``, ``log_samples``, ``metric_prefix``,
-        ``tag_model_version``, ``clear_gate_fail``, ``hash_key``, and ``group_column`` / ``planted_in``
+        ``hash_key``, and ``tag_model_version``, ``clear_gate_fail``, ``group_column``, ``planted_in``
         where the audit has them), then ``context`` (fields of this class).
 
         Raises
@@ -100,7 +100,8 @@ class LogSettings:
         (True, 'v1_', False, False)
         """
         base = cls(log_texts=options.log_texts, log_samples=options.log_samples, prefix=options.metric_prefix,
-                   tag_headline=options.tag_model_version, clear_gate_fail=options.clear_gate_fail,
+                   tag_headline=getattr(options, "tag_model_version", True),
+                   clear_gate_fail=getattr(options, "clear_gate_fail", False),
                    hash_key=options.hash_key, group_column=getattr(options, "group_column", None),
                    planted_in=getattr(options, "planted_in", None))
         unknown = sorted(set(context) - {f.name for f in fields(cls)})
