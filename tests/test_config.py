@@ -71,7 +71,7 @@ def test_traversal_metric_prefix_is_refused_at_parse_time(prefix):
 
 
 def _parse_ner(config):
-    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
+    from mlflow_mia.audits.ner.kind import parse_ner_config
 
     return parse_ner_config({"method": "ner_prompts", **config})
 

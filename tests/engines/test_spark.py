@@ -242,6 +242,7 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
                                                                monkeypatch):
     from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.engines import spark as spark_audit
+    from mlflow_mia.engines.spark import SparkEngine
 
     pool, population = audit_data
     monkeypatch.setattr(spark_audit, "spark_audit_signals", lambda *a, **k: pytest.fail("a Spark job ran"))
@@ -251,8 +252,8 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
             kwargs = {"reference": reference_dir, "config": _audit_config(), "pool": pool,
                       "population": population, **overrides}
             with pytest.raises(ValueError) as err:
-                run_audit(model_dir, kwargs.pop("pool"), kwargs.pop("population"), engine=engine,
-                          spark=spark if engine == "spark" else None, progress=False, **kwargs)
+                run_audit(model_dir, kwargs.pop("pool"), kwargs.pop("population"),
+                          engine=SparkEngine(spark) if engine == "spark" else engine, progress=False, **kwargs)
             errors[engine] = str(err.value)
         assert errors["local"] == errors["spark"], name
         assert re.search(pattern, errors["local"]), (name, errors["local"])
@@ -260,20 +261,19 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
     both = {"reference": None, "config": _audit_config(metrics={"fprs": (0.01,)})}
     for engine in ("local", "spark"):
         with pytest.raises(ValueError, match=r"need a reference model"):
-            run_audit(model_dir, pool, population, engine=engine, spark=spark if engine == "spark" else None,
+            run_audit(model_dir, pool, population, engine=SparkEngine(spark) if engine == "spark" else engine,
                       progress=False, **both)
 
 
 def test_spark_engine_refuses_neighbour_attacks_before_any_model_loads(spark, tmp_path):
     from mlflow_mia.audits.membership import run_audit
     from mlflow_mia.config import AuditConfig
+    from mlflow_mia.engines.spark import SparkEngine
 
     with pytest.raises(ValueError, match=r"attack\(s\) \['neighbourhood'\] do not run on the Spark engine yet: "
                                          r"their input\(s\) \['neighbour_values'\]"):
         run_audit(str(tmp_path / "no-such-model"), None, None, config=AuditConfig(attacks=("neighbourhood",)),
-                  engine="spark", spark=spark)
-    with pytest.raises(ValueError, match=r"option\(s\) \['store'\] do not apply to engine 'local'"):
-        run_audit(str(tmp_path / "no-such-model"), None, None, store=str(tmp_path))
+                  engine=SparkEngine(spark))
 
 
 def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_dir, audit_data, tmp_path):
@@ -283,8 +283,8 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     pool, population = audit_data
     config = _audit_config()
     local = run_audit(model_dir, pool, population, reference=reference_dir, config=config, progress=False)
-    remote = run_audit(model_dir, pool, population, reference=reference_dir, config=config, engine="spark",
-                       spark=spark, store=str(tmp_path / "store"), progress=False)
+    remote = run_audit(model_dir, pool, population, reference=reference_dir, config=config,
+                       engine=SparkEngine(spark, store=str(tmp_path / "store")), progress=False)
     assert (local.info["engine"], remote.info["engine"]) == ("local", "spark")
     assert "signals_spark_s" in remote.info["timings"]
     assert list(remote.metrics) == list(local.metrics)
@@ -294,14 +294,15 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     assert {r: m["identity"] for r, m in remote.models.items()} == {r: m["identity"] for r, m in local.models.items()}
     assert remote.warnings == local.warnings  # the same tables, skipped for the same reasons
     assert not any("token ids" in w for w in remote.warnings)  # token ids from the driver's tokenizer
-    # an engine object takes the same path as its name
-    again = run_audit(model_dir, pool, population, reference=reference_dir, config=config,
-                      engine=SparkEngine(spark, store=str(tmp_path / "store")), progress=False)
+    # the engine's name (its defaults: the active session, no store) takes the same path as the object
+    again = run_audit(model_dir, pool, population, reference=reference_dir, config=config, engine="spark",
+                      progress=False)
     assert again.metrics == pytest.approx(remote.metrics, abs=1e-12, nan_ok=True)
 
 
 def test_reference_set_signals_on_the_executors_equal_local(spark, model_dir, reference_dir, audit_data, tmp_path):
     from mlflow_mia.audits.membership import run_audit
+    from mlflow_mia.engines.spark import SparkEngine
 
     second = tmp_path / "second_reference"
     model, tok = tiny_bert(seed=6)
@@ -311,7 +312,7 @@ def test_reference_set_signals_on_the_executors_equal_local(spark, model_dir, re
     config = _audit_config(attacks=("likelihood_ratio", "lira_offline", "rmia"))
     refs = [reference_dir, str(second)]
     local = run_audit(model_dir, pool, population, references=refs, config=config, progress=False)
-    remote = run_audit(model_dir, pool, population, references=refs, config=config, engine="spark", spark=spark,
+    remote = run_audit(model_dir, pool, population, references=refs, config=config, engine=SparkEngine(spark),
                        progress=False)
     assert list(remote.attacks) == ["likelihood_ratio", "likelihood_ratio.reference_2", "lira_offline", "rmia"]
     # Each reference's signals came from the executors: its likelihood ratio equals the local one.

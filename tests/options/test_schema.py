@@ -56,7 +56,7 @@ def test_help_evaluator_keys_and_mlproject_agree(command):
         assert parse_options(_flat_config(args))[0] == AuditConfig()
     if command == "ner-audit":
         from mlflow_mia.audits.ner.audit import NerAuditConfig
-        from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
+        from mlflow_mia.audits.ner.kind import parse_ner_config
         from mlflow_mia.options.schema import flat_from_args
 
         assert parse_ner_config(flat_from_args(args, command))[0] == NerAuditConfig()
@@ -75,7 +75,7 @@ def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
 
 
 @pytest.mark.parametrize("module, method", [("mlflow_mia.entrypoints.evaluator", "mia"),
-                                            ("mlflow_mia.entrypoints.ner_evaluator", "ner_prompts")])
+                                            ("mlflow_mia.audits.ner.kind", "ner_prompts")])
 def test_evaluator_docstring_key_table_is_generated(module, method):
     import importlib
 

@@ -208,3 +208,28 @@ def test_keyed_rows_give_the_unkeyed_values_and_never_meet_unkeyed_rows(digit_lm
     other = compute_signals(digit_lm, texts, config, cache=cache, progress=False, text_key=b"j" * 32)
     np.testing.assert_array_equal(other.values, plain.values)
     assert cache.count() == 4  # another key finds none of the first key's rows
+
+
+def test_scoring_runs_no_model_and_gives_the_audits_metrics(digit_lm, reference_lm, canaries, monkeypatch):
+    """Stage 2 (score_canaries) reads only the signals: with the signal computation broken it gives
+    canary_audit's metrics, exposures included."""
+    import mlflow_mia.signals as signals_pkg
+    from mlflow_mia.audits.canary import canary_signals, score_canaries
+
+    config = CanaryAuditConfig(n_candidates=200, bootstrap_rounds=20)
+    whole = canary_audit(digit_lm, canaries, reference=reference_lm, config=config)
+    signals = canary_signals(digit_lm, canaries, reference=reference_lm, config=config)
+    assert signals.target.shape == signals.reference.shape == (len(canaries),)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("stage 2 ran a model")
+
+    monkeypatch.setattr(signals_pkg, "compute_signals", no_model)
+    scored = score_canaries(signals, canaries, config)
+    assert scored.attack == whole.attack == "likelihood_ratio"
+    assert scored.metrics.keys() == whole.metrics.keys()
+    for key, value in whole.metrics.items():
+        assert scored.metrics[key] == pytest.approx(value, nan_ok=True), key
+    np.testing.assert_array_equal(scored.exposure, whole.exposure)
+    with pytest.raises(ValueError, match="the signals hold 3 canaries"):
+        score_canaries(signals._replace(target=signals.target[:3]), canaries, config)

@@ -117,3 +117,24 @@ def test_prompt_gap_and_sigma_come_with_their_label_permutation_null(audited):
     report = render_ner_report(result)
     assert "| gap (pp) | gap null 95% (pp) | sigma (pp) | sigma null 95% (pp) |" in report
     assert f"| {100 * m['ner/PER/prompt_gap']:.1f} | {100 * m['ner/PER/prompt_gap_null_q95']:.1f} |" in report
+
+
+def test_scoring_runs_no_model_and_gives_the_audits_metrics(audited, tmp_path, monkeypatch):
+    """Stage 2 reads only the signals: with entity_confidence broken it still gives ner_audit's metrics."""
+    import mlflow_mia.signals.entity_confidence as ec
+    from mlflow_mia.audits.ner.audit import score_ner
+    from mlflow_mia.audits.ner.signals import ner_signals
+
+    clf, names, result = audited
+    cfg = NerAuditConfig(bootstrap_rounds=20, fprs=(0.1,))
+    signals = ner_signals(clf, names, prompts=PROMPTS, handwritten=HAND, config=cfg, progress=False)
+    assert signals.confidences["PER"].shape == (len(PROMPTS) + 1 + len(HAND), len(names))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("stage 2 ran a model")
+
+    monkeypatch.setattr(ec, "entity_confidence", no_model)
+    scored = score_ner(signals, config=cfg, hash_key=result.hash_key)
+    assert scored.metrics.keys() == result.metrics.keys()
+    for key, value in result.metrics.items():
+        assert scored.metrics[key] == pytest.approx(value, nan_ok=True), key
