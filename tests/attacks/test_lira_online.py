@@ -122,3 +122,26 @@ def test_the_attack_needs_the_membership_input_and_the_reference_role():
     assert INPUTS["shadow_membership"].take(member, np.array([2, 0])).tolist() == member[[2, 0]].tolist()
     with pytest.raises(ValueError, match="per_text_variance_min must be an int >= 4"):
         LiraOnlineSettings(per_text_variance_min=3)
+
+
+def test_an_audit_scores_lira_online_from_signals_with_the_shadow_membership():
+    from mlflow_mia.audits.membership import score_audit
+    from mlflow_mia.config import AuditConfig, MetricConfig
+    from mlflow_mia.data import AuditDataset, PopulationSet
+    from mlflow_mia.engines.audit_signals import AuditSignals
+
+    target, shadows, member, labels = _shadows(n=100, k=6, seed=4)
+    texts = [f"text {i}" for i in range(100)]
+    pool = AuditDataset(texts=texts[:40], labels=labels[:40])
+    population = PopulationSet(texts=texts[40:])
+    signals = AuditSignals({"target": _sig(target), "references": [_sig(r) for r in shadows],
+                            "shadow_membership": member})
+    config = AuditConfig(attacks=("lira_online",), metrics=MetricConfig(fprs=(0.1,), bootstrap_rounds=20))
+    result = score_audit(signals, pool, population, config)
+    sigma_in = _pooled_by_hand(shadows[:, 40:], member[40:], True)  # spreads from the population rows
+    sigma_out = _pooled_by_hand(shadows[:, 40:], member[40:], False)
+    np.testing.assert_allclose(result.samples["score_lira_online"], _by_hand(
+        target[:40], shadows[:, :40], member[:40], sigma_in=sigma_in, sigma_out=sigma_out), rtol=1e-10)
+    assert result.info["attack_settings"]["lira_online"]["global_spread_in"] == pytest.approx(sigma_in)
+    assert result.metrics["lira_online/auc"] == pytest.approx(roc_auc_score(labels[:40], result.samples[
+        "score_lira_online"]))
