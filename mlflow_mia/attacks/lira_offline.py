@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.attacks.lira_online import pooled_spread, split_in_out
 
-__all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread"]
+__all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread", "out_values"]
 
 #: Smallest spread used, so a sample whose references agree exactly has a finite score.
 _MIN_SPREAD = 1e-12
@@ -104,7 +105,7 @@ def global_spread(reference_values: np.ndarray) -> float:
     return spread
 
 
-def lira_offline_scores(target_values, reference_values, *, spread=None) -> np.ndarray:
+def lira_offline_scores(target_values, reference_values, *, spread=None, membership=None) -> np.ndarray:
     """Offline LiRA scores: the target's standardised gap below the references' mean, higher = member.
 
     Parameters
@@ -116,6 +117,10 @@ def lira_offline_scores(target_values, reference_values, *, spread=None) -> np.n
     spread : float or None
         The global spread; None uses the per-sample standard deviation of the
         references (ddof=1; needs k >= 2).
+    membership : ndarray of shape (n, k), bool, optional
+        Shadow references with known training halves (the ``shadow_membership`` input):
+        each sample's mean and spread are taken over the references that did *not* train
+        on it (its OUT models) only.
 
     Returns
     -------
@@ -128,20 +133,47 @@ def lira_offline_scores(target_values, reference_values, *, spread=None) -> np.n
     Raises
     ------
     ValueError
-        Shapes that do not pair up, or no spread with one reference.
+        Shapes that do not pair up, no spread with one reference, or (with
+        ``membership``) a sample without an OUT model (or one, for a per-sample spread).
     """
     target = np.asarray(target_values, dtype=np.float64)
     refs = np.atleast_2d(np.asarray(reference_values, dtype=np.float64))
     if refs.shape[1] != target.shape[0]:
         raise ValueError(f"reference values of shape {refs.shape} do not pair up with {target.shape[0]} targets")
-    mean = refs.mean(axis=0)
+    if membership is not None:
+        refs = out_values(refs, membership)
+    counts = np.sum(~np.isnan(refs), axis=0)
+    mean = np.nanmean(refs, axis=0)
     if spread is None:
-        if refs.shape[0] < 2:
-            raise ValueError("a per-sample spread needs at least 2 reference models; pass a global spread")
-        sigma = np.maximum(refs.std(axis=0, ddof=1), _MIN_SPREAD)
+        if counts.min() < 2:
+            raise ValueError("a per-sample spread needs at least 2 reference models (OUT models of each sample); "
+                             "pass a global spread")
+        sigma = np.maximum(np.nanstd(refs, axis=0, ddof=1), _MIN_SPREAD)
     else:
         sigma = float(spread)
     return (mean - target) / sigma  # energies: lower = member, so the gap below the OUT mean is positive
+
+
+def out_values(reference_values, membership) -> np.ndarray:
+    """The references' values with NaN where a reference trained on the sample: only the OUT models are left.
+
+    Parameters
+    ----------
+    reference_values : ndarray of shape (k, n)
+    membership : ndarray of shape (n, k), bool
+        True where reference j trained on sample i (:mod:`mlflow_mia.attacks.lira_online`).
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not pair up, or a sample that every reference trained on.
+    """
+    _, outs = split_in_out(reference_values, membership)
+    lacking = int(np.sum(np.all(np.isnan(outs), axis=0)))
+    if lacking:
+        raise ValueError(f"{lacking} samples have no OUT reference model (every shadow trained on them); offline "
+                         "attacks need models that did not train on each sample")
+    return outs
 
 
 @register_attack
@@ -153,7 +185,11 @@ class LiraOfflineAttack(Attack):
     per sample with ``k >= per_sample_spread_min`` references, else one global spread
     (:func:`global_spread`) estimated on the population set when the audit passes it
     (``AttackInputs.population``), so pool and population scores share it; on the
-    rows scored otherwise.
+    rows scored otherwise. When the references are shadow models with known training
+    halves (the ``shadow_membership`` input is given), each sample's Gaussian is fitted
+    on its OUT models only (those that did not train on it), as the paper's offline
+    attack assumes, and the global spread is their pooled within-sample spread
+    (:func:`~mlflow_mia.attacks.lira_online.pooled_spread`).
 
     With one reference the score is the likelihood ratio divided by a constant
     (same ROC as ``likelihood_ratio``).
@@ -178,13 +214,17 @@ class LiraOfflineAttack(Attack):
         if refs.k >= self.settings.per_sample_spread_min:
             return None
         basis = inputs.population if inputs.population is not None else inputs
+        if basis.shadow_membership is not None:
+            return pooled_spread(out_values(basis.references.values, basis.shadow_membership), which="OUT")
         return global_spread(basis.references.values)
 
     def score(self, inputs):
-        return lira_offline_scores(inputs.target.values, inputs.references.values, spread=self._spread(inputs))
+        return lira_offline_scores(inputs.target.values, inputs.references.values, spread=self._spread(inputs),
+                                   membership=inputs.shadow_membership)
 
     def record(self, inputs):
         spread = self._spread(inputs)
         return {"n_references": inputs.references.k,
                 "spread": "per_sample" if spread is None else "global", "global_spread": spread,
-                "per_sample_spread_min": self.settings.per_sample_spread_min}
+                "per_sample_spread_min": self.settings.per_sample_spread_min,
+                **({} if inputs.shadow_membership is None else {"references_used": "OUT halves (shadow_membership)"})}

@@ -59,6 +59,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.attacks.lira_offline import out_values
 
 __all__ = ["RmiaAttack", "RmiaSettings", "per_token_loglik", "log_likelihood_ratio", "rmia_scores",
            "rmia_tie_break", "choose_offline_a"]
@@ -93,7 +94,7 @@ def per_token_loglik(signal) -> np.ndarray:
     return out
 
 
-def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float) -> np.ndarray:
+def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float, membership=None) -> np.ndarray:
     """``log [Pr(x|theta) / Pr(x)]`` with the offline ``Pr(x) = ((1 + a) mean_i Pr(x|theta_i) + (1 - a)) / 2``.
 
     Parameters
@@ -103,14 +104,27 @@ def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float) -> np.nd
     reference_logliks : ndarray of shape (k, n)
         ``log Pr(x|theta_i)`` of each reference model.
     a : float in [0, 1]
+    membership : ndarray of shape (n, k), bool, optional
+        Shadow references with known training halves: ``Pr_OUT(x)`` is the mean over the
+        references that did not train on x only.
 
     Returns
     -------
     ndarray of shape (n,), float64
         Computed in log space (``logsumexp``), so tiny probabilities do not underflow.
+
+    Raises
+    ------
+    ValueError
+        (With ``membership``) a sample that every reference trained on.
     """
     refs = np.atleast_2d(np.asarray(reference_logliks, dtype=np.float64))
-    log_out = logsumexp(refs, axis=0) - np.log(refs.shape[0])  # log of the references' mean probability
+    if membership is None:
+        log_out = logsumexp(refs, axis=0) - np.log(refs.shape[0])  # log of the references' mean probability
+    else:
+        outs = out_values(refs, membership)  # NaN where a reference trained on the sample
+        log_out = (logsumexp(np.where(np.isnan(outs), -np.inf, outs), axis=0)
+                   - np.log(np.sum(~np.isnan(outs), axis=0)))
     if a >= 1.0:
         log_px = log_out
     else:
@@ -296,7 +310,9 @@ class RmiaAttack(Attack):
     ``score(x)`` = the fraction of the population samples z with
     ``LR(x, z) >= gamma``, on per-token likelihoods (module docstring), plus a term below
     half a step ``1 / (2 |Z|)`` that orders equal fractions by the log ratio
-    (:func:`rmia_tie_break`); in [0, 1 + 1 / (4 |Z|)], higher = member. The population set is the audit's
+    (:func:`rmia_tie_break`); in [0, 1 + 1 / (4 |Z|)], higher = member. With shadow references whose
+    training halves are known (the ``shadow_membership`` input), ``Pr_OUT(x)`` averages only the
+    references that did not train on x. The population set is the audit's
     (``AttackInputs.population``); its own rows are each compared with the others.
     Scoring rows without a population set compares them with each other.
 
@@ -318,7 +334,8 @@ class RmiaAttack(Attack):
 
     def _log_ratio(self, inputs):
         refs = np.stack([per_token_loglik(s) for s in inputs.references.signals])
-        return log_likelihood_ratio(per_token_loglik(inputs.target), refs, a=self.settings.a)
+        return log_likelihood_ratio(per_token_loglik(inputs.target), refs, a=self.settings.a,
+                                    membership=inputs.shadow_membership)
 
     def score(self, inputs):
         population = inputs.population
@@ -331,4 +348,5 @@ class RmiaAttack(Attack):
         return {"offline_a": self.settings.a, "offline_a_source": "default" if self.settings.offline_a is None
                 else "rmia_offline_a", "gamma": self.settings.gamma, "n_references": inputs.references.k,
                 "likelihood": "exp(mean masked-token log-prob)",
-                "tie_break": "(1/2 + arctan(log ratio) / pi) / (4 |Z|) added to the fraction"}
+                "tie_break": "(1/2 + arctan(log ratio) / pi) / (4 |Z|) added to the fraction",
+                **({} if inputs.shadow_membership is None else {"references_used": "OUT halves (shadow_membership)"})}

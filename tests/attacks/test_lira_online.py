@@ -145,3 +145,29 @@ def test_an_audit_scores_lira_online_from_signals_with_the_shadow_membership():
     assert result.info["attack_settings"]["lira_online"]["global_spread_in"] == pytest.approx(sigma_in)
     assert result.metrics["lira_online/auc"] == pytest.approx(roc_auc_score(labels[:40], result.samples[
         "score_lira_online"]))
+
+
+def test_lira_offline_and_rmia_read_only_each_texts_out_shadows_when_the_membership_is_given():
+    from mlflow_mia.attacks.rmia import log_likelihood_ratio
+
+    target, shadows, member, _ = _shadows(n=30, k=6, seed=5)
+    pop_target, pop_shadows, pop_member, _ = _shadows(n=50, k=6, seed=6)
+    population = AttackInputs(["p"] * 50, population="self", target=_sig(pop_target),
+                              references=[_sig(r) for r in pop_shadows], shadow_membership=pop_member)
+    pool = AttackInputs(["x"] * 30, population=population, target=_sig(target),
+                        references=[_sig(r) for r in shadows], shadow_membership=member)
+    sigma = _pooled_by_hand(pop_shadows, pop_member, False)
+    by_hand = [(shadows[~member[i], i].mean() - target[i]) / sigma for i in range(30)]
+    attack = get_attack("lira_offline")
+    np.testing.assert_allclose(attack(pool), by_hand, rtol=1e-10)
+    assert attack.record(pool)["global_spread"] == pytest.approx(sigma)
+    assert attack.record(pool)["references_used"] == "OUT halves (shadow_membership)"
+    # RMIA's Pr_OUT(x): the mean probability over the OUT shadows of x only (per-token log-likelihoods)
+    logliks = -shadows / 10.0
+    got = log_likelihood_ratio(-target / 10.0, logliks, a=1.0, membership=member)
+    expected = [-target[i] / 10.0 - np.log(np.mean(np.exp(logliks[~member[i], i]))) for i in range(30)]
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+    all_in = member.copy()
+    all_in[0] = True
+    with pytest.raises(ValueError, match="1 samples have no OUT reference model"):
+        log_likelihood_ratio(-target, logliks, a=1.0, membership=all_in)
