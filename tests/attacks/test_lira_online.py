@@ -171,3 +171,32 @@ def test_lira_offline_and_rmia_read_only_each_texts_out_shadows_when_the_members
     all_in[0] = True
     with pytest.raises(ValueError, match="1 samples have no OUT reference model"):
         log_likelihood_ratio(-target, logliks, a=1.0, membership=all_in)
+
+
+def test_rmia_fits_its_offline_a_on_the_first_shadow_as_a_stand_in_target_with_its_known_half():
+    from mlflow_mia.attacks.rmia import choose_offline_a, log_likelihood_ratio, rmia_scores
+
+    def pll(values):
+        return SignalResult.from_arrays(values, n_tokens=np.full(len(values), 5), kind="pll")
+
+    target, shadows, member, _ = _shadows(n=30, k=4, seed=7)
+    pop_target, pop_shadows, pop_member, _ = _shadows(n=80, k=4, seed=8)
+    target, shadows, pop_target, pop_shadows = target / 10, shadows / 10, pop_target / 10, pop_shadows / 10
+    population = AttackInputs(["p"] * 80, population="self", target=pll(pop_target),
+                              references=[pll(r) for r in pop_shadows], shadow_membership=pop_member)
+    pool = AttackInputs(["x"] * 30, population=population, target=pll(target),
+                        references=[pll(r) for r in shadows], shadow_membership=member)
+    # by hand: samples = population rows with an OUT model among shadows 2..4; z = those the stand-in did not see
+    ll = -pop_shadows
+    usable = (~pop_member[:, 1:]).any(axis=1)
+    z = usable & ~pop_member[:, 0]
+    a = choose_offline_a(ll[0, usable], ll[1:, usable], pop_member[usable, 0].astype(int),
+                         population_stand_in=ll[0, z], population_others=ll[1:, z],
+                         others_membership=pop_member[usable, 1:], population_others_membership=pop_member[z, 1:])
+    attack = get_attack("rmia")
+    record = attack.record(pool)
+    assert record["offline_a"] == a and record["offline_a_source"].startswith("fitted: reference 1 as a stand-in")
+    x = log_likelihood_ratio(-target, -shadows, a=a, membership=member)
+    zs = log_likelihood_ratio(-pop_target, -pop_shadows, a=a, membership=pop_member)
+    np.testing.assert_allclose(attack(pool), rmia_scores(x, zs))
+    assert get_attack("rmia", offline_a=0.3).record(pool)["offline_a"] == 0.3  # a setting still wins
