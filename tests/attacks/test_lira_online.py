@@ -200,3 +200,11 @@ def test_rmia_fits_its_offline_a_on_the_first_shadow_as_a_stand_in_target_with_i
     zs = log_likelihood_ratio(-pop_target, -pop_shadows, a=a, membership=pop_member)
     np.testing.assert_allclose(attack(pool), rmia_scores(x, zs))
     assert get_attack("rmia", offline_a=0.3).record(pool)["offline_a"] == 0.3  # a setting still wins
+
+
+def test_the_gate_runs_lira_online_only_with_four_or_more_shadows_of_known_halves():
+    from mlflow_mia.attacks import gate_attacks
+
+    assert "lira_online" not in gate_attacks(8)
+    assert "lira_online" not in gate_attacks(2, shadow_membership=True)  # one IN, one OUT: no spread
+    assert gate_attacks(4, shadow_membership=True) == gate_attacks(4) + ("lira_online",)
