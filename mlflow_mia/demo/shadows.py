@@ -44,7 +44,7 @@ from mlflow_mia.hashing import HashKey, keyed_hash, resolve_hash_key
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 
 __all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "balanced_halves",
-           "train_shadows", "shadow_membership"]
+           "train_shadows", "shadow_membership", "with_shadow_membership", "audit_with_shadows"]
 
 logger = logging.getLogger(__name__)
 
@@ -261,3 +261,105 @@ def _default_trainer(model, tokenizer, texts, config: TrainConfig, recipe: Shado
     return result.train, result.metrics()
 
 
+
+
+def with_shadow_membership(signals, record, key, *, pool, population):
+    """``signals`` plus the ``shadow_membership`` input of ``lira_online``, read from the shadows' record.
+
+    The audit's references must be the record's shadow models, in its order
+    (``record.uris``), so that column j of the membership is reference j.
+
+    Parameters
+    ----------
+    signals : AuditSignals
+        Computed with the shadows as references (e.g. ``compute_audit_signals``).
+    record : ShadowRecord or path-like
+    key : HashKey, bytes or str
+        The key the record was written under.
+    pool, population : AuditDataset, PopulationSet
+        The audit's data: the rows are the pool's texts, then the population's.
+
+    Returns
+    -------
+    AuditSignals
+        The same signals, text hashes, info and extras, with ``shadow_membership``.
+
+    Raises
+    ------
+    ValueError
+        Signals without the ``references`` input, or with another number of references
+        than the record has shadows; a key that is not the record's.
+    """
+    from mlflow_mia.engines.audit_signals import AuditSignals
+
+    if not isinstance(record, ShadowRecord):
+        record = ShadowRecord.from_json(record)
+    if "references" not in signals:
+        raise ValueError("the signals have no 'references' input: compute them with the shadow models as the "
+                         f"references ({', '.join(record.uris) or 'the record has no URIs'})")
+    if signals["references"].k != record.k:
+        raise ValueError(f"the signals have {signals['references'].k} reference models but the record has "
+                         f"{record.k} shadows: give the record's shadows as the references, in its order")
+    member = shadow_membership(record, list(pool.texts) + list(population.texts), key)
+    return AuditSignals({**signals.signals, "shadow_membership": member}, text_hashes=signals.text_hashes,
+                        info=signals.info, extras=signals.extras)
+
+
+def audit_with_shadows(target, pool, population, *, record, key, config=None, cache=None, device=None,
+                       progress: bool = True):
+    """A membership audit whose references are the record's shadow models, with ``lira_online``.
+
+    Stage 1 computes the signals with the shadows as the reference set (``record.uris``,
+    in order) for the attacks of ``config`` other than ``lira_online``; the shadows'
+    training record then gives the ``shadow_membership`` input
+    (:func:`with_shadow_membership`), and stage 2 scores every attack of ``config``:
+    ``lira_online``, and ``lira_offline`` and ``rmia`` on each text's OUT shadows.
+
+    Parameters
+    ----------
+    target : str, MaskedLM or (model, tokenizer)
+        The audited model: a model URI or folder (:func:`~mlflow_mia.models.resolve.resolve_model`) or a loaded one.
+    pool, population : AuditDataset, PopulationSet
+        Every text must be one of the shadows' candidates (else it has no IN shadow).
+    record : ShadowRecord or path-like
+    key : HashKey, bytes or str
+        The key the record was written under.
+    config : AuditConfig, optional
+        Default: the gate's set with ``lira_online``
+        (:func:`~mlflow_mia.attacks.gate_attacks` with ``shadow_membership=True``).
+    cache, device, progress
+        As for :func:`~mlflow_mia.audits.membership.run_audit`.
+
+    Returns
+    -------
+    AuditResult
+
+    Raises
+    ------
+    ValueError
+        A record without shadow URIs, a key that is not the record's, and every error of the audit.
+    """
+    from mlflow_mia.attacks import gate_attacks, required_inputs
+    from mlflow_mia.audits.membership import compute_audit_signals, score_audit
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.engines.local import AuditModels
+
+    if not isinstance(record, ShadowRecord):
+        record = ShadowRecord.from_json(record)
+    if not record.uris:
+        raise ValueError("the shadow record names no shadow models (uris); write it with train_shadows")
+    config = config or AuditConfig(attacks=gate_attacks(record.k, shadow_membership=True))
+    first = tuple(a for a in config.attacks if a != "lira_online")
+    if "references" not in required_inputs(first):
+        first += ("lira_offline",)  # stage 1 then computes every shadow's signals
+    stage_config = replace(config, attacks=first)
+    from mlflow_mia.models.resolve import resolve_model
+
+    def load(model, *, role):
+        return resolve_model(model, role=role).lm  # model URIs, folders, loaded models
+
+    models = AuditModels.build(target, references=list(record.uris), config=stage_config, load=load)
+    signals = compute_audit_signals(models, pool, population, stage_config, cache=cache, device=device,
+                                    progress=progress)
+    signals = with_shadow_membership(signals, record, key, pool=pool, population=population)
+    return score_audit(signals, pool, population, config)

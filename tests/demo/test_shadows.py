@@ -18,7 +18,7 @@ from mlflow_mia.hashing import HashKey, lookup_hash
 from mlflow_mia.signals.testing import WORDS, tiny_bert
 
 KEY = HashKey.from_bytes(b"k" * 32, source="test")
-TEXTS = [" ".join(WORDS[i:i + 6]) for i in range(0, 60, 5)]  # 12 distinct candidate texts
+TEXTS = [" ".join(WORDS[i:i + 6]) for i in range(0, 72, 3)]  # 24 distinct candidate texts
 GROUPS = [f"article-{i // 2}" for i in range(len(TEXTS))]  # two texts per article
 
 
@@ -45,6 +45,19 @@ def test_recipe_round_trips_through_its_json_file_and_rejects_unknown_keys(tmp_p
         ShadowRecipe.from_dict({"base_model": "x", "train": {"lr": 1e-3}})
     with pytest.raises(ValueError, match="base_model must name the model the target was fine-tuned from"):
         ShadowRecipe.from_dict({"train": {}})
+
+
+def _audit(tmp, record_path):
+    """The base as a stand-in target, audited with the registered shadows (pool: 8 candidates, population: 16)."""
+    from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
+    from mlflow_mia.data import AuditDataset, PopulationSet
+
+    pool = AuditDataset(texts=TEXTS[:8], labels=[1, 0] * 4)
+    population = PopulationSet(texts=TEXTS[8:])
+    config = AuditConfig(attacks=("lira_online", "lira_offline", "rmia"), signal=SignalConfig(num_masks=2),
+                         metrics=MetricConfig(fprs=(0.1,), bootstrap_rounds=10))
+    return shadows.audit_with_shadows(str(tmp / "base"), pool, population, record=record_path, key=KEY,
+                                      config=config, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +89,10 @@ def built(tmp_path_factory):
         resumed = shadows.train_shadows(TEXTS, record_path=tmp / "record.json", **args)
         again = shadows.train_shadows(TEXTS, **args)
         runs = {r: MlflowClient().get_run(r) for r in resumed.run_ids}
+        audit = _audit(tmp, tmp / "record.json")
         artifacts = {r: mlflow.artifacts.load_dict(f"runs:/{r}/shadow_training.json") for r in resumed.run_ids}
         yield dict(first=first, seen=seen, resumed=resumed, again=again, runs=runs, artifacts=artifacts, tmp=tmp,
-                   recipe=recipe)
+                   recipe=recipe, audit=audit)
     finally:
         mlflow.set_tracking_uri(previous)
 
@@ -94,7 +108,7 @@ def test_a_resumed_build_trains_only_the_shadows_the_killed_one_did_not_register
 def test_each_shadow_trained_on_exactly_its_recorded_half_and_never_outside_it(built):
     record = ShadowRecord.from_json(built["tmp"] / "record.json")
     member = shadow_membership(record, TEXTS, KEY)  # (texts, shadows)
-    assert member.shape == (12, 4)
+    assert member.shape == (24, 4)
     assert (member.sum(axis=1) == 2).all()  # the balanced design: each text IN for 2 of 4 shadows
     assert np.array_equal(member[0::2], member[1::2])  # a group (article) is IN or OUT as a whole
     for j, (_, texts) in enumerate(built["seen"]):
@@ -126,3 +140,15 @@ def test_a_random_key_or_duplicate_candidates_are_refused_before_training(tmp_pa
         shadows.train_shadows(TEXTS, recipe=recipe, count=2, name="x", key=HashKey.random())
     with pytest.raises(ValueError, match="1 candidate texts are duplicates; drop them"):
         shadows.train_shadows(TEXTS + TEXTS[:1], recipe=recipe, count=2, name="x", key=KEY)
+
+
+def test_an_audit_with_the_shadows_runs_lira_online_and_the_offline_attacks_on_out_halves(built):
+    result = built["audit"]
+    assert list(result.attacks) == ["lira_online", "lira_offline", "rmia"]
+    assert np.isfinite(result.samples["score_lira_online"]).all()
+    settings = result.info["attack_settings"]
+    assert settings["lira_online"]["n_shadows"] == 4 and settings["lira_online"]["spread"] == "global"
+    assert settings["lira_offline"]["references_used"] == "OUT halves (shadow_membership)"
+    assert settings["rmia"]["offline_a_source"].startswith("fitted")
+    assert [result.models[r]["identity"] for r in ("reference", "reference_2", "reference_3", "reference_4")] == [
+        f"models:/tiny-shadow-{j}/1" for j in range(4)]
