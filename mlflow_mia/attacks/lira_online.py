@@ -40,6 +40,7 @@ import numpy as np
 from scipy.stats import norm
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 
 __all__ = ["LiraOnlineAttack", "LiraOnlineSettings", "lira_online_scores", "pooled_spread", "split_in_out"]
 
@@ -58,6 +59,15 @@ class LiraOnlineSettings:
         (ddof=1 over the text's IN and OUT shadows); below it one global spread each
         (:func:`pooled_spread`). Default 64, after Carlini et al. (2022), Sec. IV-C.
 
+    per_mask_queries : bool
+        Keep each mask's energy as a separate query (:mod:`mlflow_mia.attacks.queries`):
+        IN and OUT Gaussians per (text, mask), the log likelihood ratios averaged per
+        text, as the paper averages over augmentations. Default off until measured
+        (issue 35, item 4). Energy only.
+    mask_rate, energy_reduction : float, str
+        The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (read from the
+        config in an audit), to split the token log-probs into masks.
+
     Raises
     ------
     ValueError
@@ -65,6 +75,9 @@ class LiraOnlineSettings:
     """
 
     per_text_variance_min: int = 64
+    per_mask_queries: bool = False
+    mask_rate: float = 0.15
+    energy_reduction: str = "sum"
 
     def __post_init__(self):
         value = self.per_text_variance_min
@@ -230,6 +243,7 @@ class LiraOnlineAttack(Attack):
     citation = "Carlini et al. 2022, Sec. IV, Algorithm 1 (online)"
     requires = ("target", "references", "shadow_membership")
     Settings = LiraOnlineSettings
+    settings_from_config = {"mask_rate": "signal.mask_rate", "energy_reduction": "signal.energy_reduction"}
 
     def _spreads(self, inputs):
         if inputs.references.k >= self.settings.per_text_variance_min:
@@ -238,7 +252,8 @@ class LiraOnlineAttack(Attack):
         if basis.shadow_membership is None:
             raise ValueError("lira_online needs the shadow membership of the population rows too (the global "
                              "spreads are estimated there)")
-        ins, outs = split_in_out(-basis.references.values, basis.shadow_membership)
+        _, values, member, _ = query_arrays(basis, self.settings, target=False)
+        ins, outs = split_in_out(values, member)
         return pooled_spread(ins, which="IN"), pooled_spread(outs, which="OUT")
 
     def _check(self, inputs):
@@ -250,8 +265,9 @@ class LiraOnlineAttack(Attack):
     def score(self, inputs):
         self._check(inputs)
         spread_in, spread_out = self._spreads(inputs)
-        return lira_online_scores(inputs.target.values, inputs.references.values, inputs.shadow_membership,
-                                  spread_in=spread_in, spread_out=spread_out)
+        target, values, member, rows = query_arrays(inputs, self.settings)
+        scores = lira_online_scores(target, values, member, spread_in=spread_in, spread_out=spread_out)
+        return scores if rows is None else per_text_mean(scores, rows, len(inputs))
 
     def record(self, inputs):
         spread_in, spread_out = self._spreads(inputs)
@@ -260,4 +276,5 @@ class LiraOnlineAttack(Attack):
                 "global_spread_in": spread_in, "global_spread_out": spread_out,
                 "per_text_variance_min": self.settings.per_text_variance_min,
                 "min_in_per_text": int(member.sum(axis=1).min()),
-                "min_out_per_text": int((~member).sum(axis=1).min())}
+                "min_out_per_text": int((~member).sum(axis=1).min()),
+                **({"per_mask_queries": True} if self.settings.per_mask_queries else {})}
