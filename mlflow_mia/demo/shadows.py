@@ -18,7 +18,14 @@ This module does that for masked LMs:
 - :class:`ShadowRecord`: which candidate texts each shadow trained on, as keyed hashes
   (``HMAC-SHA256(key, sha256(text))``, :func:`mlflow_mia.hashing.keyed_hash`): never the
   texts. :func:`shadow_membership` turns it into the ``shadow_membership`` input of
-  ``lira_online`` for an audit's texts.
+  ``lira_online`` for an audit's texts. These four, which need no model, live in
+  :mod:`mlflow_mia.demo.shadow_record` and are re-exported here.
+- :func:`with_shadow_membership` adds that input to an audit's signals, and
+  :func:`audit_with_shadows` runs a membership audit with the shadows as the reference
+  set and ``lira_online`` among the attacks; :func:`demo_recipe` is the demo target's recipe.
+
+A command line builds on :func:`train_shadows` (recipe from ``ShadowRecipe.from_json``,
+key from :func:`mlflow_mia.hashing.resolve_hash_key`) and :func:`audit_with_shadows`.
 
 Each shadow's run holds ``shadow_training.json`` (its IN texts' keyed hashes, sorted) and
 ``shadow_recipe.json``; the whole record goes to ``record_path`` when given.
@@ -44,7 +51,7 @@ from mlflow_mia.hashing import HashKey, keyed_hash, resolve_hash_key
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 
 __all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "balanced_halves",
-           "train_shadows", "shadow_membership", "with_shadow_membership", "audit_with_shadows"]
+           "train_shadows", "shadow_membership", "with_shadow_membership", "audit_with_shadows", "demo_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -363,3 +370,25 @@ def audit_with_shadows(target, pool, population, *, record, key, config=None, ca
                                     progress=progress)
     signals = with_shadow_membership(signals, record, key, pool=pool, population=population)
     return score_audit(signals, pool, population, config)
+
+
+def demo_recipe(size: str = "default") -> ShadowRecipe:
+    """The BBC News demo target's recipe, for shadows trained like it.
+
+    The target is the public base (``<prefix>base@champion``) fine-tuned with
+    ``DEMO_SIZES[size].finetune`` for its epochs (15 on the default demo) over its
+    training articles. The recipe keeps the epochs (not the target's step count), so a
+    shadow makes as many passes over its half as the target over its articles; a
+    shadow trains on as much data as the target when the candidate set holds twice the
+    target's training texts (e.g. the pool and population articles, plus in-domain
+    articles to make up the difference), halved per article (``groups``).
+
+    Raises
+    ------
+    ValueError
+        Unknown ``size``.
+    """
+    from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
+
+    spec = demo_spec(size)
+    return ShadowRecipe(base_model=spec.base_uri, train=DEMO_SIZES[size].finetune)

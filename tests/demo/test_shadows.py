@@ -152,3 +152,13 @@ def test_an_audit_with_the_shadows_runs_lira_online_and_the_offline_attacks_on_o
     assert settings["rmia"]["offline_a_source"].startswith("fitted")
     assert [result.models[r]["identity"] for r in ("reference", "reference_2", "reference_3", "reference_4")] == [
         f"models:/tiny-shadow-{j}/1" for j in range(4)]
+
+
+def test_the_demo_recipe_is_the_targets_base_and_fine_tuning_settings():
+    from mlflow_mia.demo.build import DEMO_SIZES
+
+    recipe = shadows.demo_recipe("small")
+    assert recipe.base_model == "models:/bbc-small-base@champion"
+    assert recipe.train == DEMO_SIZES["small"].finetune and recipe.dp is None
+    with pytest.raises(ValueError, match="unknown demo size 'huge'"):
+        shadows.demo_recipe("huge")
