@@ -294,8 +294,9 @@ def with_shadow_membership(signals, record, key, *, pool, population):
     Raises
     ------
     ValueError
-        Signals without the ``references`` input, or with another number of references
-        than the record has shadows; a key that is not the record's.
+        Signals without the ``references`` input, with another number of references than
+        the record has shadows, or (when the signals name their models) references that
+        are not the record's shadows in its order; a key that is not the record's.
     """
     from mlflow_mia.engines.audit_signals import AuditSignals
 
@@ -307,6 +308,11 @@ def with_shadow_membership(signals, record, key, *, pool, population):
     if signals["references"].k != record.k:
         raise ValueError(f"the signals have {signals['references'].k} reference models but the record has "
                          f"{record.k} shadows: give the record's shadows as the references, in its order")
+    models = (signals.info or {}).get("models") or {}
+    used = [models.get(role, {}).get("identity") for role in signals["references"].roles]
+    if record.uris and all(used) and list(used) != list(record.uris):
+        raise ValueError(f"the signals' reference models {used} are not the record's shadows {list(record.uris)} in "
+                         "its order: column j of the membership must be reference j")
     member = shadow_membership(record, list(pool.texts) + list(population.texts), key)
     return AuditSignals({**signals.signals, "shadow_membership": member}, text_hashes=signals.text_hashes,
                         info=signals.info, extras=signals.extras)

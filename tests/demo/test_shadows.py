@@ -162,3 +162,27 @@ def test_the_demo_recipe_is_the_targets_base_and_fine_tuning_settings():
     assert recipe.train == DEMO_SIZES["small"].finetune and recipe.dp is None
     with pytest.raises(ValueError, match="unknown demo size 'huge'"):
         shadows.demo_recipe("huge")
+
+
+def test_membership_is_added_only_to_signals_of_the_records_shadows_in_its_order(built):
+    from mlflow_mia.data import AuditDataset, PopulationSet
+    from mlflow_mia.engines.audit_signals import AuditSignals
+    from mlflow_mia.signals.types import SignalResult
+
+    record = ShadowRecord.from_json(built["tmp"] / "record.json")
+    pool, population = AuditDataset(texts=TEXTS[:4], labels=[1, 0, 1, 0]), PopulationSet(texts=TEXTS[4:])
+    sig = SignalResult.from_arrays(np.arange(24.0), n_tokens=np.full(24, 5))
+    roles = ("reference", "reference_2", "reference_3", "reference_4")
+    swapped = [record.uris[1], record.uris[0], *record.uris[2:]]
+    for uris, ok in ((record.uris, True), (swapped, False)):
+        signals = AuditSignals({"target": sig, "references": [sig] * 4},
+                               info={"models": {r: {"identity": u} for r, u in zip(roles, uris)}})
+        if ok:
+            out = shadows.with_shadow_membership(signals, record, KEY, pool=pool, population=population)
+            assert np.array_equal(out["shadow_membership"], shadow_membership(record, TEXTS, KEY))
+        else:
+            with pytest.raises(ValueError, match="are not the record's shadows"):
+                shadows.with_shadow_membership(signals, record, KEY, pool=pool, population=population)
+    with pytest.raises(ValueError, match="the signals have 2 reference models but the record has 4 shadows"):
+        shadows.with_shadow_membership(AuditSignals({"target": sig, "references": [sig] * 2}), record, KEY,
+                                       pool=pool, population=population)
