@@ -186,3 +186,13 @@ def test_membership_is_added_only_to_signals_of_the_records_shadows_in_its_order
     with pytest.raises(ValueError, match="the signals have 2 reference models but the record has 4 shadows"):
         shadows.with_shadow_membership(AuditSignals({"target": sig, "references": [sig] * 2}), record, KEY,
                                        pool=pool, population=population)
+
+
+def test_a_recipe_with_dp_sgd_trains_the_shadow_with_opacus_and_returns_its_privacy_metrics():
+    pytest.importorskip("opacus")
+    model, tokenizer = tiny_bert(seed=0, hidden=16, layers=1)
+    recipe = ShadowRecipe("base", TrainConfig(steps=2, batch_size=4, max_length=16),
+                          dp=DPConfig(target_epsilon=None, noise_multiplier=1.0))
+    result, metrics = shadows._default_trainer(model, tokenizer, TEXTS[:8], recipe.train, recipe, None)
+    assert result.steps == 2
+    assert metrics["dp/noise_multiplier"] == 1.0 and metrics["dp/epsilon"] > 0
