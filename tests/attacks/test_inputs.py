@@ -25,13 +25,15 @@ def _sig(values):
 
 
 def test_every_input_is_declared_once_with_roles_and_a_computation():
-    assert list(INPUTS) == ["target", "reference", "neighbour_values", "neighbour_local", "references"]
+    assert list(INPUTS) == ["target", "reference", "neighbour_values", "neighbour_local", "references",
+                           "shadow_membership"]
     assert {name: spec.rows for name, spec in INPUTS.items()} == {
         "target": "signal", "reference": "signal", "neighbour_values": "values", "neighbour_local": "values",
-        "references": "signals"}
+        "references": "signals", "shadow_membership": "membership"}
     assert {name: spec.roles for name, spec in INPUTS.items()} == {
         "target": ("target",), "reference": ("reference",), "neighbour_values": ("target", "generator"),
-        "neighbour_local": ("target", "generator"), "references": ("reference",)}
+        "neighbour_local": ("target", "generator"), "references": ("reference",),
+        "shadow_membership": ("reference",)}
     assert all(callable(spec.compute) and spec.how_to_provide for spec in INPUTS.values())
     assert all(need in INPUTS for cls in ATTACKS.values() for need in cls.requires)
 
@@ -67,7 +69,7 @@ def test_declarations_are_checked():
         AttackInput("x", rows="values", roles=("oracle",), how_to_provide="", compute=len)
     with pytest.raises(ValueError, match=r"a 'signal' input is the signals of one model role"):
         AttackInput("x", rows="signal", roles=("target", "reference"), how_to_provide="", compute=len)
-    with pytest.raises(ValueError, match=r"rows must be one of \['signal', 'signals', 'values'\]"):
+    with pytest.raises(ValueError, match=r"rows must be one of \['membership', 'signal', 'signals', 'values'\]"):
         AttackInput("x", rows="matrix", roles=("target",), how_to_provide="", compute=len)
     with pytest.raises(ValueError, match=r"an input named 'target' is declared already"):
         declare_input(AttackInput("target", rows="values", roles=("target",), how_to_provide="", compute=len))
