@@ -402,7 +402,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
             for start in range(0, len(order), chunk_size):
                 chunk = order[start:start + chunk_size]
                 copies = [(i, maskable[i][row]) for i in chunk for row in masks[i]]
-                scored = masked_token_logprobs(lm, ids, copies, token_budget=config.token_budget, device=device,
+                budget = config.token_budget or default_token_budget(resolve_device(device), config.kind)
+                scored = masked_token_logprobs(lm, ids, copies, token_budget=budget, device=device,
                                                half_precision=config.half_precision, progress=bar, stats=stats)
                 new, offset = {}, 0
                 for i in chunk:
