@@ -64,6 +64,15 @@ def section(result: dict) -> str:
         lines.append(f"| {name} | {row.get('anchor', '?')} ({row.get('anchor_best', '-')}) | **{row['ratio']:.2f}x** | "
                      f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f} | {_fmt_s(row.get('anchor_median_s'))} | "
                      f"{_fmt_s(row.get('ours_median_s'))} | {'; '.join(notes)} |")
+    for name, row in result["cases"].items():
+        if row.get("anchor_settings_s"):
+            on = f" on the first {row['anchor_settings_on']} sentences" if row.get("anchor_settings_on") else ""
+            times = ", ".join(f"{k}: {v:.2f} s" for k, v in row["anchor_settings_s"].items())
+            lines += ["", f"{name}: the anchor's settings, timed once each{on}: {times}."]
+        if row.get("profile"):
+            lines += ["", f"{name}: profile (s): {row['profile']}."]
+        if row.get("flops"):
+            lines += ["", f"{name}: useful GFLOP: {row['flops']}."]
     if result.get("notes"):
         lines += ["", result["notes"]]
     return "\n".join(lines) + "\n"
