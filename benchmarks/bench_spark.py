@@ -21,6 +21,9 @@ equality do not depend on the weights) and real BBC News sentences:
   grow with the data;
 * a projection (not a measurement) of the wall time of 1M and 10M texts on 8 and
   64 one-core task slots at the measured per-task rate.
+
+It writes ``benchmarks/results/bench_spark.json`` (``--no-write`` skips it): per
+round, Spark's time against one process at its faster thread setting of that round.
 """
 
 from __future__ import annotations
@@ -147,7 +150,9 @@ def main(argv=None):
     parser.add_argument("--texts", type=int, default=N_TEXTS)
     parser.add_argument("--memory-texts", type=int, default=20000, help="texts of the memory run (0: skip)")
     parser.add_argument("--num-masks", type=int, default=10)
+    parser.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/bench_spark.json")
     args = parser.parse_args(argv)
+    load_start = [round(x, 2) for x in os.getloadavg()]
 
     import tempfile
 
@@ -204,6 +209,25 @@ def main(argv=None):
               + ", ".join(f"{v:.0f} MiB" for v in mem_big.workers()))
     projection(len(sample) / best["spark"] / 2, startup + first)
     spark.stop()
+    if not args.no_write:
+        write_json(timings, diff, len(sample), load_start)
+
+
+def write_json(timings: dict, diff: float, n: int, load_start) -> None:
+    """``benchmarks/results/bench_spark.json``: Spark against one process at its best thread setting, per pair."""
+    import statistics
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from harness import write_result
+
+    anchor = [min(a, b) for a, b in zip(timings["local"], timings["local_1_thread"])]  # the best local setting
+    ratios = [a / o for a, o in zip(anchor, timings["spark"])]
+    row = {"anchor": "compute_signals in one process", "anchor_best": "best of 1 and 2 torch threads, per round",
+           "anchor_s": anchor, "ours_s": timings["spark"], "ratios": [round(r, 3) for r in ratios],
+           "ratio": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
+           "ratio_max": round(max(ratios), 3), "anchor_median_s": round(statistics.median(anchor), 3),
+           "ours_median_s": round(statistics.median(timings["spark"]), 3), "texts": n, "max_abs_diff_nats": diff}
+    write_result("bench_spark", {"cases": {"spark_local2": row}, "load_start": load_start}, quick=False)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ from mlflow_mia.attacks import (likelihood_ratio, loss, min_k, neighbourhood,  #
 from mlflow_mia.attacks import min_k_plus_plus  # noqa: F401  (register)
 from mlflow_mia.attacks import lira_offline, lira_online, rmia  # noqa: F401  (register: attacks over a reference set)
 from mlflow_mia.attacks.base import (ATTACKS, Attack, NoSettings, check_attack_names, gate_attacks, get_attack,
-                                     register_attack, required_inputs, required_roles)
+                                     register_attack, required_inputs, required_roles,
+                                     required_token_quantities)
 from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInput, AttackInputs, declare_input, input_spec
 from mlflow_mia.attacks.inputs import ReferenceSignals, reference_roles
 
 __all__ = ["ATTACKS", "INPUTS", "MODEL_ROLES", "Attack", "AttackInput", "AttackInputs", "NoSettings",
            "ReferenceSignals", "check_attack_names", "declare_input", "gate_attacks", "get_attack", "input_spec", "reference_roles",
-           "register_attack", "required_inputs", "required_roles"]
+           "register_attack", "required_inputs", "required_roles", "required_token_quantities"]

@@ -12,7 +12,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
-from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInputs
+from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, TOKEN_QUANTITIES, AttackInputs
 from mlflow_mia.config import AuditConfig
 
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
@@ -56,6 +56,11 @@ class Attack:
         ``{"fraction": "metrics.min_k_fraction"}``: where :meth:`from_config` reads each field.
     settings : Settings
         This instance's settings.
+    token_quantities : tuple of str
+        Optional per-token quantities (:data:`mlflow_mia.attacks.inputs.TOKEN_QUANTITIES`)
+        the attack reads in the ``"signal"``/``"signals"`` inputs it requires, e.g.
+        ``("token_stats",)`` for Min-K%++; stage 1 computes them only when an attack
+        declares them (default none).
     per_reference : bool
         True when, with two or more reference models, the audit reports the attack
         once against each reference (``likelihood_ratio``): under its own name against
@@ -71,6 +76,7 @@ class Attack:
     Settings: ClassVar[type] = NoSettings
     settings_from_config: ClassVar[Mapping[str, str]] = {}
     per_reference: ClassVar[bool] = False
+    token_quantities: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, settings=None, **fields_):
         if settings is not None and fields_:
@@ -127,6 +133,10 @@ def _check_declaration(c: type[Attack]) -> None:
         if need not in INPUTS:
             raise ValueError(f"attack {c.name!r} requires {need!r}, which is not a declared input; declared inputs: "
                              f"{list(INPUTS)} (declare new ones with mlflow_mia.attacks.declare_input)")
+    undeclared = [q for q in c.token_quantities if q not in TOKEN_QUANTITIES]
+    if undeclared:
+        raise ValueError(f"attack {c.name!r} declares token quantities {undeclared}; declared ones: "
+                         f"{list(TOKEN_QUANTITIES)}")
     names = {f.name for f in fields(c.Settings)}
     unknown = sorted(set(c.settings_from_config) - names)
     if unknown:
@@ -241,6 +251,36 @@ def required_inputs(names) -> dict[str, tuple[str, ...]]:
     names = check_attack_names(names)
     return {need: tuple(a for a in names if need in ATTACKS[a].requires) for need in INPUTS
             if any(need in ATTACKS[a].requires for a in names)}
+
+
+def required_token_quantities(names) -> dict[str, tuple[str, ...]]:
+    """The optional per-token quantities each model-signal input needs: ``{input: (quantity, ...)}``.
+
+    An input is a key when some attack of ``names`` requires it and declares a
+    quantity (``Attack.token_quantities``); inputs no attack asks more of are absent,
+    so ``"token_stats" in required_token_quantities(names).get("target", ())`` asks
+    whether stage 1 computes Min-K%++'s statistics of the target.
+
+    Raises
+    ------
+    ValueError
+        Unknown attack name(s).
+
+    Examples
+    --------
+    >>> required_token_quantities(["loss", "likelihood_ratio"])
+    {}
+    >>> required_token_quantities(["loss", "min_k_plus_plus"])
+    {'target': ('token_stats',)}
+    """
+    names = check_attack_names(names)
+    out: dict[str, tuple[str, ...]] = {}
+    for need in INPUTS:
+        quantities = tuple(dict.fromkeys(q for a in names if need in ATTACKS[a].requires
+                                         for q in ATTACKS[a].token_quantities))
+        if quantities:
+            out[need] = quantities
+    return out
 
 
 def required_roles(names) -> dict[str, tuple[str, ...]]:

@@ -37,7 +37,7 @@ from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
 
 __all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS",
-           "declare_input", "input_spec", "reference_roles"]
+           "TOKEN_QUANTITIES", "declare_input", "input_spec", "reference_roles"]
 
 #: What one row of an input holds, by ``AttackInput.rows``.
 ROW_KINDS = {
@@ -55,6 +55,14 @@ MODEL_ROLES = {
                   "references=[...] (several), or drop them, e.g. attacks=['loss']"),
     "generator": "a generator masked LM to propose neighbours; " + HOW_TO_GIVE_A_GENERATOR,
 }
+
+#: Optional per-token quantities of a model's signals, computed in stage 1 only for an attack that declares it
+#: (``Attack.token_quantities``); the log-probs themselves come with every signal.
+TOKEN_QUANTITIES = {
+    "token_stats": "Min-K%++'s mu and sigma of log p under the model's own distribution at each scored position "
+                   "(nats; SignalResult.token_mu, token_sigma); one more pair of sums over the vocabulary head",
+}
+
 
 def reference_roles(k: int) -> tuple[str, ...]:
     """The role names of a reference set of ``k`` models: ``reference``, then ``reference_2`` ... ``reference_<k>``.
@@ -359,11 +367,14 @@ class AttackInputs:
 
 
 def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
+    """The signals of one model role, with the optional per-token quantities the audit's attacks declare for it."""
+    from mlflow_mia.attacks.base import required_token_quantities
     from mlflow_mia.signals.dispatch import compute_signals
 
     kind = stage.config.signal.kind
+    stats = "token_stats" in required_token_quantities(stage.config.attacks).get(role, ())
     return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
-                           device=stage.device, progress=stage.progress, desc=f"{kind} of {role}")
+                           device=stage.device, progress=stage.progress, desc=f"{kind} of {role}", stats=stats)
 
 
 def _reference_set(stage: StageOne) -> ReferenceSignals:
@@ -375,11 +386,13 @@ def _reference_set(stage: StageOne) -> ReferenceSignals:
         if i == 0 and "reference" in stage.computed:
             out.append(stage.computed["reference"])
             continue
+        from mlflow_mia.attacks.base import required_token_quantities
         from mlflow_mia.signals.dispatch import compute_signals
 
+        stats = "token_stats" in required_token_quantities(stage.config.attacks).get("references", ())
         out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
                                    device=stage.device, progress=stage.progress,
-                                   desc=f"{stage.config.signal.kind} of {role}"))
+                                   desc=f"{stage.config.signal.kind} of {role}", stats=stats))
     return ReferenceSignals(tuple(out), roles)
 
 

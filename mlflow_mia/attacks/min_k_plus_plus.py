@@ -130,6 +130,7 @@ class MinKPlusPlusAttack(Attack):
     name = "min_k_plus_plus"
     citation = "Zhang et al. 2024"
     requires = ("target",)
+    token_quantities = ("token_stats",)  # stage 1 computes mu and sigma only for this attack
     Settings = MinKPlusPlusSettings
     settings_from_config = {"fraction": "metrics.min_k_plus_plus_fraction"}
 

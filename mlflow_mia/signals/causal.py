@@ -161,7 +161,7 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
 def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalConfig | None = None, *,
                            cache: SignalCache | None = None, device=None, progress: bool = True,
                            chunk_size: int = 512, desc: str | None = None, mask_keys=None,
-                           text_key=None) -> SignalResult:
+                           text_key=None, stats: bool = True) -> SignalResult:
     """Mean NLL per predicted token, per-token log-probs and Min-K%++ statistics of every text under a causal LM.
 
     Parameters
@@ -177,6 +177,10 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
         As for :func:`mlflow_mia.signals.energy.compute_signals`.
     mask_keys : ignored
         Accepted for a common signature with the masked signals (nothing here is random).
+    stats : bool, ignored
+        Accepted for a common signature with the masked signals: the Min-K%++ moments are
+        always computed here, since they come from the vocabulary blocks the log-probs need
+        anyway (``benchmarks/bench_causal.py`` measures their cost within its noise).
     text_key : HashKey, bytes or str, optional
         Cache rows named by the keyed hash of each text (see
         :func:`mlflow_mia.signals.energy.compute_signals`).

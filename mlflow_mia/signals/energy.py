@@ -21,9 +21,10 @@ How it is computed (one code path for both signals):
 * the NLL is ``logsumexp(logits) - logit[target]`` in float32: the vocabulary
   projection runs on the masked positions of several batches at once
   (``HEAD_POSITIONS``), a block of the vocabulary at a time with a running
-  log-sum-exp, so no full row of logits is ever held; the same pass keeps the first two
-  moments of ``log p`` under the model's distribution (Min-K%++'s ``mu`` and ``sigma``,
-  :mod:`mlflow_mia.signals.token_stats`), stored beside each token's log-prob;
+  log-sum-exp, so no full row of logits is ever held; when asked (``stats``), the same pass
+  keeps the first two moments of ``log p`` under the model's distribution (Min-K%++'s
+  ``mu`` and ``sigma``, :mod:`mlflow_mia.signals.token_stats`), stored beside each
+  token's log-prob;
 * the C heap is trimmed when resident memory outgrows its level after the last
   trim (:class:`HeapTrimmer`), so peak memory stays that of one batch;
 * texts stream through in chunks of ``chunk_size`` samples, each chunk written to
@@ -269,8 +270,8 @@ def _plain_row_keys(texts: list, mask_keys) -> tuple[list, dict]:
 def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | None = None, *,
                     cache: SignalCache | None = None, device=None, progress: bool = True,
                     chunk_size: int = 512, desc: str | None = None,
-                    mask_keys: Sequence[str] | None = None, text_key=None) -> SignalResult:
-    """Masked energy (or PLL), masked-token log-probs and their Min-K%++ statistics of every text.
+                    mask_keys: Sequence[str] | None = None, text_key=None, stats: bool = True) -> SignalResult:
+    """Masked energy (or PLL), masked-token log-probs and (optionally) their Min-K%++ statistics of every text.
 
     Parameters
     ----------
@@ -305,14 +306,33 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         and candidate secrets this way). Masks are still drawn from the text's sha256:
         the values are those of an unkeyed call. Cached apart from unkeyed rows; rows
         written under one key are found only under that key.
+    stats : bool
+        Also compute Min-K%++'s per-token ``mu`` and ``sigma`` (default True). An audit
+        passes True only when one of its attacks declares ``token_stats``
+        (:func:`mlflow_mia.attacks.required_token_quantities`): the vocabulary head is
+        about 1.6x slower with them.
 
     Returns
     -------
     SignalResult
-        Row-aligned with ``texts``; energies in nats (see :class:`SignalResult`), with
-        ``token_mu`` and ``token_sigma`` (Min-K%++'s statistics) aligned with
-        ``token_logprobs``, computed in the same forward passes. Cached rows written
-        without them (before they existed) are recomputed, with a line at INFO.
+        Row-aligned with ``texts``; energies in nats (see :class:`SignalResult`); with
+        ``stats``, ``token_mu`` and ``token_sigma`` (Min-K%++'s statistics) aligned with
+        ``token_logprobs``, computed in the same forward passes (else both None).
+
+    Notes
+    -----
+    Which per-token quantities a cached row holds is recorded in the row itself (its
+    ``token_stats`` column is NULL when they were not computed; the row's MAC covers
+    it), under the one spec key of the model and settings. A call without ``stats``
+    reads any row; a call with ``stats`` recomputes the rows stored without them
+    (by an audit that did not need them, or an mlflow-mia from before they existed;
+    counted at INFO) and overwrites them with the superset. It recomputes rather than
+    adding the missing part because the statistics are reduced from the same logits
+    as the log-probs: adding them costs the whole encoder and head pass again, so the
+    superset row costs nothing more, serves both kinds of call from one lookup and
+    keeps one value per (model, text). Values and log-probs with and without
+    ``stats`` are bitwise equal (:mod:`mlflow_mia.signals.token_stats`), so a row
+    serves either call with the values a fresh call would compute.
 
     Raises
     ------
@@ -352,10 +372,11 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     key = cache.register(spec) if cache is not None else None
     unique: dict[str, str] = dict(zip(hashes, texts))
     rows = cache.get_many(key, unique) if cache is not None else {}
-    before_stats = [h for h, row in rows.items() if row[4] is None]
+    before_stats = [h for h, row in rows.items() if row[4] is None] if stats else []
     if before_stats:
-        log.info("%s: %d cached text(s) were stored without the per-token statistics of Min-K%%++ (an older "
-                 "mlflow-mia) and are recomputed", lm.name, len(before_stats))
+        log.info("%s: %d cached text(s) were stored without the per-token statistics of Min-K%%++ (by an audit "
+                 "that did not need them, or an older mlflow-mia) and are recomputed with them", lm.name,
+                 len(before_stats))
         for h in before_stats:
             del rows[h]
     todo = [h for h in unique if h not in rows]
@@ -381,18 +402,19 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
             for start in range(0, len(order), chunk_size):
                 chunk = order[start:start + chunk_size]
                 copies = [(i, maskable[i][row]) for i in chunk for row in masks[i]]
-                scored = masked_token_logprobs(lm, ids, copies, token_budget=config.token_budget, device=device,
-                                               half_precision=config.half_precision, progress=bar, stats=True)
+                budget = config.token_budget or default_token_budget(resolve_device(device), config.kind)
+                scored = masked_token_logprobs(lm, ids, copies, token_budget=budget, device=device,
+                                               half_precision=config.half_precision, progress=bar, stats=stats)
                 new, offset = {}, 0
                 for i in chunk:
                     k = len(masks[i])
-                    per_mask = scored[offset:offset + k]  # (l, 3) each: log p, mu, sigma
+                    per_mask = scored[offset:offset + k]  # (l,) each, or (l, 3) with stats: log p, mu, sigma
                     offset += k
                     flat = np.concatenate(per_mask)
-                    logprobs = np.ascontiguousarray(flat[:, 0])
-                    energy = _energy([m[:, 0] for m in per_mask], logprobs, config)
+                    logprobs = np.ascontiguousarray(flat[:, 0] if stats else flat)
+                    energy = _energy([m[:, 0] if stats else m for m in per_mask], logprobs, config)
                     new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), logprobs,
-                                    np.ascontiguousarray(flat[:, 1:].T))
+                                    np.ascontiguousarray(flat[:, 1:].T) if stats else None)
                 if cache is not None:
                     cache.put_many(key, new)
                 rows.update(new)
@@ -405,6 +427,6 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
         truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
         kind=config.kind,
-        token_mu=tuple(rows[h][4][0] for h in hashes),
-        token_sigma=tuple(rows[h][4][1] for h in hashes),
+        token_mu=tuple(rows[h][4][0] for h in hashes) if stats else None,
+        token_sigma=tuple(rows[h][4][1] for h in hashes) if stats else None,
     )

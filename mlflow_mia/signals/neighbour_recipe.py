@@ -150,7 +150,8 @@ class NeighbourRecipe:
             sc = self.signal
             res = compute_signals(self.target, [x for x, _ in todo], sc, cache=self.cache, device=self.device,
                                   progress=self.progress, desc=f"{sc.kind} of neighbours",
-                                  mask_keys=[k for _, k in todo] if shared else None)
+                                  mask_keys=[k for _, k in todo] if shared else None,
+                                  stats=False)  # only the values are read
             self._values.update(zip(todo, res.values.tolist()))
         return [np.array([self._values[(x, k)] for x in nb], dtype=np.float64) for k, nb in zip(keys, neighbours)]
 

@@ -58,11 +58,21 @@ def resolve_device(device=None) -> torch.device:
 # budgets of 512 to 8192 measured the same speed while the working set grows with
 # the budget; the CUDA value is a starting point for a mid-size GPU.
 TOKEN_BUDGETS = {"cpu": 1024, "cuda": 16384}
+# The PLL's copies (one per token of a sentence) are short and of one length per sentence; on a
+# shared 2-core CPU its passes ran 1.5x faster at 4096 padded tokens than at 1024 (alternated,
+# benchmarks/bench_pll.py's MiniLM shape): the encoder's products get 4x the rows.
+PLL_TOKEN_BUDGETS = {"cpu": 4096}
 
 
-def default_token_budget(device) -> int:
-    """Padded tokens per forward pass on ``device`` (``torch.device`` or str): see ``TOKEN_BUDGETS``."""
-    return TOKEN_BUDGETS.get(torch.device(device).type, TOKEN_BUDGETS["cpu"])
+def default_token_budget(device, kind: str = "energy") -> int:
+    """Padded tokens per forward pass on ``device`` (``torch.device`` or str) for signal ``kind``.
+
+    ``TOKEN_BUDGETS``, or ``PLL_TOKEN_BUDGETS`` for ``kind="pll"`` where it names the device type.
+    """
+    dev = torch.device(device).type
+    if kind == "pll" and dev in PLL_TOKEN_BUDGETS:
+        return PLL_TOKEN_BUDGETS[dev]
+    return TOKEN_BUDGETS.get(dev, TOKEN_BUDGETS["cpu"])
 
 
 # Padded tokens per generator pass when none is given. Each copy needs the full

@@ -18,6 +18,8 @@ vocabulary streams through in blocks, with moments taken about the running maxim
 ``m`` of the logits (``d = z - m <= 0``), the streaming form of log-sum-exp extended
 to the first two moments: with ``S_j = sum_v exp(d_v) d_v**j``, ``logsumexp(z) = m +
 log S_0``, ``E_p[d] = S_1 / S_0`` and ``Var_p[z] = S_2 / S_0 - (S_1 / S_0)**2``.
+``log p(target)`` is taken from a float32 ``S_0`` accumulated exactly as the log-probs
+without statistics are, so the two agree bitwise.
 When the maximum rises by ``-delta`` (``delta <= 0``), each ``d`` becomes ``d +
 delta`` and the sums are rescaled by ``exp(delta)``:
 ``S_0' = e^delta S_0``, ``S_1' = e^delta (S_1 + delta S_0)``,
@@ -35,15 +37,18 @@ __all__ = ["blocked_logprob_stats", "logprob_stats_of_logits", "STATS_COLUMNS"]
 STATS_COLUMNS = ("logprob", "mu", "sigma")
 
 
-def _finish(target: torch.Tensor, top: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor,
-            s2: torch.Tensor) -> torch.Tensor:
-    """``(log p(target), mu, sigma)`` as an (n, 3) float32 tensor from the moments about ``top``."""
+def _finish(logprob: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+    """``(log p(target), mu, sigma)`` as an (n, 3) float32 tensor from the moments about the running maximum.
+
+    ``logprob`` comes in float32, computed exactly as the log-probs without statistics
+    are (``target - top - log(sum exp(z - top))`` in float32), so a signal's log-probs
+    and values are bitwise the same whether or not the statistics were asked for.
+    """
     log_s0 = s0.log()
     mean_d = s1 / s0
     var = (s2 / s0 - mean_d * mean_d).clamp_min_(0.0)
-    logprob = target.double() - top.double() - log_s0
     mu = mean_d - log_s0  # E_p[z] - logsumexp(z) = (m + E_p[d]) - (m + log S_0)
-    return torch.stack([logprob, mu, var.sqrt()], dim=1).float()
+    return torch.stack([logprob, mu.float(), var.sqrt().float()], dim=1)
 
 
 def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -77,6 +82,7 @@ def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: to
     n = features.shape[0]
     top = torch.full((n,), float("-inf"), dtype=torch.float32, device=features.device)
     s0, s1, s2 = (torch.zeros(n, dtype=torch.float64, device=features.device) for _ in range(3))
+    total = torch.zeros(n, dtype=torch.float32, device=features.device)  # float32 S_0, as without statistics
     for start in range(0, weight.shape[0], block):
         z = torch.nn.functional.linear(features, weight[start:start + block],
                                        None if bias is None else bias[start:start + block]).float()
@@ -89,7 +95,9 @@ def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: to
         s0 = scale * s0
         d = z.sub_(new[:, None])
         w = d.exp()
-        s0 += w.sum(dim=1).double()
+        block_sum = w.sum(dim=1)
+        total = total.mul_((top - new).exp_()).add_(block_sum)
+        s0 += block_sum.double()
         wd = w.mul_(d)  # exp(d) d, in place of exp(d)
         s1 += wd.sum(dim=1).double()
         s2 += wd.mul_(d).sum(dim=1).double()
@@ -97,7 +105,7 @@ def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: to
     target = (features.float() * weight[targets].float()).sum(dim=1)
     if bias is not None:
         target += bias[targets].float()
-    return _finish(target, top, s0, s1, s2)
+    return _finish(target - top - total.log(), s0, s1, s2)
 
 
 def logprob_stats_of_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -115,8 +123,9 @@ def logprob_stats_of_logits(logits: torch.Tensor, targets: torch.Tensor) -> torc
     top = z.amax(dim=1)
     d = z - top[:, None]
     w = d.exp()
-    s0 = w.sum(dim=1).double()
+    total = w.sum(dim=1)
+    s0 = total.double()
     wd = w.mul_(d)
     s1 = wd.sum(dim=1).double()
     s2 = wd.mul_(d).sum(dim=1).double()
-    return _finish(z.gather(1, targets[:, None]).squeeze(1), top, s0, s1, s2)
+    return _finish(z.gather(1, targets[:, None]).squeeze(1) - top - total.log(), s0, s1, s2)

@@ -270,6 +270,7 @@ def test_token_budget_defaults_by_device():
     from mlflow_mia.signals.runtime import default_token_budget
 
     assert default_token_budget("cpu") == 1024 and default_token_budget(torch.device("cuda")) == 16384
+    assert default_token_budget("cpu", "pll") == 4096 and default_token_budget("cuda", "pll") == 16384
     assert SignalConfig().token_budget is None and SignalConfig(token_budget=64).token_budget == 64
     for bad in (8, True, 1.5):
         with pytest.raises(ValueError, match="token_budget must be an int >= 16 or None"):
