@@ -274,7 +274,7 @@ def input_spec(name: str) -> AttackInput:
     """
     if name in RENAMED_INPUTS:
         raise ValueError(f"the input {name!r} is now named {RENAMED_INPUTS[name]!r} (the mean of the neighbours' "
-                         "signal values, energy or PLL); use that name")
+                         "signal values, energy, PLL or causal mean NLL); use that name")
     if name not in INPUTS:
         raise ValueError(f"unknown signal name(s) [{name!r}]; signals are named after attack inputs {list(INPUTS)}")
     return INPUTS[name]

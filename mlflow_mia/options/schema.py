@@ -146,6 +146,10 @@ class CommandOptions:
     demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
                             "small: build and audit take about 2.5 CPU-minutes (README)", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit", "canary-audit"}))
+    demo_kind: str = option("masked", "kind of the built-in BBC News demo audited when no model or data is given: "
+                            "masked (BERT models) or causal (GPT-2 models trained on the same member articles, "
+                            "audited on the same pool; docs/guides/causal.md)", choices=("masked", "causal"),
+                            used_by=frozenset({"audit"}))
     quick: bool = option(False, "the quick size: the small demo, one seed, backs no claim (measured: 3 min 36 s "
                          "on 2 idle CPU cores, demo build included; README 'mlflow-mia analyze'); else the "
                          "full size: 3 seeds on the default demo", used_by=frozenset({"analyze"}))

@@ -341,11 +341,17 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
     Raises
     ------
     ValueError
-        Fewer than 2 included or 2 excluded canaries (nothing to compare).
+        Fewer than 2 included or 2 excluded canaries (nothing to compare), or a reference of
+        another kind than the target (causal vs masked: their signals cannot be compared;
+        :func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
     """
     import pandas as pd
 
+    from mlflow_mia.signals.dispatch import check_model_kinds
+
     config = config or CanaryAuditConfig()
+    if reference is not None:
+        check_model_kinds(target, [reference])
     bits = canaries.included.astype(np.int64)
     if min(bits.sum(), len(bits) - bits.sum()) < 2:
         raise ValueError(f"the canary audit needs at least 2 included and 2 excluded canaries; this set has "
