@@ -8,3 +8,17 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # The store key (signs cache rows) lives in a per-session temporary folder, not in ~/.config.
 os.environ.setdefault("MLFLOW_MIA_STORE_KEY_FILE",
                       os.path.join(tempfile.mkdtemp(prefix="mlflow-mia-key-"), "store.key"))
+
+import pytest  # noqa: E402
+
+# The session's tracking store with tiny registered models, shared by every folder
+# (tests/registered_models.py says what it holds).
+from registered_models import Store, fresh_weights, store, tracking  # noqa: E402,F401
+
+
+@pytest.fixture
+def tiny_ner():
+    """A tiny random token classifier (``mlflow_mia.signals.ner_testing.tiny_token_classifier``)."""
+    from mlflow_mia.signals.ner_testing import tiny_token_classifier
+
+    return tiny_token_classifier()

@@ -17,7 +17,7 @@ def _files_containing(root: pathlib.Path, needle: str) -> list[str]:
 
 
 @pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
-def test_item6_tables_do_not_persist_in_the_datasets_cache(ext, tmp_path, monkeypatch):
+def test_tables_do_not_persist_in_the_datasets_cache(ext, tmp_path, monkeypatch):
     cache = tmp_path / "hf_datasets_cache"
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
@@ -38,7 +38,7 @@ def test_item6_tables_do_not_persist_in_the_datasets_cache(ext, tmp_path, monkey
     assert not _files_containing(tmp_path / "hf_home", CANARY) if (tmp_path / "hf_home").exists() else True
 
 
-def test_item10_same_text_labelled_member_and_non_member_names_the_rows():
+def test_same_text_labelled_member_and_non_member_names_the_rows():
     with pytest.raises(ValueError, match=r"1 text\(s\) are labelled both member and non-member.*rows \[0, 3\]"):
         AuditDataset(texts=["a cat", "a dog", "a hat", "a cat"], labels=[1, 0, 1, 0])
     # The same text twice with one label is a duplicate, not a contradiction.
@@ -46,7 +46,7 @@ def test_item10_same_text_labelled_member_and_non_member_names_the_rows():
 
 
 @pytest.mark.parametrize("labels", [[1, "yes", 0], [1, "1", 0], [1, None, 0]])
-def test_item10_labels_mixing_numbers_and_strings_are_a_clear_value_error(labels):
+def test_labels_mixing_numbers_and_strings_are_a_clear_value_error(labels):
     column = pd.DataFrame({"text": ["a cat", "a dog", "a hat"], "is_member": labels})
     with pytest.raises(ValueError, match=r"labels must be 1 \(member\) or 0 \(non-member\).*row 1.*map your column"):
         AuditDataset.from_frame(column)
@@ -58,7 +58,7 @@ def test_labels_of_object_dtype_holding_0_and_1_are_accepted():
 
 
 @pytest.mark.parametrize("content", ["", "text,is_member\n", "text,is_member\n\n"])
-def test_item10_empty_pool_file_is_our_error(content, tmp_path):
+def test_an_empty_pool_file_gets_our_error(content, tmp_path):
     path = tmp_path / "pool.csv"
     path.write_text(content)
     with pytest.raises(ValueError, match="the target pool file .* has no rows"):
@@ -66,7 +66,7 @@ def test_item10_empty_pool_file_is_our_error(content, tmp_path):
 
 
 @pytest.mark.parametrize("ext", ["jsonl", "json", "parquet"])
-def test_item10_empty_pool_in_other_formats(ext, tmp_path):
+def test_an_empty_pool_file_in_each_format_has_no_rows(ext, tmp_path):
     path = tmp_path / f"pool.{ext}"
     if ext == "parquet":
         pd.DataFrame({"text": pd.Series([], dtype=str), "is_member": pd.Series([], dtype=int)}).to_parquet(path)
@@ -76,13 +76,13 @@ def test_item10_empty_pool_in_other_formats(ext, tmp_path):
         AuditDataset.from_frame(path)
 
 
-def test_item10_empty_pool_frame():
+def test_an_empty_pool_frame_is_refused():
     with pytest.raises(ValueError, match="the target pool is empty"):
         AuditDataset.from_frame(pd.DataFrame({"text": [], "is_member": []}))
 
 
 @pytest.mark.parametrize("invisible", ["\u200b\u200b", "\x00", "\x00 \u200d\ufeff", "\u2060\t"])
-def test_item10_zero_width_or_nul_only_text_is_reported_at_its_row(invisible):
+def test_zero_width_or_nul_only_text_is_reported_at_its_row(invisible):
     with pytest.raises(ValueError, match=r"the target pool has 1 empty, whitespace-only or invisible .*row 2"):
         AuditDataset(texts=["a cat", "a dog", invisible, "a hat"], labels=[1, 0, 1, 0])
     with pytest.raises(ValueError, match=r"the population set has 1 .*row 1"):

@@ -7,7 +7,7 @@ data keeps its bound at or under the accountant's epsilon.
 
 :func:`run_canary_finding` builds (or finds) the canary demo of the suite's demo size
 (:func:`mlflow_mia.demo.canary.build_canary_demo`), audits both targets with
-:func:`mlflow_mia.tracking.canary_log.canary_audit_and_log` (a finished run with the same key
+:func:`mlflow_mia.pipeline.canary.canary_audit_and_log` (a finished run with the same key
 is reused) and returns the finding's rows. :func:`canary_rows` and :func:`canary_verdict`
 read the logged metrics only, so they are tested on constructed inputs.
 
@@ -183,7 +183,7 @@ def run_canary_finding(size, *, progress: bool = False, bootstrap_rounds: int | 
     from mlflow_mia.demo.canary import build_canary_demo
     from mlflow_mia.models.resolve import resolve_model
     from mlflow_mia.options.canary import parse_canary_config
-    from mlflow_mia.tracking.canary_log import canary_audit_and_log
+    from mlflow_mia.pipeline.canary import canary_audit_and_log
 
     demo = build_canary_demo(size=size.demo_size, progress=progress)
     rounds = size.bootstrap_rounds if bootstrap_rounds is None else bootstrap_rounds

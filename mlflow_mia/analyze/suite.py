@@ -255,16 +255,18 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
     import mlflow
 
     from mlflow_mia.audits.membership import run_audit
-    from mlflow_mia.tracking.audit_run import model_records
+    from mlflow_mia.pipeline.membership import model_records
     from mlflow_mia.tracking.audit_log import log_audit
+    from mlflow_mia.tracking.log_settings import LogSettings
 
     pool, population = data
     result = run_audit(target.lm, pool, population, reference=reference.lm, config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
     result.models = model_records(result.models, target=target, reference=reference)
-    log_audit(result, run_id=run_id, population=population, group_column=suite.demo.group_column,
-              hash_key=suite.hash_key, params={"target_model": target.resolved_uri,
-                                               "reference_model": reference.resolved_uri})
+    log_audit(result, run_id, LogSettings(population=population, group_column=suite.demo.group_column,
+                                          hash_key=suite.hash_key,
+                                          params={"target_model": target.resolved_uri,
+                                                  "reference_model": reference.resolved_uri}))
     extra = suite.heldout(target)
     if "length" in exp.subsets:
         extra.update(length_subsets(result, config))

@@ -7,7 +7,7 @@ attacks in :mod:`mlflow_mia.attacks.base`'s ``ATTACKS`` registry.
 from mlflow_mia.attacks import (likelihood_ratio, loss, min_k, neighbourhood,  # noqa: F401  (register)
                                 neighbourhood_local, zlib)
 from mlflow_mia.attacks import min_k_plus_plus  # noqa: F401  (register)
-from mlflow_mia.attacks import lira_offline, rmia  # noqa: F401  (register: attacks over a reference set)
+from mlflow_mia.attacks import lira_offline, lira_online, rmia  # noqa: F401  (register: attacks over a reference set)
 from mlflow_mia.attacks.base import (ATTACKS, Attack, NoSettings, check_attack_names, gate_attacks, get_attack,
                                      register_attack, required_inputs, required_roles)
 from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInput, AttackInputs, declare_input, input_spec

@@ -12,7 +12,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
-from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, RENAMED_INPUTS, AttackInputs
+from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInputs
 from mlflow_mia.config import AuditConfig
 
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
@@ -124,8 +124,6 @@ def _read(config, path: str):
 def _check_declaration(c: type[Attack]) -> None:
     """Raise when an attack requires an undeclared input or maps settings that do not exist."""
     for need in c.requires:
-        if need in RENAMED_INPUTS:
-            raise ValueError(f"attack {c.name!r} requires {need!r}, now named {RENAMED_INPUTS[need]!r}")
         if need not in INPUTS:
             raise ValueError(f"attack {c.name!r} requires {need!r}, which is not a declared input; declared inputs: "
                              f"{list(INPUTS)} (declare new ones with mlflow_mia.attacks.declare_input)")
@@ -166,7 +164,7 @@ def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
     return deco(cls) if cls is not None else deco
 
 
-def gate_attacks(n_references: int) -> tuple[str, ...]:
+def gate_attacks(n_references: int, *, shadow_membership: bool = False) -> tuple[str, ...]:
     """The attacks a release gate runs when none are named: every attack the reference models allow.
 
     A gate is only as strong as the strongest attack it runs, and it covers every attack
@@ -181,6 +179,10 @@ def gate_attacks(n_references: int) -> tuple[str, ...]:
     ----------
     n_references : int
         Reference models of the audit (>= 0).
+    shadow_membership : bool
+        The references are shadow models whose training halves are known (the
+        ``shadow_membership`` input): with 4 or more (two IN and two OUT of each text, the
+        least its global spreads need), ``lira_online`` joins the set, last.
 
     Returns
     -------
@@ -198,13 +200,16 @@ def gate_attacks(n_references: int) -> tuple[str, ...]:
     ('loss', 'zlib', 'min_k', 'min_k_plus_plus')
     >>> gate_attacks(4)[-3:]
     ('likelihood_ratio', 'lira_offline', 'rmia')
+    >>> gate_attacks(4, shadow_membership=True)[-2:]
+    ('rmia', 'lira_online')
     """
     if n_references < 0:
         raise ValueError(f"n_references must be >= 0, got {n_references}")
     if n_references == 0:
         return REFERENCE_FREE_ATTACKS
     with_set = ("likelihood_ratio", "lira_offline", "rmia") if n_references >= 2 else ("likelihood_ratio", "rmia")
-    return REFERENCE_FREE_ATTACKS + with_set
+    online = ("lira_online",) if shadow_membership and n_references >= 4 else ()
+    return REFERENCE_FREE_ATTACKS + with_set + online
 
 
 def check_attack_names(names) -> tuple[str, ...]:

@@ -14,7 +14,9 @@ et al. 2022, Eq. 2 or appendix A.3.2), ``neighbour_values`` (the mean signal val
 a text's neighbours, Mattern et al. 2023, Eq. 3), ``neighbour_local`` (the
 neighbour difference at the swapped tokens, :mod:`mlflow_mia.signals.neighbour_local`)
 and ``references`` (the signals of every reference model of the audit's reference
-set, :class:`ReferenceSignals`: the input of the attacks over several references).
+set, :class:`ReferenceSignals`: the input of the attacks over several references), and
+``shadow_membership`` (which of those models, shadow models with keyed training records,
+trained on each text: the input of online LiRA).
 
 The model role ``reference`` stands for the audit's reference set: one model or
 several. The first is the role ``reference`` itself (the ``reference`` input, what
@@ -35,13 +37,15 @@ from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
 
 __all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS",
-           "RENAMED_INPUTS", "declare_input", "input_spec", "reference_roles"]
+           "declare_input", "input_spec", "reference_roles"]
 
 #: What one row of an input holds, by ``AttackInput.rows``.
 ROW_KINDS = {
     "signal": "the signals of one model: a SignalResult (values, token log-probs, token counts)",
     "values": "one number per row: an ndarray of shape (n_rows,), float64, NaN where a row has no value",
     "signals": "the signals of every model of a role's set: a ReferenceSignals (one SignalResult per model)",
+    "membership": ("which models of a role's set trained on each row: a bool ndarray of shape (n_rows, k), "
+                   "column j the set's j-th model"),
 }
 
 #: The model roles of an audit and what an attack needing a missing one is told.
@@ -51,10 +55,6 @@ MODEL_ROLES = {
                   "references=[...] (several), or drop them, e.g. attacks=['loss']"),
     "generator": "a generator masked LM to propose neighbours; " + HOW_TO_GIVE_A_GENERATOR,
 }
-
-#: Former input names, and the name each became.
-RENAMED_INPUTS = {"neighbour_energy": "neighbour_values"}
-
 
 def reference_roles(k: int) -> tuple[str, ...]:
     """The role names of a reference set of ``k`` models: ``reference``, then ``reference_2`` ... ``reference_<k>``.
@@ -175,7 +175,7 @@ class AttackInput:
     ----------
     name : str
         The key in ``Attack.requires``, ``AttackInputs`` and ``AuditSignals``.
-    rows : {"signal", "values"}
+    rows : {"signal", "values", "signals", "membership"}
         What one row holds (:data:`ROW_KINDS`). A ``"signal"`` input is the signals
         of its single model role, which any engine computes (e.g. on Spark).
     roles : tuple of str
@@ -220,13 +220,19 @@ class AttackInput:
             A ``"signal"`` input that is not a :class:`SignalResult`; a ``"signals"`` input
             that is neither a :class:`ReferenceSignals` nor a sequence of SignalResults.
         ValueError
-            A ``"values"`` input that is not 1-D.
+            A ``"values"`` input that is not 1-D; a ``"membership"`` input that is not a 2-D 0/1 matrix.
         """
         if self.rows == "values":
             value = np.asarray(value, dtype=np.float64)
             if value.ndim != 1:
                 raise ValueError(f"signals {self.name!r} must be 1-D of shape (n_rows,), got shape {value.shape}")
             return value
+        if self.rows == "membership":
+            array = np.asarray(value)
+            if array.ndim != 2 or not (array.dtype == bool or np.isin(array, (0, 1)).all()):
+                raise ValueError(f"signals {self.name!r} must be a 0/1 or bool matrix of shape (n_rows, k), got "
+                                 f"shape {array.shape}, dtype {array.dtype}")
+            return array.astype(bool)
         if self.rows == "signals":
             if isinstance(value, ReferenceSignals):
                 return value
@@ -241,7 +247,7 @@ class AttackInput:
 
     def take(self, value, index: np.ndarray):
         """Rows ``index`` (int array) of ``value``, every field kept aligned."""
-        return value[index] if self.rows == "values" else value.take(index)
+        return value[index] if self.rows in ("values", "membership") else value.take(index)
 
 
 #: Every declared input by name, in declaration order.
@@ -254,10 +260,8 @@ def declare_input(spec: AttackInput, *, force: bool = False) -> AttackInput:
     Raises
     ------
     ValueError
-        The name is declared already (and ``force`` is False), or it is a former name.
+        The name is declared already (and ``force`` is False).
     """
-    if spec.name in RENAMED_INPUTS:
-        raise ValueError(f"{spec.name!r} is the former name of input {RENAMED_INPUTS[spec.name]!r}")
     if not force and spec.name in INPUTS and INPUTS[spec.name] != spec:
         raise ValueError(f"an input named {spec.name!r} is declared already; pass force=True to replace it")
     INPUTS[spec.name] = spec
@@ -270,11 +274,8 @@ def input_spec(name: str) -> AttackInput:
     Raises
     ------
     ValueError
-        A former name (the message names the new one) or an unknown name (it lists the declared ones).
+        An unknown name (the message lists the declared ones).
     """
-    if name in RENAMED_INPUTS:
-        raise ValueError(f"the input {name!r} is now named {RENAMED_INPUTS[name]!r} (the mean of the neighbours' "
-                         "signal values, energy, PLL or causal mean NLL); use that name")
     if name not in INPUTS:
         raise ValueError(f"unknown signal name(s) [{name!r}]; signals are named after attack inputs {list(INPUTS)}")
     return INPUTS[name]
@@ -307,7 +308,7 @@ class AttackInputs:
     Raises
     ------
     ValueError
-        An unknown or former input name, or an input whose rows do not pair up with ``texts``.
+        An unknown input name, or an input whose rows do not pair up with ``texts``.
     TypeError
         An input of the wrong type; ``population`` that is not an AttackInputs or ``"self"``.
     """
@@ -334,8 +335,6 @@ class AttackInputs:
     def __getattr__(self, name):
         if name in INPUTS:
             return self._inputs.get(name)
-        if name in RENAMED_INPUTS:
-            input_spec(name)  # raises, naming the new name
         raise AttributeError(f"AttackInputs has no attribute {name!r}; inputs are {list(INPUTS)}")
 
     def __setattr__(self, name, value):
@@ -420,3 +419,16 @@ declare_input(AttackInput(
     how_to_provide="give one or more reference models (references=[...]) trained on similar but disjoint data",
     description="Signals of every reference model of the audit's reference set (ReferenceSignals), each "
                 "row-aligned with the target's; the first is the 'reference' input."))
+
+
+def _shadow_membership(stage: StageOne):
+    raise ValueError("lira_online needs " + INPUTS["shadow_membership"].how_to_provide)
+
+
+declare_input(AttackInput(
+    "shadow_membership", rows="membership", roles=("reference",), compute=_shadow_membership,
+    how_to_provide="the shadow models' training records: give the shadows as the references and pass "
+                   "shadow_membership=mlflow_mia.demo.shadows.shadow_membership(record, texts, key) with the "
+                   "signals (AuditSignals or stage_one(..., given=...))",
+    description="Which reference (shadow) model trained on each row: bool (n_rows, k), column j = reference j, "
+                "from the shadows' keyed training records (Carlini et al. 2022, Sec. IV, online LiRA)."))

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.attacks.lira_online import pooled_spread, split_in_out
+from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 
-__all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread"]
+__all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread", "out_values"]
 
 #: Smallest spread used, so a sample whose references agree exactly has a finite score.
 _MIN_SPREAD = 1e-12
@@ -47,6 +49,14 @@ class LiraOfflineSettings:
         global spread (:func:`global_spread`). Default 64, after Carlini et al. (2022),
         whose attack uses a global variance when shadow models are few.
 
+    per_mask_queries : bool
+        Keep each mask's energy as a separate query (:mod:`mlflow_mia.attacks.queries`):
+        one Gaussian per (text, mask), the z-values averaged per text, as LiRA averages
+        over augmentations. Default off until measured (issue 35, item 4). Energy only.
+    mask_rate, energy_reduction : float, str
+        The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (read from the
+        config in an audit), to split the token log-probs into masks.
+
     Raises
     ------
     ValueError
@@ -54,6 +64,9 @@ class LiraOfflineSettings:
     """
 
     per_sample_spread_min: int = 64
+    per_mask_queries: bool = False
+    mask_rate: float = 0.15
+    energy_reduction: str = "sum"
 
     def __post_init__(self):
         if int(self.per_sample_spread_min) != self.per_sample_spread_min or self.per_sample_spread_min < 2:
@@ -104,7 +117,7 @@ def global_spread(reference_values: np.ndarray) -> float:
     return spread
 
 
-def lira_offline_scores(target_values, reference_values, *, spread=None) -> np.ndarray:
+def lira_offline_scores(target_values, reference_values, *, spread=None, membership=None) -> np.ndarray:
     """Offline LiRA scores: the target's standardised gap below the references' mean, higher = member.
 
     Parameters
@@ -116,6 +129,10 @@ def lira_offline_scores(target_values, reference_values, *, spread=None) -> np.n
     spread : float or None
         The global spread; None uses the per-sample standard deviation of the
         references (ddof=1; needs k >= 2).
+    membership : ndarray of shape (n, k), bool, optional
+        Shadow references with known training halves (the ``shadow_membership`` input):
+        each sample's mean and spread are taken over the references that did *not* train
+        on it (its OUT models) only.
 
     Returns
     -------
@@ -128,20 +145,47 @@ def lira_offline_scores(target_values, reference_values, *, spread=None) -> np.n
     Raises
     ------
     ValueError
-        Shapes that do not pair up, or no spread with one reference.
+        Shapes that do not pair up, no spread with one reference, or (with
+        ``membership``) a sample without an OUT model (or one, for a per-sample spread).
     """
     target = np.asarray(target_values, dtype=np.float64)
     refs = np.atleast_2d(np.asarray(reference_values, dtype=np.float64))
     if refs.shape[1] != target.shape[0]:
         raise ValueError(f"reference values of shape {refs.shape} do not pair up with {target.shape[0]} targets")
-    mean = refs.mean(axis=0)
+    if membership is not None:
+        refs = out_values(refs, membership)
+    counts = np.sum(~np.isnan(refs), axis=0)
+    mean = np.nanmean(refs, axis=0)
     if spread is None:
-        if refs.shape[0] < 2:
-            raise ValueError("a per-sample spread needs at least 2 reference models; pass a global spread")
-        sigma = np.maximum(refs.std(axis=0, ddof=1), _MIN_SPREAD)
+        if counts.min() < 2:
+            raise ValueError("a per-sample spread needs at least 2 reference models (OUT models of each sample); "
+                             "pass a global spread")
+        sigma = np.maximum(np.nanstd(refs, axis=0, ddof=1), _MIN_SPREAD)
     else:
         sigma = float(spread)
     return (mean - target) / sigma  # energies: lower = member, so the gap below the OUT mean is positive
+
+
+def out_values(reference_values, membership) -> np.ndarray:
+    """The references' values with NaN where a reference trained on the sample: only the OUT models are left.
+
+    Parameters
+    ----------
+    reference_values : ndarray of shape (k, n)
+    membership : ndarray of shape (n, k), bool
+        True where reference j trained on sample i (:mod:`mlflow_mia.attacks.lira_online`).
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not pair up, or a sample that every reference trained on.
+    """
+    _, outs = split_in_out(reference_values, membership)
+    lacking = int(np.sum(np.all(np.isnan(outs), axis=0)))
+    if lacking:
+        raise ValueError(f"{lacking} samples have no OUT reference model (every shadow trained on them); offline "
+                         "attacks need models that did not train on each sample")
+    return outs
 
 
 @register_attack
@@ -153,7 +197,11 @@ class LiraOfflineAttack(Attack):
     per sample with ``k >= per_sample_spread_min`` references, else one global spread
     (:func:`global_spread`) estimated on the population set when the audit passes it
     (``AttackInputs.population``), so pool and population scores share it; on the
-    rows scored otherwise.
+    rows scored otherwise. When the references are shadow models with known training
+    halves (the ``shadow_membership`` input is given), each sample's Gaussian is fitted
+    on its OUT models only (those that did not train on it), as the paper's offline
+    attack assumes, and the global spread is their pooled within-sample spread
+    (:func:`~mlflow_mia.attacks.lira_online.pooled_spread`).
 
     With one reference the score is the likelihood ratio divided by a constant
     (same ROC as ``likelihood_ratio``). For causal models the values are mean NLLs
@@ -174,18 +222,28 @@ class LiraOfflineAttack(Attack):
     requires = ("target", "references")
     Settings = LiraOfflineSettings
 
+    settings_from_config = {"mask_rate": "signal.mask_rate", "energy_reduction": "signal.energy_reduction"}
+
     def _spread(self, inputs):
         refs = inputs.references
         if refs.k >= self.settings.per_sample_spread_min:
             return None
         basis = inputs.population if inputs.population is not None else inputs
-        return global_spread(basis.references.values)
+        _, values, member, _ = query_arrays(basis, self.settings, target=False)
+        if member is not None:
+            return pooled_spread(out_values(values, member), which="OUT")
+        return global_spread(values)
 
     def score(self, inputs):
-        return lira_offline_scores(inputs.target.values, inputs.references.values, spread=self._spread(inputs))
+        target, values, member, rows = query_arrays(inputs, self.settings)
+        scores = lira_offline_scores(target, values, spread=self._spread(inputs), membership=member)
+        return scores if rows is None else per_text_mean(scores, rows, len(inputs))
 
     def record(self, inputs):
         spread = self._spread(inputs)
         return {"n_references": inputs.references.k,
                 "spread": "per_sample" if spread is None else "global", "global_spread": spread,
-                "per_sample_spread_min": self.settings.per_sample_spread_min}
+                "per_sample_spread_min": self.settings.per_sample_spread_min,
+                **({} if inputs.shadow_membership is None else {"references_used": "OUT halves (shadow_membership)"}),
+                **({"per_mask_queries": True} if self.settings.per_mask_queries else {})}
+

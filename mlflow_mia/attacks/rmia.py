@@ -25,8 +25,11 @@ lengths comparable in the pairwise ratio.
 The offline parameter ``a``: the paper picks it by attacking one reference model
 (a stand-in target) with the others, on samples whose membership in that reference
 model is known, and keeping the ``a`` of the highest AUC (:func:`choose_offline_a`
-does that for a caller who knows them). An audit does not know which texts its
-reference models were trained on, so it cannot run that procedure itself; it takes
+does that for a caller who knows them). An audit whose references are shadow models with
+known training halves (the ``shadow_membership`` input, :mod:`mlflow_mia.attacks.lira_online`)
+runs it: the first reference is the stand-in target, the population rows the samples.
+Otherwise an audit does not know which texts its reference models were trained on, so it
+cannot run that procedure itself; it takes
 ``a`` from ``MetricConfig.rmia_offline_a`` and by default uses ``a = 1``
 (``Pr(x) = Pr_OUT(x)``, no correction for the missing IN models). That default suits
 per-token probabilities of an MLM, which are far below 1: with ``a < 1`` the constant
@@ -59,6 +62,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from mlflow_mia.attacks.base import Attack, register_attack
+from mlflow_mia.attacks.lira_offline import out_values
 from mlflow_mia.option import option
 
 __all__ = ["RmiaAttack", "RmiaSettings", "per_token_loglik", "log_likelihood_ratio", "rmia_scores",
@@ -95,7 +99,7 @@ def per_token_loglik(signal) -> np.ndarray:
     return out
 
 
-def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float) -> np.ndarray:
+def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float, membership=None) -> np.ndarray:
     """``log [Pr(x|theta) / Pr(x)]`` with the offline ``Pr(x) = ((1 + a) mean_i Pr(x|theta_i) + (1 - a)) / 2``.
 
     Parameters
@@ -105,14 +109,27 @@ def log_likelihood_ratio(target_loglik, reference_logliks, *, a: float) -> np.nd
     reference_logliks : ndarray of shape (k, n)
         ``log Pr(x|theta_i)`` of each reference model.
     a : float in [0, 1]
+    membership : ndarray of shape (n, k), bool, optional
+        Shadow references with known training halves: ``Pr_OUT(x)`` is the mean over the
+        references that did not train on x only.
 
     Returns
     -------
     ndarray of shape (n,), float64
         Computed in log space (``logsumexp``), so tiny probabilities do not underflow.
+
+    Raises
+    ------
+    ValueError
+        (With ``membership``) a sample that every reference trained on.
     """
     refs = np.atleast_2d(np.asarray(reference_logliks, dtype=np.float64))
-    log_out = logsumexp(refs, axis=0) - np.log(refs.shape[0])  # log of the references' mean probability
+    if membership is None:
+        log_out = logsumexp(refs, axis=0) - np.log(refs.shape[0])  # log of the references' mean probability
+    else:
+        outs = out_values(refs, membership)  # NaN where a reference trained on the sample
+        log_out = (logsumexp(np.where(np.isnan(outs), -np.inf, outs), axis=0)
+                   - np.log(np.sum(~np.isnan(outs), axis=0)))
     if a >= 1.0:
         log_px = log_out
     else:
@@ -215,7 +232,8 @@ def rmia_scores(log_ratio_x, log_ratio_z, *, gamma: float = 1.0, leave_one_out: 
 
 
 def choose_offline_a(stand_in_loglik, other_logliks, labels, *, population_stand_in, population_others,
-                     gamma: float = 1.0, grid=None) -> float:
+                     gamma: float = 1.0, grid=None, others_membership=None,
+                     population_others_membership=None) -> float:
     """The paper's choice of ``a``: attack a reference model (a stand-in target) with the others; best AUC.
 
     Parameters
@@ -231,6 +249,9 @@ def choose_offline_a(stand_in_loglik, other_logliks, labels, *, population_stand
     gamma : float
     grid : sequence of float, optional
         Candidate values (default 0, 0.1, ..., 1).
+    others_membership, population_others_membership : ndarrays of shape (n, k - 1) and (m, k - 1), bool, optional
+        Which of the other models trained on each sample (shadow models with known
+        halves): each sample's ``Pr_OUT`` then averages its OUT models only.
 
     Returns
     -------
@@ -250,8 +271,9 @@ def choose_offline_a(stand_in_loglik, other_logliks, labels, *, population_stand
     grid = np.round(np.linspace(0.0, 1.0, 11), 10) if grid is None else np.asarray(grid, dtype=np.float64)
     best, best_auc = None, -np.inf
     for a in grid:
-        x = log_likelihood_ratio(stand_in_loglik, other_logliks, a=float(a))
-        z = log_likelihood_ratio(population_stand_in, population_others, a=float(a))
+        x = log_likelihood_ratio(stand_in_loglik, other_logliks, a=float(a), membership=others_membership)
+        z = log_likelihood_ratio(population_stand_in, population_others, a=float(a),
+                                 membership=population_others_membership)
         auc = roc_auc_score(labels, rmia_scores(x, z, gamma=gamma))
         if auc >= best_auc:
             best, best_auc = float(a), auc
@@ -265,7 +287,9 @@ class RmiaSettings:
     Attributes
     ----------
     offline_a : float or None
-        ``a`` of the offline ``Pr(x)``, in [0, 1]; None: 1 (see the module docstring).
+        ``a`` of the offline ``Pr(x)``, in [0, 1]; None: fitted by the paper's procedure
+        when the references are shadow models with known training halves (the
+        ``shadow_membership`` input), else 1 (see the module docstring).
         The option ``rmia_offline_a`` (an audit carries it in ``MetricConfig.rmia_offline_a``).
     gamma : float
         The pairwise threshold gamma > 0 (paper: 1). The option ``rmia_gamma`` (an audit carries
@@ -304,7 +328,9 @@ class RmiaAttack(Attack):
     ``score(x)`` = the fraction of the population samples z with
     ``LR(x, z) >= gamma``, on per-token likelihoods (module docstring), plus a term below
     half a step ``1 / (2 |Z|)`` that orders equal fractions by the log ratio
-    (:func:`rmia_tie_break`); in [0, 1 + 1 / (4 |Z|)], higher = member. The population set is the audit's
+    (:func:`rmia_tie_break`); in [0, 1 + 1 / (4 |Z|)], higher = member. With shadow references whose
+    training halves are known (the ``shadow_membership`` input), ``Pr_OUT(x)`` averages only the
+    references that did not train on x. The population set is the audit's
     (``AttackInputs.population``); its own rows are each compared with the others.
     Scoring rows without a population set compares them with each other.
 
@@ -324,19 +350,44 @@ class RmiaAttack(Attack):
     Settings = RmiaSettings
     settings_from_config = {"offline_a": "metrics.rmia_offline_a", "gamma": "metrics.rmia_gamma"}
 
-    def _log_ratio(self, inputs):
+    def _a(self, inputs) -> tuple[float, str]:
+        """``a`` and where it came from: the setting; else fitted on shadows with known halves; else 1."""
+        if self.settings.offline_a is not None:
+            return self.settings.a, "rmia_offline_a"
+        basis = inputs.population if inputs.population is not None else inputs
+        member = basis.shadow_membership
+        if member is None or basis.references.k < 2:
+            return 1.0, "default"
+        # The paper's choice, now possible: reference 1 is a stand-in target whose training half is known.
+        logliks = np.stack([per_token_loglik(s) for s in basis.references.signals])
+        usable = (~member[:, 1:]).any(axis=1)  # rows with an OUT model among the others
+        labels = member[usable, 0]
+        z = usable & ~member[:, 0]
+        if labels.all() or not labels.any():
+            return 1.0, "default"
+        a = choose_offline_a(logliks[0, usable], logliks[1:, usable], labels.astype(int),
+                             population_stand_in=logliks[0, z], population_others=logliks[1:, z],
+                             gamma=self.settings.gamma, others_membership=member[usable, 1:],
+                             population_others_membership=member[z, 1:])
+        return a, "fitted: reference 1 as a stand-in target with its known training half (shadow_membership)"
+
+    def _log_ratio(self, inputs, a: float):
         refs = np.stack([per_token_loglik(s) for s in inputs.references.signals])
-        return log_likelihood_ratio(per_token_loglik(inputs.target), refs, a=self.settings.a)
+        return log_likelihood_ratio(per_token_loglik(inputs.target), refs, a=a,
+                                    membership=inputs.shadow_membership)
 
     def score(self, inputs):
+        a, _ = self._a(inputs)
         population = inputs.population
-        x = self._log_ratio(inputs)
+        x = self._log_ratio(inputs, a)
         if population is None or inputs.is_population:
             return rmia_scores(x, x, gamma=self.settings.gamma, leave_one_out=True)
-        return rmia_scores(x, self._log_ratio(population), gamma=self.settings.gamma)
+        return rmia_scores(x, self._log_ratio(population, a), gamma=self.settings.gamma)
 
     def record(self, inputs):
-        return {"offline_a": self.settings.a, "offline_a_source": "default" if self.settings.offline_a is None
-                else "rmia_offline_a", "gamma": self.settings.gamma, "n_references": inputs.references.k,
+        a, source = self._a(inputs)
+        return {"offline_a": a, "offline_a_source": source, "gamma": self.settings.gamma,
+                "n_references": inputs.references.k,
                 "likelihood": "exp(mean masked-token log-prob)",
-                "tie_break": "(1/2 + arctan(log ratio) / pi) / (4 |Z|) added to the fraction"}
+                "tie_break": "(1/2 + arctan(log ratio) / pi) / (4 |Z|) added to the fraction",
+                **({} if inputs.shadow_membership is None else {"references_used": "OUT halves (shadow_membership)"})}

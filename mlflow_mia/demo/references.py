@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -47,6 +46,7 @@ from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, SIZE_T
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
+from mlflow_mia.tracking.runs import outside_project_run
 
 __all__ = ["DEMO_REFERENCE_WORDS", "SHADOW_COUNT", "SHADOW_KEY_TAG", "ReferenceSpec", "build_references",
            "expand_demo_references", "shadow_halves", "shadow_names", "shadow_uris"]
@@ -313,12 +313,8 @@ def expand_demo_references(uris, size: str = "default", *, progress: bool = True
             needed = SHADOW_COUNT if word == "demo:shadows" else int(word[12:]) + 1
             if shadows is None or len(shadows) < needed:
                 # Under ``mlflow run`` the audit's run is in MLFLOW_RUN_ID: the training run must not resume it.
-                project_run = os.environ.pop("MLFLOW_RUN_ID", None)
-                try:
+                with outside_project_run():
                     shadows = list(build_references(size=size, count=needed, progress=progress).shadow_uris)
-                finally:
-                    if project_run is not None:
-                        os.environ["MLFLOW_RUN_ID"] = project_run
             out += shadows[:SHADOW_COUNT] if word == "demo:shadows" else [shadows[int(word[12:])]]
         else:
             raise ValueError(f"unknown demo reference {uri!r}; use one of {', '.join(DEMO_REFERENCE_WORDS)} "

@@ -9,6 +9,7 @@ computes the signals of the model roles the attacks need:
   (what the report tables read: token ids, neighbour examples, generator evidence);
 - :mod:`.local`: ``"local"``, every model in this process (:func:`~.local.stage_one`);
 - :mod:`.spark`: ``"spark"``, each model's signals on Apache Spark executors
-  (:mod:`.spark_executors` runs there, :mod:`.spark_store` keeps the signed Parquet store);
+  (:mod:`.spark_executors` runs there, :mod:`.spark_store` keeps the signed Parquet store,
+  :mod:`.spark_errors` brings an executor's error back to the driver);
 - :mod:`.registry`: the engines by name (:func:`~.registry.get_engine`).
 """

@@ -35,7 +35,6 @@ Java runtime that runs it (Java 17 or 21).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -45,9 +44,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from mlflow_mia.config import SignalConfig, record_digest
-from mlflow_mia.engines.spark_store import (STORE_TAG, SparkJobError, damaged_file_error, fill_store,
-                                                 partition_mac_key, read_store, settings_digests)
-from mlflow_mia.signals.cache import CacheCorruptError
+from mlflow_mia.engines.spark_errors import EXECUTOR_TAG, SparkJobError, SparkSignalError, executor_errors
+from mlflow_mia.engines.spark_store import fill_store, partition_mac_key, read_store, settings_digests
 from mlflow_mia.signals.dispatch import value_settings
 from mlflow_mia.signals.types import SignalResult
 
@@ -55,13 +53,8 @@ __all__ = ["spark_signals", "SignalJob", "SparkSignalError", "SparkJobError", "c
 
 log = logging.getLogger(__name__)
 
-_TAG = "[mlflow-mia]"  # marks our executor errors so the driver can pull them out of the Python trace
 _LOADED: dict = {}  # (load URI, device) -> MaskedLM, per Python worker
 _MAX_LOADED = 2  # target and reference of one audit
-
-
-class SparkSignalError(ValueError):
-    """An error raised on an executor (or about the input), with the text id when it concerns one text."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +182,7 @@ def _id(value):
 
 
 def _fail(message: str):
-    raise SparkSignalError(f"{_TAG} {message}")
+    raise SparkSignalError(f"{EXECUTOR_TAG} {message}")
 
 
 def _worker_model(spec: Mapping):
@@ -308,36 +301,6 @@ def _compute(df, spec: Mapping, id_column: str, text_column: str):
     schema = _output_schema(df.schema[id_column].dataType, kind)
     frame = df.mapInPandas(lambda it: _score_batches(it, spec, id_column, text_column), schema)
     return frame.withColumnRenamed("id", id_column) if id_column != "id" else frame
-
-
-@contextlib.contextmanager
-def executor_errors():
-    """Re-raise an executor's error on the driver as one clear error.
-
-    The Python trace of the failed task arrives inside a ``PythonException``; its
-    ``[mlflow-mia]`` line becomes the message of a :class:`SparkSignalError` (the full
-    exception stays chained as its cause), its ``[mlflow-mia:store]`` line (a store
-    row whose MAC does not verify) a :class:`CacheCorruptError`. Spark failing to
-    read a store file (a Java error) becomes a :class:`CacheCorruptError` naming
-    the file, without the Java trace.
-    """
-    from pyspark.errors import PythonException
-
-    try:
-        yield
-    except PythonException as exc:
-        store = re.search(re.escape(STORE_TAG) + r" (.*)", str(exc))
-        if store is not None:
-            raise CacheCorruptError(store.group(1).strip()) from exc
-        found = re.search(re.escape(_TAG) + r" (.*)", str(exc))
-        if found is None:
-            raise
-        raise SparkSignalError(found.group(1).strip()) from exc
-    except Exception as exc:
-        damaged = None if isinstance(exc, (SparkSignalError, CacheCorruptError)) else damaged_file_error(exc)
-        if damaged is None:
-            raise
-        raise damaged from None
 
 
 def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: str = "id",

@@ -27,31 +27,25 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
 from mlflow_mia.config import record_digest
+from mlflow_mia.engines.spark_errors import STORE_TAG, SparkJobError, SparkSignalError, damaged_file_error
 from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["auto_waves", "partition_mac_key", "read_store", "fill_store", "damaged_file_error", "STORE_TAG",
-           "SparkJobError", "MAX_AUTO_WAVES", "TEXTS_PER_WAVE", "ROW_LAYOUT", "settings_digests"]
+__all__ = ["auto_waves", "partition_mac_key", "read_store", "fill_store", "MAX_AUTO_WAVES", "TEXTS_PER_WAVE",
+           "ROW_LAYOUT", "settings_digests"]
 
 log = logging.getLogger(__name__)
 
-STORE_TAG = "[mlflow-mia:store]"  # marks an executor's "this store row does not verify" error
 MAX_AUTO_WAVES = 8
 TEXTS_PER_WAVE = 250
 _COLUMNS = ("text_hash", "signal", "n_tokens", "truncated", "token_logprobs", "token_mu", "token_sigma")
 #: The per-token columns of a row beyond the log-probs; part of the partition's settings digest.
 ROW_LAYOUT = ("token_mu", "token_sigma")
-_READ_ERROR = re.compile(r"\[FAILED_READ_FILE[.\w]*\][^\n]*?reading file (\S+?)\.?(?:\s|$)")
-
-
-class SparkJobError(RuntimeError):
-    """A Spark job that failed for a reason other than the input (e.g. executors lost after every retry)."""
 
 
 def auto_waves(n_texts: int) -> int:
@@ -225,8 +219,6 @@ def fill_store(checked, spec: Mapping, compute: Callable, store: str, waves: int
 
 def _wave_failed(exc: Exception, wave: int, waves: int, kept: int, n: int, store: str) -> Exception:
     """``exc`` as the same kind of error, saying which wave failed and what the store kept."""
-    from mlflow_mia.engines.spark_executors import SparkSignalError
-
     done = "wave 1" if wave == 1 else f"waves 1-{wave}"
     note = (f"wave {wave + 1} of {waves} failed; {kept} of the {n} text(s) to compute were kept in the store "
             f"{store} ({done} committed) and a re-run computes only the rest" if wave else
@@ -240,16 +232,3 @@ def _first_line(exc: Exception) -> str:
     lines = [x.strip(" :") for x in str(exc).splitlines() if "Exception" in x or "Error" in x]
     text = lines[0] if lines else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:400]
-
-
-def damaged_file_error(exc: Exception) -> CacheCorruptError | None:
-    """A :class:`CacheCorruptError` naming the file when ``exc`` is Spark failing to read a store file."""
-    found = _READ_ERROR.search(str(exc))
-    if found is None:
-        return None
-    reason = "not a readable Parquet file"
-    cause = re.search(r"is not a Parquet file[^\n]*|Could not read footer[^\n.]*", str(exc))
-    if cause is not None:
-        reason = cause.group(0).strip()
-    return CacheCorruptError(f"the Spark store file {found.group(1)} is damaged ({reason}); delete it (its rows are "
-                             "recomputed) or use another store")

@@ -1,10 +1,11 @@
 """Entry points: thin shells that parse, call the library and print.
 
-- :mod:`.cli`: ``mlflow-mia audit | compare | build-demo | ner-audit | analyze``
-  (:mod:`.compare`, :mod:`.ner_cli`, :mod:`.analyze_cli`; :mod:`.common` holds what they share);
+- :mod:`.cli`: ``mlflow-mia audit | ner-audit | canary-audit | compare | build-demo | analyze``, one
+  subcommand per audit of :data:`mlflow_mia.pipeline.AUDITS` plus the others
+  (:mod:`.compare`, :mod:`.ner_cli`, :mod:`.canary_cli`, :mod:`.analyze_cli`; :mod:`.common` holds what
+  they share);
 - :mod:`.evaluator`: :class:`~.evaluator.MiaEvaluator`, the ``mia`` plugin of
-  ``mlflow.models.evaluate`` (entry point ``mlflow.model_evaluator: mia``);
-  :mod:`.ner_evaluator` its ``method="ner_prompts"`` branch;
+  ``mlflow.models.evaluate`` (entry point ``mlflow.model_evaluator: mia``): ``AUDITS[method]``;
 - :mod:`.scorer`: the energy scorer pyfunc (``mlflow.pyfunc.spark_udf``);
 - :mod:`.hf_metric`: the Hugging Face ``evaluate`` metric module;
 - the MLproject entry points call the CLI.

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
+from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank
 
-__all__ = ["add_analyze_parser", "cmd_analyze"]
-
-
-def add_analyze_parser(sub) -> argparse.ArgumentParser:
-    """Add the ``analyze`` subcommand to an ``argparse`` subparsers object (its options: the declarations)."""
-    from mlflow_mia.analyze import FINDINGS
-    from mlflow_mia.options.schema import add_arguments
-
-    p = sub.add_parser(
-        "analyze", help="reproduce the papers' findings on the BBC News demo (why it leaks, what lowers it)",
-        description="Train the demo target's variants (shorter training, a deeper model, names inserted, DP-SGD at "
-                    "epsilon 8 and 1), audit each against the references, and log one nested run per audit and a "
-                    "findings table (tables/findings.csv), plots and findings.md to the parent run. Resumes: "
-                    "finished runs and registered variants are found and skipped. Findings: "
-                    + ", ".join(f.name for f in FINDINGS) + ".")
-    add_arguments(p, "analyze")
-    return p
+__all__ = ["cmd_analyze"]
 
 
 def cmd_analyze(args) -> int:
@@ -51,4 +34,4 @@ def cmd_analyze(args) -> int:
           f"findings logged to run {result.run_id}: tables/findings.csv, findings.md, plots/findings/")
     for name, why in result.skipped.items():
         print(f"skipped {name}: {why}")
-    return 0
+    return EXIT_OK

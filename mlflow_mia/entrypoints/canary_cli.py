@@ -1,4 +1,4 @@
-"""``mlflow-mia canary-audit`` and ``method="canaries"`` of the ``mia`` evaluator: the canary audit's front ends.
+"""``mlflow-mia canary-audit``, the canary audit's command; the keys of ``method="canaries"`` of the ``mia`` evaluator.
 
 With ``--target`` and ``--canaries`` it audits one model fine-tuned with the canary set
 inserted; without them, the built-in canary demo (:mod:`mlflow_mia.demo.canary`: a
@@ -18,52 +18,18 @@ Keys (unknown keys are an error; generated from their declarations, :mod:`mlflow
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import os
 
+from mlflow_mia.audits.canary.kind import load_canary_set
+from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.options.values import blank as _blank
 
 if __doc__:
     __doc__ += key_table("canaries") + "\n"
 
-__all__ = ["add_canary_parser", "cmd_canary_audit", "evaluate_canaries", "load_canary_set"]
+__all__ = ["cmd_canary_audit"]
 
-EXIT_OK, EXIT_GATE_FAILED = 0, 3
-
-
-def add_canary_parser(sub) -> argparse.ArgumentParser:
-    """Add the ``canary-audit`` subcommand (its options: the declarations) to an ``argparse`` subparsers object."""
-    from mlflow_mia.options.schema import add_arguments
-
-    p = sub.add_parser(
-        "canary-audit", help="canary audit: exposure and the one-run epsilon bound of planted canaries",
-        description="Score every canary of the auditor's canary set under a model fine-tuned with the included "
-                    "canaries inserted: included vs excluded AUC and TPR per repetition count, exposure of the "
-                    "secret-format canaries (Carlini et al. 2019) and the one-run epsilon lower bound (Steinke et al. "
-                    "2023), record-level for the canaries inserted once. Without --target and --canaries, builds "
-                    "and audits the canary demo (a non-private and a DP-SGD target).")
-    add_arguments(p, "canary-audit")
-    return p
-
-
-def load_canary_set(source):
-    """A :class:`~mlflow_mia.canaries.CanarySet` from one, or from the path of its secret file.
-
-    Raises
-    ------
-    ValueError
-        No canary set given.
-    """
-    from mlflow_mia.canaries import CanarySet
-
-    if isinstance(source, CanarySet):
-        return source
-    if source is None or (isinstance(source, str) and not source.strip()):
-        raise ValueError("the canary audit needs the auditor's canary set: --canaries PATH (the file written by "
-                         "CanarySet.save), or evaluator key 'canaries'")
-    return CanarySet.load(str(source))
 
 
 def _headline(result) -> str:
@@ -130,7 +96,7 @@ def _audit(target_uri, canaries, cfg, options, *, run_name: str | None = None, n
     import mlflow
 
     from mlflow_mia.models.resolve import resolve_model
-    from mlflow_mia.tracking.canary_log import canary_audit_and_log
+    from mlflow_mia.pipeline.canary import canary_audit_and_log
     from mlflow_mia.tracking.verdict import short_model_name
 
     trust = options.trust_remote_code
@@ -175,19 +141,15 @@ def _demo(args, cfg, options) -> int:
     """
     import mlflow
 
-    from mlflow_mia.tracking.runs import use_experiment
-    from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description, worst_verdict
+    from mlflow_mia.tracking.runs import outside_project_run, use_experiment
+    from mlflow_mia.tracking.verdict import canary_verdict, describe_nested
 
     try:
         from mlflow_mia.demo.canary import build_canary_demo
     except ImportError as exc:
         raise ValueError(f"the canary demo is not available ({exc}); give --target and --canaries") from None
-    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
-    try:
+    with outside_project_run() as project_run:
         demo = build_canary_demo(size=args.demo_size, progress=options.progress)
-    finally:
-        if project_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = project_run
     use_experiment(_blank(args.experiment))
     canaries = load_canary_set(demo.canaries_path)
     blocked, verdicts = False, []
@@ -199,52 +161,6 @@ def _demo(args, cfg, options) -> int:
             blocked = blocked or (gate is not None and not gate.passed)
             verdicts.append((label, canary_verdict(result.metrics, gate, confidence=cfg.confidence)))
         if parent is not None:
-            verdict = worst_verdict(verdicts)
-            lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
-            describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict,
-                         name=f"canary-audit demo-{args.demo_size}",
-                         description=run_description(verdict, "One nested run per demo target:\n\n" + lines))
+            describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts,
+                            name=f"canary-audit demo-{args.demo_size}", heading="One nested run per demo target:")
     return EXIT_GATE_FAILED if blocked else EXIT_OK
-
-
-def evaluate_canaries(*, model, dataset, run_id, evaluator_config, model_id=None):
-    """The ``mia`` evaluator's body for ``method="canaries"``; returns an ``EvaluationResult``.
-
-    ``dataset`` must be the canary set's id table (:meth:`CanarySet.id_frame`): its
-    ``canary_id`` column must list the set's ids in order, so the audited data is the
-    set named by the ``canaries`` key.
-
-    Raises
-    ------
-    ValueError
-        As :func:`~mlflow_mia.options.canary.parse_canary_config`, or data that is not
-        the set's id table.
-    """
-    import math
-
-    import pandas as pd
-    from mlflow.models.evaluation import EvaluationResult
-
-    from mlflow_mia.entrypoints.evaluator import evaluator_target
-    from mlflow_mia.models.resolve import resolve_model
-    from mlflow_mia.options.canary import parse_canary_config
-    from mlflow_mia.tracking.canary_log import canary_audit_and_log
-
-    cfg, options = parse_canary_config(evaluator_config)
-    canaries = load_canary_set(options.canaries)
-    frame = dataset.features_data
-    if not isinstance(frame, pd.DataFrame) or "canary_id" not in frame or list(frame["canary_id"]) != list(
-            canaries.ids):
-        raise ValueError("method='canaries' takes data=canary_set.id_frame() (the set's canary ids in order, no texts "
-                         "or bits), for the set named by the 'canaries' key")
-    trust = options.trust_remote_code
-    target, warning = evaluator_target(model, options.target_model, command="canary-audit --target",
-                                       resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
-    reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
-                 if options.reference_model else None)
-    result, _, artifacts = canary_audit_and_log(target, canaries, cfg, options, reference=reference, run_id=run_id,
-                                                log_metrics=model_id is None, notes=[warning] if warning else [])
-    # Only finite values, as log_canary_audit logs them: an unresolved TPR stays out (its reason is in the report).
-    metrics = {f"{options.metric_prefix}{k}": float(v) for k, v in result.metrics.items()
-               if v is not None and math.isfinite(float(v))}
-    return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

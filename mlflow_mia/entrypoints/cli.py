@@ -28,9 +28,11 @@ import argparse
 import logging
 import os
 import sys
+from typing import Callable, NamedTuple
 
 from mlflow_mia.options.schema import add_arguments
-from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_result, quiet_output
+from mlflow_mia.entrypoints.common import (EXIT_ERROR, EXIT_GATE_FAILED, EXIT_MEANINGS, EXIT_OK, EXIT_USAGE,
+                                         build_demo_for_audit, config_and_inputs, print_result, quiet_output)
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
 from mlflow_mia.tracking.runs import use_experiment
@@ -39,12 +41,6 @@ from mlflow_mia.options.values import blank as _blank
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger(__name__)
-
-# 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
-#: What each non-zero exit code means, in the words a failed ``mlflow run`` project run records.
-EXIT_MEANINGS = {EXIT_ERROR: "the audit broke: a bug or an environment fault", EXIT_USAGE: "usage or input error",
-                 EXIT_GATE_FAILED: "the release gate did not pass"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,59 +73,100 @@ failed run's description give this code.
 """
 
 
+class Command(NamedTuple):
+    """One ``mlflow-mia`` subcommand: its name, its help texts, what runs it, and flags not declared as options.
+
+    Its declared options (:mod:`mlflow_mia.options.schema`, by ``name``) are added by :func:`add_command`.
+    """
+
+    name: str
+    help: str
+    description: str
+    main: Callable[[argparse.Namespace], int]
+    epilog: str | None = None
+    add_flags: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+def _front_ends() -> dict:
+    """The function that runs each audit's command, by its ``AUDITS`` name (prints its tables, builds its demo)."""
+    from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
+    from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
+
+    return {"mia": _cmd_audit, "ner_prompts": cmd_ner_audit, "canaries": cmd_canary_audit}
+
+
+def _demo_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", choices=("default", "small"), default="default",
+                   help="'small': 150 + 150 pool sentences, 300 population sentences and tiny models, for tests "
+                        "and a first look (default: default)")
+    p.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
+    p.add_argument("--references", action="store_true",
+                   help="also train the 4 shadow references <prefix>shadow-0..3@champion (the base fine-tuned "
+                        "on random halves of in-domain articles disjoint from the pool; compare --reference "
+                        "demo:shadows builds them on first use too)")
+    p.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
+
+
+def commands() -> list[Command]:
+    """Every subcommand: one per audit of :data:`mlflow_mia.pipeline.AUDITS` (its help from the ``Audit``),
+    then ``compare``, ``build-demo`` and ``analyze``."""
+    from mlflow_mia.analyze import FINDINGS
+    from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
+    from mlflow_mia.pipeline import AUDITS
+
+    front_ends = _front_ends()
+    audits = [Command(a.command, a.help, a.description, front_ends[name], epilog=_EPILOG if name == "mia" else None)
+              for name, a in AUDITS.items()]
+    return audits + [
+        Command("compare", "audit several registry versions against one reference and compare them",
+                "Audit every version (or the given aliases) of one or more registered models against the same "
+                "reference, one nested run per version, and log a comparison table (attack x model version) "
+                "and plots to the parent run. The reference signals are computed once (signal cache).",
+                _cmd_compare, epilog=_EPILOG),
+        Command("build-demo", "train and register the BBC News demo models",
+                "Build the real-data demo: BBC News sentences, a target model fine-tuned on "
+                "the members, an oracle reference model (same base, recipe and distribution) "
+                "on disjoint articles and the public base it started from; registered as "
+                "bbc-target@candidate, bbc-reference@champion (oracle) and "
+                "bbc-base@champion. Skips training when they are already registered.",
+                _cmd_build_demo, add_flags=_demo_flags),
+        Command("analyze", "reproduce the papers' findings on the BBC News demo (why it leaks, what lowers it)",
+                "Train the demo target's variants (shorter training, a deeper model, names inserted, DP-SGD at "
+                "epsilon 8 and 1), audit each against the references, and log one nested run per audit and a "
+                "findings table (tables/findings.csv), plots and findings.md to the parent run. Resumes: "
+                "finished runs and registered variants are found and skipped. Findings: "
+                + ", ".join(f.name for f in FINDINGS) + ".", cmd_analyze),
+    ]
+
+
+def add_command(sub, command: Command) -> argparse.ArgumentParser:
+    """Add one subcommand to an ``argparse`` subparsers object: its flags, then its declared options."""
+    p = sub.add_parser(command.name, help=command.help, description=command.description, epilog=command.epilog,
+                       formatter_class=(argparse.RawDescriptionHelpFormatter if command.epilog
+                                        else argparse.HelpFormatter))
+    if command.add_flags is not None:
+        command.add_flags(p)
+    add_arguments(p, command.name)
+    p.set_defaults(main=command.main)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``mlflow-mia`` (also used to render ``--help``)."""
+    """The argument parser of ``mlflow-mia`` (also used to render ``--help``): :func:`add_command` for each of
+    :func:`commands`."""
     parser = _Parser(
         prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Membership inference audits of masked language models, logged to MLflow.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
-    sub = parser.add_subparsers(dest="command", metavar="{audit,compare,build-demo,ner-audit,analyze,canary-audit}")
+    listed = commands()
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(c.name for c in listed) + "}")
     sub.required = True
-
-    audit = sub.add_parser(
-        "audit", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
-        help="audit one model and log the result to an MLflow run",
-        description="Audit one masked LM for membership leakage and log metrics, figures, tables, a report and "
-                    "registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
-                    "(trained and registered on first use).")
-    add_arguments(audit, "audit")
-
-    compare = sub.add_parser(
-        "compare", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
-        help="audit several registry versions against one reference and compare them",
-        description="Audit every version (or the given aliases) of one or more registered models against the same "
-                    "reference, one nested run per version, and log a comparison table (attack x model version) "
-                    "and plots to the parent run. The reference signals are computed once (signal cache).")
-    add_arguments(compare, "compare")
-
-    demo = sub.add_parser("build-demo", help="train and register the BBC News demo models",
-                          description="Build the real-data demo: BBC News sentences, a target model fine-tuned on "
-                                      "the members, an oracle reference model (same base, recipe and distribution) "
-                                      "on disjoint articles and the public base it started from; registered as "
-                                      "bbc-target@candidate, bbc-reference@champion (oracle) and "
-                                      "bbc-base@champion. Skips training when they are already registered.")
-    demo.add_argument("--size", choices=("default", "small"), default="default",
-                      help="'small': build and audit take about 2.5 CPU-minutes (README), for tests and a first look "
-                           "(default: default)")
-    demo.add_argument("--force", action="store_true", help="retrain and register new versions even if present")
-    demo.add_argument("--data-dir", metavar="DIR",
-                      help="folder for pool.jsonl and population.jsonl (default ./mlflow_mia_demo/<size>)")
-    demo.add_argument("--threads", type=int, metavar="N",
-                      help="torch CPU threads for training (default: torch's choice; 1 on busy machines)")
-    demo.add_argument("--references", action="store_true",
-                      help="also train the 4 shadow references <prefix>shadow-0..3@champion (the base fine-tuned "
-                           "on random halves of in-domain articles disjoint from the pool; compare --reference "
-                           "demo:shadows builds them on first use too)")
-    demo.add_argument("--json", action="store_true", help="print the demo's models and files as JSON")
-    add_arguments(demo, "build-demo")
-    from mlflow_mia.entrypoints.analyze_cli import add_analyze_parser
-    from mlflow_mia.entrypoints.ner_cli import add_ner_parser
-
-    from mlflow_mia.entrypoints.canary_cli import add_canary_parser
-
-    add_ner_parser(sub)
-    add_analyze_parser(sub)
-    add_canary_parser(sub)
+    for command in listed:
+        add_command(sub, command)
     return parser
 
 
@@ -154,9 +191,8 @@ def _flat_config(args, *, demo=None) -> dict:
 def _cmd_audit(args) -> int:
     import mlflow
 
-    from mlflow_mia.tracking.audit_run import audit_and_log
-    from mlflow_mia.tracking.verdict import (audit_run_name, audit_verdict, describe_run, references_label,
-                                             run_description, worst_verdict)
+    from mlflow_mia.pipeline.membership import audit_and_log
+    from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
     from mlflow_mia.models.resolve import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
@@ -196,10 +232,8 @@ def _cmd_audit(args) -> int:
             _print_audit(target, refs, result, run, gate)
             verdicts.append((child, audit_verdict(result, gate)))
             blocked |= gate is not None and not gate.passed
-        verdict = worst_verdict(verdicts)
-        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
-        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict, name=name,
-                     description=run_description(verdict, "One nested run per reference:\n\n" + lines))
+        verdict = describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts, name=name,
+                                  heading="One nested run per reference:")
     print(verdict.line())
     return EXIT_GATE_FAILED if blocked else EXIT_OK
 
@@ -320,23 +354,7 @@ def _command(args) -> int:
     """Run the parsed command; its exit code when it returns."""
     if args.command != "build-demo":
         _setup_tracking(args)
-    if args.command == "audit":
-        return _cmd_audit(args)
-    if args.command == "compare":
-        return _cmd_compare(args)
-    if args.command == "ner-audit":
-        from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
-
-        return cmd_ner_audit(args)
-    if args.command == "canary-audit":
-        from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
-
-        return cmd_canary_audit(args)
-    if args.command == "analyze":
-        from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
-
-        return cmd_analyze(args)
-    return _cmd_build_demo(args)
+    return args.main(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,14 @@ import sys
 
 from mlflow_mia.options.values import blank
 
-__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output"]
+__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output",
+           "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_GATE_FAILED", "EXIT_MEANINGS"]
+
+# 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
+#: What each non-zero exit code means, in the words a failed ``mlflow run`` project run records.
+EXIT_MEANINGS = {EXIT_ERROR: "the audit broke: a bug or an environment fault", EXIT_USAGE: "usage or input error",
+                 EXIT_GATE_FAILED: "the release gate did not pass"}
 
 
 _BARS_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -97,7 +104,7 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
     ``demo_options`` (``data_dir``, ``num_threads``) go to :func:`mlflow_mia.demo.build.build_demo`.
     ``kind="causal"`` builds the causal demo instead (:func:`mlflow_mia.demo.causal_build.build_causal_demo`).
     """
-    from mlflow_mia.tracking.runs import use_experiment
+    from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 
     try:
         if kind == "causal":
@@ -112,16 +119,14 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
             return build_demo(size=size, force=force, progress=progress, **demo_options)
         except ModuleNotFoundError as exc:
             raise _demo_missing(exc) from None
-    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
-    try:
-        return build_demo(size=size, force=force, progress=progress, **demo_options)
-    except ModuleNotFoundError as exc:
-        raise _demo_missing(exc) from None
-    finally:
-        if project_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = project_run
-        else:  # build_demo switches to its own experiment; go back to the audit's
-            use_experiment(blank(getattr(args, "experiment", None)) if args is not None else None)
+    with outside_project_run() as project_run:
+        try:
+            return build_demo(size=size, force=force, progress=progress, **demo_options)
+        except ModuleNotFoundError as exc:
+            raise _demo_missing(exc) from None
+        finally:
+            if project_run is None:  # build_demo switches to its own experiment; go back to the audit's
+                use_experiment(blank(getattr(args, "experiment", None)) if args is not None else None)
 
 
 def config_and_inputs(flat: dict, data, demo):

@@ -37,8 +37,8 @@ def compare(args, flat_config) -> bool:
     """
     import mlflow
 
-    from mlflow_mia.tracking.audit_run import resolve_generator
-    from mlflow_mia.tracking.verdict import describe_run, run_description, worst_verdict
+    from mlflow_mia.pipeline.membership import resolve_generator
+    from mlflow_mia.tracking.verdict import describe_nested
     from mlflow_mia.models.resolve import resolve_model
 
     names = [n.strip() for n in (blank(args.models) or "").split(",") if n.strip()]
@@ -73,11 +73,9 @@ def compare(args, flat_config) -> bool:
         overall = "fail" if failed else "inconclusive" if inconclusive else "pass"  # the worst version decides
         if gates:
             mlflow.set_tag("mia.gate", overall)
-        verdict = worst_verdict(found["verdicts"])
-        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in found["verdicts"])
         run_name = blank(args.run_name) or f"compare {', '.join(names)}"
-        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict, name=run_name,
-                     description=run_description(verdict, "One nested run per audited version:\n\n" + lines))
+        verdict = describe_nested(mlflow.MlflowClient(), parent.info.run_id, found["verdicts"], name=run_name,
+                                  heading="One nested run per audited version:")
     a = fmt_alpha(alpha)
     print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
     table = found["table"]
@@ -97,7 +95,7 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
     import mlflow
     import pandas as pd
 
-    from mlflow_mia.tracking.audit_run import audit_and_log
+    from mlflow_mia.pipeline.membership import audit_and_log
     from mlflow_mia.tracking.verdict import audit_verdict
     from mlflow_mia.models.resolve import resolve_model
 
@@ -114,8 +112,8 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
                 client.set_tag(child.info.run_id, "mia.compare_parent", parent.info.run_id)
                 result, gate, _ = audit_and_log(
                     target, pool, population, config, options, generator=generator,
-                    references=list(reference) if isinstance(reference, tuple) else None,
-                    reference=None if isinstance(reference, tuple) else reference,
+                    references=(list(reference) if isinstance(reference, tuple)
+                                else [] if reference is None else [reference]),
                     run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)})
             print(f"{label}:")
             print_result(result, child, gate)

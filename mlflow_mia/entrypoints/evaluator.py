@@ -40,7 +40,6 @@ import logging
 
 from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 
-from mlflow_mia.options.audit import parse_options
 from mlflow_mia.options.schema import key_table
 
 if __doc__:  # the key table, from the declarations
@@ -100,13 +99,13 @@ def evaluator_target(model, target_model, *, resolve, command: str = "audit --ta
 
 
 def _pool_frame(dataset):
-    """The evaluation data as one DataFrame, the ``targets`` column put back."""
+    """The evaluation data as one DataFrame, the ``targets`` column put back (anything else as it is: the
+    audit's ``load_inputs`` says what it needs)."""
     import pandas as pd
 
     features = dataset.features_data
     if not isinstance(features, pd.DataFrame):
-        raise ValueError("the mia evaluator needs `data` as a pandas DataFrame (or a dataset built from one) "
-                         "with a text column and a membership label column")
+        return features
     df = features.copy()
     if getattr(dataset, "has_targets", False) and dataset.targets_name and dataset.targets_name not in df:
         df[dataset.targets_name] = dataset.labels_data
@@ -132,54 +131,30 @@ class MiaEvaluator(ModelEvaluator):
                  custom_artifacts=None, predictions=None, **kwargs) -> EvaluationResult:
         """Audit the target on ``dataset`` and log the results to ``run_id``.
 
-        The target is ``evaluator_config["mia"]["target_model"]`` when ``model`` is
-        None (the recommended form: the audit's own loader, which never runs code
-        shipped with the model), else ``model`` as MLflow loaded it, with a warning
-        in the log and the report (:data:`PYFUNC_WARNING`).
+        The audit is ``AUDITS[method]`` (:data:`mlflow_mia.pipeline.AUDITS`; ``method`` defaults to
+        ``"mia"``): its options are parsed and its inputs checked before any model loads. The target is
+        ``evaluator_config["mia"]["target_model"]`` when ``model`` is None (the recommended form: the
+        audit's own loader, which never runs code shipped with the model), else ``model`` as MLflow
+        loaded it, with a warning in the log and the report (:data:`PYFUNC_WARNING`).
 
         Raises
         ------
         ValueError
-            Invalid configuration, missing population set, no model (or two), or
-            unsupported ``extra_metrics`` / ``custom_artifacts``.
+            Unknown method, invalid configuration, bad inputs (e.g. a missing population set), no
+            model (or two), or unsupported ``extra_metrics`` / ``custom_artifacts``.
         """
-        from mlflow_mia.entrypoints.ner_evaluator import evaluate_ner, is_ner_config
-        from mlflow_mia.options.canary import is_canary_config
-
-        if is_canary_config(evaluator_config):  # method="canaries": the canary audit
-            from mlflow_mia.entrypoints.canary_cli import evaluate_canaries
-
-            if extra_metrics or custom_artifacts:
-                raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
-            return evaluate_canaries(model=model, dataset=dataset, run_id=run_id, evaluator_config=evaluator_config,
-                                     model_id=kwargs.get("model_id"))
-        if is_ner_config(evaluator_config):  # method="ner_prompts": the NER prompt audit
-            if extra_metrics or custom_artifacts:
-                raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
-            return evaluate_ner(model=model, dataset=dataset, run_id=run_id, evaluator_config=evaluator_config,
-                                model_id=kwargs.get("model_id"))
-        from mlflow_mia.audits.membership.inputs import load_inputs
-        from mlflow_mia.models.resolve import resolve_model
-        from mlflow_mia.tracking.audit_log import mlflow_metrics
-        from mlflow_mia.tracking.audit_run import audit_and_log
+        from mlflow_mia.pipeline import audit_for
 
         if extra_metrics or custom_artifacts:
             raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
-        config, options = parse_options(evaluator_config, targets=getattr(dataset, "targets_name", None))
-        pool, population = load_inputs(_pool_frame(dataset), options)
-        trust = options.trust_remote_code
-        target, warning = evaluator_target(
-            model, options.target_model, resolve=lambda m: resolve_model(m, role="target", trust_remote_code=trust))
-        sets = options.reference_sets("audit")
-        if len(sets) > 1:
-            raise ValueError("reference_mode='each' runs one audit per reference, and one mlflow.models.evaluate "
-                             "call logs one audit: call it once per reference, or use reference_mode='set'")
-        references = [resolve_model(uri, role="reference", trust_remote_code=trust) for uri in sets[0]]
+        audit = audit_for(evaluator_config)
+        settings = audit.parse(evaluator_config, targets=getattr(dataset, "targets_name", None))
+        inputs = audit.load_inputs(_pool_frame(dataset), settings)
+        target, warning = evaluator_target(model, settings.options.target_model,
+                                           resolve=lambda m: audit.resolve(m, settings),
+                                           command=f"{audit.command} {audit.target_flag}")
         # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
         # logging them here too would duplicate every metric's history.
-        model_id = kwargs.get("model_id")
-        result, gate, artifacts = audit_and_log(target, pool, population, config, options, references=references,
-                                                run_id=run_id, log_metrics=model_id is None,
-                                                notes=[warning] if warning else [])
-        metrics = mlflow_metrics(result, prefix=options.metric_prefix)
-        return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)
+        result, artifacts = audit.run(target, inputs, settings, run_id=run_id,
+                                      log_metrics=kwargs.get("model_id") is None, notes=[warning] if warning else [])
+        return EvaluationResult(metrics=audit.metrics(result, settings), artifacts=artifacts, run_id=run_id)

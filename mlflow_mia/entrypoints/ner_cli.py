@@ -12,48 +12,24 @@ tagger's confidence, prompt by prompt).
 
 from __future__ import annotations
 
-import argparse
-import os
-
+from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank as _blank
 
-__all__ = ["add_ner_parser", "cmd_ner_audit"]
-
-
-def add_ner_parser(sub) -> argparse.ArgumentParser:
-    """Add the ``ner-audit`` subcommand to an ``argparse`` subparsers object (its options: the declarations)."""
-    from mlflow_mia.options.schema import add_arguments
-
-    p = sub.add_parser(
-        "ner-audit", help="NER prompt memorization audit of a token-classification model (Xia et al. 2025)",
-        description="Fill prompts with in-sample and out-of-sample entity names, read the model's entity "
-                    "confidence and report each prompt's M-MEM (AUC), best/worst prompts, baselines, ensembles and "
-                    "token removal. Without --model, builds and audits the WNUT-16 demo (two taggers on swapped "
-                    "halves, each the other's control).")
-    add_arguments(p, "ner-audit")
-    return p
+__all__ = ["cmd_ner_audit"]
 
 
 def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str, reference_uri=None):
     import mlflow
 
-    from mlflow_mia.audits.ner.audit import ner_audit
-    from mlflow_mia.tracking.ner_log import log_ner_audit
-    from mlflow_mia.models.ner import resolve_token_classifier, tagger_params
-    from mlflow_mia.signals.entity_confidence import ConfidenceCache
+    from mlflow_mia.audits.base import Settings
+    from mlflow_mia.models.ner import resolve_token_classifier
+    from mlflow_mia.pipeline.ner import ner_audit_and_log
 
     tagger = resolve_token_classifier(model_uri)
     reference = resolve_token_classifier(reference_uri) if reference_uri else None
-    result = ner_audit(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
-                       config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
-                       progress=options.progress, hash_key=options.hash_key,
-                       reference=reference.lm if reference is not None else None)
-    params = tagger_params(tagger)
-    if reference is not None:
-        params["ner.reference_model"] = reference.resolved_uri
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
-        log_ner_audit(result, run_id=run.info.run_id, log_texts=options.log_texts, params=params,
-                      title=title, log_samples=options.log_samples)
+        result, _ = ner_audit_and_log(tagger, names, Settings(cfg, options), reference=reference,
+                                      run_id=run.info.run_id, title=title)
     return result, run.info.run_id
 
 
@@ -100,16 +76,14 @@ def _demo(args, cfg, options):
     from mlflow_mia.tracking.artifacts import to_json
     from mlflow_mia.audits.ner.names import read_private_table
     from mlflow_mia.audits.ner.report import render_ner_report
-    from mlflow_mia.tracking.verdict import describe_run, ner_verdict, run_description, short_model_name, worst_verdict
+    from mlflow_mia.tracking.runs import outside_project_run
+    from mlflow_mia.tracking.verdict import describe_nested, ner_verdict, short_model_name
 
-    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
-        demo = build_wnut_demo(size=args.demo_size, progress=options.progress)
+        with outside_project_run():
+            demo = build_wnut_demo(size=args.demo_size, progress=options.progress)
     except ModuleNotFoundError as exc:
         raise ValueError(f"the NER demo needs {exc.name!r}: pip install 'mlflow-mia[demo]'") from None
-    finally:
-        if project_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = project_run
     names_a = read_private_table(demo.names_path)
     names_b = names_a.assign(is_member=1 - names_a["is_member"])
     with mlflow.start_run(run_name=f"ner-audit wnut-{args.demo_size}") as parent:
@@ -143,13 +117,10 @@ def _demo(args, cfg, options):
         print("controlled (mean of A and B): " + ", ".join(
             f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items() if k.endswith("controlled/best_prompt_mmem")))
         verdicts = [(f"model {k}", ner_verdict(r.metrics, r.entity_types)) for k, r in results.items()]
-        verdict = worst_verdict(verdicts)
-        lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in verdicts)
-        describe_run(mlflow.MlflowClient(), parent.info.run_id, verdict=verdict,
-                     description=run_description(verdict, "Two taggers trained on swapped halves of the names.\n\n"
-                                                 + lines))
+        describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts,
+                        heading="Two taggers trained on swapped halves of the names.")
     _last_lines(parent.info.run_id)
-    return 0
+    return EXIT_OK
 
 
 def cmd_ner_audit(args) -> int:
@@ -160,7 +131,7 @@ def cmd_ner_audit(args) -> int:
     """
     import mlflow
 
-    from mlflow_mia.entrypoints.ner_evaluator import parse_ner_config
+    from mlflow_mia.audits.ner.kind import parse_ner_config
     from mlflow_mia.tracking.runs import use_experiment
     from mlflow_mia.tracking.verdict import short_model_name
     from mlflow_mia.options.schema import flat_from_args
@@ -186,4 +157,4 @@ def cmd_ner_audit(args) -> int:
                                 nested=False, title=None)
     _print(result, "model")
     _last_lines(run_id)
-    return 0
+    return EXIT_OK

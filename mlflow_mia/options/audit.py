@@ -190,7 +190,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     values = parse_values("mia", mia_section(config))
     if values.get("method", "mia") != "mia":
         raise ValueError(f"method {values['method']!r} is not read by parse_options (it reads method 'mia'); "
-                         "use mlflow_mia.entrypoints.ner_evaluator.parse_ner_config")
+                         "use mlflow_mia.audits.ner.kind.parse_ner_config")
     gate = values.get("max_tpr_at_fpr")
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])

@@ -144,15 +144,15 @@ class CommandOptions:
                                "(1 = in the training data), optional split (dev/test)",
                                used_by=frozenset({"ner-audit"}), metavar="PATH", default_doc="the demo's")
     demo_size: str = option("default", "size of the built-in demo audited when no model or data is given: "
-                            "small: build and audit take about 2.5 CPU-minutes (README)", choices=("default", "small"),
+                            "small: 150 + 150 pool sentences, 300 population sentences and tiny models, for tests "
+                            "and a first look", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit", "canary-audit"}))
     demo_kind: str = option("masked", "kind of the built-in BBC News demo audited when no model or data is given: "
                             "masked (BERT models) or causal (GPT-2 models trained on the same member articles, "
                             "audited on the same pool; docs/guides/causal.md)", choices=("masked", "causal"),
                             used_by=frozenset({"audit"}))
-    quick: bool = option(False, "the quick size: the small demo, one seed, backs no claim (measured: 3 min 36 s "
-                         "on 2 idle CPU cores, demo build included; README 'mlflow-mia analyze'); else the "
-                         "full size: 3 seeds on the default demo", used_by=frozenset({"analyze"}))
+    quick: bool = option(False, "the quick size: the small demo and one seed, to try the command (it backs no "
+                         "claim); else the full size: 3 seeds on the default demo", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),
                                   metavar="A[,B]", default_doc="all but canaries (it trains the canary demo)")
     experiment: str | None = option(None, "MLflow experiment (ignored under mlflow run)", metavar="NAME",

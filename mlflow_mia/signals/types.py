@@ -60,18 +60,6 @@ class SignalResult:
         """True when :attr:`token_mu` and :attr:`token_sigma` are present."""
         return self.token_mu is not None and self.token_sigma is not None
 
-    @property
-    def energy(self):
-        """Removed: read :attr:`values` (the masked energy, or the PLL's per-token NLL for ``kind="pll"``).
-
-        Raises
-        ------
-        AttributeError
-            Always, naming :attr:`values`.
-        """
-        raise AttributeError("SignalResult.energy was removed: read SignalResult.values (the masked energy, or the "
-                             "PLL's mean NLL per token for kind='pll'; SignalResult.kind says which)")
-
     def __len__(self) -> int:
         return len(self.values)
 

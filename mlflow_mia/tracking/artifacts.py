@@ -16,7 +16,7 @@ import tempfile
 from mlflow_mia.naming import nan_to_none
 
 __all__ = ["dataset_digest", "keyed_table", "check_metric_names", "active_run_id", "log_figures", "log_files",
-           "artifact", "to_json", "write_text"]
+           "artifact", "to_json", "write_text", "SAMPLE_COLUMNS"]
 
 _METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
 
@@ -32,6 +32,12 @@ def dataset_digest(text_hashes, *, key) -> str:
     from mlflow_mia.hashing import _as_bytes
 
     return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
+
+
+#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length);
+#: ``sample_id``, ``group`` and ``text_hmac`` hold keyed hashes (``mlflow_mia.lookup_hash`` of the id, group, text).
+#: What a reader looks at comes first, the 64-character keyed hashes last (a CSV grid opens on the left).
+SAMPLE_COLUMNS = ("sample_id", "label", "group", "text_hmac")
 
 
 def keyed_table(table, key, *, raw_ids: bool = False):

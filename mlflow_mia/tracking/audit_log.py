@@ -47,9 +47,10 @@ import logging
 import math
 import time
 
-from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, keyed_table, log_figures,
-                                           log_files, to_json, write_text)
+from mlflow_mia.tracking.artifacts import (SAMPLE_COLUMNS, active_run_id, check_metric_names, dataset_digest,
+                                           keyed_table, log_figures, log_files, to_json, write_text)
 from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 
 __all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
@@ -159,10 +160,6 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
 LARGE_TABLE_ROWS = 200_000
 
 
-#: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length);
-#: ``sample_id``, ``group`` and ``text_hmac`` hold keyed hashes (``mlflow_mia.lookup_hash`` of the id, group, text).
-#: What a reader looks at comes first, the 64-character keyed hashes last (a CSV grid opens on the left).
-SAMPLE_COLUMNS = ("sample_id", "label", "group", "text_hmac")
 #: Columns of the riskiest-records table by default: the flagged members by keyed hash, sorted by it (no rank).
 RISKY_COLUMNS = ("attack", "flagged_at_fpr", "group", "text_hmac")
 _FIRST = ("attack", "sample_id", "text", "label", "flagged_at_fpr", "score")
@@ -224,12 +221,7 @@ def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool 
     return files
 
 
-def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, texts=None, model_version=None,
-              log_metrics: bool = True, prefix: str = "", params: dict | None = None, population=None,
-              gate=None, group_column: str | None = None, client=None, tag_headline: bool = True,
-              clear_gate_fail: bool = False, weights_id: str | None = None, hash_key=None,
-              log_samples: bool = False, audit_started: int | None = None, run_name: str | None = None,
-              sources: dict | None = None) -> dict:
+def log_audit(result, run_id: str | None = None, settings: LogSettings | None = None, *, client=None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -238,54 +230,12 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         A finished audit.
     run_id : str, optional
         Target run; default the active run.
-    log_texts : bool
-        Add the raw texts (``texts``) to the sample and riskiest-record tables.
-        Default False: only ids and keyed hashes are logged.
-    texts : sequence of str, optional
-        Pool texts in pool order (``AuditDataset.texts``); required when ``log_texts``.
-    log_samples : bool
-        Log per-sample scores, flags and token counts, and the riskiest records in
-        score order with their scores. Default False: anyone who can read the run
-        and load the target could recompute a candidate text's score and find its
-        label there; the tables then hold ids, keyed hashes and labels only.
-    model_version : (name, version), iterable of them, or ModelVersion, optional
-        Registry version(s) of the target, tagged as
-        :func:`~mlflow_mia.tracking.registry_tags.tag_model_version` describes.
-    log_metrics : bool
-        Log ``result.metrics`` (one batch). Set False when the caller logs them
-        (``mlflow.models.evaluate`` does when it knows a ``model_id``).
-    prefix : str
-        Prepended to metric, param and artifact names.
-    params : dict, optional
-        Extra params (e.g. the requested model URIs and registry versions).
-    population : PopulationSet, optional
-        For the population digest param.
-    gate : GateResult, optional
-        Release-gate verdict: tags the run ``mia.gate=pass|fail|inconclusive`` and goes into the report.
-    group_column : str, optional
-        Name of the group column, for the report's user-level section.
+    settings : LogSettings, optional
+        What is logged and how (:class:`~mlflow_mia.tracking.log_settings.LogSettings`: raw texts,
+        per-sample scores, the prefix, the gate, the registry versions, ...), built from the audit's
+        options with :meth:`~mlflow_mia.tracking.log_settings.LogSettings.from_options`. Default:
+        metrics, figures, keyed tables and the report; no raw text, per-sample score or registry tag.
     client : MlflowClient, optional
-    tag_headline : bool
-        Write the headline tags on ``model_version`` (a failing gate verdict is
-        written regardless).
-    clear_gate_fail : bool
-        Let a passing gate at least as strong as the failed audit replace a ``mia.gate=fail``
-        verdict on the version.
-    weights_id : str, optional
-        The audited weights' digest, stored as ``mia.weights_sha256`` on the version; a
-        fail is recorded against it (every version holding these weights).
-    audit_started : int, optional
-        When the audit began (ms since the epoch): a registry verdict written after it is
-        not overwritten (default: the run's start time).
-    hash_key : HashKey, bytes or str, optional
-        Key of the logged text and group hashes (:mod:`mlflow_mia.hashing`); never
-        logged. Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept
-        (a warning says so; the hashes then cannot be looked up).
-    run_name : str, optional
-        New name of the run (``audit <target> vs <reference>``; also renames the run
-        ``mlflow run`` created). Default: the name is left as it is.
-    sources : dict, optional
-        ``{"pool": path, "population": path}``, the sources of the logged datasets.
 
     The run also gets the verdict (``mia.verdict``, :mod:`~mlflow_mia.tracking.verdict`)
     and, unless it has one of the user's, the description: the verdict and the report's
@@ -316,6 +266,13 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
     from mlflow_mia.tracking.records import dataset_inputs, model_inputs
     from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
+    settings = settings or LogSettings()
+    log_texts, texts, log_samples, log_metrics = (settings.log_texts, settings.texts, settings.log_samples,
+                                                  settings.log_metrics)
+    prefix, params, population, gate = settings.prefix, settings.params, settings.population, settings.gate
+    model_version, weights_id, hash_key = settings.model_version, settings.weights_id, settings.hash_key
+    tag_headline, clear_gate_fail = settings.tag_headline, settings.clear_gate_fail
+    run_name, sources, group_column = settings.run_name, settings.sources, settings.group_column
     if hash_key is None:
         hash_key = resolve_hash_key()
     elif not isinstance(hash_key, HashKey):
@@ -375,7 +332,8 @@ def log_audit(result, *, run_id: str | None = None, log_texts: bool = False, tex
         model_inputs(client, run_id, versions)
         try:
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
+                              clear_gate_fail=clear_gate_fail, weights_id=weights_id,
+                              audit_started=settings.audit_started,
                               references=reference_digests(result.models),
                               pool=pool_digest(result.samples["text_hash"], result.samples["label"], hash_key))
         finally:  # a deleted version raises after the others are tagged: describe those too

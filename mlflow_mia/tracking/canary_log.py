@@ -31,10 +31,11 @@ import logging
 import math
 import time
 
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
                                            write_text)
 
-__all__ = ["log_canary_audit", "canary_audit_and_log", "canary_params", "canary_headline_tags", "gate_points",
+__all__ = ["log_canary_audit", "canary_params", "canary_headline_tags", "gate_points",
            "canary_brief", "headline_repetitions", "auc_text", "rank_exposure_text", "exposure_text", "canary_set_id",
            "canary_score", "gate_record"]
 
@@ -275,11 +276,8 @@ def _report(result, gate, canaries, verdict, record=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=None, gate=None,
-                     log_texts: bool = False, log_samples: bool = False, log_metrics: bool = True, prefix: str = "",
-                     params: dict | None = None, model_version=None, weights_id: str | None = None,
-                     tag_headline: bool = True, clear_gate_fail: bool = False, audit_started: int | None = None,
-                     client=None, run_name: str | None = None, planted_in: str | None = None) -> dict:
+def log_canary_audit(result, canaries, run_id: str | None = None, settings: LogSettings | None = None, *,
+                     client=None) -> dict:
     """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
 
     The run also gets the verdict (``mia.verdict`` and ``mia.verdict.reason``,
@@ -287,6 +285,18 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     unless it has one of the user's, the description: the verdict and the report's "In
     brief" paragraph (:func:`canary_brief`). Registry versions tagged here (headline tags,
     or a gate that did not pass) get ``mia.verdict`` and that description with a link to the run.
+
+    Parameters
+    ----------
+    result : CanaryAuditResult
+    canaries : CanarySet
+        The audited set (its digest and counts are logged, never its texts unless ``log_texts``).
+    run_id : str, optional
+        Default: the active run.
+    settings : LogSettings, optional
+        What is logged and how (:class:`~mlflow_mia.tracking.log_settings.LogSettings`: the gate verdict,
+        ``log_texts``, ``log_samples``, the prefix, the registry versions, ``planted_in``, ...).
+    client : MlflowClient, optional
 
     Raises
     ------
@@ -302,6 +312,11 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
     from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
     from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description
 
+    settings = settings or LogSettings()
+    log_texts, log_samples, log_metrics, prefix = (settings.log_texts, settings.log_samples, settings.log_metrics,
+                                                   settings.prefix)
+    gate, params, planted_in, run_name = settings.gate, settings.params, settings.planted_in, settings.run_name
+    hash_key, model_version = settings.hash_key, settings.model_version
     if log_texts and not log_samples:
         raise ValueError("log_texts writes canary texts into the per-canary table, which only log_samples=True "
                          "writes; set both")
@@ -351,10 +366,12 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
         table = _samples_table(result, canaries, hash_key, log_texts)
         files["tables/canaries.csv"] = ("csv", "canaries", lambda p: table.to_csv(p, index=False))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
+    tag_headline = settings.tag_headline
     if model_version is not None:
         try:
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              clear_gate_fail=clear_gate_fail, weights_id=weights_id, audit_started=audit_started,
+                              clear_gate_fail=settings.clear_gate_fail, weights_id=settings.weights_id,
+                              audit_started=settings.audit_started,
                               headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
                               scope=CANARY_PREFIX)
         finally:  # a deleted version raises after the others are tagged: describe those too
@@ -362,71 +379,3 @@ def log_canary_audit(result, canaries, *, run_id: str | None = None, hash_key=No
                 describe_versions(client, version_pairs(model_version), verdict=verdict, paragraph=brief,
                                   run_id=run_id)
     return artifacts
-
-
-def canary_audit_and_log(target, canaries, config, options, *, reference=None, run_id=None, log_metrics: bool = True,
-                         notes=(), extra_params: dict | None = None, run_name: str | None = None):
-    """Run one canary audit, decide its gate and log it: the shared core of the CLI and the evaluator.
-
-    Parameters
-    ----------
-    target, reference : ResolvedModel
-        From :func:`mlflow_mia.models.resolve.resolve_model`.
-    canaries : CanarySet
-    config : CanaryAuditConfig
-    options : CanaryOptions
-    run_id : str, optional
-    log_metrics : bool
-        False when ``mlflow.models.evaluate`` logs the returned metrics itself.
-    notes : sequence of str
-        Warnings of the caller, added to the report.
-    run_name : str, optional
-        Name the run (also a run ``mlflow run`` created).
-
-    Returns
-    -------
-    (CanaryAuditResult, CanaryGateResult or None, dict of artifacts)
-    """
-    from mlflow_mia.audits.canary import canary_audit
-    from mlflow_mia.signals import SignalCache
-
-    started = int(time.time() * 1000)
-    result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
-                          config=config, cache=SignalCache(options.cache_dir), device=options.device,
-                          progress=options.progress, hash_key=options.hash_key)
-    result.warnings.extend(notes)
-    result.warnings.extend(_set_warnings(canaries, options))
-    for role, resolved in (("target", target), ("reference", reference)):
-        if resolved is not None:
-            result.models[role]["uri"] = resolved.resolved_uri
-    gate = options.gate()
-    verdict = None
-    if gate is not None:
-        points, eps = gate_points(result)
-        verdict = gate.check(points, eps, confidence=config.confidence)
-        log.info(verdict.verdict())
-    artifacts = log_canary_audit(result, canaries, run_id=run_id, hash_key=options.hash_key, gate=verdict,
-                                 log_texts=options.log_texts, log_samples=options.log_samples,
-                                 log_metrics=log_metrics, prefix=options.metric_prefix, params=extra_params,
-                                 model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
-                                 tag_headline=options.tag_model_version, clear_gate_fail=options.clear_gate_fail,
-                                 audit_started=started, run_name=run_name, planted_in=options.planted_in)
-    return result, verdict, artifacts
-
-
-def _set_warnings(canaries, options) -> list[str]:
-    """What the report says about the canary set itself: a seeded set, and what a gate's record cannot show."""
-    out = []
-    if canaries.seed is not None:
-        out.append("this canary set was drawn from a seed (make_canaries(seed=...)): whoever knows or guesses the "
-                   "seed regenerates its secrets and inclusion bits; draw an audit's set without a seed")
-    if options.gate() is not None:
-        if options.hash_key.is_random:
-            out.append("the gate record names the canary set by a digest under a random hash key, which is not "
-                       "kept: a fail recorded by this audit can be cleared by no later audit; set --hash-key-file "
-                       "(evaluator key hash_key_file) or MLFLOW_MIA_HASH_KEY")
-        if not options.planted_in:
-            out.append("where the canary set was planted is not stated (--planted-in, evaluator key planted_in): "
-                       "the audit cannot see which canaries were trained on, and a set never planted passes any "
-                       "budget")
-    return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, log_figures, log_files,
                                            to_json, write_text)
 
@@ -76,9 +77,8 @@ def _ner_brief(result) -> str:
     return " ".join(parts)
 
 
-def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False, log_metrics: bool = True,
-                  params: dict | None = None, prefix: str = "", title: str | None = None, client=None,
-                  log_samples: bool = False) -> dict:
+def log_ner_audit(result, run_id: str | None = None, settings: LogSettings | None = None, *,
+                  title: str | None = None, client=None) -> dict:
     """Log an NER audit to an MLflow run.
 
     Parameters
@@ -86,19 +86,17 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     result : NerAuditResult
     run_id : str, optional
         Default: the active run.
-    log_texts : bool
-        Add the raw names to ``tables/ner_names.csv`` (default False: hashes only).
-    log_samples : bool
-        Add each name's confidences under the best, the worst and no prompt
-        (``c_best``, ``c_worst``, ``c_no_prompt``) to ``tables/ner_names.csv``.
-        Default False: recomputable from the model and the logged prompts, they
-        would let a reader of the run find a candidate name's label.
-    log_metrics : bool
-        Log ``result.metrics``; False when ``mlflow.models.evaluate`` logs them.
-    params : dict, optional
-        Extra params (e.g. the model's registry version).
-    prefix : str
-        Prepended to metric, param and artifact names.
+    settings : LogSettings, optional
+        What is logged and how (:class:`~mlflow_mia.tracking.log_settings.LogSettings`): ``log_texts`` adds
+        the raw names to ``tables/ner_names.csv`` (default: hashes only); ``log_samples`` adds each name's
+        confidences under the best, the worst and no prompt (``c_best``, ``c_worst``, ``c_no_prompt``;
+        default False: recomputable from the model and the logged prompts, they would let a reader of the
+        run find a candidate name's label); ``log_metrics`` (False when ``mlflow.models.evaluate`` logs
+        them); ``params`` (extra params, e.g. the model's registry version); ``prefix`` (metric, param and
+        artifact names).
+    title : str, optional
+        The report's title.
+    client : MlflowClient, optional
 
     Returns
     -------
@@ -115,6 +113,9 @@ def log_ner_audit(result, *, run_id: str | None = None, log_texts: bool = False,
     from mlflow_mia.audits.ner.report import render_ner_report
     from mlflow_mia.tracking.verdict import describe_run, ner_verdict, run_description
 
+    settings = settings or LogSettings()
+    log_texts, log_samples, log_metrics = settings.log_texts, settings.log_samples, settings.log_metrics
+    params, prefix = settings.params, settings.prefix
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_ner_audit")
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}

@@ -24,9 +24,7 @@ DIGEST_LENGTH = 32
 
 
 def _pool_frame(result, hash_key, *, texts=None):
-    from mlflow_mia.tracking.artifacts import keyed_table
-
-    from mlflow_mia.tracking.audit_log import SAMPLE_COLUMNS
+    from mlflow_mia.tracking.artifacts import SAMPLE_COLUMNS, keyed_table
 
     samples = keyed_table(result.samples, hash_key, raw_ids=texts is not None)
     frame = samples[[c for c in SAMPLE_COLUMNS if c in samples]].copy()

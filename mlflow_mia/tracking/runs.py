@@ -10,12 +10,41 @@ from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.options.values import blank
 
 __all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
-           "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
+           "outside_project_run", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
 
 log = logging.getLogger(__name__)
 
 #: The experiment tag the MLflow 3 UI reads to open an experiment as "Model training" (not the GenAI overview).
 EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+
+
+@contextlib.contextmanager
+def outside_project_run():
+    """Hide ``$MLFLOW_RUN_ID`` (the ``mlflow run`` project run) for the block, then put it back.
+
+    A demo build or a training run started inside the block starts its own run instead of
+    resuming the project run. The variable is restored even when the block raises.
+
+    Yields
+    ------
+    str or None
+        The project run id that was hidden (None outside ``mlflow run``).
+
+    Examples
+    --------
+    >>> os.environ["MLFLOW_RUN_ID"] = "abc"
+    >>> with outside_project_run() as project_run:
+    ...     (project_run, os.environ.get("MLFLOW_RUN_ID"))
+    ('abc', None)
+    >>> os.environ.pop("MLFLOW_RUN_ID")
+    'abc'
+    """
+    project_run = os.environ.pop("MLFLOW_RUN_ID", None)
+    try:
+        yield project_run
+    finally:
+        if project_run is not None:
+            os.environ["MLFLOW_RUN_ID"] = project_run
 
 
 def use_experiment(name: str | None = None) -> str:

@@ -40,8 +40,8 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
-           "short_model_name", "audit_run_name", "references_label", "run_description", "describe_run",
-           "describe_version", "run_url",
+           "describe_nested", "short_model_name", "audit_run_name", "references_label", "run_description",
+           "describe_run", "describe_version", "run_url",
            "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
 log = logging.getLogger(__name__)
@@ -169,6 +169,39 @@ def worst_verdict(verdicts) -> Verdict:
         raise ValueError("worst_verdict needs at least one (label, verdict) pair")
     label, worst = max(pairs, key=lambda p: SEVERITY.index(p[1].value))
     return Verdict(worst.value, f"{label}: {worst.reason}")
+
+
+def describe_nested(client, run_id: str, verdicts, *, heading: str, name: str | None = None) -> Verdict:
+    """Describe a parent run from its nested audits: the most severe verdict, then one line per audit.
+
+    Parameters
+    ----------
+    client : mlflow.MlflowClient
+    run_id : str
+        The parent run.
+    verdicts : sequence of (str, Verdict)
+        ``(label, verdict)`` of each nested audit, in the order shown.
+    heading : str
+        The paragraph above the list (``"One nested run per reference:"``).
+    name : str, optional
+        A new name for the parent run.
+
+    Returns
+    -------
+    Verdict
+        :func:`worst_verdict` of ``verdicts``.
+
+    Raises
+    ------
+    ValueError
+        ``verdicts`` is empty.
+    """
+    pairs = list(verdicts)
+    verdict = worst_verdict(pairs)
+    lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in pairs)
+    describe_run(client, run_id, verdict=verdict, name=name,
+                 description=run_description(verdict, f"{heading}\n\n{lines}"))
+    return verdict
 
 
 def ner_verdict(metrics: dict, entity_types, *, confidence: float = 0.95) -> Verdict:

@@ -25,13 +25,15 @@ def _sig(values):
 
 
 def test_every_input_is_declared_once_with_roles_and_a_computation():
-    assert list(INPUTS) == ["target", "reference", "neighbour_values", "neighbour_local", "references"]
+    assert list(INPUTS) == ["target", "reference", "neighbour_values", "neighbour_local", "references",
+                           "shadow_membership"]
     assert {name: spec.rows for name, spec in INPUTS.items()} == {
         "target": "signal", "reference": "signal", "neighbour_values": "values", "neighbour_local": "values",
-        "references": "signals"}
+        "references": "signals", "shadow_membership": "membership"}
     assert {name: spec.roles for name, spec in INPUTS.items()} == {
         "target": ("target",), "reference": ("reference",), "neighbour_values": ("target", "generator"),
-        "neighbour_local": ("target", "generator"), "references": ("reference",)}
+        "neighbour_local": ("target", "generator"), "references": ("reference",),
+        "shadow_membership": ("reference",)}
     assert all(callable(spec.compute) and spec.how_to_provide for spec in INPUTS.values())
     assert all(need in INPUTS for cls in ATTACKS.values() for need in cls.requires)
 
@@ -62,30 +64,12 @@ def test_attack_inputs_has_one_attribute_per_declared_input():
         got.target = None
 
 
-def test_former_input_name_is_a_clear_error_everywhere():
-    message = r"the input 'neighbour_energy' is now named 'neighbour_values'"
-    with pytest.raises(ValueError, match=message):
-        AttackInputs(("a",), target=_sig([1.0]), neighbour_energy=np.zeros(1))
-    with pytest.raises(ValueError, match=message):
-        AuditSignals({"target": _sig([1.0]), "neighbour_energy": np.zeros(1)})
-    with pytest.raises(ValueError, match=message):
-        AttackInputs(("a",), target=_sig([1.0])).neighbour_energy
-
-    class Old(Attack):
-        name = "old_neighbourhood"
-        requires = ("target", "neighbour_energy")
-
-    with pytest.raises(ValueError, match=r"requires 'neighbour_energy', now named 'neighbour_values'"):
-        register_attack(Old)
-    assert "old_neighbourhood" not in ATTACKS
-
-
 def test_declarations_are_checked():
     with pytest.raises(ValueError, match=r"unknown model role\(s\) \['oracle'\]"):
         AttackInput("x", rows="values", roles=("oracle",), how_to_provide="", compute=len)
     with pytest.raises(ValueError, match=r"a 'signal' input is the signals of one model role"):
         AttackInput("x", rows="signal", roles=("target", "reference"), how_to_provide="", compute=len)
-    with pytest.raises(ValueError, match=r"rows must be one of \['signal', 'signals', 'values'\]"):
+    with pytest.raises(ValueError, match=r"rows must be one of \['membership', 'signal', 'signals', 'values'\]"):
         AttackInput("x", rows="matrix", roles=("target",), how_to_provide="", compute=len)
     with pytest.raises(ValueError, match=r"an input named 'target' is declared already"):
         declare_input(AttackInput("target", rows="values", roles=("target",), how_to_provide="", compute=len))

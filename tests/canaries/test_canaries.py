@@ -46,7 +46,7 @@ def test_inclusion_bits_have_the_stated_probability_over_seeds():
     assert min(stats.binomtest(int(k), 400, 0.5).pvalue for k in per_position) > 0.001 / 20  # Bonferroni
 
 
-def test_item4_without_a_seed_secrets_and_bits_come_from_the_cryptographic_source(tmp_path):
+def test_without_a_seed_secrets_and_bits_come_from_the_cryptographic_source(tmp_path):
     templates = ["n {digits:9}", "call {name} on {phone}"]
     a = make_canaries(200, templates, repetitions=(1, 4))
     b = make_canaries(200, templates, repetitions=(1, 4))
@@ -65,7 +65,7 @@ def test_item4_without_a_seed_secrets_and_bits_come_from_the_cryptographic_sourc
     assert back.seed is None and back.texts == a.texts and (back.included == a.included).all()
 
 
-def test_item4_an_explicit_seed_is_refused_unless_a_non_negative_int():
+def test_an_explicit_seed_is_refused_unless_a_non_negative_int():
     for bad in (-1, 1.5, "0", True):
         with pytest.raises(ValueError, match="seed must be an int >= 0"):
             make_canaries(10, ["n {digits:6}"], seed=bad)
@@ -117,7 +117,7 @@ def test_insert_returns_the_same_kind(canaries):
         insert(np.array(base), canaries)
 
 
-def test_item3_insert_returns_the_digest_of_the_data_it_planted_the_set_in(canaries):
+def test_insert_returns_the_digest_of_the_data_it_planted_the_set_in(canaries):
     from mlflow_mia.canaries import Planted, dataset_digest
 
     base = [f"row {i}" for i in range(8)]

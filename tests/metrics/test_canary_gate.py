@@ -106,7 +106,7 @@ def _record(value, *, budget=0.5, canary_set=SET_A, planted_in=PLANTED, delta=1e
                       score=score, candidates=candidates)
 
 
-def test_item3_the_record_holds_the_budgets_confidence_set_and_planting_and_round_trips():
+def test_the_record_holds_the_budgets_confidence_set_and_planting_and_round_trips():
     from mlflow_mia.metrics.gate_record import GateRecord
 
     record = _record(1.57, max_exposure=4.0)
@@ -125,7 +125,7 @@ def test_item3_the_record_holds_the_budgets_confidence_set_and_planting_and_roun
     assert GateRecord.from_tag(plain.to_tag()) == plain and not plain.is_canary
 
 
-def test_item3_a_looser_budget_does_not_clear_a_canary_fail():
+def test_a_looser_budget_does_not_clear_a_canary_fail():
     failed = _record(1.57)
     assert failed.status == "fail"
     looser = _record(1.57, budget=1.9)
@@ -141,7 +141,7 @@ def test_item3_a_looser_budget_does_not_clear_a_canary_fail():
         "--max-exposure 5 is looser than the failed audit's 4"]
 
 
-def test_item3_another_canary_set_does_not_clear_a_canary_fail():
+def test_another_canary_set_does_not_clear_a_canary_fail():
     failed = _record(1.57)
     fresh = _record(0.1, canary_set=SET_B)  # 120 canaries never used in training pass budget 0.5
     assert fresh.status == "pass"
@@ -163,7 +163,7 @@ def test_item3_another_canary_set_does_not_clear_a_canary_fail():
         "that it used the same canaries"]
 
 
-def test_item3_planting_delta_score_and_candidates_must_be_as_strong():
+def test_a_clearing_canary_audit_needs_planting_delta_score_and_candidates_as_strong():
     failed = _record(1.57)
     assert _record(0.1, planted_in=None).shortfalls(failed) == [
         f"planted in not stated, not in {PLANTED} where the failed audit's canary set was planted (--planted-in, "
@@ -179,7 +179,7 @@ def test_item3_planting_delta_score_and_candidates_must_be_as_strong():
         "50 candidate secrets per template, fewer than the failed audit's 1000 (--n-candidates)"]
 
 
-def test_item3_fails_on_two_sets_merge_into_a_requirement_no_single_audit_meets():
+def test_fails_on_two_canary_sets_merge_into_a_requirement_no_single_audit_meets():
     both = _record(1.57).merge(_record(2.0, canary_set=SET_B, budget=0.4))
     assert both.canary_sets == (SET_A, SET_B) and both.canary_budgets == (("canary_epsilon", 0.4),)
     assert len(_record(0.1, budget=0.4).shortfalls(both)) == 1

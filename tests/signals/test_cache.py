@@ -21,7 +21,7 @@ TEXTS = ["the cat sat on the mat .", "a dog ran in the park today .", "stocks fe
 CONFIG = SignalConfig(num_masks=2)
 
 
-def test_item2_same_name_other_weights_never_share_cache_rows(tmp_path):
+def test_same_name_other_weights_never_share_cache_rows(tmp_path):
     """Two models both called models:/tgt/2 (two tracking servers) get their own cache rows."""
     model_a, tok = tiny_bert(seed=1)
     model_b, _ = tiny_bert(tok, seed=2)
@@ -36,7 +36,7 @@ def test_item2_same_name_other_weights_never_share_cache_rows(tmp_path):
     assert a.weights_id != b.weights_id and a.model_id == b.model_id
 
 
-def test_item2_same_weights_under_two_names_share_the_cache(tmp_path):
+def test_same_weights_under_two_names_share_the_cache(tmp_path):
     model, tok = tiny_bert(seed=1)
     cache = SignalCache(tmp_path)
     compute_signals(MaskedLM(model, tok, model_id="models:/tgt/2"), TEXTS, CONFIG, cache=cache, progress=False)
@@ -54,7 +54,7 @@ def _register(args):
         store.close()
 
 
-def test_item8_concurrent_first_use_of_a_key_does_not_race(tmp_path):
+def test_concurrent_first_use_of_a_key_does_not_race(tmp_path):
     spec = {"weights": "sha256:x", "kind": "energy"}
     ctx = mp.get_context("spawn")
     for trial in range(3):
@@ -64,13 +64,13 @@ def test_item8_concurrent_first_use_of_a_key_does_not_race(tmp_path):
         assert len(set(keys)) == 1
 
 
-def test_item9_a_file_that_is_not_a_database_is_named_with_the_fix(tmp_path):
+def test_a_file_that_is_not_a_database_is_named_with_the_fix(tmp_path):
     (tmp_path / "signals.sqlite").write_bytes(b"garbage" * 1000)
     with pytest.raises(CacheCorruptError, match=r"signals\.sqlite.*delete it"):
         SignalCache(tmp_path)
 
 
-def test_item9_a_truncated_file_is_named_with_the_fix(tmp_path):
+def test_a_truncated_file_is_named_with_the_fix(tmp_path):
     model, tok = tiny_bert(seed=1)
     cache = SignalCache(tmp_path)
     compute_signals(MaskedLM(model, tok), TEXTS * 40, SignalConfig(num_masks=1), cache=cache, progress=False)
@@ -94,7 +94,7 @@ def _filled_cache(path, n_rows=200):
     return key, rows
 
 
-def test_item9_random_overwrites_never_change_a_cached_value_silently(tmp_path):
+def test_random_overwrites_never_change_a_cached_value_silently(tmp_path):
     """60 random 8-byte overwrites: each either raises CacheCorruptError or returns only intact rows."""
     src = tmp_path / "src"
     key, rows = _filled_cache(src)
@@ -122,7 +122,7 @@ def test_item9_random_overwrites_never_change_a_cached_value_silently(tmp_path):
     assert detected + intact == 60
 
 
-def test_item9_a_row_with_a_bad_checksum_is_recomputed(tmp_path, caplog):
+def test_a_row_with_a_bad_checksum_is_recomputed(tmp_path, caplog):
     key, rows = _filled_cache(tmp_path, n_rows=3)
     h = next(iter(rows))
     conn = sqlite3.connect(tmp_path / "signals.sqlite")

@@ -376,7 +376,7 @@ def test_text_without_maskable_token_is_rejected():
         compute_signals(MaskedLM(model, tok), ["the cat", "\u200b"], progress=False)
 
 
-def test_item10_text_without_maskable_token_is_reported_at_its_row(tmp_path):
+def test_text_without_maskable_token_is_reported_at_its_row(tmp_path):
     """Row numbers are the caller's, not those of the uncached, deduplicated texts left to compute."""
     lm = MaskedLM(*tiny_bert())
     cache = SignalCache(tmp_path)
@@ -401,7 +401,7 @@ def test_checkpoint_without_trained_head_is_rejected(tmp_path):
     assert MaskedLM.from_pretrained(tmp_path / "mlm").model_id.startswith("sha256:")
 
 
-def test_item10_literal_special_token_strings_are_ordinary_text(lm):
+def test_literal_special_token_strings_are_ordinary_text(lm):
     """'[MASK] [SEP]' (or '<mask> </s>') typed in a text is text: never the mask id, never an unmaskable token."""
     tok = lm.tokenizer
     text = f"the cat {tok.mask_token} {tok.sep_token} sat"

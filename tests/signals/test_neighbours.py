@@ -361,7 +361,7 @@ def test_recipe_computes_each_text_once_and_every_consumer_reads_the_same_number
     assert doctest.testmod(neighbour_recipe).failed == 0
 
 
-def test_item10_literal_special_token_strings_are_not_special_for_the_generator(gen):
+def test_literal_special_token_strings_are_not_special_for_the_generator(gen):
     tok = gen.tokenizer
     ids, words = replaceable_words(tok, [f"the {tok.mask_token} cat"], max_length=64)
     assert tok.mask_token_id not in ids[0].tolist()

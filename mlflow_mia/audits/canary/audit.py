@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mlflow_mia.audits.canary.signals import CanarySignals, canary_signals
 from mlflow_mia.canaries import CanarySet
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
@@ -50,7 +51,7 @@ from mlflow_mia.metrics.roc import RocResult, auc_statistic, roc, tpr_at_fpr_fro
 from mlflow_mia.metrics.thresholds import unresolved_reason
 from mlflow_mia.naming import fmt_alpha
 
-__all__ = ["CanaryAuditResult", "canary_audit", "candidate_secrets", "centre_by_template", "score_texts"]
+__all__ = ["CanaryAuditResult", "canary_audit", "score_canaries", "centre_by_template"]
 
 log = logging.getLogger(__name__)
 
@@ -132,59 +133,6 @@ class CanaryAuditResult:
         return float(self.metrics.get("canary/epsilon_lower_bound", math.nan))
 
 
-def score_texts(lm, texts, config: CanaryAuditConfig, *, cache=None, device=None, progress: bool = False,
-                desc: str | None = None, text_key=None) -> np.ndarray:
-    """The signal (energy or PLL, nats; a causal LM's log-perplexity; lower = likelier) of every text, in order.
-
-    ``text_key``: the key of the cache rows (:func:`~mlflow_mia.signals.compute_signals`);
-    canary texts and candidates are always cached under one, never under their sha256.
-    """
-    from mlflow_mia.signals.dispatch import sequence_values
-
-    return sequence_values(lm, list(texts), config.signal_config(), cache=cache, device=device, progress=progress,
-                           desc=desc, text_key=text_key)
-
-
-def _canary_cache(cache, hash_key):
-    """``(cache, key)`` for canary texts and candidates: rows keyed by the audit's hash key, or no cache.
-
-    A bare sha256 of a canary or candidate text in the cache lets anyone who reads the file
-    test guessed secrets offline (a secret-format space of 10**9 is searched in minutes), so
-    rows are keyed by ``HMAC-SHA256(key, sha256(text))``. Without a kept key (none given, or
-    a random one drawn for this audit) the rows could never be found again: nothing is cached.
-    """
-    if cache is None:
-        return None, None
-    if hash_key is None or getattr(hash_key, "is_random", False):
-        log.info("canary texts and candidates are not cached: the audit's hash key is random (not kept), so keyed "
-                 "rows could not be found again; set --hash-key-file or MLFLOW_MIA_HASH_KEY to cache them")
-        return None, None
-    return cache, hash_key
-
-
-def candidate_secrets(template, n_candidates: int, *, seed: int) -> tuple[list[str], bool]:
-    """Candidate secrets of a secret-format template: ``(secrets, exact)``.
-
-    Every secret of the space (zero-padded, in order) when ``10 ** N <= n_candidates``
-    (``exact=True``), else ``n_candidates`` secrets drawn uniformly at random with
-    replacement, digit by digit (``numpy.random.default_rng(seed)``).
-
-    Examples
-    --------
-    >>> from mlflow_mia.canaries import Template
-    >>> secrets, exact = candidate_secrets(Template("t", "pin {digits:2}"), 100, seed=0)
-    >>> exact, len(secrets), secrets[:3]
-    (True, 100, ['00', '01', '02'])
-    >>> candidate_secrets(Template("t", "pin {digits:6}"), 50, seed=0)[1]
-    False
-    """
-    n = template.secret_length
-    if template.space_size <= n_candidates:
-        return [f"{i:0{n}d}" for i in range(template.space_size)], True
-    digits = np.random.default_rng(seed).integers(0, 10, size=(n_candidates, n))
-    return ["".join(map(str, row)) for row in digits], False
-
-
 def _roc_metrics(prefix: str, bits, scores, config: CanaryAuditConfig, seed: int, out: dict,
                  unresolved: dict) -> RocResult:
     """AUC and TPR at each FPR of included vs excluded canaries, with bootstrap intervals, into ``out``.
@@ -239,9 +187,8 @@ class _Exposures(NamedTuple):
     by_template: dict
 
 
-def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAuditConfig, warnings: list,
-               **run) -> tuple:
-    """Exposure of every secret-format canary: candidates of each template scored under the target.
+def _exposures(canaries: CanarySet, signal: np.ndarray, candidates: dict, warnings: list) -> _Exposures:
+    """Exposure of every secret-format canary, from the candidates' signals of stage 1 (no model runs).
 
     Returns an :class:`_Exposures`: arrays of shape (m,) (nan, or False, for canaries
     without an exposure) and the :class:`ExposureResult` of each template.
@@ -255,13 +202,9 @@ def _exposures(target, canaries: CanarySet, signal: np.ndarray, config: CanaryAu
     out = _Exposures(headline=np.full(m, np.nan), rank_based=np.full(m, np.nan), capped=np.zeros(m, dtype=bool),
                      extrapolated=np.full(m, np.nan), from_extrapolation=np.zeros(m, dtype=bool), by_template={})
     tids = np.array(canaries.template_ids)
-    for i, template in enumerate(t for t in canaries.templates if t.is_secret_format):
+    for template in (t for t in canaries.templates if t.id in candidates):
         rows = np.flatnonzero((tids == template.id) & canaries.is_secret_format)
-        if rows.size == 0:
-            continue
-        secrets, exact = candidate_secrets(template, config.n_candidates, seed=config.seed + 1 + i)
-        cand = score_texts(target, [template.render(s) for s in secrets], config,
-                           desc=f"candidates {template.id}", **run)
+        cand, exact = candidates[template.id]
         if np.ptp(cand) == 0:
             warnings.append(f"template {template.id}: every candidate secret has the same score (the tokenizer "
                             "does not tell the secrets apart, e.g. digits read as [UNK]); no exposure for it")
@@ -301,6 +244,12 @@ def centre_by_template(scores: np.ndarray, template_ids) -> np.ndarray:
         sel = tids == tid
         out[sel] -= np.median(scores[sel])
     return out
+
+
+def _check_both_classes(bits: np.ndarray) -> None:
+    if min(bits.sum(), len(bits) - bits.sum()) < 2:
+        raise ValueError(f"the canary audit needs at least 2 included and 2 excluded canaries; this set has "
+                         f"{int(bits.sum())} included of {len(bits)}")
 
 
 def _groups(canaries: CanarySet) -> list[tuple[str, np.ndarray]]:
@@ -345,30 +294,48 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
         another kind than the target (causal vs masked: their signals cannot be compared;
         :func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
     """
+    _check_both_classes(canaries.included.astype(np.int64))  # before any model runs
+    signals = canary_signals(target, canaries, reference=reference, config=config, cache=cache, device=device,
+                             progress=progress, hash_key=hash_key)
+    return score_canaries(signals, canaries, config)
+
+
+def score_canaries(signals: CanarySignals, canaries: CanarySet, config: CanaryAuditConfig | None = None
+                   ) -> CanaryAuditResult:
+    """Stage 2 of :func:`canary_audit`: signals -> scores, exposures, metrics and bounds; runs no model.
+
+    Parameters
+    ----------
+    signals : CanarySignals
+        From :func:`~mlflow_mia.audits.canary.signals.canary_signals` for the same ``canaries`` and ``config``.
+    canaries : CanarySet
+    config : CanaryAuditConfig, optional
+
+    Returns
+    -------
+    CanaryAuditResult
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 included or 2 excluded canaries, or signals of another number of canaries.
+    """
     import pandas as pd
 
-    from mlflow_mia.signals.dispatch import check_model_kinds
-
     config = config or CanaryAuditConfig()
-    if reference is not None:
-        check_model_kinds(target, [reference])
     bits = canaries.included.astype(np.int64)
-    if min(bits.sum(), len(bits) - bits.sum()) < 2:
-        raise ValueError(f"the canary audit needs at least 2 included and 2 excluded canaries; this set has "
-                         f"{int(bits.sum())} included of {len(bits)}")
-    cache, text_key = _canary_cache(cache, hash_key)
-    run = {"cache": cache, "device": device, "progress": progress, "text_key": text_key}
-    signal = score_texts(target, canaries.texts, config, desc="canaries target", **run)
+    _check_both_classes(bits)
+    signal = np.asarray(signals.target, dtype=np.float64)
+    if signal.shape != (len(canaries),):
+        raise ValueError(f"the signals hold {signal.shape[0]} canaries, the set {len(canaries)}: compute them with "
+                         "canary_signals for this canary set")
     attack, scores = "loss", -signal  # energies: lower = likelier, so negate (higher = included)
-    models = {"target": {"identity": target.model_id, "name": target.name}}
-    if reference is not None:
-        attack = "likelihood_ratio"
-        scores = score_texts(reference, canaries.texts, config, desc="canaries reference", **run) - signal
-        models["reference"] = {"identity": reference.model_id, "name": reference.name,
-                               "weights": reference.weights_id}
+    if signals.reference is not None:
+        attack, scores = "likelihood_ratio", np.asarray(signals.reference, dtype=np.float64) - signal
     scores = centre_by_template(scores, canaries.template_ids)
+    models = {role: dict(record) for role, record in signals.models.items()}
     warnings: list = []
-    found = _exposures(target, canaries, signal, config, warnings, **run)
+    found = _exposures(canaries, signal, signals.candidates, warnings)
     expo, ranked, capped, extra = found.headline, found.rank_based, found.capped, found.extrapolated
     secret = canaries.is_secret_format & np.isfinite(expo)
     metrics, rows, bounds, rocs, unresolved = {}, [], {}, {}, {}

@@ -23,8 +23,7 @@ log = logging.getLogger(__name__)
 
 def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
               config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
-              device=None, progress: bool = True, spark=None, spark_master: str | None = None,
-              store: str | None = None, references=None) -> AuditResult:
+              device=None, progress: bool = True, references=None) -> AuditResult:
     """Audit a target masked LM for membership leakage.
 
     One setup path whatever the engine: the engine checks the device and the inputs
@@ -61,9 +60,11 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         Attacks, signal and metric settings (defaults: loss and likelihood ratio,
         energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
     engine : {"local", "spark"} or engine object
-        Where stage 1 runs (:mod:`mlflow_mia.engines.registry`): this process, or Apache
-        Spark executors (the per-text signals of each model; needs
-        ``pip install 'mlflow-mia[spark]'``; attacks reading neighbours are local only).
+        Where stage 1 runs (:mod:`mlflow_mia.engines.registry`): this process
+        (``LocalEngine()``), or Apache Spark executors (the per-text signals of each model;
+        ``SparkEngine(spark=..., spark_master=..., store=...)`` configures the session and a
+        shared Parquet signal store; needs ``pip install 'mlflow-mia[spark]'``; attacks
+        reading neighbours are local only). A name gets the engine with its defaults.
     cache : SignalCache or str, optional
         Signal cache (or its directory) of the local engine: re-runs and shared
         references cost nothing.
@@ -72,13 +73,6 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         default the task's GPU).
     progress : bool
         Show progress bars.
-    spark : SparkSession, optional
-        ``engine="spark"``: the session (default: the active one, or a new one on ``spark_master``).
-    spark_master : str, optional
-        ``engine="spark"``: the master of a new session, e.g. ``"local[2]"``.
-    store : str, optional
-        ``engine="spark"``: a Parquet signal store shared across runs (a re-run computes only
-        the texts missing there).
 
     Returns
     -------
@@ -88,7 +82,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     Raises
     ------
     ValueError
-        Before any model loads: an unknown engine or an option it does not take, a
+        Before any model loads: an unknown engine name, a
         device that does not exist, unknown attacks, attacks whose inputs the engine
         cannot compute, both ``reference`` and ``references``. Before any model runs: a
         missing reference or generator, a reference whose tokenizer differs from the target's (unless
@@ -97,7 +91,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     """
     config = config or AuditConfig()
     t0 = time.perf_counter()
-    runner = get_engine(engine, spark=spark, spark_master=spark_master, store=store)
+    runner = get_engine(engine)
     runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
     runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
     models = AuditModels.build(target, reference=reference, references=references, generator=generator,

@@ -3,7 +3,10 @@
 - :mod:`.names`: BIO-tagged corpora -> the detection set (in-sample vs out-of-sample
   entity names, balanced per type, dev/test split);
 - :mod:`.prompts`: the prompt templates (shipped in :mod:`.prompt_sets`), loaded and validated;
-- :mod:`.audit`: :func:`~.audit.ner_audit`, prompts x names -> entity confidences
-  (:mod:`mlflow_mia.signals.entity_confidence`) -> M-MEM per prompt and type;
+- :mod:`.signals`: stage 1, :func:`~.signals.ner_signals`, prompts x names -> entity confidences
+  (:mod:`mlflow_mia.signals.entity_confidence`; the only part that runs the taggers);
+- :mod:`.audit`: stage 2, :func:`~.audit.score_ner`, confidences -> M-MEM per prompt and type (pure),
+  and :func:`~.audit.ner_audit`, the two in a row;
+- :mod:`.kind`: the audit's parts as one :class:`~mlflow_mia.audits.base.Audit`;
 - :mod:`.report`: the Markdown report.
 """

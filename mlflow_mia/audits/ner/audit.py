@@ -7,7 +7,8 @@ confidences are computed in one batched, cached run (:mod:`~mlflow_mia.signals.e
 and the prompt metrics (:mod:`~mlflow_mia.metrics.prompts`) are taken per type:
 best / worst prompt chosen on dev and reported on test, gap and standard
 deviation, baselines -PT / One-PT / Mix-PT, the ensembles, token removal and TPR
-at a low FPR. :func:`compare_models` gives Kendall's tau of prompt scores across
+at a low FPR. It runs in two stages: :func:`~mlflow_mia.audits.ner.signals.ner_signals` (every
+forward pass, the token-removal search included) and :func:`score_ner` (no model). :func:`compare_models` gives Kendall's tau of prompt scores across
 models and the control-corrected mean of two models trained on swapped halves.
 
 With a ``reference`` tagger (a model trained on similar data without the audited
@@ -34,14 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mlflow_mia.audits.ner.names import assign_split, check_names_table, name_hash, unknown_token_warnings
-from mlflow_mia.audits.ner.prompts import SLOT, load_prompts
+from mlflow_mia.audits.ner.names import name_hash
+from mlflow_mia.audits.ner.signals import NerSignals, ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.metrics import prompts as pm
 
 _METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
 
-__all__ = ["NerAuditConfig", "NerAuditResult", "ner_audit", "compare_models"]
+__all__ = ["NerAuditConfig", "NerAuditResult", "ner_audit", "score_ner", "compare_models"]
 
 log = logging.getLogger(__name__)
 
@@ -91,44 +92,7 @@ class NerAuditResult:
         return list(self.summaries)
 
 
-class _Scorer:
-    """C(e) of (prompt, name) pairs of one type through the cached signal."""
-
-    def __init__(self, clf, *, subword, token_budget, batch_size, device, cache, progress):
-        self.clf = clf
-        self.kw = dict(subword=subword, token_budget=token_budget, batch_size=batch_size, device=device, cache=cache)
-        self.progress = progress
-
-    def matrix(self, prompts, names, entity_type, desc=None) -> np.ndarray:
-        """``(len(prompts), len(names))`` confidences."""
-        from mlflow_mia.signals.entity_confidence import entity_confidence
-
-        p = [q for q in prompts for _ in names]
-        n = list(names) * len(prompts)
-        values = entity_confidence(self.clf, p, n, [entity_type] * len(p), progress=self.progress, desc=desc,
-                                   **self.kw)
-        return values.reshape(len(prompts), len(names))
-
-    def many(self, jobs) -> list[np.ndarray]:
-        """Every ``(prompts, names, type)`` job in one length-sorted run; one matrix per job."""
-        from mlflow_mia.signals.entity_confidence import entity_confidence
-
-        p, n, t = [], [], []
-        for prompts, names, kind in jobs:
-            for q in prompts:
-                p.extend([q] * len(names))
-                n.extend(names)
-                t.extend([kind] * len(names))
-        values = entity_confidence(self.clf, p, n, t, progress=self.progress, **self.kw)
-        out, start = [], 0
-        for prompts, names, _ in jobs:
-            size = len(prompts) * len(names)
-            out.append(values[start:start + size].reshape(len(prompts), len(names)))
-            start += size
-        return out
-
-
-def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tuple[dict, dict, dict]:
+def _type_metrics(y, split, conf, table, base, removal, cfg) -> tuple[dict, dict, dict]:
     """Metrics, summary and ROC scores of one entity type."""
     dev, test = split == "dev", split == "test"
     m_dev, m_test, m_all = (pm.prompt_mmem(y[s], conf[:, s]) for s in (dev, test, slice(None)))
@@ -170,8 +134,12 @@ def _type_metrics(kind, y, split, conf, table, base, scorer, names, cfg) -> tupl
             r = pm.tpr_at_dev_fpr(y[dev], s[dev], y[test], s[test], alpha=alpha)
             out[f"{tag}_tpr_at_fpr_{alpha:g}"] = r["tpr"]
             out[f"{tag}_fpr_at_fpr_{alpha:g}"] = r["fpr"]
-    if cfg.token_removal:
-        out.update(_token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary))
+    if removal:  # BM-PT / WM-PT: found in stage 1 (the search runs the model), scored here
+        summary["best_modified_prompt"], summary["worst_modified_prompt"] = removal["best"], removal["worst"]
+        out.update({"best_modified_mmem": pm.mmem(y[test], removal["test_conf"][0]),
+                    "best_modified_mmem_dev": removal["best_dev"],
+                    "worst_modified_mmem": pm.mmem(y[test], removal["test_conf"][1]),
+                    "worst_modified_mmem_dev": removal["worst_dev"]})
     out["n_prompts"], out["n_names_dev"], out["n_names_test"] = len(table), int(dev.sum()), int(test.sum())
     rocs = {"best": (y[test], conf[best, test]), "worst": (y[test], conf[worst, test])}
     return out, summary, rocs
@@ -213,26 +181,6 @@ def _spread_null(y, conf, cfg) -> dict:
     null = prompt_spread_null(y, conf, seed=cfg.seed)
     return {"prompt_gap_null_q95": null.gap_null_quantile, "prompt_gap_null_pvalue": null.gap_pvalue,
             "prompt_std_null_q95": null.std_null_quantile, "prompt_std_null_pvalue": null.std_pvalue}
-
-
-def _token_removal(kind, y, dev, test, table, best, worst, scorer, names, summary) -> dict:
-    """BM-PT / WM-PT: the best and worst of all modified prompts on dev, reported on test."""
-    dev_names = [n for n, d in zip(names, dev) if d]
-
-    def dev_score(prompts):
-        return pm.prompt_mmem(y[dev], scorer.matrix(prompts, dev_names, kind))
-
-    steps = (pm.greedy_token_removal(table["prompt"].iloc[best], dev_score, maximize=True)
-             + pm.greedy_token_removal(table["prompt"].iloc[worst], dev_score, maximize=False))
-    if not steps:
-        return {}
-    bm = max(steps, key=lambda s: s.score)
-    wm = min(steps, key=lambda s: s.score)
-    test_names = [n for n, t in zip(names, test) if t]
-    conf = scorer.matrix([bm.prompt, wm.prompt], test_names, kind)
-    summary["best_modified_prompt"], summary["worst_modified_prompt"] = bm.prompt, wm.prompt
-    return {"best_modified_mmem": pm.mmem(y[test], conf[0]), "best_modified_mmem_dev": bm.score,
-            "worst_modified_mmem": pm.mmem(y[test], conf[1]), "worst_modified_mmem_dev": wm.score}
 
 
 def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
@@ -284,50 +232,46 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
         Bad names table (one class, unknown types, empty names), prompts without
         exactly one slot or missing for a type, a type the model has no tag for.
     """
-    import pandas as pd
+    signals = ner_signals(model, names, prompts=prompts, handwritten=handwritten, config=config, cache=cache,
+                          device=device, progress=progress, reference=reference)
+    return score_ner(signals, config=config, hash_key=hash_key)
 
-    from mlflow_mia.signals.entity_confidence import TokenClassifier
+
+def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash_key=None) -> NerAuditResult:
+    """Stage 2 of :func:`ner_audit`: entity confidences -> M-MEM and the other metrics; runs no model.
+
+    Parameters
+    ----------
+    signals : NerSignals
+        From :func:`~mlflow_mia.audits.ner.signals.ner_signals` with the same ``config``.
+    config : NerAuditConfig, optional
+    hash_key : HashKey, optional
+        Key of the name hashes (``name_hash``); default :func:`~mlflow_mia.hashing.resolve_hash_key`.
+
+    Returns
+    -------
+    NerAuditResult
+        As :func:`ner_audit`.
+    """
+    import pandas as pd
 
     from mlflow_mia.hashing import resolve_hash_key
 
     cfg = config or NerAuditConfig()
     key = hash_key if hash_key is not None else resolve_hash_key()
-    clf = model if isinstance(model, TokenClassifier) else TokenClassifier(*model)
-    table = assign_split(check_names_table(names, entity_types=cfg.entity_types), dev_fraction=cfg.dev_fraction,
-                         seed=cfg.seed)
-    types = list(cfg.entity_types or dict.fromkeys(table["entity_type"]))
-    warnings = unknown_token_warnings(table, clf.tokenizer)
-    for warning in warnings:
-        log.warning(warning)
-    from mlflow_mia.signals.entity_confidence import entity_tag_ids
-
-    ref = None if reference is None else (reference if isinstance(reference, TokenClassifier)
-                                          else TokenClassifier(*reference))
-    for warning in [] if ref is None else unknown_token_warnings(table, ref.tokenizer):
-        warnings.append(f"reference tagger: {warning}")
-        log.warning(warnings[-1])
-    for kind in types:  # fail before any forward pass
-        for tagger in (clf, ref) if ref is not None else (clf,):
-            entity_tag_ids(tagger.label2id, kind)
-    prompt_set = load_prompts(prompts, entity_types=types)
-    hand = load_prompts(handwritten, entity_types=types, kind="handwritten")
-    scorer = _Scorer(clf, subword=cfg.subword, token_budget=cfg.token_budget, batch_size=cfg.batch_size,
-                     device=device, cache=cache, progress=progress)
-    groups = {k: table[table["entity_type"] == k].reset_index(drop=True) for k in types}
-    jobs = [(list(prompt_set.loc[prompt_set.entity_type == k, "prompt"]) + [SLOT] +
-             list(hand.loc[hand.entity_type == k, "prompt"]), list(g["name"]), k) for k, g in groups.items()]
-    ref_confs = [None] * len(jobs) if ref is None else _Scorer(
-        ref, subword=cfg.subword, token_budget=cfg.token_budget, batch_size=cfg.batch_size, device=device,
-        cache=cache, progress=progress).many(jobs)
+    table, prompt_set, hand = signals.table, signals.prompt_set, signals.handwritten
     metrics, summaries, tables, name_rows, raw, rocs = {}, {}, [], [], [], {}
-    for (all_prompts, type_names, kind), g, conf, rconf in zip(jobs, groups.values(), scorer.many(jobs), ref_confs):
+    for kind in signals.entity_types:
+        g = table[table["entity_type"] == kind].reset_index(drop=True)
+        type_names, conf = list(g["name"]), signals.confidences[kind]
+        rconf = signals.reference_confidences.get(kind)
         n_set = int((prompt_set.entity_type == kind).sum())
-        hand_prompts = all_prompts[n_set + 1:]
+        hand_prompts = list(hand.loc[hand.entity_type == kind, "prompt"])
         base = {"none": conf[n_set], "hand": conf[n_set + 1:], "hand_prompts": hand_prompts}
         t = prompt_set[prompt_set.entity_type == kind].reset_index(drop=True).copy()
         y, split = g["is_member"].to_numpy(), g["split"].to_numpy()
-        out, summaries[kind], rocs[kind] = _type_metrics(kind, y, split, conf[:n_set], t, base, scorer,
-                                                         type_names, cfg)
+        out, summaries[kind], rocs[kind] = _type_metrics(y, split, conf[:n_set], t, base,
+                                                         signals.token_removal.get(kind), cfg)
         extra = {}
         if rconf is not None:
             ratio, extra["ratio_avg"], best_ratio = _ratio_metrics(y, split, conf[:n_set], rconf[:n_set],
@@ -346,10 +290,10 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
                                        "c_worst": conf[worst], "c_no_prompt": base["none"], **extra}))
         raw.extend(type_names)
     summaries = {k: {**v, "rocs": rocs[k]} for k, v in summaries.items()}
-    return NerAuditResult(model_id=clf.model_id, metrics=metrics, prompts_table=pd.concat(tables, ignore_index=True),
-                          summaries=summaries, names=pd.concat(name_rows, ignore_index=True), raw_names=raw,
-                          config=cfg, hash_key=key, warnings=warnings,
-                          reference_id=None if ref is None else ref.model_id)
+    return NerAuditResult(model_id=signals.model_id, metrics=metrics,
+                          prompts_table=pd.concat(tables, ignore_index=True), summaries=summaries,
+                          names=pd.concat(name_rows, ignore_index=True), raw_names=raw, config=cfg, hash_key=key,
+                          warnings=list(signals.warnings), reference_id=signals.reference_id)
 
 
 def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:

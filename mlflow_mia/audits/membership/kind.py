@@ -1,0 +1,58 @@
+"""The membership audit as an :class:`~mlflow_mia.audits.base.Audit`: its parts, by name.
+
+Registered (with its run and log) in :data:`mlflow_mia.pipeline.AUDITS` under the
+evaluator method ``"mia"``; the ``mlflow-mia audit`` command and the ``audit`` MLproject
+entry point reach it there.
+"""
+
+from __future__ import annotations
+
+from mlflow_mia.audits.base import Audit, Settings
+from mlflow_mia.audits.membership.inputs import load_inputs as load_tables
+from mlflow_mia.audits.membership.run import compute_audit_signals
+from mlflow_mia.audits.membership.scoring import score_audit
+from mlflow_mia.models import resolve as models_resolve
+from mlflow_mia.options.audit import parse_options
+
+__all__ = ["MEMBERSHIP", "parse", "load_inputs", "resolve"]
+
+
+def parse(flat, *, targets: str | None = None) -> Settings:
+    """``Settings(AuditConfig, MiaOptions)`` from flat ``evaluator_config["mia"]`` keys or the ``audit`` flags.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~mlflow_mia.options.audit.parse_options` (unknown key, bad value).
+    """
+    return Settings(*parse_options(flat, targets=targets))
+
+
+def load_inputs(frame, settings: Settings):
+    """``(AuditDataset, PopulationSet)``: the pool from ``frame``, the population set the options name.
+
+    Raises
+    ------
+    ValueError
+        ``frame`` is not a DataFrame, or as :func:`~mlflow_mia.audits.membership.inputs.load_inputs`.
+    """
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError("the mia evaluator needs `data` as a pandas DataFrame (or a dataset built from one) "
+                         "with a text column and a membership label column")
+    return load_tables(frame, settings.options)
+
+
+def resolve(model, settings: Settings):
+    """The target masked LM, loaded without running code shipped with it (unless ``trust_remote_code``)."""
+    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
+
+
+MEMBERSHIP = Audit(
+    name="mia", command="audit", target_flag="--target",
+    help="audit one model and log the result to an MLflow run",
+    description="Audit one masked LM for membership leakage and log metrics, figures, tables, a report and "
+                "registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
+                "(trained and registered on first use).",
+    parse=parse, load_inputs=load_inputs, resolve=resolve, signals=compute_audit_signals, score=score_audit)

@@ -1,0 +1,169 @@
+"""One membership audit run and logged: the shared core of the evaluator, the CLI, ``compare`` and ``analyze``.
+
+:func:`audit_and_log` resolves the neighbour generator, runs
+:func:`~mlflow_mia.audits.membership.run_audit` on the engine the options name,
+checks the release gate and hands the result to :mod:`mlflow_mia.tracking`, which logs it
+(:func:`~mlflow_mia.tracking.audit_log.log_audit`); :func:`model_records` says where each
+model came from; :func:`evaluate_run` and :func:`evaluator_metrics` are the parts
+:data:`mlflow_mia.pipeline.AUDITS` registers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+from mlflow_mia.engines.registry import get_engine
+from mlflow_mia.options.audit import MiaOptions
+
+__all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics"]
+
+log = logging.getLogger(__name__)
+
+
+def audit_and_log(target, pool, population, config, options: MiaOptions, *, references: Sequence = (),
+                  generator=None, run_id=None, log_metrics: bool = True, extra_params: dict | None = None, notes=(),
+                  run_name: str | None = None, sources: dict | None = None):
+    """Run one audit and log it: the shared core of the evaluator, the CLI and ``compare``.
+
+    Parameters
+    ----------
+    target : ResolvedModel
+        From :func:`mlflow_mia.models.resolve.resolve_model`.
+    references : sequence of ResolvedModel
+        The reference model(s): one audit over every model of the set (empty: attacks without a reference).
+    generator : ResolvedModel, optional
+        Neighbour generator of the ``neighbourhood`` attack. Default: resolved from
+        ``config.neighbourhood.generator_model`` (any URI :func:`resolve_model`
+        takes) when that attack runs, else the reference model.
+    pool : AuditDataset
+    population : PopulationSet
+    config : AuditConfig
+    options : MiaOptions
+    run_id : str, optional
+        Default: the active run.
+    log_metrics : bool
+        False when ``mlflow.models.evaluate`` logs the returned metrics itself.
+    extra_params : dict, optional
+    notes : sequence of str
+        Warnings of the caller, added to the result's warnings (and so to the report).
+    run_name : str, optional
+        Name given to the run (:func:`~mlflow_mia.tracking.audit_log.log_audit`).
+    sources : dict, optional
+        ``{"pool": path, "population": path}``: sources of the run's datasets.
+
+    Returns
+    -------
+    (AuditResult, GateResult or None, dict of artifacts)
+    """
+    from mlflow_mia.audits.membership import run_audit
+    from mlflow_mia.signals import SignalCache
+    from mlflow_mia.tracking.audit_log import log_audit
+    from mlflow_mia.tracking.log_settings import LogSettings
+
+    started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
+    generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
+    cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
+    from mlflow_mia.attacks import reference_roles
+
+    refs = list(references)
+    engine = get_engine(options.engine, spark_master=options.spark_master, store=options.spark_store)
+    result = run_audit(target, pool, population, references=refs or None, generator=generator, config=config,
+                       engine=engine, cache=cache, device=options.device, progress=options.progress)
+    result.models = model_records(result.models, target=target, generator=generator,
+                                  **dict(zip(reference_roles(len(refs)), refs)))
+    result.warnings.extend(notes)
+    gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
+            if options.gate is not None else None)
+    logged = LogSettings.from_options(
+        options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
+        log_metrics=log_metrics, params=extra_params, population=population, gate=gate, audit_started=started,
+        run_name=run_name, sources=sources)
+    artifacts = log_audit(result, run_id, logged)
+    if gate is not None:
+        log.info(gate.verdict())
+    return result, gate, artifacts
+
+
+def model_records(models: dict, **resolved) -> dict:
+    """``AuditResult.models`` with where each model came from: ``uri`` (version-pinned), ``requested``
+    (as given), ``registered_model`` and ``version`` (registry models).
+
+    Parameters
+    ----------
+    models : dict
+        ``{role: {"identity": ..., "name": ...}}`` from the audit.
+    **resolved : ResolvedModel or None
+        By role (``target``, ``reference``, ``reference_2``, ..., ``generator``). A generator that is the
+        reference model (same identity) gets the reference's record.
+    """
+    out = {role: dict(record) for role, record in models.items()}
+    by_identity = {r.lm.model_id: r for r in resolved.values() if r is not None}
+    for role, record in out.items():
+        found = resolved.get(role) or by_identity.get(record.get("identity"))
+        if found is None:
+            continue
+        record.update(uri=found.resolved_uri, requested=found.requested)
+        if found.registry:
+            record.update(registered_model=found.registered_name, version=str(found.version))
+    return out
+
+
+def resolve_generator(config, *, trust_remote_code: bool = False):
+    """The neighbour generator named in ``config.neighbourhood.generator_model``, resolved.
+
+    Returns None when no attack needs the generator role (the declared inputs of
+    every neighbour attack, :func:`~mlflow_mia.attacks.required_roles`) or none is
+    named (the reference model is then the generator). A registry URI
+    (``models:/name@alias``), a run URI or a local folder are all accepted, as for
+    the target and reference.
+    """
+    from mlflow_mia.attacks import required_roles
+    from mlflow_mia.models.resolve import resolve_model
+
+    uri = config.neighbourhood.generator_model
+    if not uri or "generator" not in required_roles(config.attacks):
+        return None
+    return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)
+
+
+def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = True, notes=()):
+    """The ``mia`` evaluator's audit: the one reference set the options name, then :func:`audit_and_log`.
+
+    Parameters
+    ----------
+    target : ResolvedModel
+    inputs : (AuditDataset, PopulationSet)
+    settings : Settings
+        ``(AuditConfig, MiaOptions)``.
+
+    Returns
+    -------
+    (AuditResult, dict of artifacts)
+
+    Raises
+    ------
+    ValueError
+        ``reference_mode='each'`` with several references (one evaluate call logs one audit).
+    """
+    from mlflow_mia.models.resolve import resolve_model
+
+    config, options = settings
+    pool, population = inputs
+    sets = options.reference_sets("audit")
+    if len(sets) > 1:
+        raise ValueError("reference_mode='each' runs one audit per reference, and one mlflow.models.evaluate "
+                         "call logs one audit: call it once per reference, or use reference_mode='set'")
+    references = [resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code)
+                  for uri in sets[0]]
+    result, _, artifacts = audit_and_log(target, pool, population, config, options, references=references,
+                                         run_id=run_id, log_metrics=log_metrics, notes=notes)
+    return result, artifacts
+
+
+def evaluator_metrics(result, settings) -> dict[str, float]:
+    """The metrics logged to MLflow (:func:`~mlflow_mia.tracking.audit_log.mlflow_metrics`), prefixed."""
+    from mlflow_mia.tracking.audit_log import mlflow_metrics
+
+    return mlflow_metrics(result, prefix=settings.options.metric_prefix)

@@ -1,0 +1,350 @@
+"""The option schema: --help, evaluator keys, key tables and MLproject agree with it (declared once: tests/options)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from mlflow_mia.entrypoints.cli import _flat_config, build_parser, main
+from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
+from mlflow_mia.options.schema import (dest, flag_of, key_table, mlproject_parameters,
+                                             options_for)
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_COMMANDS = ("audit", "compare", "ner-audit", "analyze", "canary-audit")
+
+
+def _subparser(command):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices[command]
+
+
+@pytest.mark.parametrize("command", CLI_COMMANDS)
+def test_help_evaluator_keys_and_mlproject_agree(command):
+    from mlflow.projects._project_spec import load_project
+
+    declared = {e.key: e for e in options_for(command).values() if e.field.option.cli}
+    parser = _subparser(command)
+    dests = {a.dest for a in parser._actions if a.option_strings and a.dest != "help"}
+    assert dests == {dest(e) for e in declared.values()}
+    text = parser.format_help()
+    for e in declared.values():
+        assert flag_of(command, dest(e)) in text
+    entry = load_project(str(REPO)).get_entry_point(command)
+    expected = mlproject_parameters(command)
+    assert set(entry.parameters) == set(expected), "MLproject lacks or adds parameters"
+    command_line = " ".join(entry.command.split())
+    for name, (kind, default) in expected.items():
+        param = entry.parameters[name]
+        given = "" if param.default is None else str(param.default)
+        if given != "":  # "" means "not given": the library default applies
+            assert param.type == kind, name
+            same = float(given) == float(default) if kind == "float" else given == default
+            assert same, f"MLproject {command}.{name} default {given!r}, declared {default!r}"
+        else:
+            assert param.type == "string", name
+        assert f"{flag_of(command, name)} {{{name}}}" in command_line, name
+    # The entry point's own defaults parse, and give the library's defaults.
+    args = build_parser().parse_args(shlex.split(entry.compute_command({}, storage_dir=None))[1:])
+    assert args.command == command
+    if command in ("audit", "compare"):
+        from mlflow_mia.config import AuditConfig
+
+        assert parse_options(_flat_config(args))[0] == AuditConfig()
+    if command == "ner-audit":
+        from mlflow_mia.audits.ner.audit import NerAuditConfig
+        from mlflow_mia.audits.ner.kind import parse_ner_config
+        from mlflow_mia.options.schema import flat_from_args
+
+        assert parse_ner_config(flat_from_args(args, command))[0] == NerAuditConfig()
+
+
+def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
+    evaluator_only = {"method", "target_model", "metric_prefix"}
+    for method, command in (("mia", "audit"), ("ner_prompts", "ner-audit")):
+        keys = set(options_for(method))
+        on_cli = {k for k, e in options_for(command).items() if e.family is not None}
+        assert on_cli <= keys and keys - on_cli == evaluator_only
+        assert all(not options_for(method)[k].field.option.cli for k in evaluator_only)
+    assert set(CONFIG_KEYS) == set(options_for("mia"))
+    assert set(options_for("audit")) - set(options_for("mia")) == {"target", "data", "demo_size", "demo_kind",
+                                                                   "experiment", "run_name", "tracking_uri", "quiet"}
+
+
+@pytest.mark.parametrize("module, method", [("mlflow_mia.entrypoints.evaluator", "mia"),
+                                            ("mlflow_mia.audits.ner.kind", "ner_prompts")])
+def test_evaluator_docstring_key_table_is_generated(module, method):
+    import importlib
+
+    doc = importlib.import_module(module).__doc__
+    table = key_table(method)
+    assert table in doc
+    for key in options_for(method):
+        assert doc.count(f"``{key}``") == 1, key
+    # A reStructuredText simple table: two rules, the key column as wide as its rule, text after two spaces.
+    lines = table.splitlines()
+    rule = lines[0]
+    width = rule.index("  ")
+    assert lines[-1] == rule and set(rule[:width]) == {"="} and set(rule[width + 2:]) == {"="}
+    for line in lines[1:-1]:
+        assert line[:width].rstrip().startswith("``") and line[width:width + 2] == "  " and line[width + 2] != " "
+
+
+def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
+    key = tmp_path / "k.key"
+    key.write_text("k" * 32)
+    key.chmod(0o600)
+    argv = ["audit", "--attacks", "loss", "--signal", "energy", "--num-masks", "3", "--mask-rate", "0.2",
+            "--seed", "4", "--max-length", "64", "--token-budget", "32", "--half-precision", "--energy-reduction",
+            "mean", "--allow-tokenizer-mismatch", "false", "--num-neighbours", "5", "--neighbour-generator",
+            "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.99",
+            "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
+            "--log-texts", "--log-samples", "true", "--hash-key-file", str(key), "--cache-dir", "c",
+            "--device", "cpu", "--no-progress", "--reference", "models:/r/1,models:/r2/1", "--reference-mode", "each",
+            "--rmia-offline-a", "0.4", "--rmia-gamma", "2", "--population", "p.csv", "--text-column", "t",
+            "--id-column", "i", "--group-column", "g", "--population-text-column", "pt",
+            "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",
+            "--no-tag-model-version", "--clear-gate-fail", "--trust-remote-code", "--engine", "spark",
+            "--spark-master", "local[1]", "--spark-store", "s"]
+    argv += ["--min-k-plus-plus-fraction", "0.4"]
+    args = build_parser().parse_args(argv)
+    flat = _flat_config(args)
+    assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
+    config, options = parse_options(flat)
+    s, m, n = config.signal, config.metrics, config.neighbourhood
+    assert config.attacks == ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline", "rmia")
+    assert config.allow_tokenizer_mismatch is False
+    assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.half_precision,
+            s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, True, "mean")
+    assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
+    assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
+        (0.2, 0.1, 0.05, 0.01), 0, 0.99, 0.3, 5, 1e-4, 4)
+    assert m.min_k_plus_plus_fraction == 0.4
+    assert (m.rmia_offline_a, m.rmia_gamma) == (0.4, 2.0)
+    assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
+    assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,
+            options.progress) == ("m", True, True, "c", "cpu", False)
+    assert options.hash_key.source == "file" and options.hash_key.key == b"k" * 32
+    assert (options.reference_model, options.population_data, options.text_column, options.id_column,
+            options.group_column, options.population_text_column, options.population_group_column) == (
+        "models:/r/1,models:/r2/1", "p.csv", "t", "i", "g", "pt", "pg")
+    assert options.reference_mode == "each" and options.reference_sets() == [["models:/r/1"], ["models:/r2/1"]]
+    assert (options.tag_model_version, options.clear_gate_fail, options.trust_remote_code) == (False, True, True)
+    assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[1]", "s")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["audit", "--fprs", "abc"], "fprs must be a non-empty list (or comma-separated string) of numbers in "
+                                 "[1e-09, 1), got 'abc'"),
+    (["compare", "--fprs", "0.1,x"], "fprs must be a non-empty list"),
+    (["ner-audit", "--fprs", "abc"], "fprs must be a non-empty list"),
+    (["audit", "--num-masks", "many"], "num_masks must be an int >= 1, got 'many'"),
+    (["audit", "--signal", "bogus"], "signal must be one of 'energy', 'pll', 'causal', got 'bogus'"),
+    (["audit", "--max-tpr-at-fpr", "0.01"], "ALPHA:MAX"),
+    (["audit", "--device", "banana"], "device 'banana' is not a torch device"),
+    (["analyze", "--device", "banana"], "device 'banana' is not a torch device"),
+    (["audit", "--hash-key-file", "/nonexistent/mia.key"], "hash key file '/nonexistent/mia.key' does not exist"),
+])
+def test_fprs_abc_and_other_bad_values_name_the_option(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+_NOT_CREATABLE = "cache_dir '{}' cannot be created: '{}' is not a folder (it is a file)"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["audit", "--cache-dir", "/dev/null"],
+     "argument --cache-dir: cache_dir '/dev/null' is not a folder (it is a device, pipe or socket); give a folder for "
+     "the cache (created when missing), or leave it unset for $MLFLOW_MIA_CACHE or ~/.cache/mlflow_mia"),
+    (["ner-audit", "--cache-dir", "{file}/sub"], "argument --cache-dir: " + _NOT_CREATABLE),
+    (["audit", "--rmia-gamma", "inf"], "argument --rmia-gamma: rmia_gamma must be a finite number > 0, got 'inf'"),
+    (["audit", "--rmia-gamma", "nan"], "argument --rmia-gamma: rmia_gamma must be a finite number > 0, got 'nan'"),
+    (["audit", "--device", "meta"], "argument --device: device 'meta' is not one the models run on here; use one "
+                                    "of 'cpu', 'cuda', 'cuda:<index>' or 'mps'"),
+    (["canary-audit", "--n-candidates", "1000000000000"],
+     "argument --n-candidates: n_candidates must be an int in [10, 1e+06], got '1000000000000'"),
+    (["audit", "--fprs", "1e-300"], "argument --fprs: fprs must be a non-empty list (or comma-separated string) of "
+                                    "numbers in [1e-09, 1), got '1e-300'"),
+    (["canary-audit", "--fprs", "1e-10"], "argument --fprs: fprs must be a non-empty list"),
+    (["audit", "--max-tpr-at-fpr", "1e-300:0.5"],
+     "gate budget 1e-300:0.5: the FPR alpha must be in [1e-09, 1) (a threshold at FPR alpha needs ceil(1 / alpha) "
+     "population texts); e.g. 0.01:0.05"),
+    (["audit", "--hash-key-file", "/dev/null"],
+     "argument --hash-key-file: hash key file '/dev/null' is not a regular file (a device, pipe or socket); give a "
+     "file holding 32+ random bytes, e.g. (umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > "
+     "mia_hash.key)"),
+    (["audit", "--hash-key-file", "/etc/passwd"],
+     "argument --hash-key-file: hash key file '/etc/passwd' can be read or written by other users (mode 0644): "
+     "anyone who reads it can look up every logged hash; keep a secret key readable by you only: chmod 600 "
+     "/etc/passwd, or make a new one with (umask 077; "),
+])
+def test_bad_option_values_are_refused_at_parse_time_naming_the_option_exit_2(argv, message, tmp_path, capsys):
+    """Each bad value is refused while the flags are parsed (exit 2), naming the option (issue 32, low items)."""
+    import os
+
+    file = tmp_path / "afile"
+    file.write_text("x")
+    argv = [a.format(file=file) for a in argv]
+    if "/etc/passwd" in argv and (not os.path.exists("/etc/passwd") or os.stat("/etc/passwd").st_mode & 0o777 != 0o644):
+        pytest.skip("needs a world-readable /etc/passwd")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message.format(f"{file}/sub", file) in err, err
+
+
+def test_a_hash_key_file_others_can_read_a_folder_or_a_short_key_is_refused(tmp_path):
+    from mlflow_mia.hashing import resolve_hash_key
+
+    key = tmp_path / "mia.key"
+    key.write_text("k" * 40)
+    key.chmod(0o640)
+    with pytest.raises(ValueError, match=r"^hash key file '.*mia.key' can be read or written by other users \(mode "
+                                         r"0640\)"):
+        resolve_hash_key(key)
+    key.chmod(0o600)
+    assert resolve_hash_key(key).key == b"k" * 40
+    key.write_text("k" * 31)
+    with pytest.raises(ValueError, match=r"^hash key file '.*mia.key': the hash key \(file\) has 31 bytes; use at "
+                                         r"least 32"):
+        resolve_hash_key(key)
+    with pytest.raises(ValueError, match=r"^hash key file '.*' is not a regular file \(a folder\)"):
+        resolve_hash_key(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^hash key file '.*missing.key' does not exist$"):
+        resolve_hash_key(tmp_path / "missing.key")
+
+
+@pytest.mark.parametrize("gate", [0.05, [0.05], [0.01, 0.05], {0.01: "high"}])
+def test_evaluator_max_tpr_at_fpr_as_one_number_names_the_key_and_the_form(gate):
+    """``max_tpr_at_fpr=0.05`` was a TypeError ('float' object is not iterable)."""
+    with pytest.raises(ValueError, match=r"^max_tpr_at_fpr .* is not a budget: give ALPHA:MAX, e.g. '0.01:0.05' \(the "
+                                         r"TPR at FPR 0.01 may be at most 0.05\), a list of those or a dict "
+                                         r"\{alpha: max\}$"):
+        parse_options({"max_tpr_at_fpr": gate, "reference_model": "models:/r/1"})
+    # the accepted forms, JSON's string keys included
+    for ok in ("0.01:0.05", [(0.01, 0.05)], {0.01: 0.05}, {"0.01": "0.05"}):
+        assert parse_options({"max_tpr_at_fpr": ok, "reference_model": "models:/r/1"})[1].gate.budgets == (
+            (0.01, 0.05),)
+
+
+def test_a_cache_folder_that_cannot_be_made_is_named_not_an_oserror(tmp_path, monkeypatch):
+    """$MLFLOW_MIA_CACHE (no option parsing on the way) pointing at a device: a named ValueError."""
+    from mlflow_mia.signals.cache import SignalCache
+
+    with pytest.raises(ValueError, match=r"^cache folder '/dev/null' is not a folder \(it is a device, pipe or "
+                                         r"socket\)"):
+        SignalCache("/dev/null")
+    monkeypatch.setenv("MLFLOW_MIA_CACHE", "/dev/null")
+    with pytest.raises(ValueError, match=r"^cache folder '/dev/null' is not a folder"):
+        SignalCache()
+
+
+@pytest.mark.parametrize("command", ["audit", "compare"])
+def test_bootstrap_rounds_minus_one_is_refused(command, capsys):
+    assert main([command, "--bootstrap-rounds", "-1"]) == 2
+    assert "bootstrap_rounds must be an int >= 0, got '-1'" in capsys.readouterr().err
+
+
+def test_mlproject_blank_parameters_are_not_given():
+    args = build_parser().parse_args(["audit", "--fprs", "", "--max-length", "", "--log-texts", "", "--device", "",
+                                      "--max-tpr-at-fpr", "", "--num-masks", ""])
+    assert _flat_config(args) == {"label_column": "is_member"}
+
+
+def test_hash_key_is_resolved_once_at_the_boundary(tmp_path, monkeypatch):
+    from mlflow_mia.hashing import HashKey
+
+    monkeypatch.delenv("MLFLOW_MIA_HASH_KEY", raising=False)
+    first, second = parse_options({})[1].hash_key, parse_options({})[1].hash_key
+    assert isinstance(first, HashKey) and first.is_random and first.key != second.key
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "e" * 40)
+    assert parse_options({})[1].hash_key.key == b"e" * 40
+    key = tmp_path / "k"
+    key.write_text("f" * 40)
+    key.chmod(0o600)
+    assert parse_options({"hash_key_file": str(key)})[1].hash_key.source == "file"
+    assert "f" * 40 not in repr(parse_options({"hash_key_file": str(key)})[1])
+
+
+@pytest.mark.parametrize("key, raw, value", [
+    ("num_masks", "10", 10), ("num_masks", "10.0", 10), ("num_masks", 4.0, 4), ("num_masks", " 7 ", 7),
+    ("mask_rate", "0.2", 0.2), ("mask_rate", 1, 1.0), ("delta", "1e-3", 1e-3),
+    ("log_texts", "yes", True), ("log_texts", "0", False), ("log_texts", 1, True),
+    ("fprs", "0.1, 0.01", (0.1, 0.01)), ("fprs", 0.1, (0.1,)), ("fprs", ["0.1", 0.01], (0.1, 0.01)),
+    ("attacks", "loss,likelihood_ratio", ("loss", "likelihood_ratio")), ("signal", "PLL", "pll"),
+    ("text_column", 3, "3"), ("population_data", " p.csv ", "p.csv"),
+])
+def test_values_from_any_front_end_are_read_by_their_declaration(key, raw, value):
+    from mlflow_mia.option import coerce
+
+    out = coerce(options_for("mia")[key].field, raw)
+    assert out == value and type(out) is type(value)
+
+
+@pytest.mark.parametrize("key, raw", [("num_masks", True), ("num_masks", "2.5"), ("num_masks", 0),
+                                      ("mask_rate", "nan"), ("mask_rate", 1.5), ("log_texts", "maybe"),
+                                      ("log_texts", 2), ("fprs", [0.1, True]), ("seed", -1), ("top_records", "x")])
+def test_a_value_that_does_not_fit_names_the_key_and_the_form(key, raw):
+    from mlflow_mia.option import coerce
+
+    of = options_for("mia")[key].field
+    with pytest.raises(ValueError) as info:
+        coerce(of, raw)
+    assert str(info.value) == f"{key} must be {of.expected()}, got {raw!r}"
+
+
+def test_energy_reduction_changes_the_cache_key_only_when_not_sum():
+    from mlflow_mia.config import SignalConfig
+
+    assert "energy_reduction" not in SignalConfig().cache_spec()
+    assert SignalConfig(energy_reduction="sum").cache_spec() == SignalConfig().cache_spec()
+    assert SignalConfig(energy_reduction="mean").cache_spec()["energy_reduction"] == "mean"
+    with pytest.raises(ValueError, match="energy_reduction must be one of 'sum', 'mean', got 'max'"):
+        SignalConfig(energy_reduction="max")
+    config, _ = parse_options(_flat_config(build_parser().parse_args(["audit", "--energy-reduction", "mean"])))
+    assert config.signal.energy_reduction == "mean"
+
+
+@pytest.mark.parametrize("references, expected", [
+    (None, ("loss", "zlib", "min_k", "min_k_plus_plus")),
+    ("models:/r@x", ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "rmia")),
+    ("models:/r@x,models:/s@x", ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline",
+                                 "rmia"))])
+def test_a_gate_without_named_attacks_runs_every_attack_the_references_allow(references, expected):
+    from mlflow_mia.options.audit import parse_options
+
+    base = {"reference_model": references} if references else {}
+    assert parse_options({**base, "max_tpr_at_fpr": "0.01:0.05"})[0].attacks == expected
+    assert parse_options(base)[0].attacks == ("loss", "likelihood_ratio")  # no gate: the default
+    named = parse_options({**base, "max_tpr_at_fpr": "0.01:0.05", "attacks": ["loss"]})[0].attacks
+    assert named == expected  # naming one attack cannot shrink the gate's set
+    extra = parse_options({"max_tpr_at_fpr": "0.01:0.05", "attacks": ["neighbourhood"]})[0].attacks
+    assert extra == ("loss", "zlib", "min_k", "min_k_plus_plus", "neighbourhood")  # named attacks add to it
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"max_tpr_at_fpr": "0.01:0.2", "confidence": 0.0001}, "confidence 0.0001 is not allowed with a release gate"),
+    ({"max_tpr_at_fpr": "0.1:1"}, r"maximum TPR must be a finite number in \[0, 1\)"),
+    ({"max_tpr_at_fpr": "0.01:inf"}, "finite"),
+])
+def test_a_gate_that_would_pass_on_no_evidence_is_refused_where_it_is_parsed(config, match):
+    from mlflow_mia.options.audit import parse_options
+
+    with pytest.raises(ValueError, match=match):
+        parse_options(config)
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"max_exposure": "inf"}, "max_exposure must be a finite number > 0"),
+    ({"max_epsilon_lower_bound": "inf"}, "max_epsilon_lower_bound must be a finite number > 0"),
+    ({"max_exposure": 4, "confidence": 0.5}, "confidence 0.5 is not allowed with a release gate"),
+])
+def test_canary_budgets_must_be_finite_and_the_gate_confident(config, match):
+    from mlflow_mia.options.canary import parse_canary_config
+
+    with pytest.raises(ValueError, match=match):
+        parse_canary_config({"method": "canaries", **config})

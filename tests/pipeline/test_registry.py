@@ -1,0 +1,59 @@
+"""The audit registry (mlflow_mia/pipeline/__init__.py): one Audit per kind, found by method and by command."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from mlflow_mia.audits.base import Audit, Settings
+from mlflow_mia.config import AuditConfig, NerAuditConfig
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.pipeline import AUDITS, audit_for, get_audit, register_audit
+
+
+def test_each_audit_kind_is_registered_by_its_evaluator_method_with_every_part():
+    assert {name: a.command for name, a in AUDITS.items()} == {
+        "mia": "audit", "ner_prompts": "ner-audit", "canaries": "canary-audit"}
+    for audit in AUDITS.values():
+        assert all(callable(getattr(audit, f.name)) for f in dataclasses.fields(Audit)
+                   if f.name not in ("name", "command", "help", "description", "target_flag")), audit.name
+
+
+@pytest.mark.parametrize("method, config_type", [("mia", AuditConfig), ("ner_prompts", NerAuditConfig),
+                                                 ("canaries", CanaryAuditConfig)])
+def test_parse_gives_settings_of_the_audits_own_config(method, config_type):
+    settings = AUDITS[method].parse({"mia": {"method": method, "seed": 3}})
+    assert isinstance(settings, Settings) and type(settings.config) is config_type
+    config, options = settings  # still unpacks as the parsers' (config, options)
+    assert (config.signal if method == "mia" else config).seed == 3 and options is settings.options
+
+
+def test_the_method_key_selects_the_audit_and_an_unknown_one_lists_the_registered():
+    assert audit_for({"mia": {"method": "ner_prompts"}}) is AUDITS["ner_prompts"]
+    assert audit_for({"target_model": "models:/m/1"}) is AUDITS["mia"]  # the default method
+    with pytest.raises(ValueError, match=r"unknown audit method 'nerr'; use one of canaries, mia, ner_prompts"):
+        get_audit("nerr")
+
+
+def test_a_second_audit_under_a_taken_name_or_command_is_refused_unless_forced():
+    membership = AUDITS["mia"]
+    parts = {"run": membership.run, "log": membership.log, "metrics": membership.metrics}
+    with pytest.raises(ValueError, match="already registered; pass force=True"):
+        register_audit(dataclasses.replace(membership, name="other"), **parts)  # the command 'audit' is taken
+    try:
+        replaced = register_audit(membership, force=True, run=membership.run, log=membership.log,
+                                  metrics=lambda result, settings: {})
+        assert AUDITS["mia"] is replaced and replaced.metrics(None, None) == {}
+    finally:
+        AUDITS["mia"] = membership
+
+
+def test_every_audit_gets_its_subcommand_from_the_registry():
+    from mlflow_mia.entrypoints.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert list(sub.choices) == [a.command for a in AUDITS.values()] + ["compare", "build-demo", "analyze"]
+    for audit in AUDITS.values():
+        assert sub.choices[audit.command].description == audit.description
