@@ -93,7 +93,7 @@ class SignalConfig:
 
     Attributes
     ----------
-    kind : {"energy", "pll"}
+    kind : {"energy", "pll", "causal"}
         ``"energy"``: Eq. 2 of Mireshghallah et al. (2022), the sum of masked-token
         negative log-likelihoods (nats) over ``ceil(mask_rate * T)`` masked positions,
         averaged over ``num_masks`` random masks. ``"pll"``: the pseudo-log-likelihood

@@ -193,7 +193,7 @@ class LiraOfflineAttack(Attack):
     """Offline LiRA over the audit's reference set (Carlini et al. 2022, Algorithm 1, offline).
 
     Score ``(mean_i E(x; theta_i) - E(x; theta)) / sigma(x)`` over the k reference
-    models theta_i (energy or PLL, the audit's signal), higher = member. sigma(x) is
+    models theta_i (energy, PLL or causal mean NLL: the audit's signal), higher = member. sigma(x) is
     per sample with ``k >= per_sample_spread_min`` references, else one global spread
     (:func:`global_spread`) estimated on the population set when the audit passes it
     (``AttackInputs.population``), so pool and population scores share it; on the

@@ -34,4 +34,4 @@ class LossAttack(Attack):
     requires = ("target",)
 
     def score(self, inputs):
-        return -inputs.target.values  # energy is lower for members; negate so higher = member
+        return -inputs.target.values  # energy, PLL or causal mean NLL: lower for members; negate so higher = member

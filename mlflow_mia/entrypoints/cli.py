@@ -197,7 +197,8 @@ def _cmd_audit(args) -> int:
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
     if data is None:  # the demo's data (and models, unless given)
-        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args,
+                                    kind=getattr(args, "demo_kind", "masked"))
         target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")

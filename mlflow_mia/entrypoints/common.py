@@ -92,7 +92,7 @@ def _demo_missing(exc: ModuleNotFoundError) -> ValueError:
 
 
 def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args=None, isolate: bool = True,
-                         **demo_options):
+                         kind: str = "masked", **demo_options):
     """``build_demo`` in its own run and experiment, then back to the audit's experiment.
 
     Under ``mlflow run`` the project run is in ``MLFLOW_RUN_ID``; the demo's training run
@@ -102,11 +102,15 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
     ``$MLFLOW_EXPERIMENT_*``, else ``mlflow-mia``).
     ``isolate=False`` (``build-demo``) lets the build record into the project run.
     ``demo_options`` (``data_dir``, ``num_threads``) go to :func:`mlflow_mia.demo.build.build_demo`.
+    ``kind="causal"`` builds the causal demo instead (:func:`mlflow_mia.demo.causal_build.build_causal_demo`).
     """
     from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 
     try:
-        from mlflow_mia.demo.build import build_demo
+        if kind == "causal":
+            from mlflow_mia.demo.causal_build import build_causal_demo as build_demo
+        else:
+            from mlflow_mia.demo.build import build_demo
     except ImportError as exc:
         raise ValueError(f"the built-in demo is not available ({exc}); install the demo extras with "
                          "pip install 'mlflow-mia[demo]' or give --target/--data/--population") from None

@@ -1,11 +1,11 @@
-"""A pyfunc model that returns the masked energy (or PLL) of texts: the Databricks-native path.
+"""A pyfunc model that returns the signal of texts (masked energy or PLL, causal mean NLL): the Databricks path.
 
 ``mlflow.pyfunc.spark_udf`` on a registered fill-mask model returns predicted
 tokens, not energies. :func:`log_scorer` logs a small ``PythonModel`` holding the
 target's URI (or a copy of its weights) and the signal settings, whose
 ``predict`` returns one row per text::
 
-    energy (or pll) float64 nats, n_tokens int64, truncated bool
+    energy (or pll, or causal) float64 nats, n_tokens int64, truncated bool
 
 so that, in a notebook::
 
@@ -14,8 +14,9 @@ so that, in a notebook::
                                     result_type="energy double, n_tokens long, truncated boolean")
     df.withColumn("s", score("text")).select("id", "s.*")
 
-The values equal :func:`mlflow_mia.signals.compute_signals` (masks come from the
-seed and the text). Masked-token log-probs (min-k%) are not returned; use
+The values equal :func:`mlflow_mia.signals.dispatch.compute_signals` (masks come from the
+seed and the text): a causal target (``text-generation``) gets the causal signal, the
+mean NLL per predicted token, in a column named ``causal``. Masked-token log-probs (min-k%) are not returned; use
 :func:`mlflow_mia.engines.spark_executors.spark_signals` for those, for resumable
 Parquet results, and for the audit on Spark.
 """
@@ -39,7 +40,7 @@ def scorer_result_type(kind: str = "energy") -> str:
 
 
 class MiaScorer(mlflow.pyfunc.PythonModel):
-    """Masked energy (or PLL), token count and truncation flag of each input text.
+    """Signal (masked energy or PLL, or causal mean NLL), token count and truncation flag of each input text.
 
     ``model_config`` holds ``signal`` (a :class:`SignalConfig` as a dict),
     ``model_uri`` (when the weights are not an artifact), ``model_id`` (the
@@ -59,6 +60,7 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
         import torch
 
         from mlflow_mia.models.resolve import resolve_model
+        from mlflow_mia.signals.dispatch import signal_config_for
 
         cfg = dict(context.model_config or {})
         self._config = SignalConfig.from_dict(cfg["signal"])
@@ -69,6 +71,7 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
             torch.set_num_threads(int(threads))
         source = context.artifacts.get("model") if context.artifacts else None
         self._lm = resolve_model(source or cfg["model_uri"], role="target").lm
+        self._config = signal_config_for(self._lm, self._config)  # kind="causal" for a causal LM
         where = source or cfg["model_uri"]
         if cfg.get("weights_id") and self._lm.weights_id != cfg["weights_id"]:
             raise ValueError(f"the scorer's model {where!r} loaded here has other weights ({self._lm.weights_id}) "
@@ -90,7 +93,7 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
         Returns
         -------
         pandas.DataFrame
-            ``energy`` (or ``pll``) float64 nats, ``n_tokens`` int64, ``truncated`` bool;
+            ``energy`` (or ``pll``, or ``causal``) float64 nats, ``n_tokens`` int64, ``truncated`` bool;
             one row per text, in input order.
 
         Raises
@@ -102,7 +105,7 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
         import pandas as pd
 
         from mlflow_mia.data import surrogate_at
-        from mlflow_mia.signals.energy import compute_signals
+        from mlflow_mia.signals.dispatch import compute_signals
 
         if isinstance(model_input, pd.DataFrame):
             if self._column in model_input.columns:
@@ -162,9 +165,10 @@ def log_scorer(model, config: SignalConfig | None = None, *, name: str = "mia-sc
 
     from mlflow_mia.models.resolve import resolve_model
     from mlflow_mia.engines.spark_executors import model_spec
+    from mlflow_mia.signals.dispatch import signal_config_for
 
-    config = config or SignalConfig()
     resolved = resolve_model(model, role="target")
+    config = signal_config_for(resolved.lm, config or SignalConfig())  # kind="causal" for a causal LM
     spec = model_spec(resolved, config)
     model_config = {"signal": dataclasses.asdict(config), "model_id": spec["model_id"],
                     "weights_id": spec["weights_id"], "tokenizer_id": spec["tokenizer_id"],

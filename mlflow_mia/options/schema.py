@@ -147,6 +147,10 @@ class CommandOptions:
                             "small: 150 + 150 pool sentences, 300 population sentences and tiny models, for tests "
                             "and a first look", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit", "canary-audit"}))
+    demo_kind: str = option("masked", "kind of the built-in BBC News demo audited when no model or data is given: "
+                            "masked (BERT models) or causal (GPT-2 models trained on the same member articles, "
+                            "audited on the same pool; docs/guides/causal.md)", choices=("masked", "causal"),
+                            used_by=frozenset({"audit"}))
     quick: bool = option(False, "the quick size: the small demo and one seed, to try the command (it backs no "
                          "claim); else the full size: 3 seeds on the default demo", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),

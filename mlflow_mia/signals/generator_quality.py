@@ -229,7 +229,7 @@ class GeneratorEvidence:
     rows : ndarray of shape (n_checked,), int64
         The pool rows whose neighbours were checked (a seeded sample).
     neighbour_values : tuple (n_checked) of ndarray of shape (n_neighbours_i,), float64
-        The target's value (energy or PLL, nats) of each neighbour of each checked row.
+        The target's value (energy, PLL or causal mean NLL; nats) of each neighbour of each checked row.
     """
 
     accuracy: float

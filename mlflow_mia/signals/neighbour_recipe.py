@@ -49,7 +49,7 @@ class NeighbourRecipe:
     neighbourhood : NeighbourhoodConfig, optional
         ``num_neighbours``, ``num_replacements``, ``dropout``, ``shared_masks``.
     signal : SignalConfig, optional
-        Kind (energy or PLL), seed (of the dropout and the masks), ``max_length`` and
+        Kind (energy, PLL or causal), seed (of the dropout and the masks), ``max_length`` and
         ``token_budget``, for the generator and the target alike.
     target : MaskedLM, optional
         The model under audit; needed by :meth:`values` only.
@@ -174,7 +174,9 @@ class NeighbourRecipe:
 def neighbour_values(target: MaskedLM, texts: Sequence[str], *, generator=None,
                      neighbourhood: NeighbourhoodConfig | None = None, signal: SignalConfig | None = None,
                      cache: SignalCache | None = None, device=None, progress: bool = True) -> np.ndarray:
-    """Mean target signal value (energy or PLL) of each text's neighbours: :meth:`NeighbourRecipe.mean_values`.
+    """Mean target signal value (energy, PLL or causal mean NLL) of each text's neighbours.
+
+    See :meth:`NeighbourRecipe.mean_values`.
 
     Parameters
     ----------

@@ -83,7 +83,7 @@ class SignalResult:
         token_logprobs : sequence of arrays, optional
             Masked-token log-probs per sample; ``min_k`` and ``min_k_plus_plus`` read them. Default:
             empty arrays (``min_k`` then cannot score).
-        kind : {"energy", "pll"}
+        kind : {"energy", "pll", "causal"}
         token_mu, token_sigma : sequences of arrays, optional
             Min-K%++'s per-position statistics, each array as long as the sample's
             ``token_logprobs`` array; give both or neither (default: none, and

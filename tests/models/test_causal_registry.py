@@ -78,3 +78,31 @@ def test_evaluator_audits_a_registered_causal_model(registry):
                                         model_type="mia", evaluators=["mia"], evaluator_config={"mia": config})
     for attack in ("loss", "likelihood_ratio", "min_k_plus_plus"):
         assert 0.0 <= result.metrics[f"{attack}/auc"] <= 1.0
+
+
+def test_the_pyfunc_scorer_of_a_causal_model_returns_its_causal_signal(registry):
+    """``log_scorer`` on a ``text-generation`` model: a ``causal`` column equal to the per-token mean NLL."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from mlflow_mia.entrypoints.scorer import log_scorer
+    from mlflow_mia.models.resolve import resolve_model
+
+    pool, _, _ = registry
+    texts = list(pool["text"][:5])
+    with mlflow.start_run():
+        info = log_scorer("models:/gpt-tgt@candidate")
+    scorer = mlflow.pyfunc.load_model(info.model_uri)
+    out = scorer.predict(pd.DataFrame({"text": texts}))
+    assert list(out.columns) == ["causal", "n_tokens", "truncated"]
+    lm = resolve_model("models:/gpt-tgt/1").lm
+    expected = []
+    for text in texts:  # brute force: -mean log p(x_t | x_<t), t = 2..n, one unbatched pass in float64
+        ids = lm.tokenizer(text)["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(lm.model(torch.tensor([ids])).logits[0].double(), dim=-1)
+        expected.append(-float(logp[:-1].gather(1, torch.tensor(ids[1:])[:, None]).mean()))
+    np.testing.assert_allclose(out["causal"].to_numpy(), expected, rtol=1e-5)
+    assert list(out["n_tokens"]) == [len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]

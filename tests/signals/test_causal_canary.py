@@ -49,3 +49,18 @@ def test_causal_exposure_equals_a_brute_force_rank_over_the_full_space(digit_gpt
             own = ppl[int(canaries.secrets[row])]
             rank = int(np.sum(ppl <= own))  # candidates at least as likely: ties count against the secret
             assert result.exposure[row] == pytest.approx(math.log2(1000) - math.log2(rank))
+
+
+def test_a_reference_of_the_other_kind_is_refused_before_any_model_runs(digit_gpt):
+    """A masked reference for a causal target (and the reverse) is refused as in the membership audit."""
+    from mlflow_mia.signals import MaskedLM
+    from mlflow_mia.signals.testing import tiny_bert
+
+    masked = MaskedLM(*tiny_bert(seed=0), name="tiny-bert")
+    canaries = make_canaries(8, TEMPLATES, repetitions=(1,), seed=0)
+    config = CanaryAuditConfig(n_candidates=10, bootstrap_rounds=0)
+    with pytest.raises(ValueError, match=r"^the target is a causal LM but the reference model is a masked LM: .* "
+                                         r"Use a causal reference model"):
+        canary_audit(digit_gpt, canaries, reference=masked, config=config)
+    with pytest.raises(ValueError, match=r"^the target is a masked LM but the reference model is a causal LM"):
+        canary_audit(masked, canaries, reference=digit_gpt, config=config)

@@ -290,7 +290,9 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
     Raises
     ------
     ValueError
-        Fewer than 2 included or 2 excluded canaries (nothing to compare).
+        Fewer than 2 included or 2 excluded canaries (nothing to compare), or a reference of
+        another kind than the target (causal vs masked: their signals cannot be compared;
+        :func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
     """
     _check_both_classes(canaries.included.astype(np.int64))  # before any model runs
     signals = canary_signals(target, canaries, reference=reference, config=config, cache=cache, device=device,

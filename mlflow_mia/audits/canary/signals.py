@@ -106,7 +106,17 @@ def canary_signals(target, canaries: CanarySet, *, reference=None, config: Canar
     Returns
     -------
     CanarySignals
+
+    Raises
+    ------
+    ValueError
+        A reference of another kind than the target (causal vs masked), before any model runs
+        (:func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
     """
+    from mlflow_mia.signals.dispatch import check_model_kinds
+
+    if reference is not None:
+        check_model_kinds(target, [reference])
     config = config or CanaryAuditConfig()
     cache, text_key = _canary_cache(cache, hash_key)
     run = {"cache": cache, "device": device, "progress": progress, "text_key": text_key}

@@ -1,0 +1,220 @@
+"""Causal-LM training for the causal demo: a byte-level BPE tokenizer, a small GPT-2, a plain torch loop.
+
+The causal counterpart of :mod:`mlflow_mia.demo.train` (same batching, same
+seeding rules, nothing touches the global random state):
+
+- :func:`train_bpe_tokenizer` learns a GPT-2-style byte-level BPE vocabulary with the
+  ``tokenizers`` library (case kept, no lower-casing) and wraps it as a
+  ``GPT2TokenizerFast`` whose only special token is ``<|endoftext|>`` (beginning, end,
+  padding and unknown, as GPT-2's). Like GPT-2's, it adds no token to a text, so the
+  causal signal scores tokens 2..n of each sentence.
+- :func:`new_causal_model` builds a ``GPT2LMHeadModel`` from a :class:`CausalSpec` with a
+  fixed seed: target and reference share one initialisation.
+- :func:`train_causal` runs AdamW with linear warm-up and decay, next-token cross-entropy
+  over every non-padding position (Radford et al. 2019's objective).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from mlflow_mia.demo.train import TrainConfig, TrainResult, _batches
+
+__all__ = ["CausalSpec", "END_OF_TEXT", "train_bpe_tokenizer", "new_causal_model", "train_causal"]
+
+logger = logging.getLogger(__name__)
+
+END_OF_TEXT = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class CausalSpec:
+    """Architecture of a GPT-2-shaped causal LM trained from scratch.
+
+    Attributes
+    ----------
+    hidden_size, num_layers, num_heads, intermediate_size : int
+        ``n_embd``, ``n_layer``, ``n_head``, ``n_inner`` of ``GPT2Config``
+        (``hidden_size`` divisible by ``num_heads``).
+    vocab_size : int
+        Target byte-level BPE vocabulary size of :func:`train_bpe_tokenizer` (at least
+        257: the 256 bytes and ``<|endoftext|>``).
+    max_position_embeddings : int
+        ``n_positions``: longest input in tokens.
+    dropout : float
+        Residual, embedding and attention dropout during training.
+    """
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    intermediate_size: int = 256
+    vocab_size: int = 2000
+    max_position_embeddings: int = 128
+    dropout: float = 0.1
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 257:
+            raise ValueError(f"vocab_size must be an int >= 257 (256 bytes and {END_OF_TEXT}), got {self.vocab_size!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+
+def train_bpe_tokenizer(texts: Sequence[str], *, vocab_size: int, min_frequency: int = 2,
+                        model_max_length: int = 128):
+    """Learn a GPT-2-style byte-level BPE tokenizer from ``texts``.
+
+    Parameters
+    ----------
+    texts : sequence of str
+        Training text (the demo uses text of no target-pool or population article).
+    vocab_size : int
+        Vocabulary size including the 256 byte tokens and ``<|endoftext|>``.
+    min_frequency : int
+        Merges need at least this many occurrences.
+    model_max_length : int
+        Written to the tokenizer config (the model's position limit).
+
+    Returns
+    -------
+    transformers.GPT2TokenizerFast
+        Same texts and settings -> same vocabulary. Adds no special token to a text;
+        ``<|endoftext|>`` is its BOS, EOS, pad and unknown token.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2TokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[END_OF_TEXT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    return GPT2TokenizerFast(tokenizer_object=tok, bos_token=END_OF_TEXT, eos_token=END_OF_TEXT,
+                             unk_token=END_OF_TEXT, pad_token=END_OF_TEXT, model_max_length=model_max_length)
+
+
+def new_causal_model(tokenizer, spec: CausalSpec, *, seed: int = 0):
+    """A freshly initialised ``GPT2LMHeadModel`` (tied input and output embeddings) sized for ``tokenizer``.
+
+    Same seed, spec and tokenizer -> identical weights.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    eot = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=spec.max_position_embeddings, n_embd=spec.hidden_size,
+                        n_layer=spec.num_layers, n_head=spec.num_heads, n_inner=spec.intermediate_size,
+                        resid_pdrop=spec.dropout, embd_pdrop=spec.dropout, attn_pdrop=spec.dropout,
+                        bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT2LMHeadModel(config)
+    return model
+
+
+def train_causal(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, progress: bool = True,
+                 desc: str = "train") -> TrainResult:
+    """Train ``model`` in place with the next-token objective on ``texts``.
+
+    The loss of a batch is the mean cross-entropy of ``x_t`` given ``x_<t`` over every
+    predicted position ``t = 2..n`` of every text (padding excluded): the positions the
+    causal signal scores. ``config.mlm_probability`` is not used.
+
+    Parameters
+    ----------
+    model : transformers.GPT2LMHeadModel
+    tokenizer : transformers.PreTrainedTokenizerBase
+    texts : sequence of str
+        One training example per text (a sentence), truncated to ``config.max_length`` tokens.
+    config : TrainConfig
+        ``steps`` (or ``epochs``), batch size, learning rate, weight decay, warm-up, seed.
+    progress : bool
+        Show a tqdm bar over steps with the running loss.
+    desc : str
+        Label of the progress bar and log lines.
+
+    Returns
+    -------
+    TrainResult
+        Steps, tokens, time and per-epoch losses (nats per predicted token). The model is
+        left in eval mode.
+
+    Raises
+    ------
+    ValueError
+        No texts, or no text of at least two tokens (nothing to predict).
+    """
+    from tqdm.auto import tqdm
+    from transformers import get_linear_schedule_with_warmup
+
+    texts = list(texts)
+    if not texts:
+        raise ValueError("train_causal needs at least one text")
+    ids = [x for x in tokenizer(texts, truncation=True, max_length=config.max_length)["input_ids"] if len(x) >= 2]
+    if not ids:
+        raise ValueError("train_causal needs a text of at least two tokens")
+    lengths = np.array([len(x) for x in ids])
+    pad = tokenizer.pad_token_id
+    rng = np.random.default_rng(config.seed)
+    total_steps = config.steps or max(1, math.ceil(config.epochs * math.ceil(len(ids) / config.batch_size)))
+
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if param.ndim < 2 or ".ln_" in name or name.endswith("bias") else decay).append(param)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+
+    model.train()
+    step, tokens, epoch_losses = 0, 0, []
+    start = time.perf_counter()
+    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            while step < total_steps:
+                losses = []
+                for index in _batches(lengths, config.batch_size, rng):
+                    if step >= total_steps:
+                        break
+                    width = int(lengths[index].max())
+                    input_ids = torch.full((len(index), width), pad, dtype=torch.long)
+                    for row, i in enumerate(index):
+                        input_ids[row, :lengths[i]] = torch.tensor(ids[i])
+                    attention_mask = (torch.arange(width)[None, :] < torch.as_tensor(lengths[index])[:, None]).long()
+                    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+                    labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
+                    loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    scheduler.step()
+                    step += 1
+                    tokens += int(attention_mask.sum())
+                    losses.append(loss.item())
+                    bar.update(1)
+                    if step % 20 == 0:
+                        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+                epoch_losses.append(float(np.mean(losses)) if losses else float("nan"))
+    finally:
+        bar.close()
+        model.eval()
+    seconds = time.perf_counter() - start
+    result = TrainResult(steps=step, tokens=tokens, seconds=seconds, epoch_losses=tuple(epoch_losses))
+    logger.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
+                seconds, result.tokens_per_second, epoch_losses[-1])
+    return result
