@@ -35,6 +35,8 @@ import numpy as np
 
 from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.signals.dispatch import compute_signals
+from mlflow_mia.signals.neighbour_local import local_scores
 
 __all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS",
            "declare_input", "input_spec", "reference_roles"]
@@ -359,8 +361,6 @@ class AttackInputs:
 
 
 def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
-    from mlflow_mia.signals.dispatch import compute_signals
-
     kind = stage.config.signal.kind
     return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
                            device=stage.device, progress=stage.progress, desc=f"{kind} of {role}")
@@ -375,7 +375,6 @@ def _reference_set(stage: StageOne) -> ReferenceSignals:
         if i == 0 and "reference" in stage.computed:
             out.append(stage.computed["reference"])
             continue
-        from mlflow_mia.signals.dispatch import compute_signals
 
         out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
                                    device=stage.device, progress=stage.progress,
@@ -388,8 +387,6 @@ def _neighbour_values(stage: StageOne) -> np.ndarray:
 
 
 def _neighbour_local(stage: StageOne) -> np.ndarray:
-    from mlflow_mia.signals.neighbour_local import local_scores
-
     return local_scores(stage.models.target, stage.texts, stage.neighbours.neighbours(stage.texts),
                         config=stage.config.signal, device=stage.device)
 

@@ -48,6 +48,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
@@ -335,8 +336,6 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     >>> res.values.shape, res.n_tokens.tolist(), bool(res.values[0] > 0)
     ((1,), [6], True)
     """
-    from tqdm.auto import tqdm
-
     config = config or SignalConfig()
     texts = list(texts)
     if config.kind != "energy":
