@@ -15,8 +15,10 @@ import os
 import unicodedata
 from dataclasses import dataclass
 from typing import Sequence
+import tempfile
 
 import numpy as np
+import pandas as pd
 
 __all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
            "invisible_variants", "surrogate_at", "DEFAULT_IGNORABLE", "FOLDED_CATEGORIES"]
@@ -224,8 +226,6 @@ def load_table(source, *, what: str = "data"):
         rows (empty, a header only, ``[]``), checked before ``datasets`` reads it; the
         file cannot be parsed (invalid JSON or UTF-8, a lone surrogate), with the reason.
     """
-    import pandas as pd
-
     if isinstance(source, pd.DataFrame):
         return source
     if isinstance(source, (str, os.PathLike)):
@@ -276,8 +276,6 @@ def _read_in_memory(builder: str, path: str, what: str = "data"):
         The file cannot be parsed (invalid JSON or UTF-8, a lone surrogate, a damaged
         parquet file), with the file and the parser's reason.
     """
-    import tempfile
-
     from datasets import load_dataset
     from datasets.exceptions import DatasetsError
 

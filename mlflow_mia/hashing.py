@@ -33,6 +33,7 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass, field
+from mlflow_mia.data import text_hash
 
 __all__ = ["HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
 
@@ -149,8 +150,6 @@ def lookup_hash(text: str, key) -> str:
     str
         ``HMAC-SHA256(key, sha256(text))``, 64 hex characters.
     """
-    from mlflow_mia.data import text_hash
-
     return keyed_hash(text_hash(str(text)), _as_bytes(key).strip())
 
 

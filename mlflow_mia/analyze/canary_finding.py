@@ -31,9 +31,18 @@ import hashlib
 import logging
 import math
 from pathlib import Path
+import importlib.util
+from scipy.stats import spearmanr
+import pandas as pd
 
 from mlflow_mia.analyze.findings import Finding
 from mlflow_mia.tracking.runs import finished_run
+from mlflow_mia.canaries import CanarySet
+from mlflow_mia.config import record_digest
+from mlflow_mia.demo.canary import build_canary_demo
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.options.canary import parse_canary_config
+from mlflow_mia.pipeline.canary import canary_audit_and_log
 
 __all__ = ["CANARY_FINDING", "CANARY_FINDING_SPEC", "CLAIM", "SOURCE", "add_canary_rows", "canary_rows", "canary_verdict",
            "run_canary_finding"]
@@ -60,8 +69,6 @@ def _repetitions(metrics: dict) -> list[int]:
 
 def _exposure_grows(metrics: dict) -> tuple[bool | None, str]:
     """(True / False / None = not resolved, text) for the mean exposure of included canaries against r."""
-    from scipy.stats import spearmanr
-
     reps = [r for r in _repetitions(metrics) if math.isfinite(metrics.get(f"canary/r{r}/exposure_mean", NAN))]
     if len(reps) < 2 or reps[0] != 1:
         return None, "no exposure at r = 1 and a larger r"
@@ -131,8 +138,6 @@ def canary_rows(non_private: dict, dp: dict, dp_epsilon: float, *, run_ids=("", 
         canary of r records) plus ``repetitions``, ``exposure_mean``,
         ``exposure_excluded_mean``.
     """
-    import pandas as pd
-
     verdict, why = canary_verdict(non_private, dp, dp_epsilon)
     rows = []
     for label, metrics, run_id, eps in (("non-private", non_private, run_ids[0], NAN),
@@ -178,13 +183,6 @@ def run_canary_finding(size, *, progress: bool = False, bootstrap_rounds: int | 
     import mlflow
     from mlflow import MlflowClient
 
-    from mlflow_mia.config import record_digest
-    from mlflow_mia.canaries import CanarySet
-    from mlflow_mia.demo.canary import build_canary_demo
-    from mlflow_mia.models.resolve import resolve_model
-    from mlflow_mia.options.canary import parse_canary_config
-    from mlflow_mia.pipeline.canary import canary_audit_and_log
-
     demo = build_canary_demo(size=size.demo_size, progress=progress)
     rounds = size.bootstrap_rounds if bootstrap_rounds is None else bootstrap_rounds
     cfg, options = parse_canary_config({"method": "canaries", "bootstrap_rounds": rounds,
@@ -218,10 +216,6 @@ CANARY_FINDING_SPEC = Finding(CANARY_FINDING, CLAIM, SOURCE, ("loss",), settings
 
 def add_canary_rows(table, size, *, progress: bool, skipped: dict):
     """``table`` with the canary finding's rows appended (unchanged, and ``skipped`` noted, when it cannot run)."""
-    import importlib.util
-
-    import pandas as pd
-
     if importlib.util.find_spec("opacus") is None:
         skipped[CANARY_FINDING] = "the canary demo's DP-SGD target needs opacus: pip install 'mlflow-mia[dp]'"
         return table

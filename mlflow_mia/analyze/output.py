@@ -13,9 +13,11 @@ import os
 import tempfile
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.analyze.findings import FINDINGS, NAN, TPR, evaluate_finding, finding_values
 from mlflow_mia.analyze.paired import paired_difference, seed_summary
+from mlflow_mia.plots.findings import plot_finding
 
 __all__ = ["differences_table", "findings_table", "log_findings", "render_findings"]
 
@@ -113,8 +115,6 @@ def findings_table(runs: dict, size, findings=FINDINGS):
         finding's check and guard notes: held-out losses, the DP check; "" for none), ``experiment``,
         ``run_id`` (the seeds' run ids, comma-separated).
     """
-    import pandas as pd
-
     rows = []
     for finding in findings:
         values, ids = finding_values(finding, runs, size)
@@ -141,8 +141,6 @@ def differences_table(runs: dict, size, findings=FINDINGS):
         ``high`` (95 %), ``n_seeds``, ``seed_sd``, ``pool_se``, ``verdict``; empty for a
         finding not run.
     """
-    import pandas as pd
-
     rows = []
     for finding in findings:
         values, _ = finding_values(finding, runs, size)
@@ -291,8 +289,6 @@ def log_findings(table, findings, *, run_id: str, client, differences=None) -> N
     """Log ``tables/findings.csv``, ``tables/findings_differences.csv``, ``findings.md``,
     ``plots/findings/<name>.png`` and ``findings/<name>/reproduced`` (1 reproduced, 0 not
     reproduced; absent when not resolved or not run) to ``run_id``."""
-    from mlflow_mia.plots.findings import plot_finding
-
     with tempfile.TemporaryDirectory() as tmp:
         for name, frame in (("findings.csv", table), ("findings_differences.csv", differences)):
             if frame is not None:

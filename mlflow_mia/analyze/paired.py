@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm, t
 
 __all__ = ["PairedDifference", "paired_difference", "seed_summary"]
 
@@ -123,8 +124,6 @@ def paired_difference(a, b, *, a_ci=None, b_ci=None, level: float = 0.95) -> Pai
     >>> round(d.mean, 3), d.n_seeds, d.low > 0
     (0.05, 3, True)
     """
-    from scipy.stats import norm, t
-
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()

@@ -35,6 +35,8 @@ import importlib.util
 import json
 import logging
 from dataclasses import asdict, dataclass, field
+from tqdm.auto import tqdm
+import pandas as pd
 
 from mlflow_mia.analyze.subsets import PERMUTATION_ROUNDS, length_subsets, permutation_metrics
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR
@@ -43,6 +45,25 @@ from mlflow_mia.analyze.plan import ANALYSIS_SIZES, AnalysisSize, experiments, e
 from mlflow_mia.analyze.plan import run_name as seeded_name
 from mlflow_mia.config import record_digest
 from mlflow_mia.tracking.runs import finished_run
+from mlflow_mia.analyze.canary_finding import CANARY_FINDING_SPEC, add_canary_rows
+from mlflow_mia.analyze.output import log_findings
+from mlflow_mia.analyze.variants import (names_frames, find_variant, training_settings, variant_key, variant_name,
+                                             DP_TAGS, VARIANT_ALIAS, VARIANT_KEY_TAG, train_variant, variant_card,
+                                             dp_group_metrics, dp_group_size)
+from mlflow_mia.audits.membership import run_audit
+from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.demo import bbc
+from mlflow_mia.demo.build import DEMO_SIZES, build_demo
+from mlflow_mia.demo.references import build_references
+from mlflow_mia.demo.registry import register_model
+from mlflow_mia.demo.train import heldout_loss
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.pipeline.membership import model_records
+from mlflow_mia.signals import SignalCache
+from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.tracking.log_settings import LogSettings
+from mlflow_mia.tracking.runs import mlflow_run
 
 __all__ = ["AnalysisResult", "run_analysis", "select_findings"]
 
@@ -99,7 +120,6 @@ def select_findings(names=None) -> tuple:
         An unknown name; the message lists the known ones.
     """
     names = [n.strip() for n in (names or []) if n and n.strip()]
-    from mlflow_mia.analyze.canary_finding import CANARY_FINDING_SPEC  # canary finding hook
 
     known = {f.name: f for f in (*FINDINGS, CANARY_FINDING_SPEC)}
     unknown = [n for n in names if n not in known]
@@ -110,8 +130,6 @@ def select_findings(names=None) -> tuple:
 
 
 def _audit_config(size, exp, seed: int):
-    from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
-
     return AuditConfig(attacks=(LOSS, LR), signal=SignalConfig(kind=exp.signal, num_masks=size.num_masks, seed=seed,
                                                                energy_reduction=exp.energy_reduction),
                        metrics=MetricConfig(fprs=size.fprs, bootstrap_rounds=size.bootstrap_rounds,
@@ -122,12 +140,7 @@ class _Suite:
     """State shared by the experiments of one call: demo, data, models, parent run."""
 
     def __init__(self, size, demo, *, cache, progress: bool, hash_key, device):
-        import pandas as pd
         from mlflow import MlflowClient
-
-        from mlflow_mia.data import AuditDataset, PopulationSet
-        from mlflow_mia.demo import bbc
-        from mlflow_mia.demo.build import DEMO_SIZES
 
         self.size, self.demo, self.cache, self.progress = size, demo, cache, progress
         self.hash_key, self.device = hash_key, device
@@ -156,9 +169,6 @@ class _Suite:
         if not names:
             return self.pool, self.population
         if self.named is None:
-            from mlflow_mia.analyze.variants import names_frames
-            from mlflow_mia.data import AuditDataset, PopulationSet
-
             pool, population = names_frames(self.pool_frame, self.population_frame, self.split.target_train)
             self.named = (AuditDataset.from_frame(pool, **self.columns),
                           PopulationSet.from_frame(population, text_column=self.demo.text_column,
@@ -173,8 +183,6 @@ class _Suite:
 
     def model(self, uri: str, role: str):
         """The resolved model of ``uri``, loaded once per call of the suite."""
-        from mlflow_mia.models.resolve import resolve_model
-
         if uri not in self.models:
             self.models[uri] = resolve_model(uri, role=role)
         return self.models[uri]
@@ -186,13 +194,11 @@ class _Suite:
         if name in DEMO_ROLES:
             return self.roles[name]
         if name.startswith("shadow-"):  # a shadow reference: built on first use, then reused
-            from mlflow_mia.demo.references import build_references
 
             built = build_references(size=self.size.demo_size, count=int(name.split("-")[1]) + 1,
                                      progress=self.progress)
             self.roles.update({f"shadow-{i}": uri for i, uri in enumerate(built.shadow_uris)})
             return self.roles[name]
-        from mlflow_mia.analyze.variants import find_variant, training_settings, variant_key, variant_name
 
         variant = variants(self.size)[name]
         start = self.model(self.uri(variant.start, 0), "base")
@@ -206,11 +212,6 @@ class _Suite:
     def train(self, variant, start, key: str, settings: dict, seed: int) -> str:
         """Train and register a variant in its own nested run; its registered, version-pinned URI."""
         import mlflow
-
-        from mlflow_mia.analyze.variants import (DP_TAGS, VARIANT_ALIAS, VARIANT_KEY_TAG, train_variant, variant_card,
-                                                 variant_name)
-        from mlflow_mia.demo.registry import register_model
-        from mlflow_mia.tracking.runs import mlflow_run
 
         with mlflow_run(seeded_name(f"train-{variant.name}", seed if variant.seeded else None), nested=True):
             mlflow.set_tags({"mia.analyze.parent": self.parent_id, "mia.analyze.variant": variant.name})
@@ -232,8 +233,6 @@ class _Suite:
         """``dp/epsilon`` and ``dp/delta`` of a registered DP variant (from its version tags), per sentence, and
         per article (:func:`~mlflow_mia.analyze.variants.dp_group_metrics`: ``dp/max_group_size``,
         ``dp/group_epsilon``, ``dp/group_delta``)."""
-        from mlflow_mia.analyze.variants import DP_TAGS, dp_group_metrics, dp_group_size
-
         registry = self.model(uri, "target").registry
         tags = (self.client.get_model_version(*registry).tags or {}) if registry else {}
         if DP_TAGS[0] not in tags:
@@ -243,8 +242,6 @@ class _Suite:
 
     def heldout(self, target) -> dict:
         """``heldout/loss`` (nats per masked token) and ``heldout/n_tokens`` of a target on the population."""
-        from mlflow_mia.demo.train import heldout_loss
-
         loss, n = heldout_loss(target.lm.model, target.lm.tokenizer, self.population_frame[self.demo.text_column]
                                .tolist(), max_length=self.demo_size.finetune.max_length)
         return {"heldout/loss": loss, "heldout/n_tokens": float(n)}
@@ -253,11 +250,6 @@ class _Suite:
 def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) -> None:
     """Audit ``target`` on ``data`` (pool, population) against ``reference`` and log it all to ``run_id``."""
     import mlflow
-
-    from mlflow_mia.audits.membership import run_audit
-    from mlflow_mia.pipeline.membership import model_records
-    from mlflow_mia.tracking.audit_log import log_audit
-    from mlflow_mia.tracking.log_settings import LogSettings
 
     pool, population = data
     result = run_audit(target.lm, pool, population, reference=reference.lm, config=config, cache=suite.cache,
@@ -278,8 +270,6 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
 def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
     """(run id, metrics, reused) of one experiment at one seed: a finished run with its key, else a new nested run."""
     import mlflow
-
-    from mlflow_mia.tracking.runs import mlflow_run
 
     config = _audit_config(suite.size, exp, seed or 0)
     data = suite.data(exp.names_pool)
@@ -371,12 +361,6 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
     params hold settings and the names of the name-insertion variant stay in memory.
     """
     import mlflow
-    from tqdm.auto import tqdm
-
-    from mlflow_mia.analyze.output import log_findings
-    from mlflow_mia.demo.build import build_demo
-    from mlflow_mia.tracking.runs import mlflow_run
-    from mlflow_mia.signals import SignalCache
 
     if size is None:
         size_name = "quick" if quick else "full"
@@ -414,7 +398,6 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
         out.table = findings_table(runs, size, selected)
         out.differences = differences_table(runs, size, selected)
         if any(f.name == "canaries" for f in selected):  # canary finding hook: mlflow_mia.analyze.canary_finding
-            from mlflow_mia.analyze.canary_finding import add_canary_rows
 
             out.table = add_canary_rows(out.table, size, progress=progress, skipped=out.skipped)
         log_findings(out.table, selected, run_id=parent.info.run_id, client=suite.client,

@@ -33,6 +33,10 @@ import copy
 import logging
 import math
 from dataclasses import asdict, replace
+from mlflow_mia.config import record_digest
+from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
+from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm
+from mlflow_mia.metrics.group_privacy import group_privacy
 
 __all__ = ["VARIANT_ALIAS", "VARIANT_KEY_TAG", "dp_group_metrics", "dp_group_size", "find_variant", "insert_names",
            "names_frames", "names_pool", "train_variant", "training_settings", "variant_card", "variant_key",
@@ -170,8 +174,6 @@ def dp_group_metrics(epsilon: float, delta: float, group_size: int) -> dict[str,
         (:func:`mlflow_mia.metrics.group_privacy.group_privacy`: k eps, k e^((k - 1) eps) delta);
         ``dp/group_delta`` is capped at 1 (a delta of 1 or more guarantees nothing).
     """
-    from mlflow_mia.metrics.group_privacy import group_privacy
-
     out = {"dp/max_group_size": float(group_size)}
     if math.isfinite(epsilon):
         g = group_privacy(epsilon, delta, group_size=int(group_size))
@@ -209,8 +211,6 @@ def variant_card(name: str, variant):
 
 def variant_key(variant, *, base_uri: str, split_digest: str, settings: dict) -> str:
     """16-hex digest of what a variant's weights depend on: base version, split, training settings."""
-    from mlflow_mia.config import record_digest
-
     return record_digest({"variant": asdict(variant), "base": base_uri, "split": split_digest, "settings": settings})
 
 
@@ -279,8 +279,6 @@ def train_variant(variant, start_lm, split, settings: dict, demo_size, *, progre
     """
     import mlflow
 
-    from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm
-
     tokenizer = start_lm.tokenizer
     metrics: dict[str, float] = {}
     if variant.kind == "large_base":
@@ -295,8 +293,6 @@ def train_variant(variant, start_lm, split, settings: dict, demo_size, *, progre
         if variant.kind == "names":
             texts = insert_names(split.target_train, seed=settings["names_seed"])[0]["text"].tolist()
         if variant.kind == "dp":
-            from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
-
             dp_settings = {**settings["dp"], "freeze": tuple(settings["dp"]["freeze"])}
             dp = train_mlm_dp(model, tokenizer, texts, finetune, DPConfig(**dp_settings), progress=progress,
                               desc=f"target, DP-SGD ({variant.name})")

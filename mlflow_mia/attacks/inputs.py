@@ -35,6 +35,8 @@ import numpy as np
 
 from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.signals.dispatch import compute_signals
+from mlflow_mia.signals.neighbour_local import local_scores
 
 __all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "ROW_KINDS",
            "TOKEN_QUANTITIES", "declare_input", "input_spec", "reference_roles"]
@@ -163,6 +165,9 @@ class StageOne:
     computed : dict
         The inputs computed so far in this stage, by name (``references`` reuses the
         ``reference`` signals for the first reference model instead of computing them again).
+    token_quantities : dict
+        ``{input: (quantity, ...)}``: the optional per-token quantities the audit's attacks
+        declare (:func:`mlflow_mia.attacks.base.required_token_quantities`); absent: none.
     """
 
     models: Any
@@ -173,6 +178,7 @@ class StageOne:
     progress: bool = True
     neighbours: Any = None
     computed: dict = field(default_factory=dict)
+    token_quantities: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -368,11 +374,8 @@ class AttackInputs:
 
 def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
     """The signals of one model role, with the optional per-token quantities the audit's attacks declare for it."""
-    from mlflow_mia.attacks.base import required_token_quantities
-    from mlflow_mia.signals.dispatch import compute_signals
-
     kind = stage.config.signal.kind
-    stats = "token_stats" in required_token_quantities(stage.config.attacks).get(role, ())
+    stats = "token_stats" in stage.token_quantities.get(role, ())
     return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
                            device=stage.device, progress=stage.progress, desc=f"{kind} of {role}", stats=stats)
 
@@ -386,10 +389,7 @@ def _reference_set(stage: StageOne) -> ReferenceSignals:
         if i == 0 and "reference" in stage.computed:
             out.append(stage.computed["reference"])
             continue
-        from mlflow_mia.attacks.base import required_token_quantities
-        from mlflow_mia.signals.dispatch import compute_signals
-
-        stats = "token_stats" in required_token_quantities(stage.config.attacks).get("references", ())
+        stats = "token_stats" in stage.token_quantities.get("references", ())
         out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
                                    device=stage.device, progress=stage.progress,
                                    desc=f"{stage.config.signal.kind} of {role}", stats=stats))
@@ -401,8 +401,6 @@ def _neighbour_values(stage: StageOne) -> np.ndarray:
 
 
 def _neighbour_local(stage: StageOne) -> np.ndarray:
-    from mlflow_mia.signals.neighbour_local import local_scores
-
     return local_scores(stage.models.target, stage.texts, stage.neighbours.neighbours(stage.texts),
                         config=stage.config.signal, device=stage.device)
 

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import logsumexp
+from sklearn.metrics import roc_auc_score
 
 from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.lira_offline import out_values
@@ -263,8 +264,6 @@ def choose_offline_a(stand_in_loglik, other_logliks, labels, *, population_stand
     ValueError
         ``labels`` with one class.
     """
-    from sklearn.metrics import roc_auc_score
-
     labels = np.asarray(labels)
     if len(np.unique(labels)) != 2:
         raise ValueError("choosing a needs samples both in and out of the stand-in model's training data")

@@ -31,6 +31,7 @@ import secrets
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.canaries.templates import Template, parse_templates
 from mlflow_mia.hashing import keyed_hash, lookup_hash
@@ -144,8 +145,6 @@ class CanarySet:
 
         The ``data`` of ``mlflow.models.evaluate(..., evaluator_config={"mia": {"method": "canaries", ...}})``.
         """
-        import pandas as pd
-
         return pd.DataFrame({"canary_id": self.ids, "template": self.template_ids, "repetitions": self.repetitions})
 
     def to_dict(self) -> dict:

@@ -20,6 +20,7 @@ import hashlib
 from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.canaries.canary_set import CanarySet
 from mlflow_mia.data import text_hash
@@ -161,7 +162,6 @@ def _insert(data, canary_set: CanarySet, *, seed: int, text_column: str):
         rows = list(data) + copies
         order = insertion_order(len(data), len(copies), seed=seed)
         return [rows[i] for i in order]
-    import pandas as pd
 
     if isinstance(data, pd.Series):
         order = insertion_order(len(data), len(copies), seed=seed)

@@ -27,6 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
+from mlflow_mia.canaries import insert, make_canaries
+from mlflow_mia.demo import bbc
+from mlflow_mia.demo.build import DEMO_SIZES, SIZE_TAG, build_demo
+from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
+from mlflow_mia.demo.registry import register_model, torch_threads
+from mlflow_mia.demo.train import TrainConfig, train_mlm
+from mlflow_mia.models.resolve import resolve_model
 
 __all__ = ["CanaryDemoSize", "CanaryDemoSpec", "CANARY_DEMO_SIZES", "build_canary_demo"]
 
@@ -151,14 +158,6 @@ def build_canary_demo(*, size: str = "small", force: bool = False, progress: boo
     """
     import mlflow
     from mlflow import MlflowClient
-
-    from mlflow_mia.canaries import insert, make_canaries
-    from mlflow_mia.demo import bbc
-    from mlflow_mia.demo.build import DEMO_SIZES, SIZE_TAG, build_demo
-    from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
-    from mlflow_mia.demo.registry import register_model, torch_threads
-    from mlflow_mia.demo.train import TrainConfig, train_mlm
-    from mlflow_mia.models.resolve import resolve_model
 
     if size not in CANARY_DEMO_SIZES:
         raise ValueError(f"unknown canary demo size {size!r}; choose from {sorted(CANARY_DEMO_SIZES)}")

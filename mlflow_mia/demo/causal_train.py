@@ -24,6 +24,9 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm.auto import tqdm
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast, get_linear_schedule_with_warmup
 
 from mlflow_mia.demo.train import TrainConfig, TrainResult, _batches
 
@@ -94,8 +97,6 @@ def train_bpe_tokenizer(texts: Sequence[str], *, vocab_size: int, min_frequency:
         Same texts and settings -> same vocabulary. Adds no special token to a text;
         ``<|endoftext|>`` is its BOS, EOS, pad and unknown token.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2TokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -112,8 +113,6 @@ def new_causal_model(tokenizer, spec: CausalSpec, *, seed: int = 0):
 
     Same seed, spec and tokenizer -> identical weights.
     """
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     eot = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=spec.max_position_embeddings, n_embd=spec.hidden_size,
                         n_layer=spec.num_layers, n_head=spec.num_heads, n_inner=spec.intermediate_size,
@@ -157,8 +156,6 @@ def train_causal(model, tokenizer, texts: Sequence[str], config: TrainConfig, *,
     ValueError
         No texts, or no text of at least two tokens (nothing to predict).
     """
-    from tqdm.auto import tqdm
-    from transformers import get_linear_schedule_with_warmup
 
     texts = list(texts)
     if not texts:

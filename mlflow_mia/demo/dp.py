@@ -55,6 +55,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
 from .train import TrainConfig, TrainResult
 
@@ -254,8 +256,6 @@ def train_mlm_dp(model, tokenizer, texts: Sequence[str], config: TrainConfig, dp
         from opacus import PrivacyEngine
     except ImportError as err:
         raise ImportError("DP-SGD training needs opacus: pip install 'mlflow-mia[dp]'") from err
-    from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
     from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
     texts = list(texts)

@@ -47,6 +47,7 @@ from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.tracking.runs import outside_project_run
+from mlflow_mia.models.resolve import resolve_model
 
 __all__ = ["DEMO_REFERENCE_WORDS", "SHADOW_COUNT", "SHADOW_KEY_TAG", "ReferenceSpec", "build_references",
            "expand_demo_references", "shadow_halves", "shadow_names", "shadow_uris"]
@@ -234,8 +235,6 @@ def build_references(*, size: str = "default", count: int = SHADOW_COUNT, force:
     """
     import mlflow
     from mlflow import MlflowClient
-
-    from mlflow_mia.models.resolve import resolve_model
 
     names = shadow_names(size, count)
     cfg = DEMO_SIZES[size]

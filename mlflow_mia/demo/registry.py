@@ -9,6 +9,7 @@ MLflow from asking the Hugging Face hub for one).
 from __future__ import annotations
 
 import contextlib
+import torch
 
 __all__ = ["pip_requirements", "register_model", "torch_threads"]
 
@@ -17,7 +18,6 @@ def pip_requirements() -> list[str]:
     """Pinned requirements of the logged models: mlflow, torch, transformers, tokenizers."""
     import mlflow
     import tokenizers
-    import torch
     import transformers
 
     return [
@@ -75,8 +75,6 @@ def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill
 @contextlib.contextmanager
 def torch_threads(num_threads: int | None):
     """Set torch's intra-op thread count inside the block and restore it after (``None``: leave it)."""
-    import torch
-
     if num_threads is None:
         yield
         return

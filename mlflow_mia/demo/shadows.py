@@ -40,6 +40,10 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
+from huggingface_hub import ModelCard
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+import mlflow
 
 from mlflow_mia.config import record_digest
 from mlflow_mia.data import text_hash
@@ -49,6 +53,15 @@ from mlflow_mia.demo.shadow_record import (ShadowRecipe, ShadowRecord, balanced_
 from mlflow_mia.demo.train import TrainConfig
 from mlflow_mia.hashing import HashKey, keyed_hash, resolve_hash_key
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
+from mlflow_mia.attacks import gate_attacks, required_inputs
+from mlflow_mia.audits.membership import compute_audit_signals, score_audit
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
+from mlflow_mia.demo.dp import train_mlm_dp
+from mlflow_mia.demo.train import train_mlm
+from mlflow_mia.engines.audit_signals import AuditSignals
+from mlflow_mia.engines.local import AuditModels
+from mlflow_mia.models.resolve import resolve_model
 
 __all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "balanced_halves",
            "train_shadows", "shadow_membership", "with_shadow_membership", "audit_with_shadows", "demo_recipe"]
@@ -109,8 +122,6 @@ def _candidates(texts, groups):
 
 def _registered(client, name: str, key: str):
     """The version behind ``name@champion`` when it carries ``key``, else None."""
-    from mlflow.exceptions import MlflowException
-
     try:
         version = client.get_model_version_by_alias(name, SHADOW_ALIAS)
     except MlflowException:
@@ -119,8 +130,6 @@ def _registered(client, name: str, key: str):
 
 
 def _card(name: str, index: int, k: int, n_texts: int):
-    from huggingface_hub import ModelCard
-
     return ModelCard("---\npipeline_tag: fill-mask\ntags:\n- mlflow-mia\n- shadow-model\n---\n"
                      f"# {name}\n\nShadow model {index} of {k} of an mlflow-mia audit: the target's base and "
                      f"recipe, trained on a random half ({n_texts} texts) of the audit's candidate texts. It exists "
@@ -182,11 +191,6 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     ``mlflow_mia.shadow_key`` = digest of (recipe, base weights, candidate digest, k, seed,
     j): after an interruption the next call trains only the shadows not yet registered.
     """
-    import mlflow
-    from mlflow import MlflowClient
-
-    from mlflow_mia.models.resolve import resolve_model
-
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive int (the number of shadow models), got {count!r}")
     key = _as_key(key)
@@ -258,10 +262,7 @@ def _experiment(client, name: str) -> str:
 def _default_trainer(model, tokenizer, texts, config: TrainConfig, recipe: ShadowRecipe, desc):
     """:func:`train_mlm`, or :func:`train_mlm_dp` with ``recipe.dp``; returns (TrainResult, metrics)."""
     if recipe.dp is None:
-        from mlflow_mia.demo.train import train_mlm
-
         return train_mlm(model, tokenizer, texts, config, progress=desc is not None, desc=desc or "shadow"), {}
-    from mlflow_mia.demo.dp import train_mlm_dp
 
     result = train_mlm_dp(model, tokenizer, texts, config, recipe.dp, progress=desc is not None,
                           desc=desc or "shadow")
@@ -298,8 +299,6 @@ def with_shadow_membership(signals, record, key, *, pool, population):
         the record has shadows, or (when the signals name their models) references that
         are not the record's shadows in its order; a key that is not the record's.
     """
-    from mlflow_mia.engines.audit_signals import AuditSignals
-
     if not isinstance(record, ShadowRecord):
         record = ShadowRecord.from_json(record)
     if "references" not in signals:
@@ -352,11 +351,6 @@ def audit_with_shadows(target, pool, population, *, record, key, config=None, ca
     ValueError
         A record without shadow URIs, a key that is not the record's, and every error of the audit.
     """
-    from mlflow_mia.attacks import gate_attacks, required_inputs
-    from mlflow_mia.audits.membership import compute_audit_signals, score_audit
-    from mlflow_mia.config import AuditConfig
-    from mlflow_mia.engines.local import AuditModels
-
     if not isinstance(record, ShadowRecord):
         record = ShadowRecord.from_json(record)
     if not record.uris:
@@ -366,7 +360,6 @@ def audit_with_shadows(target, pool, population, *, record, key, config=None, ca
     if "references" not in required_inputs(first):
         first += ("lira_offline",)  # stage 1 then computes every shadow's signals
     stage_config = replace(config, attacks=first)
-    from mlflow_mia.models.resolve import resolve_model
 
     def load(model, *, role):
         return resolve_model(model, role=role).lm  # model URIs, folders, loaded models
@@ -394,7 +387,5 @@ def demo_recipe(size: str = "default") -> ShadowRecipe:
     ValueError
         Unknown ``size``.
     """
-    from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
-
     spec = demo_spec(size)
     return ShadowRecipe(base_model=spec.base_uri, train=DEMO_SIZES[size].finetune)

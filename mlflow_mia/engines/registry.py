@@ -24,6 +24,7 @@ from typing import ClassVar
 from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, as_language_model
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.runtime import resolve_device
+from mlflow_mia.engines.local import stage_one
 
 __all__ = ["LocalEngine", "ENGINES", "get_engine"]
 
@@ -58,8 +59,6 @@ class LocalEngine:
 
     def signals(self, models, pool, population, config, *, cache=None, device=None, progress: bool = True):
         """:func:`~mlflow_mia.engines.local.stage_one` in this process."""
-        from mlflow_mia.engines.local import stage_one
-
         signals = stage_one(models, pool, population, config, cache=cache, device=device, progress=progress)
         signals.info["engine"] = self.name
         return signals

@@ -27,9 +27,14 @@ import time
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.config import AuditConfig, SignalConfig
 from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.attacks import INPUTS, ReferenceSignals, reference_roles
+from mlflow_mia.engines.local import needed_inputs, stage_one
+from mlflow_mia.engines.spark_executors import collect_signals, model_spec, spark_signals
+from mlflow_mia.models.resolve import resolve_model
 
 __all__ = ["SparkEngine", "spark_session", "local_with_retries", "spark_audit_signals"]
 
@@ -119,10 +124,6 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
     dict of str to SignalResult
         One per role; row i is ``texts[i]``.
     """
-    import pandas as pd
-
-    from mlflow_mia.engines.spark_executors import collect_signals, model_spec, spark_signals
-
     config = config or SignalConfig()
     ids = np.arange(len(texts), dtype=np.int64)
     df = spark.createDataFrame(pd.DataFrame({"id": ids, "text": list(texts)}))
@@ -175,8 +176,6 @@ class SparkEngine:
         ValueError
             Such an input is needed; the message names its attacks and the way out.
         """
-        from mlflow_mia.attacks import INPUTS
-
         local = {name: attacks for name, attacks in needs.items() if INPUTS[name].rows not in ("signal", "signals")}
         if local:
             attacks = list(dict.fromkeys(a for by in local.values() for a in by))
@@ -186,8 +185,6 @@ class SparkEngine:
 
     def load(self, model, *, role: str):
         """Resolve ``model`` (a URI, a folder on shared storage, or a resolved model) on the driver; keep it for the executors."""
-        from mlflow_mia.models.resolve import resolve_model
-
         resolved = resolve_model(model, role=role)
         self._resolved[role] = resolved
         return resolved.lm
@@ -204,9 +201,6 @@ class SparkEngine:
         ValueError
             A model the executors cannot load (an in-memory model), before any Spark job.
         """
-        from mlflow_mia.attacks import INPUTS, ReferenceSignals, reference_roles
-        from mlflow_mia.engines.local import needed_inputs, stage_one
-
         ref_roles = reference_roles(len(models.references))
         needs = ["target", *needed_inputs(config, len(ref_roles))]
         roles = {name: INPUTS[name].roles[0] for name in needs if INPUTS[name].rows == "signal"}

@@ -40,14 +40,20 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
+import dataclasses
 
 import numpy as np
+import pandas as pd
+import torch
+import mlflow
 
 from mlflow_mia.config import SignalConfig, record_digest
 from mlflow_mia.engines.spark_errors import EXECUTOR_TAG, SparkJobError, SparkSignalError, executor_errors
 from mlflow_mia.engines.spark_store import fill_store, partition_mac_key, read_store, settings_digests
 from mlflow_mia.signals.dispatch import value_settings
 from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.models.resolve import ResolvedModel, resolve_model
+from mlflow_mia.signals.dispatch import compute_signals
 
 __all__ = ["spark_signals", "SignalJob", "SparkSignalError", "SparkJobError", "collect_signals", "model_spec"]
 
@@ -110,10 +116,6 @@ def model_spec(model, config: SignalConfig, *, role: str = "target") -> dict:
     ValueError
         An in-memory model (executors cannot load it), or what ``resolve_model`` raises.
     """
-    import mlflow
-
-    from mlflow_mia.models.resolve import ResolvedModel, resolve_model
-
     if not isinstance(model, (str, os.PathLike, ResolvedModel)):
         raise ValueError(f"the {role} model must be a model URI or a folder on shared storage for Spark, got a "
                          f"{type(model).__name__}; executors load the model themselves")
@@ -152,8 +154,6 @@ def _runs_shipped_code(lm) -> bool:
 
 
 def _config_dict(config: SignalConfig) -> dict:
-    import dataclasses
-
     return dataclasses.asdict(config)
 
 
@@ -206,10 +206,6 @@ def _worker_model(spec: Mapping):
 
 
 def _load_on_worker(spec: Mapping):
-    import mlflow
-
-    from mlflow_mia.models.resolve import resolve_model
-
     role, uri = spec["role"], spec["load_uri"]
     if spec.get("tracking_uri"):
         mlflow.set_tracking_uri(spec["tracking_uri"])
@@ -235,11 +231,7 @@ def _load_on_worker(spec: Mapping):
 
 def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column: str) -> Iterator:
     """mapInPandas body: signals of every Arrow batch of one task."""
-    import pandas as pd
-    import torch
     from pyspark import TaskContext
-
-    from mlflow_mia.signals.dispatch import compute_signals
 
     ctx = TaskContext.get()
     cpus = ctx.cpus() if ctx is not None else int(os.environ.get("OMP_NUM_THREADS", "1"))
@@ -407,8 +399,6 @@ def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = 
     SparkSignalError
         An id of ``ids`` has no row in ``frame``.
     """
-    import pandas as pd
-
     with executor_errors():
         stats = [c for c in ("token_mu", "token_sigma") if c in frame.columns]
         pdf = frame.select(id_column, kind, "n_tokens", "truncated", "token_logprobs", *stats).toPandas()

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank
+from mlflow_mia.analyze import ANALYSIS_SIZES, run_analysis
+from mlflow_mia.entrypoints.common import build_demo_for_audit
+from mlflow_mia.hashing import resolve_hash_key
 
 __all__ = ["cmd_analyze"]
 
 
 def cmd_analyze(args) -> int:
     """Run ``mlflow-mia analyze``; print the findings; returns 0 (errors raise ValueError)."""
-    from mlflow_mia.analyze import ANALYSIS_SIZES, run_analysis
-    from mlflow_mia.hashing import resolve_hash_key
-    from mlflow_mia.entrypoints.common import build_demo_for_audit
-
     size = ANALYSIS_SIZES["quick" if args.quick else "full"]
     findings = [f.strip() for f in args.findings.split(",") if f.strip()] if blank(args.findings) else None
     hash_key = args.hash_key_file or resolve_hash_key()  # read (and checked) when the flag was parsed

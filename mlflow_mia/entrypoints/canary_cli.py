@@ -19,11 +19,21 @@ Keys (unknown keys are an error; generated from their declarations, :mod:`mlflow
 from __future__ import annotations
 
 import contextlib
+import math
 
 from mlflow_mia.audits.canary.kind import load_canary_set
 from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.options.values import blank as _blank
+from mlflow_mia.entrypoints.common import print_links
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.naming import fmt_number, fmt_alpha
+from mlflow_mia.options.canary import parse_canary_config
+from mlflow_mia.options.schema import flat_from_args
+from mlflow_mia.pipeline.canary import canary_audit_and_log
+from mlflow_mia.tracking.canary_log import auc_text, exposure_text, headline_repetitions
+from mlflow_mia.tracking.runs import use_experiment, outside_project_run
+from mlflow_mia.tracking.verdict import short_model_name, canary_verdict, describe_nested
 
 if __doc__:
     __doc__ += key_table("canaries") + "\n"
@@ -35,9 +45,6 @@ __all__ = ["cmd_canary_audit"]
 def _headline(result) -> str:
     """One line: the record-level bound, then AUC (with interval) and mean exposure at r = 1 and the largest r
     (with the rank-based value, ``>=`` where capped, when the exposure is extrapolated from sampled candidates)."""
-    from mlflow_mia.naming import fmt_number
-    from mlflow_mia.tracking.canary_log import auc_text, exposure_text, headline_repetitions
-
     m = result.metrics
     shown = headline_repetitions(result)
     auc = ", ".join(f"r = {r} {auc_text(m, r)}" for r in shown)
@@ -51,11 +58,6 @@ def _headline(result) -> str:
 def _table_lines(result, label: str) -> list[str]:
     """The console table: per repetition count AUC, TPR at each FPR, exposure, epsilon bound; n/a (never nan)
     for what is unresolved or missing, with the reasons, and ``>=`` for a capped rank-based exposure."""
-    import math
-
-    from mlflow_mia.naming import fmt_alpha, fmt_number
-    from mlflow_mia.tracking.canary_log import exposure_text
-
     lines = [f"canary audit of {label} ({result.attack}):"]
     for _, row in result.table.iterrows():
         g = lambda k: row.get(k, math.nan)  # noqa: E731
@@ -75,8 +77,6 @@ def _print(result, gate, run_id: str, label: str) -> None:
     """The table per repetition count and the gate, then the last lines: verdict, headline numbers, links."""
     import mlflow
 
-    from mlflow_mia.entrypoints.common import print_links
-
     for line in _table_lines(result, label):
         print(line)
     if gate is not None:
@@ -95,10 +95,6 @@ def _audit(target_uri, canaries, cfg, options, *, run_name: str | None = None, n
     """Resolve the models and audit in a run named ``run_name`` (default ``canary-audit <model>``)."""
     import mlflow
 
-    from mlflow_mia.models.resolve import resolve_model
-    from mlflow_mia.pipeline.canary import canary_audit_and_log
-    from mlflow_mia.tracking.verdict import short_model_name
-
     trust = options.trust_remote_code
     target = resolve_model(target_uri, role="target", trust_remote_code=trust)
     reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
@@ -114,10 +110,6 @@ def _audit(target_uri, canaries, cfg, options, *, run_name: str | None = None, n
 def cmd_canary_audit(args) -> int:
     """Run ``mlflow-mia canary-audit``; returns 0, or 3 when a gate did not pass (errors raise ValueError)."""
     import mlflow
-
-    from mlflow_mia.options.canary import parse_canary_config
-    from mlflow_mia.options.schema import flat_from_args
-    from mlflow_mia.tracking.runs import use_experiment
 
     cfg, options = parse_canary_config(flat_from_args(args, "canary-audit"))
     if _blank(args.tracking_uri):
@@ -140,9 +132,6 @@ def _demo(args, cfg, options) -> int:
     ``canary-audit demo-<size>`` and gets the more severe of their verdicts.
     """
     import mlflow
-
-    from mlflow_mia.tracking.runs import outside_project_run, use_experiment
-    from mlflow_mia.tracking.verdict import canary_verdict, describe_nested
 
     try:
         from mlflow_mia.demo.canary import build_canary_demo

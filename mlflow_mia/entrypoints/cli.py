@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 from typing import Callable, NamedTuple
+import json
 
 from mlflow_mia.options.schema import add_arguments
 from mlflow_mia.entrypoints.common import (EXIT_ERROR, EXIT_GATE_FAILED, EXIT_MEANINGS, EXIT_OK, EXIT_USAGE,
@@ -37,6 +38,19 @@ from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
 from mlflow_mia.tracking.runs import use_experiment
 from mlflow_mia.options.values import blank as _blank
+from mlflow_mia.analyze import FINDINGS
+from mlflow_mia.demo.references import build_references
+from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
+from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
+from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.options.schema import flat_from_args
+from mlflow_mia.pipeline import AUDITS
+from mlflow_mia.pipeline.membership import audit_and_log
+from mlflow_mia.signals.cache import CacheCorruptError
+from mlflow_mia.tracking.registry_tags import VersionDeletedError
+from mlflow_mia.tracking.runs import record_project_failure
+from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
 
 __all__ = ["main", "build_parser"]
 
@@ -89,9 +103,6 @@ class Command(NamedTuple):
 
 def _front_ends() -> dict:
     """The function that runs each audit's command, by its ``AUDITS`` name (prints its tables, builds its demo)."""
-    from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
-    from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
-
     return {"mia": _cmd_audit, "ner_prompts": cmd_ner_audit, "canaries": cmd_canary_audit}
 
 
@@ -114,10 +125,6 @@ def _demo_flags(p: argparse.ArgumentParser) -> None:
 def commands() -> list[Command]:
     """Every subcommand: one per audit of :data:`mlflow_mia.pipeline.AUDITS` (its help from the ``Audit``),
     then ``compare``, ``build-demo`` and ``analyze``."""
-    from mlflow_mia.analyze import FINDINGS
-    from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
-    from mlflow_mia.pipeline import AUDITS
-
     front_ends = _front_ends()
     audits = [Command(a.command, a.help, a.description, front_ends[name], epilog=_EPILOG if name == "mia" else None)
               for name, a in AUDITS.items()]
@@ -173,8 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _flat_config(args, *, demo=None) -> dict:
     """CLI options -> flat ``evaluator_config["mia"]`` keys: the ones given, then the demo's models, data and
     columns, then the CLI's label column ``is_member``."""
-    from mlflow_mia.options.schema import flat_from_args
-
     flat = flat_from_args(args, args.command)
     if demo is not None:
         defaults = {"reference_model": demo.reference_uri, "population_data": str(demo.population_path),
@@ -190,10 +195,6 @@ def _flat_config(args, *, demo=None) -> dict:
 
 def _cmd_audit(args) -> int:
     import mlflow
-
-    from mlflow_mia.pipeline.membership import audit_and_log
-    from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
-    from mlflow_mia.models.resolve import resolve_model
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
     if data is None:  # the demo's data (and models, unless given)
@@ -251,8 +252,6 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_build_demo(args) -> int:
-    import json
-
     import mlflow
 
     uri = _blank(args.tracking_uri)
@@ -265,8 +264,6 @@ def _cmd_build_demo(args) -> int:
                                 data_dir=_blank(args.data_dir), num_threads=args.threads)
     out = spec.to_dict()
     if args.references:
-        from mlflow_mia.demo.references import build_references
-
         out["shadow_uris"] = list(build_references(size=args.size, progress=not args.quiet,
                                                    data_dir=_blank(args.data_dir),
                                                    num_threads=args.threads).shadow_uris)
@@ -312,8 +309,6 @@ def main(argv=None) -> int:
 
 def _project_failed(command: str, code: int, message: str | None) -> None:
     """Under ``mlflow run``, a non-zero exit: record it on the project run and say the code on stderr."""
-    from mlflow_mia.tracking.runs import record_project_failure
-
     if not code or not os.environ.get("MLFLOW_RUN_ID"):
         return
     meaning = EXIT_MEANINGS.get(code, "failed")
@@ -331,9 +326,6 @@ def _error(args, code: int, message: str) -> tuple[int, str]:
 def _run(args) -> tuple[int, str | None]:
     """The parsed command: its exit code (see the module docstring) and the error it printed (None when none)."""
     import mlflow
-
-    from mlflow_mia.tracking.registry_tags import VersionDeletedError
-    from mlflow_mia.signals.cache import CacheCorruptError
 
     try:
         return _command(args), None

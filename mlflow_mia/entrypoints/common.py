@@ -5,8 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import logging
+import warnings
 
 from mlflow_mia.options.values import blank
+from mlflow_mia.audits.membership.inputs import load_inputs
+from mlflow_mia.metrics.thresholds import min_population_size
+from mlflow_mia.naming import fmt_alpha
+from mlflow_mia.options.audit import parse_options, with_fprs
+from mlflow_mia.tracking.runs import outside_project_run, use_experiment
+from mlflow_mia.tracking.verdict import fmt_interval, audit_verdict, run_url
 
 __all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output",
            "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_GATE_FAILED", "EXIT_MEANINGS"]
@@ -40,9 +48,6 @@ def quiet_output(args):
     bool
         True when quiet.
     """
-    import logging
-    import warnings
-
     import datasets
     import transformers
 
@@ -104,8 +109,6 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
     ``demo_options`` (``data_dir``, ``num_threads``) go to :func:`mlflow_mia.demo.build.build_demo`.
     ``kind="causal"`` builds the causal demo instead (:func:`mlflow_mia.demo.causal_build.build_causal_demo`).
     """
-    from mlflow_mia.tracking.runs import outside_project_run, use_experiment
-
     try:
         if kind == "causal":
             from mlflow_mia.demo.causal_build import build_causal_demo as build_demo
@@ -136,10 +139,6 @@ def config_and_inputs(flat: dict, data, demo):
     the small demo's 300 population texts cannot resolve FPR 0.001, so when ``--fprs``
     is not given the demo drops the rates it cannot resolve and says so.
     """
-    from mlflow_mia.options.audit import parse_options, with_fprs
-    from mlflow_mia.audits.membership.inputs import load_inputs
-    from mlflow_mia.metrics.thresholds import min_population_size
-
     config, options = parse_options(flat)
     pool, population = load_inputs(data, options)
     if demo is not None and "fprs" not in flat:
@@ -152,8 +151,6 @@ def config_and_inputs(flat: dict, data, demo):
 
 
 def _with_ci(rep, key: str, value) -> str:
-    from mlflow_mia.tracking.verdict import fmt_interval
-
     return fmt_interval(value, rep.ci.get(key))
 
 
@@ -165,9 +162,6 @@ def print_result(result, run, gate) -> None:
     UI addresses of the run and of its report.
     """
     import mlflow
-
-    from mlflow_mia.naming import fmt_alpha
-    from mlflow_mia.tracking.verdict import audit_verdict
 
     def tprs(rep) -> str:
         return ", ".join(f"TPR at FPR {fmt_alpha(a)} {_with_ci(rep, f'tpr_at_fpr_{fmt_alpha(a)}', v)}"
@@ -195,8 +189,6 @@ def print_links(run_id: str, experiment_id: str, experiment: str, run_name: str 
                 report: str | None = "report.md") -> None:
     """The experiment's name, the run's UI address and its report's, and how to start the UI for a local store."""
     import mlflow
-
-    from mlflow_mia.tracking.verdict import run_url
 
     uri = mlflow.get_tracking_uri()
     print(f"experiment: {experiment}; run: {run_name or run_id} ({run_id})")

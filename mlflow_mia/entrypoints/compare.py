@@ -10,11 +10,25 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import replace
+import tempfile
+import numpy as np
+import pandas as pd
+from matplotlib import pyplot as plt
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+import mlflow
 
 from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_links, print_result
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.options.values import blank
 from mlflow_mia.naming import fmt_alpha
+from mlflow_mia.audits.membership.report import render_comparison
+from mlflow_mia.demo.references import expand_demo_references
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.pipeline.membership import resolve_generator, audit_and_log
+from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
+from mlflow_mia.tracking.audit_log import audit_params
+from mlflow_mia.tracking.verdict import describe_nested, audit_verdict
 
 __all__ = ["compare", "compare_targets", "distinct_curves", "reference_label", "version_label"]
 
@@ -35,12 +49,6 @@ def compare(args, flat_config) -> bool:
     ValueError
         ``--data`` without ``--models``, an unknown alias, a model without versions, bad options.
     """
-    import mlflow
-
-    from mlflow_mia.pipeline.membership import resolve_generator
-    from mlflow_mia.tracking.verdict import describe_nested
-    from mlflow_mia.models.resolve import resolve_model
-
     names = [n.strip() for n in (blank(args.models) or "").split(",") if n.strip()]
     aliases = [a.strip().lstrip("@") for a in (blank(args.aliases) or "").split(",") if a.strip()]
     data, demo = blank(args.data), None
@@ -54,7 +62,6 @@ def compare(args, flat_config) -> bool:
     targets = compare_targets(names, aliases)
     trust = options.trust_remote_code
     if demo is not None:  # demo:oracle, demo:base, demo:shadows, ... (mlflow_mia.demo.references)
-        from mlflow_mia.demo.references import expand_demo_references
 
         options = replace(options, reference_model=expand_demo_references(options.references, demo.size,
                                                                           progress=not args.quiet) or None)
@@ -92,13 +99,6 @@ def compare(args, flat_config) -> bool:
 
 def _audit_every_pair(targets, references, generator, parent, pool, population, config, options) -> dict:
     """One nested, logged audit per (version, reference); the rows, curves and scores to compare them."""
-    import mlflow
-    import pandas as pd
-
-    from mlflow_mia.pipeline.membership import audit_and_log
-    from mlflow_mia.tracking.verdict import audit_verdict
-    from mlflow_mia.models.resolve import resolve_model
-
     found = {"rows": [], "rocs": {}, "scores": {}, "gates": [], "result": None, "verdicts": []}
     client = mlflow.MlflowClient()
     for name, version, version_aliases in targets:
@@ -150,13 +150,6 @@ def _rows(result, base: dict, gate, run_id: str) -> list[dict]:
 
 def _log_parent(found, names, aliases, targets, references, alpha, population, hash_key=None) -> None:
     """Params, ``tables/comparison.csv``, figures and ``report.md`` of the parent run."""
-    import mlflow
-    from matplotlib import pyplot as plt
-
-    from mlflow_mia.tracking.audit_log import audit_params
-    from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
-    from mlflow_mia.audits.membership.report import render_comparison
-
     result, table, rocs = found["result"], found["table"], found["rocs"]
     params = {k: v for k, v in audit_params(result, population=population, hash_key=hash_key).items()
               if not k.startswith("target_")}
@@ -191,8 +184,6 @@ def _log_parent(found, names, aliases, targets, references, alpha, population, h
 
 @contextlib.contextmanager
 def _tmp_csv(table):
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "comparison.csv")
         table.to_csv(path, index=False)
@@ -201,9 +192,6 @@ def _tmp_csv(table):
 
 def compare_targets(names, aliases) -> list[tuple[str, str, tuple[str, ...]]]:
     """``[(model name, version, aliases), ...]`` in name order, then ascending version."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     client = MlflowClient()
     out = []
     for name in names:
@@ -257,8 +245,6 @@ def distinct_curves(rocs: dict, scores: dict, *, one_target: bool) -> dict:
     generator) scores a target alike in every run; it is drawn once, labelled without
     the reference. With one target the labels leave the target out.
     """
-    import numpy as np
-
     out = {}
     for attack, curves in rocs.items():
         groups: list[tuple[np.ndarray, list[str]]] = []

@@ -39,8 +39,10 @@ from __future__ import annotations
 import logging
 
 from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
+import pandas as pd
 
 from mlflow_mia.options.schema import key_table
+from mlflow_mia.pipeline import audit_for
 
 if __doc__:  # the key table, from the declarations
     __doc__ += key_table("mia") + "\n"
@@ -101,8 +103,6 @@ def evaluator_target(model, target_model, *, resolve, command: str = "audit --ta
 def _pool_frame(dataset):
     """The evaluation data as one DataFrame, the ``targets`` column put back (anything else as it is: the
     audit's ``load_inputs`` says what it needs)."""
-    import pandas as pd
-
     features = dataset.features_data
     if not isinstance(features, pd.DataFrame):
         return features
@@ -143,8 +143,6 @@ class MiaEvaluator(ModelEvaluator):
             Unknown method, invalid configuration, bad inputs (e.g. a missing population set), no
             model (or two), or unsupported ``extra_metrics`` / ``custom_artifacts``.
         """
-        from mlflow_mia.pipeline import audit_for
-
         if extra_metrics or custom_artifacts:
             raise ValueError("the mia evaluator does not take extra_metrics or custom_artifacts")
         audit = audit_for(evaluator_config)

@@ -14,16 +14,25 @@ from __future__ import annotations
 
 from mlflow_mia.entrypoints.common import EXIT_OK
 from mlflow_mia.options.values import blank as _blank
+from mlflow_mia.audits.base import Settings
+from mlflow_mia.audits.ner.audit import compare_models
+from mlflow_mia.audits.ner.kind import parse_ner_config
+from mlflow_mia.audits.ner.names import read_private_table, check_names_table
+from mlflow_mia.audits.ner.report import render_ner_report
+from mlflow_mia.demo.wnut import build_wnut_demo
+from mlflow_mia.entrypoints.common import print_links
+from mlflow_mia.models.ner import resolve_token_classifier
+from mlflow_mia.options.schema import flat_from_args
+from mlflow_mia.pipeline.ner import ner_audit_and_log
+from mlflow_mia.tracking.artifacts import to_json
+from mlflow_mia.tracking.runs import outside_project_run, use_experiment
+from mlflow_mia.tracking.verdict import fmt_interval, describe_nested, ner_verdict, short_model_name
 
 __all__ = ["cmd_ner_audit"]
 
 
 def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str, reference_uri=None):
     import mlflow
-
-    from mlflow_mia.audits.base import Settings
-    from mlflow_mia.models.ner import resolve_token_classifier
-    from mlflow_mia.pipeline.ner import ner_audit_and_log
 
     tagger = resolve_token_classifier(model_uri)
     reference = resolve_token_classifier(reference_uri) if reference_uri else None
@@ -40,8 +49,6 @@ _LEGEND = ("  M-MEM = AUC of in-sample vs out-of-sample names (0.5 = none memori
 
 
 def _print(result, label: str) -> None:
-    from mlflow_mia.tracking.verdict import fmt_interval
-
     print(f"{label} ({result.model_id}):")
     for kind in result.entity_types:
         g = lambda k: result.metrics.get(f"ner/{kind}/{k}", float("nan"))  # noqa: E731
@@ -58,8 +65,6 @@ def _last_lines(run_id: str) -> None:
     """The run's verdict, its experiment and its UI address (:func:`~mlflow_mia.entrypoints.common.print_links`)."""
     import mlflow
 
-    from mlflow_mia.entrypoints.common import print_links
-
     run = mlflow.MlflowClient().get_run(run_id)
     tags = run.data.tags
     print(f"verdict: {tags.get('mia.verdict')} ({tags.get('mia.verdict.reason')})")
@@ -70,14 +75,6 @@ def _last_lines(run_id: str) -> None:
 def _demo(args, cfg, options):
     """Build (or find) the WNUT demo and audit both taggers; log the comparison to a parent run."""
     import mlflow
-
-    from mlflow_mia.audits.ner.audit import compare_models
-    from mlflow_mia.demo.wnut import build_wnut_demo
-    from mlflow_mia.tracking.artifacts import to_json
-    from mlflow_mia.audits.ner.names import read_private_table
-    from mlflow_mia.audits.ner.report import render_ner_report
-    from mlflow_mia.tracking.runs import outside_project_run
-    from mlflow_mia.tracking.verdict import describe_nested, ner_verdict, short_model_name
 
     try:
         with outside_project_run():
@@ -130,12 +127,6 @@ def cmd_ner_audit(args) -> int:
     before the demo is built or any model loads.
     """
     import mlflow
-
-    from mlflow_mia.audits.ner.kind import parse_ner_config
-    from mlflow_mia.tracking.runs import use_experiment
-    from mlflow_mia.tracking.verdict import short_model_name
-    from mlflow_mia.options.schema import flat_from_args
-    from mlflow_mia.audits.ner.names import check_names_table, read_private_table
 
     cfg, options = parse_ner_config(flat_from_args(args, "ner-audit"))
     if _blank(args.tracking_uri):

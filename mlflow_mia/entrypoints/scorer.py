@@ -28,8 +28,16 @@ import os
 import tempfile
 
 import mlflow
+import pandas as pd
+import torch
+from mlflow.models import ModelSignature
+from mlflow.types import ColSpec, Schema
 
 from mlflow_mia.config import SignalConfig
+from mlflow_mia.data import surrogate_at
+from mlflow_mia.engines.spark_executors import model_spec
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.signals.dispatch import compute_signals, signal_config_for
 
 __all__ = ["MiaScorer", "log_scorer", "scorer_result_type"]
 
@@ -57,11 +65,6 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
     """
 
     def load_context(self, context):
-        import torch
-
-        from mlflow_mia.models.resolve import resolve_model
-        from mlflow_mia.signals.dispatch import signal_config_for
-
         cfg = dict(context.model_config or {})
         self._config = SignalConfig.from_dict(cfg["signal"])
         self._column = cfg.get("text_column", "text")
@@ -102,11 +105,6 @@ class MiaScorer(mlflow.pyfunc.PythonModel):
             No text column, or a null, non-string or empty text, or one holding a lone
             surrogate (not valid Unicode; its row is named).
         """
-        import pandas as pd
-
-        from mlflow_mia.data import surrogate_at
-        from mlflow_mia.signals.dispatch import compute_signals
-
         if isinstance(model_input, pd.DataFrame):
             if self._column in model_input.columns:
                 texts = model_input[self._column]
@@ -160,13 +158,6 @@ def log_scorer(model, config: SignalConfig | None = None, *, name: str = "mia-sc
     -------
     mlflow.models.model.ModelInfo
     """
-    from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    from mlflow_mia.models.resolve import resolve_model
-    from mlflow_mia.engines.spark_executors import model_spec
-    from mlflow_mia.signals.dispatch import signal_config_for
-
     resolved = resolve_model(model, role="target")
     config = signal_config_for(resolved.lm, config or SignalConfig())  # kind="causal" for a causal LM
     spec = model_spec(resolved, config)

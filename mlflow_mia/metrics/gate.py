@@ -41,6 +41,7 @@ from typing import Mapping
 from mlflow_mia.config import MIN_FPR
 from mlflow_mia.metrics.binomial import members_needed, per_side_confidence
 from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
+from mlflow_mia.metrics.thresholds import min_population_size
 
 __all__ = ["Gate", "GateResult", "ThreeStateResult", "check_gate_confidence", "MIN_GATE_CONFIDENCE",
            "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "BINOMIAL", "count_metric", "fmt_bound"]
@@ -93,8 +94,6 @@ def _bound_pair(metrics: Mapping, key: str, side: str, pick) -> tuple[float, str
 
 def _point(metrics: Mapping, key: str, alpha: float, max_tpr: float, confidence: float) -> dict:
     """The verdict of one metric ``[user/]{attack}/tpr_at_fpr_{alpha}`` against one budget."""
-    from mlflow_mia.metrics.thresholds import min_population_size
-
     level = "user" if key.startswith("user/") else "sample"
     counts = "user/" if level == "user" else ""
     n, m = count_metric(metrics, f"{counts}n_members"), count_metric(metrics, f"{counts}n_non_members")

@@ -27,6 +27,12 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import precision_score, recall_score
+from sklearn.model_selection import train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+import pandas as pd
 
 __all__ = ["token_frequencies", "sample_features", "memorization_feature_analysis"]
 
@@ -120,13 +126,6 @@ def memorization_feature_analysis(features: Mapping[str, np.ndarray], exposed, *
     Features are standardised and the classes weighted ("balanced") because few
     members are exposed at low FPR; the paper does not state its settings.
     """
-    import pandas as pd
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import precision_score, recall_score
-    from sklearn.model_selection import train_test_split
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
     y = np.asarray(exposed, dtype=bool)
     n_pos = int(y.sum())
     if n_pos < 2 or len(y) - n_pos < 2:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
+from dataclasses import replace
 
 from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
@@ -22,6 +23,9 @@ from mlflow_mia.metrics.gate import Gate, GateResult  # re-exported: the gate li
 from mlflow_mia.options.schema import CommonOptions, build, options_for, parse_values, register_family
 from mlflow_mia.options.values import mia_section
 from mlflow_mia.option import declared_options, option
+from mlflow_mia.attacks import check_attack_names, gate_attacks
+from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.metrics.gate import check_gate_confidence
 
 __all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
 
@@ -183,10 +187,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     FileNotFoundError
         ``hash_key_file`` does not exist.
     """
-    from mlflow_mia.attacks import check_attack_names, gate_attacks
-    from mlflow_mia.metrics.gate import check_gate_confidence
-    from mlflow_mia.hashing import resolve_hash_key
-
     values = parse_values("mia", mia_section(config))
     if values.get("method", "mia") != "mia":
         raise ValueError(f"method {values['method']!r} is not read by parse_options (it reads method 'mia'); "
@@ -214,8 +214,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
 
 def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditConfig:
     """``config`` with other false-positive rates (the gate's alphas kept), without parsing anything again."""
-    from dataclasses import replace
-
     fprs = set(fprs) | set(gate.alphas if gate is not None else ())
     return replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(fprs, reverse=True))))
 

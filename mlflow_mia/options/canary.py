@@ -18,6 +18,7 @@ from mlflow_mia.option import option, shared_option
 from mlflow_mia.options.audit import MiaOptions
 from mlflow_mia.options.schema import CommonOptions, build, parse_values, register_family
 from mlflow_mia.options.values import mia_section
+from mlflow_mia.metrics.canary_gate import CanaryGate
 
 __all__ = ["CanaryOptions", "parse_canary_config", "is_canary_config"]
 
@@ -52,8 +53,6 @@ class CanaryOptions(CommonOptions):
 
     def gate(self):
         """The :class:`~mlflow_mia.metrics.canary_gate.CanaryGate` of the budgets, or None without one."""
-        from mlflow_mia.metrics.canary_gate import CanaryGate
-
         if self.max_exposure is None and self.max_epsilon_lower_bound is None:
             return None
         return CanaryGate(max_exposure=self.max_exposure, max_epsilon=self.max_epsilon_lower_bound)

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mlflow_mia.option import OptionField, coerce, declared_options, is_unset, option, same_option_fields
+from mlflow_mia.hashing import HashKey, resolve_hash_key
+from mlflow_mia.signals.cache import check_cache_dir
+from mlflow_mia.signals.runtime import resolve_device
 
 __all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "Entry", "entries",
            "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
@@ -46,15 +49,11 @@ _WITH_ANALYZE = _AUDITS | {"analyze"}
 
 def _hash_key(value):
     """A :class:`~mlflow_mia.hashing.HashKey` from a key file path (or one already read)."""
-    from mlflow_mia.hashing import HashKey, resolve_hash_key
-
     return value if isinstance(value, HashKey) else resolve_hash_key(str(value).strip())
 
 
 def _device(value) -> str:
     """The device string, checked to exist on this machine (before any model loads)."""
-    from mlflow_mia.signals.runtime import resolve_device
-
     device = str(value).strip()
     resolve_device(device)
     return device
@@ -62,8 +61,6 @@ def _device(value) -> str:
 
 def _cache_dir(value) -> str:
     """A cache folder path, checked to be (or to be creatable as) a folder this user can write."""
-    from mlflow_mia.signals.cache import check_cache_dir
-
     return check_cache_dir(str(value).strip())
 
 

@@ -13,6 +13,9 @@ import time
 
 from mlflow_mia.tracking.canary_log import gate_points, log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
+from mlflow_mia.audits.canary import canary_audit
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.signals import SignalCache
 
 __all__ = ["canary_audit_and_log", "evaluate_run", "evaluator_metrics"]
 
@@ -42,9 +45,6 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
     -------
     (CanaryAuditResult, CanaryGateResult or None, dict of artifacts)
     """
-    from mlflow_mia.audits.canary import canary_audit
-    from mlflow_mia.signals import SignalCache
-
     started = int(time.time() * 1000)
     result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
                           config=config, cache=SignalCache(options.cache_dir), device=options.device,
@@ -92,8 +92,6 @@ def evaluate_run(target, canaries, settings, *, run_id=None, log_metrics: bool =
     -------
     (CanaryAuditResult, dict of artifacts)
     """
-    from mlflow_mia.models.resolve import resolve_model
-
     cfg, options = settings
     reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=options.trust_remote_code)
                  if options.reference_model else None)

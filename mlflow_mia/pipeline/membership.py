@@ -16,6 +16,12 @@ from typing import Sequence
 
 from mlflow_mia.engines.registry import get_engine
 from mlflow_mia.options.audit import MiaOptions
+from mlflow_mia.attacks import reference_roles, required_roles
+from mlflow_mia.audits.membership import run_audit
+from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.signals import SignalCache
+from mlflow_mia.tracking.audit_log import log_audit, mlflow_metrics
+from mlflow_mia.tracking.log_settings import LogSettings
 
 __all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics"]
 
@@ -57,15 +63,9 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     -------
     (AuditResult, GateResult or None, dict of artifacts)
     """
-    from mlflow_mia.audits.membership import run_audit
-    from mlflow_mia.signals import SignalCache
-    from mlflow_mia.tracking.audit_log import log_audit
-    from mlflow_mia.tracking.log_settings import LogSettings
-
     started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
     generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
-    from mlflow_mia.attacks import reference_roles
 
     refs = list(references)
     engine = get_engine(options.engine, spark_master=options.spark_master, store=options.spark_store)
@@ -119,9 +119,6 @@ def resolve_generator(config, *, trust_remote_code: bool = False):
     (``models:/name@alias``), a run URI or a local folder are all accepted, as for
     the target and reference.
     """
-    from mlflow_mia.attacks import required_roles
-    from mlflow_mia.models.resolve import resolve_model
-
     uri = config.neighbourhood.generator_model
     if not uri or "generator" not in required_roles(config.attacks):
         return None
@@ -147,8 +144,6 @@ def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = T
     ValueError
         ``reference_mode='each'`` with several references (one evaluate call logs one audit).
     """
-    from mlflow_mia.models.resolve import resolve_model
-
     config, options = settings
     pool, population = inputs
     sets = options.reference_sets("audit")
@@ -164,6 +159,4 @@ def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = T
 
 def evaluator_metrics(result, settings) -> dict[str, float]:
     """The metrics logged to MLflow (:func:`~mlflow_mia.tracking.audit_log.mlflow_metrics`), prefixed."""
-    from mlflow_mia.tracking.audit_log import mlflow_metrics
-
     return mlflow_metrics(result, prefix=settings.options.metric_prefix)

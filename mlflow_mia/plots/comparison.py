@@ -1,6 +1,8 @@
 """Bar chart comparing attack metrics across model versions (``mlflow-mia compare``)."""
 
 from __future__ import annotations
+import numpy as np
+from mlflow_mia.plots.roc import OKABE_ITO
 
 __all__ = ["plot_comparison_bars"]
 
@@ -21,10 +23,7 @@ def plot_comparison_bars(table, *, metric_columns):
     matplotlib.figure.Figure
         Not attached to pyplot; the caller closes or logs it.
     """
-    import numpy as np
     from matplotlib.figure import Figure
-
-    from mlflow_mia.plots.roc import OKABE_ITO
 
     sample = table[table["level"] == "sample"]
     attacks = list(dict.fromkeys(sample["attack"]))

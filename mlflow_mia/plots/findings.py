@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+import numpy as np
+from mlflow_mia.plots.roc import OKABE_ITO
 
 __all__ = ["plot_finding"]
 
@@ -17,8 +19,6 @@ def _paper_auc(text) -> float:
 
 def _per_article_panel(ax, x, first) -> None:
     """The accountant's epsilon per article (group privacy) as black ticks; off-scale ones written at the top."""
-    import numpy as np
-
     eps = first["dp_group_epsilon"].to_numpy(float)
     ceiling = first["group_epsilon_lower_bound_max_certifiable"].to_numpy(float)
     top = 1.25 * np.nanmax(np.r_[ceiling, first["group_epsilon_lower_bound"].to_numpy(float), 1.0])
@@ -54,10 +54,7 @@ def plot_finding(rows, *, title: str):
     matplotlib.figure.Figure
         Not attached to pyplot; the caller logs or closes it.
     """
-    import numpy as np
     from matplotlib.figure import Figure
-
-    from mlflow_mia.plots.roc import OKABE_ITO
 
     settings = list(dict.fromkeys(rows["setting"]))
     attacks = list(dict.fromkeys(rows["attack"]))

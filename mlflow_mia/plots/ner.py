@@ -8,6 +8,7 @@ ROC scores, and returns a new matplotlib figure that the caller saves or logs.
 from __future__ import annotations
 
 import numpy as np
+from mlflow_mia.plots.roc import RocDisplay
 
 __all__ = ["plot_prompt_mmem_distribution", "plot_mmem_by", "plot_best_worst_roc", "plot_ratio_roc"]
 
@@ -94,8 +95,6 @@ def plot_best_worst_roc(rocs: dict, *, labels=("best", "worst")):
     -------
     matplotlib.figure.Figure
     """
-    from mlflow_mia.plots.roc import RocDisplay
-
     if not rocs:
         raise ValueError("no ROC scores to plot")
     fig, axes = _figure(len(rocs), width=3.4)
@@ -126,8 +125,6 @@ def plot_ratio_roc(rocs: dict):
     ValueError
         ``rocs`` is empty or a type lacks ``"avg_c"`` or ``"ratio"``.
     """
-    from mlflow_mia.plots.roc import RocDisplay
-
     if not rocs:
         raise ValueError("no ROC scores to plot")
     missing = [k for k, pair in rocs.items() if not {"avg_c", "ratio"} <= set(pair)]

@@ -45,6 +45,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
@@ -212,8 +213,6 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
     >>> res.kind, res.token_logprobs[0].shape, bool(res.values[0] > 0)
     ('causal', (5,), True)
     """
-    from tqdm.auto import tqdm
-
     config = config or SignalConfig(kind="causal")
     if config.kind != "causal":
         raise ValueError(f"compute_causal_signals needs SignalConfig(kind='causal'), got kind={config.kind!r}")

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Sequence
+import numpy as np
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
+from mlflow_mia.signals.causal import compute_causal_signals
+from mlflow_mia.signals.energy import compute_signals as masked_signals, value_settings as settings
 
 __all__ = ["compute_signals", "value_settings", "signal_config_for", "check_model_kinds", "as_language_model",
            "MASKED_ONLY_ATTACKS", "sequence_values"]
@@ -60,10 +63,7 @@ def compute_signals(lm, texts: Sequence[str], config: SignalConfig | None = None
     """
     config = signal_config_for(lm, config)
     if isinstance(lm, CausalLM):
-        from mlflow_mia.signals.causal import compute_causal_signals
-
         return compute_causal_signals(lm, texts, config, **kwargs)
-    from mlflow_mia.signals.energy import compute_signals as masked_signals
 
     return masked_signals(lm, texts, config, **kwargs)
 
@@ -84,8 +84,6 @@ def sequence_values(lm, texts: Sequence[str], config: SignalConfig | None = None
     ndarray of shape (n_texts,), float64
         Nats (energy, PLL in nats/token, or the causal log-perplexity).
     """
-    import numpy as np
-
     config = config or SignalConfig()
     if isinstance(lm, CausalLM):
         res = compute_signals(lm, texts, dataclasses.replace(config, kind="causal"), **kwargs)
@@ -95,8 +93,6 @@ def sequence_values(lm, texts: Sequence[str], config: SignalConfig | None = None
 
 def value_settings(lm, config: SignalConfig) -> dict:
     """What besides the model decides its signal values (a cache and store key part), for either kind."""
-    from mlflow_mia.signals.energy import value_settings as settings
-
     return settings(lm, signal_config_for(lm, config))
 
 

@@ -49,6 +49,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
@@ -355,8 +356,6 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     >>> res.values.shape, res.n_tokens.tolist(), bool(res.values[0] > 0)
     ((1,), [6], True)
     """
-    from tqdm.auto import tqdm
-
     config = config or SignalConfig()
     texts = list(texts)
     if config.kind != "energy":

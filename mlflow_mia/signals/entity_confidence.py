@@ -34,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import pad_batch, plan_batches
@@ -322,8 +323,6 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
         empty name or one of invisible characters only (:func:`mlflow_mia.data.canonical_text`
         folds it to nothing), a type the model has no ``B-`` tag for, or a name lost to truncation.
     """
-    from tqdm.auto import tqdm
-
     prompts, names, entity_types = list(prompts), list(names), list(entity_types)
     if not (len(prompts) == len(names) == len(entity_types)):
         raise ValueError(f"prompts, names and entity_types differ in length: {len(prompts)}, {len(names)}, "

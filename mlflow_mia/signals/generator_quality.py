@@ -59,6 +59,7 @@ from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.runtime import resolve_device
 from mlflow_mia.signals.neighbours import load_generator, replaceable_words
+from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 
 __all__ = ["GeneratorQuality", "GeneratorEvidence", "generator_accuracy", "neighbour_shift_over_gap", "loss_gap",
            "measure_generator", "judge_generator", "check_generator", "MIN_GENERATOR_ACCURACY", "MAX_SHIFT_OVER_GAP",
@@ -327,8 +328,6 @@ def check_generator(target, generator, pool_texts: Sequence[str], pool_labels: n
     -------
     GeneratorQuality
     """
-    from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
-
     recipe = NeighbourRecipe.for_audit(generator, config or AuditConfig(), target=target, cache=cache, device=device,
                                        progress=False)
     evidence = measure_generator(recipe, pool_texts, population_texts, n_texts=n_texts)

@@ -57,6 +57,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from mlflow_mia.config import NeighbourhoodConfig
 from mlflow_mia.data import text_hash
@@ -168,8 +169,6 @@ def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dr
     swaps : list (n_texts) of list (n_words) of list of Swap
         For each word, up to ``top_k`` substitutes by descending ``logprob``.
     """
-    from tqdm.auto import tqdm
-
     lm = load_generator(generator)
     device = resolve_device(device)
     tables = _tables(lm, device)
@@ -310,7 +309,6 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
     if cache is not None:
         log.info("neighbours from %s: %d of %d unique texts cached, %d to compute", lm.name, len(unique) - len(todo),
                  len(unique), len(todo))
-    from tqdm.auto import tqdm
 
     bar = tqdm(total=0, desc=f"neighbours from {lm.name}", unit="word", disable=not progress or not todo,
                leave=False)

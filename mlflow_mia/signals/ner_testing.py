@@ -1,6 +1,9 @@
 """A tiny token-classification model built locally, for tests, doctests and benchmarks."""
 
 from __future__ import annotations
+import torch
+from transformers import BertConfig, BertForTokenClassification
+from mlflow_mia.signals.testing import tiny_bert_tokenizer
 
 __all__ = ["TINY_LABELS", "tiny_token_classifier"]
 
@@ -13,11 +16,6 @@ def tiny_token_classifier(labels=TINY_LABELS, *, seed: int = 0, hidden: int = 32
     Returns ``(model, tokenizer)``; the classifier weights are multiplied by ``scale`` so
     tag probabilities differ clearly between tokens.
     """
-    import torch
-    from transformers import BertConfig, BertForTokenClassification
-
-    from mlflow_mia.signals.testing import tiny_bert_tokenizer
-
     labels = list(labels)
     tokenizer = tiny_bert_tokenizer()
     torch.manual_seed(seed)

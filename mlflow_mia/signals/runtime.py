@@ -6,6 +6,8 @@ Process-level concerns of the signals layer, kept apart from the arithmetic of
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 
 import torch
@@ -106,9 +108,6 @@ def release_free_memory() -> None:
     if _MALLOC_TRIM is None:
         _MALLOC_TRIM = False
         try:
-            import ctypes
-            import ctypes.util
-
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             _MALLOC_TRIM = getattr(libc, "malloc_trim", False)
         except OSError:

@@ -6,6 +6,10 @@ from the tokenizer is exercised with both conventions.
 """
 
 from __future__ import annotations
+import torch
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from transformers import (PreTrainedTokenizerFast, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM,
+                              GPT2Config, GPT2LMHeadModel)
 
 WORDS = (
     "the a an of to in on at and or but is was are were be been cat dog mat sat ran hat "
@@ -22,9 +26,6 @@ def _vocab(specials: list[str]) -> dict[str, int]:
 
 def tiny_bert_tokenizer():
     """A lower-casing WordPiece tokenizer with BERT special tokens ([PAD] = 0)."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab = _vocab(specials)
     tk = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
@@ -39,9 +40,6 @@ def tiny_bert_tokenizer():
 
 def tiny_roberta_tokenizer():
     """A word-level tokenizer with RoBERTa special tokens (<s> = 0, <pad> = 1)."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     vocab = _vocab(specials)
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -57,9 +55,6 @@ def tiny_roberta_tokenizer():
 
 def tiny_bert(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int = 2, max_positions: int = 64):
     """A randomly initialised ``BertForMaskedLM`` sized to ``tokenizer``; returns ``(model, tokenizer)``."""
-    import torch
-    from transformers import BertConfig, BertForMaskedLM
-
     tokenizer = tokenizer or tiny_bert_tokenizer()
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
@@ -70,9 +65,6 @@ def tiny_bert(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int = 
 
 def tiny_roberta(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int = 2, max_positions: int = 66):
     """A randomly initialised ``RobertaForMaskedLM``; returns ``(model, tokenizer)``."""
-    import torch
-    from transformers import RobertaConfig, RobertaForMaskedLM
-
     tokenizer = tokenizer or tiny_roberta_tokenizer()
     torch.manual_seed(seed)
     config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
@@ -84,9 +76,6 @@ def tiny_roberta(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int
 
 def tiny_gpt2_tokenizer():
     """A word-level tokenizer in GPT-2's manner: no token added around a text, ``<|endoftext|>`` = 0, no pad token."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = _vocab(["<|endoftext|>", "<unk>"])
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tk.normalizer = normalizers.Lowercase()
@@ -97,9 +86,6 @@ def tiny_gpt2_tokenizer():
 
 def tiny_gpt2(tokenizer=None, *, seed: int = 0, hidden: int = 32, layers: int = 2, max_positions: int = 64):
     """A randomly initialised ``GPT2LMHeadModel`` sized to ``tokenizer``; returns ``(model, tokenizer)``."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     tokenizer = tokenizer or tiny_gpt2_tokenizer()
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=len(tokenizer), n_embd=hidden, n_layer=layers, n_head=2, n_positions=max_positions,

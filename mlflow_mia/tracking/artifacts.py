@@ -12,8 +12,11 @@ import json
 import os
 import re
 import tempfile
+import pandas as pd
 
 from mlflow_mia.naming import nan_to_none
+from mlflow_mia.data import text_hash
+from mlflow_mia.hashing import _as_bytes, keyed_hash
 
 __all__ = ["dataset_digest", "keyed_table", "check_metric_names", "active_run_id", "log_figures", "log_files",
            "artifact", "to_json", "write_text", "SAMPLE_COLUMNS"]
@@ -29,8 +32,6 @@ def dataset_digest(text_hashes, *, key) -> str:
     candidates for the last; keyed, two runs show the same digest exactly when they
     audited the same set with the same (user) key.
     """
-    from mlflow_mia.hashing import _as_bytes
-
     return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
 
 
@@ -62,11 +63,6 @@ def keyed_table(table, key, *, raw_ids: bool = False):
         ``group`` = ``lookup_hash(group, key)`` (missing groups stay missing) and, unless
         ``raw_ids``, ``sample_id`` = ``lookup_hash(sample_id, key)`` (look an id up as a group).
     """
-    import pandas as pd
-
-    from mlflow_mia.data import text_hash
-    from mlflow_mia.hashing import keyed_hash
-
     out = table.copy()
     if "text_hash" in out:
         out["text_hash"] = [keyed_hash(h, key) for h in out["text_hash"]]

@@ -46,12 +46,17 @@ from __future__ import annotations
 import logging
 import math
 import time
+import pandas as pd
 
 from mlflow_mia.tracking.artifacts import (SAMPLE_COLUMNS, active_run_id, check_metric_names, dataset_digest,
                                            keyed_table, log_figures, log_files, to_json, write_text)
 from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
+from mlflow_mia.audits.membership.report import in_brief, render_report
+from mlflow_mia.hashing import resolve_hash_key, HashKey
+from mlflow_mia.tracking.records import dataset_inputs, model_inputs
+from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
 __all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
 
@@ -125,8 +130,6 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
     hash_key : HashKey, optional
         Key of the digests (:func:`dataset_digest`); default :func:`~mlflow_mia.hashing.resolve_hash_key`.
     """
-    from mlflow_mia.hashing import resolve_hash_key
-
     hash_key = hash_key or resolve_hash_key()
     config = result.config.to_dict()
     if not any(a == "neighbourhood" for a in result.config.attacks):
@@ -179,8 +182,6 @@ def readable_order(table):
 
 def _without_scores(samples, riskiest):
     """The default tables: :data:`SAMPLE_COLUMNS` and :data:`RISKY_COLUMNS`, riskiest rows sorted by keyed hash."""
-    import pandas as pd
-
     samples = samples[[c for c in SAMPLE_COLUMNS if c in samples]]
     parts = [part.sort_values("text_hmac", kind="stable") for _, part in riskiest.groupby("attack", sort=False)]
     riskiest = pd.concat(parts, ignore_index=True) if parts else riskiest
@@ -260,11 +261,6 @@ def log_audit(result, run_id: str | None = None, settings: LogSettings | None = 
     """
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
-
-    from mlflow_mia.hashing import HashKey, resolve_hash_key
-    from mlflow_mia.audits.membership.report import in_brief, render_report
-    from mlflow_mia.tracking.records import dataset_inputs, model_inputs
-    from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
     settings = settings or LogSettings()
     log_texts, texts, log_samples, log_metrics = (settings.log_texts, settings.texts, settings.log_samples,

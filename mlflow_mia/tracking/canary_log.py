@@ -30,10 +30,18 @@ from __future__ import annotations
 import logging
 import math
 import time
+import pandas as pd
 
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
                                            write_text)
+from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE
+from mlflow_mia.metrics.gate_record import RANDOM_KEY
+from mlflow_mia.naming import fmt_number, fmt_alpha
+from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot_exposure_by_repetition
+from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
+from mlflow_mia.tracking.verdict import fmt_interval, canary_verdict, describe_run, run_description
 
 __all__ = ["log_canary_audit", "canary_params", "canary_headline_tags", "gate_points",
            "canary_brief", "headline_repetitions", "auc_text", "rank_exposure_text", "exposure_text", "canary_set_id",
@@ -45,8 +53,6 @@ log = logging.getLogger(__name__)
 def canary_set_id(canaries, hash_key) -> str:
     """``<digest>@<key check>``: the set's keyed digest and the check of the key it was made under (``random``
     for a key that was not kept), as a gate record names the set."""
-    from mlflow_mia.metrics.gate_record import RANDOM_KEY
-
     return f"{canaries.digest(hash_key)}@{RANDOM_KEY if hash_key.is_random else hash_key.check}"
 
 
@@ -124,8 +130,6 @@ def headline_repetitions(result) -> list[int]:
 
 def auc_text(metrics: dict, r: int) -> str:
     """``0.563 [0.511, 0.612]``: the included-vs-excluded AUC of the canaries repeated r times, with its interval."""
-    from mlflow_mia.tracking.verdict import fmt_interval
-
     key = f"canary/r{r}/auc"
     return fmt_interval(metrics[key], (metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")))
 
@@ -133,8 +137,6 @@ def auc_text(metrics: dict, r: int) -> str:
 def rank_exposure_text(metrics: dict, prefix: str, digits: int = 2) -> str:
     """The rank-based mean exposure under ``prefix`` (``canary/r4``): ``>= 9.97`` when it holds capped canaries
     (a lower bound), ``6.63`` when not, ``n/a`` when missing."""
-    from mlflow_mia.naming import fmt_number
-
     value = metrics.get(f"{prefix}/exposure_rank_mean")
     text = fmt_number(value, digits)
     return f">= {text}" if text != "n/a" and metrics.get(f"{prefix}/exposure_rank_n_capped", 0) > 0 else text
@@ -143,8 +145,6 @@ def rank_exposure_text(metrics: dict, prefix: str, digits: int = 2) -> str:
 def exposure_text(metrics: dict, prefix: str, digits: int = 2) -> str:
     """The headline mean exposure under ``prefix`` in bits, with the rank-based one beside it when the headline
     is the skew-normal extrapolation: ``12.40 bits (rank-based >= 9.97)``, ``3.16 bits``, or ``n/a``."""
-    from mlflow_mia.naming import fmt_number
-
     head = fmt_number(metrics.get(f"{prefix}/exposure_mean"), digits)
     if head == "n/a":
         return head
@@ -159,9 +159,6 @@ def canary_brief(result) -> str:
 
     No canary text, secret or inclusion bit: only aggregates over canaries.
     """
-    from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE
-    from mlflow_mia.naming import fmt_number
-
     m, cfg = result.metrics, result.config
     level = f"{cfg.confidence:.0%}"
     shown = headline_repetitions(result)
@@ -188,8 +185,6 @@ def canary_brief(result) -> str:
 
 
 def _figures(result, canaries) -> dict:
-    from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot_exposure_by_repetition
-
     spaces = [r.space_size for r in result.exposures.values()]
     figs = {}
     if result.exposures:
@@ -205,8 +200,6 @@ def _figures(result, canaries) -> dict:
 
 
 def _samples_table(result, canaries, hash_key, log_texts: bool):
-    import pandas as pd
-
     table = pd.DataFrame({"canary_id": canaries.ids, "text_hmac": canaries.keyed_hashes(hash_key),
                           "template": canaries.template_ids, "repetitions": canaries.repetitions,
                           "included": canaries.included.astype(int), "score": result.scores,
@@ -233,8 +226,6 @@ def _exposure_note(result) -> list[str]:
 
 
 def _report(result, gate, canaries, verdict, record=None) -> str:
-    from mlflow_mia.naming import fmt_alpha, fmt_number
-
     fprs = result.config.fprs
     lines = [f"# Canary audit ({result.attack})", "", "## In brief", "", canary_brief(result), "",
              f"Verdict: **{verdict.value}** ({verdict.reason}).", "", "## Results", "",
@@ -307,10 +298,6 @@ def log_canary_audit(result, canaries, run_id: str | None = None, settings: LogS
     """
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
-
-    from mlflow_mia.hashing import resolve_hash_key
-    from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
-    from mlflow_mia.tracking.verdict import canary_verdict, describe_run, run_description
 
     settings = settings or LogSettings()
     log_texts, log_samples, log_metrics, prefix = (settings.log_texts, settings.log_samples, settings.log_metrics,

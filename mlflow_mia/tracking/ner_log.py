@@ -30,6 +30,9 @@ import time
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, log_figures, log_files,
                                            to_json, write_text)
+from mlflow_mia.audits.ner.report import render_ner_report
+from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution, plot_ratio_roc
+from mlflow_mia.tracking.verdict import fmt_interval, describe_run, ner_verdict, run_description
 
 __all__ = ["log_ner_audit", "ner_params", "NAME_TABLE_COLUMNS"]
 
@@ -51,8 +54,6 @@ def ner_params(result) -> dict[str, str]:
 
 
 def _figures(result) -> dict:
-    from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution, plot_ratio_roc
-
     table = result.prompts_table
     rocs = {k: v["rocs"] for k, v in result.summaries.items()}
     ratio = {"plots/ner_roc_ratio.png": plot_ratio_roc(rocs)} if getattr(result, "reference_id", None) else {}
@@ -64,8 +65,6 @@ def _figures(result) -> dict:
 
 def _ner_brief(result) -> str:
     """One sentence per entity type: the best dev prompt's test M-MEM with its interval (no names)."""
-    from mlflow_mia.tracking.verdict import fmt_interval
-
     parts = []
     for kind in result.entity_types:
         key = f"ner/{kind}/best_prompt_mmem"
@@ -109,9 +108,6 @@ def log_ner_audit(result, run_id: str | None = None, settings: LogSettings | Non
     """
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
-
-    from mlflow_mia.audits.ner.report import render_ner_report
-    from mlflow_mia.tracking.verdict import describe_run, ner_verdict, run_description
 
     settings = settings or LogSettings()
     log_texts, log_samples, log_metrics = settings.log_texts, settings.log_samples, settings.log_metrics

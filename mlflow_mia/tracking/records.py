@@ -14,6 +14,10 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+import pandas as pd
+from mlflow_mia.data import text_hash
+from mlflow_mia.hashing import keyed_hash
+from mlflow_mia.tracking.artifacts import SAMPLE_COLUMNS, keyed_table, dataset_digest
 
 __all__ = ["dataset_inputs", "model_inputs", "DIGEST_LENGTH"]
 
@@ -24,8 +28,6 @@ DIGEST_LENGTH = 32
 
 
 def _pool_frame(result, hash_key, *, texts=None):
-    from mlflow_mia.tracking.artifacts import SAMPLE_COLUMNS, keyed_table
-
     samples = keyed_table(result.samples, hash_key, raw_ids=texts is not None)
     frame = samples[[c for c in SAMPLE_COLUMNS if c in samples]].copy()
     if "group" in frame and frame["group"].isna().all():
@@ -36,11 +38,6 @@ def _pool_frame(result, hash_key, *, texts=None):
 
 
 def _population_frame(population, hash_key, *, with_texts: bool):
-    import pandas as pd
-
-    from mlflow_mia.data import text_hash
-    from mlflow_mia.hashing import keyed_hash
-
     frame = pd.DataFrame({"text_hmac": [keyed_hash(h, hash_key) for h in population.text_hashes]})
     if population.groups is not None:
         frame["group"] = [keyed_hash(text_hash(str(g)), hash_key) for g in population.groups]
@@ -76,8 +73,6 @@ def dataset_inputs(client, run_id: str, result, *, hash_key, population=None, te
     """
     import mlflow.data
     from mlflow.entities import DatasetInput, InputTag
-
-    from mlflow_mia.tracking.artifacts import dataset_digest
 
     frames = {"pool": (_pool_frame(result, hash_key, texts=texts), "label",
                        dataset_digest(result.samples["text_hash"].tolist(), key=hash_key))}

@@ -55,6 +55,9 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.tracking.gate_history import RECORD_PREFIX, derive, records_of
 from mlflow_mia.models.resolve import WEIGHTS_TAG
+from mlflow_mia.audits.membership import fmt_alpha
+from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
+from mlflow_mia.tracking.verdict import VERDICT_TAG, LEAKS, Verdict, describe_version, run_description, verdict_of
 
 __all__ = ["tag_model_version", "describe_versions", "version_pairs", "GATE_TAG", "WEIGHTS_TAG", "VersionDeletedError"]
 
@@ -112,8 +115,6 @@ def version_pairs(registry) -> list[tuple[str, str]]:
 
 def headline_tags(result, *, run_id: str) -> dict[str, str]:
     """The latest audit's numbers as registry tags (AUC and TPR at each FPR per attack)."""
-    from mlflow_mia.audits.membership import fmt_alpha
-
     tags = {"mia.audit_run_id": run_id, "mia.attacks": ",".join(result.attacks)}
     for name, rep in result.attacks.items():
         tags[f"mia.{name}.auc"] = _fmt_tag(rep.roc.auc)
@@ -254,9 +255,6 @@ def _explain(where: str, derived, record: GateRecord | None, run_id: str, before
 
 def _mark_stale(client, name: str, version: str, current: dict, weights_id: str) -> None:
     """The version's weights changed since its last audit: its verdict goes (``mia.verdict=stale``)."""
-    from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
-    from mlflow_mia.tracking.verdict import VERDICT_TAG
-
     old = current.get(WEIGHTS_TAG)
     reason = (f"the weights of models:/{name}/{version} changed since its last audit (recorded {old}, now "
               f"{weights_id}): earlier verdicts belong to the old weights")
@@ -424,8 +422,6 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
         The audit run, linked from the description.
     """
     from mlflow.exceptions import MlflowException
-
-    from mlflow_mia.tracking.verdict import LEAKS, Verdict, describe_version, run_description, verdict_of
 
     run = client.get_run(run_id)
     link = (f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id}"

@@ -8,6 +8,8 @@ import os
 
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.options.values import blank
+from mlflow_mia.tracking.descriptions import DESCRIPTION_START, FAILURE_START, with_own_text
+from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG
 
 __all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
            "outside_project_run", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
@@ -150,9 +152,6 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
         The run id written to, or None.
     """
     import mlflow
-
-    from mlflow_mia.tracking.descriptions import DESCRIPTION_START, FAILURE_START, with_own_text
-    from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id or not code:

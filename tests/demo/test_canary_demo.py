@@ -23,19 +23,19 @@ from mlflow_mia.demo import canary as canary_demo
 @pytest.fixture
 def stubbed(tmp_path, monkeypatch):
     """Point tracking at a temporary store and replace the expensive steps; yield the call counts."""
-    from mlflow_mia.demo import bbc, build, dp, registry, train
-    from mlflow_mia.models import resolve
+    from mlflow_mia.demo import bbc
+    from mlflow_mia.demo import canary as demo_canary  # the names it imported are the ones it calls
 
     calls = {"train": 0, "dp": 0, "register": 0}
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     pool = tmp_path / "pool.jsonl"
     pool.write_text("")
-    monkeypatch.setattr(build, "build_demo", lambda **kw: SimpleNamespace(pool_path=str(pool),
+    monkeypatch.setattr(demo_canary, "build_demo", lambda **kw: SimpleNamespace(pool_path=str(pool),
                                                                           base_uri="models:/base@champion"))
     monkeypatch.setattr(bbc, "make_split", lambda split: SimpleNamespace(
         target_train=pd.DataFrame({"text": [f"member sentence number {i}" for i in range(20)]})))
-    monkeypatch.setattr(resolve, "resolve_model", lambda uri, role: SimpleNamespace(
+    monkeypatch.setattr(demo_canary, "resolve_model", lambda uri, role: SimpleNamespace(
         lm=SimpleNamespace(model=SimpleNamespace(weights="base"), tokenizer=object())))
 
     def fake_train(model, tokenizer, texts, config, **kw):
@@ -57,9 +57,9 @@ def stubbed(tmp_path, monkeypatch):
         client.set_registered_model_alias(name, alias, mv.version)
         return f"models:/{name}/{mv.version}"
 
-    monkeypatch.setattr(train, "train_mlm", fake_train)
-    monkeypatch.setattr(dp, "train_mlm_dp", fake_dp)
-    monkeypatch.setattr(registry, "register_model", fake_register)
+    monkeypatch.setattr(demo_canary, "train_mlm", fake_train)
+    monkeypatch.setattr(demo_canary, "train_mlm_dp", fake_dp)
+    monkeypatch.setattr(demo_canary, "register_model", fake_register)
     try:
         yield calls, tmp_path
     finally:

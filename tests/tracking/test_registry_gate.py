@@ -236,6 +236,7 @@ def test_a_weaker_clear_gate_fail_audit_is_refused_with_the_reason(tracking, fre
 def test_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
         tracking, fresh_weights, monkeypatch, caplog):
     import mlflow_mia.audits.membership
+    import mlflow_mia.pipeline.membership
 
     version = fresh_weights("tgt/1", "gate-race")
     other = MlflowClient().create_run(os.environ["MLFLOW_EXPERIMENT_ID"]).info.run_id
@@ -252,7 +253,7 @@ def test_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
         tag_model_version(("gate-race", version), result, run_id=run_id, headline=False,
                           gate=_gated(result, "0.1:0.2", loss_0_1=0.9))
 
-    monkeypatch.setattr(mlflow_mia.audits.membership, "run_audit", audit_while_another_audit_fails)
+    monkeypatch.setattr(mlflow_mia.pipeline.membership, "run_audit", audit_while_another_audit_fails)
     caplog.set_level(logging.WARNING, logger="mlflow_mia.tracking.registry_tags")
     assert _audit(tracking, "gate-race", version, "--max-tpr-at-fpr", "0.1:0.9", "--clear-gate-fail",
                   "--run-name", "race") == 0
@@ -266,6 +267,7 @@ def test_a_fail_written_between_the_audits_start_and_its_tag_write_is_kept(
 def test_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_recorded(
         tracking, fresh_weights, monkeypatch, capsys):
     import mlflow_mia.audits.membership
+    import mlflow_mia.pipeline.membership
 
     real = mlflow_mia.audits.membership.run_audit
     deleted = []
@@ -275,7 +277,7 @@ def test_a_version_deleted_mid_audit_exits_3_when_its_fail_could_not_be_recorded
         MlflowClient().delete_model_version("gate-gone", deleted[-1])
         return result
 
-    monkeypatch.setattr(mlflow_mia.audits.membership, "run_audit", audit_then_delete)
+    monkeypatch.setattr(mlflow_mia.pipeline.membership, "run_audit", audit_then_delete)
     deleted.append(fresh_weights("tgt/2", "gate-gone"))
     assert _audit(tracking, "gate-gone", deleted[-1], "--max-tpr-at-fpr", "0.1:0.5", "--run-name", "gone") == 3
     run = _runs()["gone"]

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.audits.canary.signals import CanarySignals, canary_signals
 from mlflow_mia.canaries import CanarySet
@@ -320,8 +321,6 @@ def score_canaries(signals: CanarySignals, canaries: CanarySet, config: CanaryAu
     ValueError
         Fewer than 2 included or 2 excluded canaries, or signals of another number of canaries.
     """
-    import pandas as pd
-
     config = config or CanaryAuditConfig()
     bits = canaries.included.astype(np.int64)
     _check_both_classes(bits)

@@ -12,6 +12,7 @@ from mlflow_mia.audits.canary.signals import canary_signals
 from mlflow_mia.canaries import CanarySet
 from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.options.canary import parse_canary_config
+import pandas as pd
 
 __all__ = ["CANARY", "parse", "load_canary_set", "load_canary_inputs"]
 
@@ -55,8 +56,6 @@ def load_canary_inputs(frame, settings: Settings) -> CanarySet:
     ValueError
         No canary set named, or ``frame`` is not the set's id table.
     """
-    import pandas as pd
-
     canaries = load_canary_set(settings.options.canaries)
     if not isinstance(frame, pd.DataFrame) or "canary_id" not in frame or list(frame["canary_id"]) != list(
             canaries.ids):

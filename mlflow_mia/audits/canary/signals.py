@@ -15,6 +15,7 @@ import numpy as np
 
 from mlflow_mia.canaries import CanarySet
 from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.signals.dispatch import check_model_kinds, sequence_values
 
 __all__ = ["CanarySignals", "canary_signals", "candidate_secrets", "score_texts"]
 
@@ -50,8 +51,6 @@ def score_texts(lm, texts, config: CanaryAuditConfig, *, cache=None, device=None
     ``text_key``: the key of the cache rows (:func:`~mlflow_mia.signals.compute_signals`);
     canary texts and candidates are always cached under one, never under their sha256.
     """
-    from mlflow_mia.signals.dispatch import sequence_values
-
     return sequence_values(lm, list(texts), config.signal_config(), cache=cache, device=device, progress=progress,
                            desc=desc, text_key=text_key)
 
@@ -113,8 +112,6 @@ def canary_signals(target, canaries: CanarySet, *, reference=None, config: Canar
         A reference of another kind than the target (causal vs masked), before any model runs
         (:func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
     """
-    from mlflow_mia.signals.dispatch import check_model_kinds
-
     if reference is not None:
         check_model_kinds(target, [reference])
     config = config or CanaryAuditConfig()

@@ -10,11 +10,14 @@ depend on them.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.engines.audit_signals import AuditExtras
 from mlflow_mia.audits.membership.result import AttackReport
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset
+from mlflow_mia.metrics.memorization_features import memorization_feature_analysis, sample_features, token_frequencies
+from mlflow_mia.signals.generator_quality import judge_generator
 
 __all__ = ["neighbour_examples", "memorization_features", "generator_check"]
 
@@ -43,8 +46,6 @@ def neighbour_examples(extras: AuditExtras, pool: AuditDataset, samples, values,
         ``sample_id``, ``text_hash``, ``kind`` (sample / neighbour), ``text``,
         ``energy`` (the target's value), ``score_<attack>``. Holds raw text.
     """
-    import pandas as pd
-
     if extras.neighbour_examples is None:
         warnings.append("neighbour examples skipped: the signals carry no neighbours (stage 1 computes them with "
                         "the target and generator models)")
@@ -80,9 +81,6 @@ def memorization_features(extras: AuditExtras, pool: AuditDataset, samples, repo
         with ``attack`` and ``flagged_at_fpr`` columns; None when no population
         threshold exists, the token ids are absent, or too few members are (un)flagged.
     """
-    from mlflow_mia.metrics.memorization_features import (memorization_feature_analysis, sample_features,
-                                                          token_frequencies)
-
     if not report.population:
         return None
     if extras.token_ids is None:
@@ -119,8 +117,6 @@ def generator_check(extras: AuditExtras, pool: AuditDataset, values, *, warnings
     dict of str to float
         ``neighbourhood/generator_accuracy``, ``neighbourhood/neighbour_shift_over_gap``, ...
     """
-    from mlflow_mia.signals.generator_quality import judge_generator
-
     if extras.generator is None:
         warnings.append("neighbour generator check skipped: the signals carry no generator evidence (stage 1 "
                         "measures it with the target and generator models)")

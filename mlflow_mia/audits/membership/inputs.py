@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mlflow_mia.options.audit import MiaOptions
+from mlflow_mia.data import AuditDataset, PopulationSet
 
 __all__ = ["load_inputs"]
 
@@ -15,8 +16,6 @@ def load_inputs(pool_data, options: MiaOptions):
     ValueError
         Missing population set (with how to provide one), missing columns, bad labels.
     """
-    from mlflow_mia.data import AuditDataset, PopulationSet
-
     options.require_population()
     if not options.label_column:
         raise ValueError("the membership label column is unknown: pass targets='<column>' to "

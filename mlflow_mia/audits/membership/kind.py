@@ -13,6 +13,7 @@ from mlflow_mia.audits.membership.run import compute_audit_signals
 from mlflow_mia.audits.membership.scoring import score_audit
 from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.options.audit import parse_options
+import pandas as pd
 
 __all__ = ["MEMBERSHIP", "parse", "load_inputs", "resolve"]
 
@@ -36,8 +37,6 @@ def load_inputs(frame, settings: Settings):
     ValueError
         ``frame`` is not a DataFrame, or as :func:`~mlflow_mia.audits.membership.inputs.load_inputs`.
     """
-    import pandas as pd
-
     if not isinstance(frame, pd.DataFrame):
         raise ValueError("the mia evaluator needs `data` as a pandas DataFrame (or a dataset built from one) "
                          "with a text column and a membership label column")

@@ -11,6 +11,7 @@ from mlflow_mia.metrics.epsilon import EpsilonLowerBound
 from mlflow_mia.metrics.roc import RocResult
 from mlflow_mia.metrics.thresholds import ThresholdMetrics
 from mlflow_mia.naming import fmt_alpha, headline_attack, nan_to_none
+from mlflow_mia.plots import ScoreHistogramDisplay, plot_roc_comparison
 
 __all__ = ["AttackReport", "AuditResult"]
 
@@ -213,8 +214,6 @@ class AuditResult:
 
     def figures(self) -> dict:
         """matplotlib Figures keyed by artifact path (``plots/roc.png``, ...). Caller closes them."""
-        from mlflow_mia.plots import ScoreHistogramDisplay, plot_roc_comparison
-
         figs = {
             "plots/roc.png": plot_roc_comparison({n: r.roc for n, r in self.attacks.items()},
                                                  title="ROC, sample level"),

@@ -14,6 +14,7 @@ import math
 import time
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.attacks import get_attack, required_inputs, required_roles
 from mlflow_mia.audits.membership.checks import check_data, check_signals
@@ -30,6 +31,7 @@ from mlflow_mia.metrics.roc import auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_at_threshold,
                                            population_threshold_metrics, unresolved_reason)
 from mlflow_mia.naming import fmt_alpha, headline_attack
+from mlflow_mia.attacks import ATTACKS, AttackInputs
 
 __all__ = ["score_audit", "score_checked", "attack_report", "attack_runs"]
 
@@ -183,8 +185,6 @@ def attack_runs(config: AuditConfig, signals) -> list[tuple[str, str, dict]]:
     reference, ``<name>.<role>`` (``likelihood_ratio.reference_2``, ...) against each
     other one, whose signals replace the ``reference`` input. Every other attack: one.
     """
-    from mlflow_mia.attacks import ATTACKS
-
     refs = signals.signals.get("references")
     runs = []
     for name in config.attacks:
@@ -234,7 +234,6 @@ def _replaced(inputs, rows, replace):
     """``inputs`` with some inputs replaced by other signals' rows (``{input: SignalResult over every row}``)."""
     if not replace:
         return inputs
-    from mlflow_mia.attacks import AttackInputs
 
     given = {**inputs.given(), **{k: v.take(rows) for k, v in replace.items()}}
     population = "self" if inputs.is_population else inputs.population
@@ -333,8 +332,6 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
 
     Only the signals are checked against the data here (:func:`~mlflow_mia.audits.membership.checks.check_signals`).
     """
-    import pandas as pd
-
     t0 = time.perf_counter()
     check_signals(signals, pool, population, config)
     notes = list(notes)

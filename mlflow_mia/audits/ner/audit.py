@@ -32,13 +32,17 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
+import itertools
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.audits.ner.names import name_hash
 from mlflow_mia.audits.ner.signals import NerSignals, ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.metrics import prompts as pm
+from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.metrics.permutation import prompt_spread_null
 
 _METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
 
@@ -174,8 +178,6 @@ def _ratio_metrics(y, split, conf, ref, none_target, none_reference, cfg) -> tup
     return out, score, best
 def _spread_null(y, conf, cfg) -> dict:
     """Dev gap and sigma against chance: the label-permutation null's 95th percentile and p-value."""
-    from mlflow_mia.metrics.permutation import prompt_spread_null
-
     if conf.shape[0] < 2 or y.min() == y.max():
         return {}
     null = prompt_spread_null(y, conf, seed=cfg.seed)
@@ -253,10 +255,6 @@ def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash
     NerAuditResult
         As :func:`ner_audit`.
     """
-    import pandas as pd
-
-    from mlflow_mia.hashing import resolve_hash_key
-
     cfg = config or NerAuditConfig()
     key = hash_key if hash_key is not None else resolve_hash_key()
     table, prompt_set, hand = signals.table, signals.prompt_set, signals.handwritten
@@ -313,10 +311,6 @@ def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict
     -------
     (dict of metrics, pandas.DataFrame of tau per type and model pair)
     """
-    import itertools
-
-    import pandas as pd
-
     rows, metrics = [], {}
     labels = list(results)
     for a, b in itertools.combinations(labels, 2):

@@ -25,6 +25,7 @@ generated from their declarations, :mod:`mlflow_mia.options.schema`):
 from __future__ import annotations
 
 from typing import Any, Mapping
+import pandas as pd
 
 from mlflow_mia.audits.base import Audit, Settings
 from mlflow_mia.audits.ner.audit import score_ner
@@ -74,8 +75,6 @@ def load_names(frame, settings: Settings):
     ValueError
         Not a DataFrame, or as :func:`~mlflow_mia.audits.ner.names.check_names_table`.
     """
-    import pandas as pd
-
     if not isinstance(frame, pd.DataFrame):
         raise ValueError("the NER audit needs `data` as a pandas DataFrame with columns name, entity_type and the "
                          "membership label")

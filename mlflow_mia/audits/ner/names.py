@@ -19,8 +19,11 @@ from collections import OrderedDict
 from typing import Iterable, Sequence
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.config import ENTITY_TYPE_PATTERN
+from mlflow_mia.data import canonical_text, surrogate_at
+from mlflow_mia.hashing import lookup_hash
 
 __all__ = ["read_conll", "extract_entities", "entity_names", "detection_set", "check_names_table", "assign_split",
            "read_private_table", "unknown_token_warnings", "name_hash", "NAME_COLUMNS", "ENTITY_TYPE_PATTERN"]
@@ -46,8 +49,6 @@ def name_hash(name: str, key) -> str:
         The audit's key, resolved once at its boundary (``hash_key_file``,
         ``$MLFLOW_MIA_HASH_KEY`` or a random key: :func:`mlflow_mia.hashing.resolve_hash_key`).
     """
-    from mlflow_mia.hashing import lookup_hash
-
     return lookup_hash(_normalise(name), key)[:16]
 
 
@@ -198,8 +199,6 @@ def detection_set(train, other, *, entity_types: Iterable[str] | None = None, mi
     ValueError
         An asked-for type is missing or has fewer than ``min_names`` names per class.
     """
-    import pandas as pd
-
     if not 0.0 < dev_fraction < 1.0:
         raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
     seen, outside = entity_names(train), entity_names(other)
@@ -260,10 +259,6 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
         :func:`mlflow_mia.data.canonical_text`: invisible characters, combining marks such as
         accents, compatibility forms), a type with one class only, or unknown types.
     """
-    import pandas as pd
-
-    from mlflow_mia.data import canonical_text, surrogate_at
-
     if not isinstance(names, pd.DataFrame):
         raise ValueError(f"the names table must be a pandas DataFrame, got {type(names).__name__}")
     missing = [c for c in ("name", "entity_type", label_column) if c not in names.columns]
@@ -316,8 +311,6 @@ def check_names_table(names, *, entity_types: Iterable[str] | None = None, label
 
 def _refuse_conflicting_labels(df, label_column: str) -> None:
     """A name labelled both in-sample (1) and out-of-sample (0) within one entity type is an error (rows named)."""
-    from mlflow_mia.data import canonical_text
-
     keys = [(str(t), _normalise(canonical_text(n))) for t, n in zip(df["entity_type"], df["name"])]
     rows: dict = {}
     for i, (key, y) in enumerate(zip(keys, df["is_member"])):
@@ -410,8 +403,6 @@ def read_private_table(source, *, what: str = "names table"):
     FileNotFoundError, ValueError
         Missing file or unsupported extension.
     """
-    import pandas as pd
-
     if isinstance(source, pd.DataFrame):
         return source.copy()
     if hasattr(source, "to_pandas"):

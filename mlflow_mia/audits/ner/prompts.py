@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+import pandas as pd
 
 from mlflow_mia.signals.entity_confidence import SLOT, fill, short, split_prompt
+from mlflow_mia.audits.ner.names import read_private_table
 
 __all__ = ["SLOT", "SENTENCE_TYPES", "load_prompts", "shipped_prompts", "check_prompts", "fill",
            "split_prompt", "prompt_words", "slot_position", "short"]
@@ -67,8 +69,6 @@ def check_prompts(prompts, *, entity_types=None, what: str = "prompts"):
         Missing columns, empty table, a prompt without exactly one slot (lists up to
         five offending rows), a needed type without prompts.
     """
-    import pandas as pd
-
     if not isinstance(prompts, pd.DataFrame):
         raise ValueError(f"{what} must be a DataFrame or a .csv/.jsonl path, got {type(prompts).__name__}")
     missing = [c for c in ("prompt", "entity_type") if c not in prompts.columns]
@@ -101,8 +101,6 @@ def check_prompts(prompts, *, entity_types=None, what: str = "prompts"):
 
 def shipped_prompts(kind: str = "generated"):
     """The shipped prompt set (``"generated"``) or the hand-written baselines (``"handwritten"``)."""
-    import pandas as pd
-
     file = {"generated": "ner_prompts.csv", "handwritten": "ner_handwritten_prompts.csv"}.get(kind)
     if file is None:
         raise ValueError(f"kind must be 'generated' or 'handwritten', got {kind!r}")
@@ -115,15 +113,11 @@ def load_prompts(source=None, *, entity_types=None, kind: str = "generated"):
 
     Returns and raises as :func:`check_prompts`.
     """
-    import pandas as pd
-
     if source is None:
         df = shipped_prompts(kind)
     elif isinstance(source, pd.DataFrame):
         df = source
     else:
-        from mlflow_mia.audits.ner.names import read_private_table
-
         df = read_private_table(source, what="prompts")
     return check_prompts(df, entity_types=entity_types, what="handwritten prompts" if kind == "handwritten"
                          else "prompts")

@@ -18,6 +18,7 @@ from mlflow_mia.audits.ner.names import assign_split, check_names_table, unknown
 from mlflow_mia.audits.ner.prompts import SLOT, load_prompts
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.metrics import prompts as pm
+from mlflow_mia.signals.entity_confidence import entity_confidence, TokenClassifier, entity_tag_ids
 
 __all__ = ["NerSignals", "ner_signals"]
 
@@ -34,8 +35,6 @@ class _Scorer:
 
     def matrix(self, prompts, names, entity_type, desc=None) -> np.ndarray:
         """``(len(prompts), len(names))`` confidences."""
-        from mlflow_mia.signals.entity_confidence import entity_confidence
-
         p = [q for q in prompts for _ in names]
         n = list(names) * len(prompts)
         values = entity_confidence(self.clf, p, n, [entity_type] * len(p), progress=self.progress, desc=desc,
@@ -44,8 +43,6 @@ class _Scorer:
 
     def many(self, jobs) -> list[np.ndarray]:
         """Every ``(prompts, names, type)`` job in one length-sorted run; one matrix per job."""
-        from mlflow_mia.signals.entity_confidence import entity_confidence
-
         p, n, t = [], [], []
         for prompts, names, kind in jobs:
             for q in prompts:
@@ -137,8 +134,6 @@ def ner_signals(model, names, *, prompts=None, handwritten=None, config: NerAudi
         exactly one slot or missing for a type, a type a tagger has no tag for
         (all before any forward pass).
     """
-    from mlflow_mia.signals.entity_confidence import TokenClassifier, entity_tag_ids
-
     cfg = config or NerAuditConfig()
     clf = model if isinstance(model, TokenClassifier) else TokenClassifier(*model)
     table = assign_split(check_names_table(names, entity_types=cfg.entity_types), dev_fraction=cfg.dev_fraction,

@@ -225,6 +225,7 @@ def test_scoring_runs_no_model_and_gives_the_audits_metrics(digit_lm, reference_
         raise AssertionError("stage 2 ran a model")
 
     monkeypatch.setattr(signals_pkg, "compute_signals", no_model)
+    monkeypatch.setattr("mlflow_mia.audits.canary.signals.sequence_values", no_model)
     scored = score_canaries(signals, canaries, config)
     assert scored.attack == whole.attack == "likelihood_ratio"
     assert scored.metrics.keys() == whole.metrics.keys()

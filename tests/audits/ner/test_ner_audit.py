@@ -134,6 +134,7 @@ def test_scoring_runs_no_model_and_gives_the_audits_metrics(audited, tmp_path, m
         raise AssertionError("stage 2 ran a model")
 
     monkeypatch.setattr(ec, "entity_confidence", no_model)
+    monkeypatch.setattr("mlflow_mia.audits.ner.signals.entity_confidence", no_model)
     scored = score_ner(signals, config=cfg, hash_key=result.hash_key)
     assert scored.metrics.keys() == result.metrics.keys()
     for key, value in result.metrics.items():
