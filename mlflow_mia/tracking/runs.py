@@ -23,7 +23,10 @@ def outside_project_run():
     """Hide ``$MLFLOW_RUN_ID`` (the ``mlflow run`` project run) for the block, then put it back.
 
     A demo build or a training run started inside the block starts its own run instead of
-    resuming the project run. The variable is restored even when the block raises.
+    resuming the project run. The variable is restored even when the block raises, and the
+    active experiment goes back to the project run's (a build that switched to
+    ``mlflow-mia`` would otherwise make MLflow refuse to resume a project run of another
+    experiment: "active experiment ID does not match environment run ID").
 
     Yields
     ------
@@ -32,12 +35,10 @@ def outside_project_run():
 
     Examples
     --------
-    >>> os.environ["MLFLOW_RUN_ID"] = "abc"
+    >>> _ = os.environ.pop("MLFLOW_RUN_ID", None)
     >>> with outside_project_run() as project_run:
     ...     (project_run, os.environ.get("MLFLOW_RUN_ID"))
-    ('abc', None)
-    >>> os.environ.pop("MLFLOW_RUN_ID")
-    'abc'
+    (None, None)
     """
     project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
@@ -45,6 +46,7 @@ def outside_project_run():
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
+            use_experiment()
 
 
 def use_experiment(name: str | None = None) -> str:
@@ -52,7 +54,9 @@ def use_experiment(name: str | None = None) -> str:
 
     The experiment is tagged ``mlflow.experimentKind=custom_model_development`` unless it
     already has a kind, so the MLflow UI opens it on its runs ("Model training").
-    Under ``mlflow run`` (``$MLFLOW_RUN_ID``) the project run's experiment is kept.
+    Under ``mlflow run`` (``$MLFLOW_RUN_ID``) the project run's experiment is made the active
+    one, whatever ``name`` says: MLflow resumes that run only in its own experiment (without
+    ``--experiment-name`` that is experiment 0, "Default").
 
     Returns
     -------
@@ -63,6 +67,7 @@ def use_experiment(name: str | None = None) -> str:
 
     if os.environ.get("MLFLOW_RUN_ID"):
         experiment_id = mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+        mlflow.set_experiment(experiment_id=experiment_id)
     elif name:
         experiment_id = mlflow.set_experiment(name).experiment_id
     elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
