@@ -80,7 +80,7 @@ def compare(args, flat_config) -> bool:
     print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
     table = found["table"]
     sample = table[table["level"] == "sample"][["model", "attack", "auc", f"tpr_at_fpr_{a}"]]
-    print(sample.to_string(index=False, float_format="{:.3f}".format))
+    print(sample.to_string(index=False, float_format="{:.3f}".format, na_rep="n/a"))
     if gates:
         print(f"mia.gate={overall}: {len(failed)} of {len(gates)} version(s) over budget, {len(inconclusive)} "
               "inconclusive (the audit shows neither that the budget holds nor that it is exceeded)")
@@ -156,6 +156,7 @@ def _log_parent(found, names, aliases, targets, references, alpha, population, h
     from mlflow_mia.tracking.audit_log import audit_params
     from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
     from mlflow_mia.audits.membership.report import render_comparison
+    from mlflow_mia.tracking.verdict import worst_verdict
 
     result, table, rocs = found["result"], found["table"], found["rocs"]
     params = {k: v for k, v in audit_params(result, population=population, hash_key=hash_key).items()
@@ -186,7 +187,9 @@ def _log_parent(found, names, aliases, targets, references, alpha, population, h
     pool_line = (f"{int(m['n_members'])} members, {int(m['n_non_members'])} non-members; population "
                  f"{int(m['n_population'])} texts")
     uris = [_uri(r) or None for r in references]
-    mlflow.log_text(render_comparison(table, alpha=a, references=uris, pool=pool_line), "report.md")
+    verdict = worst_verdict(found["verdicts"])
+    mlflow.log_text(render_comparison(table, alpha=a, references=uris, pool=pool_line, verdict=verdict,
+                                      models=names), "report.md")
 
 
 @contextlib.contextmanager

@@ -71,6 +71,14 @@ class Verdict:
         """``verdict: <value> (<reason>)``, for a terminal."""
         return f"verdict: {self.value} ({self.reason})"
 
+    def markdown(self) -> str:
+        """``**Verdict: <value>** (<reason>).``: the line every ``report.md`` opens with, under its title.
+
+        >>> Verdict("leaks", "AUC 0.890 [0.845, 0.930] above 0.5").markdown()
+        '**Verdict: leaks** (AUC 0.890 [0.845, 0.930] above 0.5).'
+        """
+        return f"**Verdict: {self.value}** ({self.reason})."
+
 
 def verdict_of(*, gate_status: str | None = None, auc=None, auc_ci=None, attack: str = "the headline attack",
                confidence: float = 0.95) -> Verdict:

@@ -253,7 +253,9 @@ def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary
     assert "(unit: one canary inserted once = one record" in brief
     assert re.search(r"AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] at r = 1 and \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] at r = 4 "
                      r"\(95% intervals", brief), brief
-    assert brief in note and f"Verdict: **{expected.value}**" in report
+    assert brief in note
+    assert report.splitlines()[:3] == [f"# Canary audit of models:/canary-seen/{version} (loss)", "",
+                                       f"**Verdict: {expected.value}** ({expected.reason})."]
     # The registered version: the verdict tag and the same paragraph, with a link to the run.
     registered = client.get_model_version("canary-seen", version)
     assert registered.tags["mia.verdict"] == expected.value
