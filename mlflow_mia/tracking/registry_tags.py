@@ -421,26 +421,30 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
     paragraph : str
         The report's "In brief" paragraph.
     run_id : str
-        The audit run, linked from the description.
+        The audit run linked from the description (``mia.gate.run_id``'s when a version keeps its verdict).
     """
     from mlflow.exceptions import MlflowException
 
     from mlflow_mia.tracking.verdict import LEAKS, Verdict, describe_version, run_description, verdict_of
 
-    run = client.get_run(run_id)
-    link = (f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id}"
-            "?workflowType=machine_learning)")
-    own_gate = run.data.tags.get(GATE_TAG)
+    def link(rid: str) -> str:  # the audit run that set the verdict, by name (its id if it is gone)
+        try:
+            r = client.get_run(rid)
+        except MlflowException:
+            return rid
+        return (f"[{r.info.run_name or rid}](#/experiments/{r.info.experiment_id}/runs/{rid}"
+                "?workflowType=machine_learning)")
+    own_gate = client.get_run(run_id).data.tags.get(GATE_TAG)
     for name, version in versions:
         try:
             tags = dict(client.get_model_version(name, version).tags or {})
-            standing, mine = tags.get(GATE_TAG), verdict
+            standing, mine, setter = tags.get(GATE_TAG), verdict, run_id
             if standing and standing != own_gate and verdict.value != LEAKS:  # a newer audit's leak always shows
-                kept = verdict_of(gate_status=standing)
+                kept, setter = verdict_of(gate_status=standing), tags.get(RUN_ID_TAG) or run_id
                 mine = Verdict(kept.value, f"{kept.reason} (mia.gate={standing} kept from run "
                                            f"{tags.get(RUN_ID_TAG)}; this audit: {verdict.value})")
             describe_version(client, name, version, verdict=mine,
-                             description=run_description(mine, paragraph, run_link=link))
+                             description=run_description(mine, paragraph, run_link=link(setter)))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise

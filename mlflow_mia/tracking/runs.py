@@ -132,7 +132,8 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
       ``**Failed: exit code <code>** (<meaning>)``, the error in a code block and that
       line (a description someone else wrote before is kept after it, quoted);
     - the name, when the command did not name the run (no ``mia.verdict``):
-      ``mlflow-mia <command> failed (exit <code>)``;
+      ``mlflow-mia <command> failed (exit <code>)``, and ``mia.run_kind=failed`` (an audit
+      has ``mia.run_kind=audit``: the run list filters on it);
     - the status FAILED (also of a run the command had ended FINISHED).
 
     Nothing happens outside ``mlflow run`` or for exit code 0. A tracking store that cannot
@@ -157,7 +158,7 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
     import mlflow
 
     from mlflow_mia.tracking.descriptions import DESCRIPTION_START, FAILURE_START, with_own_text
-    from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG
+    from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_KIND_TAG, RUN_NAME_TAG, VERDICT_TAG
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id or not code:
@@ -175,6 +176,7 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
             description = with_own_text(f"{FAILURE_START} exit code {code}** ({meaning}).\n\n```\n{shown}\n```\n\n"
                                         f"{line}", note)
             client.set_tag(run_id, RUN_NAME_TAG, f"mlflow-mia {command} failed (exit {code})")
+            client.set_tag(run_id, RUN_KIND_TAG, "failed")  # an audit gated to exit 3 stays an audit
         client.set_tag(run_id, NOTE_TAG, description)
         client.set_terminated(run_id, "FAILED")
     except Exception as exc:  # noqa: BLE001 - the command's own message and exit code must still reach the user

@@ -62,6 +62,7 @@ def _finished_in_place(project_run, name):
     assert run.info.experiment_id == project_run.info.experiment_id
     assert run.info.run_name.startswith(name), run.info.run_name
     assert run.info.status == "FINISHED"
+    assert run.data.tags["mia.run_kind"] == "audit"
     return run
 
 
@@ -124,4 +125,5 @@ def test_a_failure_under_mlflow_run_names_the_run_in_its_own_experiment(project_
     assert run.info.experiment_id == project_run.info.experiment_id
     assert run.info.status == "FAILED"
     assert run.info.run_name == "mlflow-mia audit failed (exit 2)"
+    assert run.data.tags["mia.run_kind"] == "failed"
     assert "no-such-model" in run.data.tags["mlflow.note.content"]

@@ -68,6 +68,7 @@ def test_describe_run_keeps_the_users_description_after_the_verdict(tracking):
     assert tags["mlflow.note.content"] == written["mlflow.note.content"] == (
         f"**Verdict: x**\n\n---\n\n{OWN_TEXT_HEADING}\n\n> my own notes")
     assert tags["mia.verdict"] == LEAKS and tags["mlflow.runName"] == "n1"
+    assert tags["mia.run_kind"] == written["mia.run_kind"] == "audit"  # build runs have none: the run list filters
     with mlflow.start_run() as run:
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p1"))
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p2"))
@@ -256,3 +257,29 @@ def test_canary_verdict_follows_the_canary_gate_whatever_the_bound():
     assert canary_verdict(leaky, results["pass"]).reason == ("canary gate passed: every canary budget holds at 95% "
                                                              "confidence")
     assert canary_verdict(_canary_metrics(0.0), results["inconclusive"]).value == INCONCLUSIVE
+
+
+def test_a_kept_verdict_links_the_audit_that_set_it_not_the_latest(tracking):
+    """A version whose standing ``mia.gate=fail`` a later passing audit cannot clear: its description links
+    the failing audit (``mia.gate.run_id``), by name, not the audit that ran last."""
+    import mlflow
+
+    from mlflow_mia.tracking.registry_tags import describe_versions
+
+    client = MlflowClient()
+    client.create_registered_model("kept-verdict")
+    version = client.create_model_version("kept-verdict", client.get_model_version("tgt", "1").source).version
+    with mlflow.start_run(run_name="audit that failed") as failed:
+        mlflow.set_tag("mia.gate", FAIL)
+    with mlflow.start_run(run_name="audit that passed") as passed:
+        mlflow.set_tag("mia.gate", PASS)
+    client.set_model_version_tag("kept-verdict", version, "mia.gate", FAIL)
+    client.set_model_version_tag("kept-verdict", version, "mia.gate.run_id", failed.info.run_id)
+    describe_versions(client, [("kept-verdict", version)], verdict=verdict_of(gate_status=PASS), paragraph="p",
+                      run_id=passed.info.run_id)
+    text = client.get_model_version("kept-verdict", version).description
+    experiment = failed.info.experiment_id
+    assert text.startswith("**Verdict: leaks** (release gate failed")
+    assert (f"[audit that failed](#/experiments/{experiment}/runs/{failed.info.run_id}?workflowType="
+            "machine_learning)") in text
+    assert passed.info.run_id not in text and "audit that passed" not in text  # before: the latest audit's link
