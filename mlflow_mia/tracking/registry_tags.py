@@ -284,6 +284,8 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
         legacy = weights_id
     weights = weights_id or legacy
     before, _ = _derive_for(client, name, version, weights, legacy)
+    if "mia.verdict" not in current and (headline or (gate is not None and not gate.passed)):  # the version page
+        _set_tag(client, name, version, "mia.verdict", "pending")  # lists tags as first written: the verdict first
     written = dict(new)
     if record is not None and (headline or gate is None or not gate.passed):  # the record first: append-only
         _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
@@ -314,8 +316,7 @@ def _propagate(client, weights_id: str | None, record: GateRecord, *, done, sour
         if (name, version) in done:
             continue
         try:
-            _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}",
-                                         replace(record, via=source).to_tag())
+            _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", replace(record, via=source).to_tag())
             _settle(client, name, version, weights_id, (mv.tags or {}).get(WEIGHTS_TAG))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
@@ -432,8 +433,7 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
             r = client.get_run(rid)
         except MlflowException:
             return rid
-        return (f"[{r.info.run_name or rid}](#/experiments/{r.info.experiment_id}/runs/{rid}"
-                "?workflowType=machine_learning)")
+        return f"[{r.info.run_name}](#/experiments/{r.info.experiment_id}/runs/{rid}?workflowType=machine_learning)"
     own_gate = client.get_run(run_id).data.tags.get(GATE_TAG)
     for name, version in versions:
         try:

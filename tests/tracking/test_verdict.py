@@ -283,3 +283,14 @@ def test_a_kept_verdict_links_the_audit_that_set_it_not_the_latest(tracking):
     assert (f"[audit that failed](#/experiments/{experiment}/runs/{failed.info.run_id}?workflowType="
             "machine_learning)") in text
     assert passed.info.run_id not in text and "audit that passed" not in text  # before: the latest audit's link
+
+
+def test_the_verdict_is_the_first_tag_of_a_newly_audited_version(tracking, fresh_weights, capsys):
+    """The version page lists tags in the order they were first written (MLflow's SQL store returns them
+    so): ``mia.verdict`` is written first, then the headline numbers, and holds the audit's verdict."""
+    version = fresh_weights("tgt/2", "verdict-first")
+    assert main(["audit", "--target", f"models:/verdict-first/{version}", *tracking.cli_args()]) == 0
+    tags = MlflowClient().get_model_version("verdict-first", version).tags
+    assert len(tags) > 5 and list(tags)[0] == "mia.verdict"
+    run = MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
+    assert tags["mia.verdict"] == run.data.tags["mia.verdict"] != "pending"
