@@ -11,6 +11,7 @@ session's tiny registered ones.
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -127,3 +128,67 @@ def test_a_failure_under_mlflow_run_names_the_run_in_its_own_experiment(project_
     assert run.info.run_name == "mlflow-mia audit failed (exit 2)"
     assert run.data.tags["mia.run_kind"] == "failed"
     assert "no-such-model" in run.data.tags["mlflow.note.content"]
+
+
+def _tiny_tagger() -> str:
+    """``models:/mlflow-run-tagger/1``: a tiny random token classifier, registered once per session store."""
+    from mlflow_mia.signals.ner_testing import tiny_token_classifier
+    from mlflow_mia.tracking.runs import outside_project_run
+
+    client = MlflowClient()
+    if not client.search_model_versions("name='mlflow-run-tagger'"):
+        model, tok = tiny_token_classifier()
+        experiment = client.get_experiment_by_name("registered-test-models").experiment_id
+        with outside_project_run(), mlflow.start_run(experiment_id=experiment, run_name="log tagger"):
+            mlflow.transformers.log_model(transformers_model={"model": model, "tokenizer": tok}, name="model",
+                                          task="token-classification", registered_model_name="mlflow-run-tagger",
+                                          pip_requirements=["torch", "transformers"])
+    return "models:/mlflow-run-tagger/1"
+
+
+def test_ner_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys, tmp_path):
+    import mlflow_mia.demo.wnut as wnut
+    from ner_tables import HAND, PROMPTS, names_table
+
+    uri = _tiny_tagger()
+    paths = {k: tmp_path / f"{k}.csv" for k in ("names", "prompts", "hand")}
+    names_table().to_csv(paths["names"], index=False)
+    PROMPTS.to_csv(paths["prompts"], index=False)
+    HAND.to_csv(paths["hand"], index=False)
+    demo = wnut.WnutDemo(model_a_uri=uri, model_b_uri=uri, names_path=str(paths["names"]), entity_types=("PER",),
+                         seconds=0.0)
+    monkeypatch.setattr(wnut, "build_wnut_demo", _switching(demo))
+    code = main(["ner-audit", "--demo-size", "small", "--prompts", str(paths["prompts"]), "--handwritten-prompts",
+                 str(paths["hand"]), "--bootstrap-rounds", "0", "--fprs", "0.1", "--no-token-removal",
+                 "--cache-dir", str(tracking.cache_dir), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    run = _finished_in_place(project_run, "ner-audit wnut-small")
+    with open(MlflowClient().download_artifacts(run.info.run_id, "report.md"), encoding="utf-8") as fh:
+        report = fh.read().splitlines()
+    assert report[0].startswith("# NER prompt memorization audit of mlflow-run-tagger v1 and mlflow-run-tagger v1")
+    assert report[2] == f"**Verdict: {run.data.tags['mia.verdict']}** ({run.data.tags['mia.verdict.reason']})."
+    assert not re.search(r"\bnan\b", "\n".join(report), re.IGNORECASE)
+
+
+def test_analyze_under_mlflow_run(project_run, tracking, monkeypatch, capsys):
+    """The suite itself is replaced by one that opens its parent run as the real one does (``mlflow_run``):
+    what is checked is the command around it, after a demo build that switched experiments."""
+    import pandas as pd
+
+    import mlflow_mia.analyze as analyze
+    import mlflow_mia.demo.build as build_module
+    from mlflow_mia.analyze.suite import AnalysisResult
+    from mlflow_mia.tracking.runs import mlflow_run
+
+    def run_analysis(*, run_name=None, **kwargs):
+        with mlflow_run(run_name or "analyze-quick") as parent:
+            mlflow.log_param("analyze.size", "quick")
+        table = pd.DataFrame({"finding": ["f1"], "reproduced": ["reproduced"], "why": ["as the paper"]})
+        return AnalysisResult(run_id=parent.info.run_id, table=table)
+
+    monkeypatch.setattr(build_module, "build_demo", _switching(_membership_demo(tracking)))
+    monkeypatch.setattr(analyze, "run_analysis", run_analysis)
+    assert main(["analyze", "--quick", "true", "--quiet", "true"]) == 0, capsys.readouterr().err
+    run = MlflowClient().get_run(project_run.info.run_id)
+    assert run.info.experiment_id == project_run.info.experiment_id and run.info.status == "FINISHED"
+    assert run.info.run_name == "analyze quick" and run.data.params["analyze.size"] == "quick"
