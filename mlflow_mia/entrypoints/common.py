@@ -206,13 +206,19 @@ def print_result(result, run, gate) -> None:
 
 def print_links(run_id: str, experiment_id: str, experiment: str, run_name: str | None,
                 report: str | None = "report.md") -> None:
-    """The experiment's name, the run's UI address and its report's, and how to start the UI for a local store."""
+    """The experiment's name and run list, the run's UI address and its report's, and how to start the UI.
+
+    The run list's address carries ``workflowType=machine_learning``: MLflow 3.17 opens an
+    experiment on its GenAI overview otherwise (the ``mlflow.experimentKind`` tag only labels it).
+    """
     import mlflow
 
     from mlflow_mia.tracking.verdict import run_url
 
     uri = mlflow.get_tracking_uri()
     print(f"experiment: {experiment}; run: {run_name or run_id} ({run_id})")
+    base = run_url(run_id, experiment_id, tracking_uri=uri).split("/#/")[0]
+    print(f"run list: {base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
     print(f"run page: {run_url(run_id, experiment_id, tracking_uri=uri)}")
     if report:
         print(f"report: {run_url(run_id, experiment_id, tracking_uri=uri, path=report)}")

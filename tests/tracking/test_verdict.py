@@ -137,10 +137,12 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     assert brief in version.description
     # The last lines: verdict, headline numbers with intervals, experiment, run and report addresses.
     experiment = client.get_experiment(run.info.experiment_id).name
-    assert out[-6].startswith("verdict: leaks (release gate failed")
+    assert out[-7].startswith("verdict: leaks (release gate failed")
     assert re.match(r"likelihood_ratio: AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; TPR at FPR 0\.1 \d\.\d{3} "
-                    r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-5]), out[-5]
-    assert out[-4] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
+                    r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-6]), out[-6]
+    assert out[-5] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
+    assert out[-4] == (f"run list: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs"
+                       "?workflowType=machine_learning")  # MLflow 3.17 opens an experiment on GenAI otherwise
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
                        f"{run.info.run_id}?workflowType=machine_learning")
     assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
