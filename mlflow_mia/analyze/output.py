@@ -233,7 +233,8 @@ def _summary_lines(table, findings, differences) -> list[str]:
 
 
 def render_findings(table, findings, differences=None) -> str:
-    """``findings.md``: per finding, the claim, the verdict with its paired differences, and the rows.
+    """``findings.md``: the verdict line (how many findings reproduced, the others by verdict), then per
+    finding the claim, the verdict with its paired differences, and the rows.
 
     Parameters
     ----------
@@ -243,7 +244,11 @@ def render_findings(table, findings, differences=None) -> str:
     differences : pandas.DataFrame, optional
         :func:`differences_table`; a table per finding when given.
     """
-    lines = ["# Findings", "", "Each finding of the papers, our numbers next to the paper's, and the verdict its "
+    verdicts = table.drop_duplicates("finding").groupby("reproduced", sort=False)["finding"].apply(list).to_dict()
+    others = "; ".join(f"{k}: {', '.join(v)}" for k, v in verdicts.items() if k != "reproduced")
+    lines = ["# Findings of the BBC News demo target and its variants", "",
+             f"**Verdict: {len(verdicts.get('reproduced', []))} of {table['finding'].nunique()} findings "
+             f"reproduced** ({others or 'every one'}).", "", "Each finding of the papers, our numbers next to the paper's, and the verdict its "
              "paired differences give (reproduced / not reproduced / not resolved; the rule is in "
              "mlflow_mia/analyze/findings.py).",
              "AUC: mean ± sd over seeds, [95 % interval of the mean: seed spread and article-level bootstrap]; "

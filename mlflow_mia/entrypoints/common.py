@@ -29,6 +29,13 @@ EXIT_MEANINGS = {EXIT_ERROR: "the audit broke: a bug or an environment fault", E
 _BARS_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 _QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "DATASETS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
 _QUIET_LOGGERS = ("transformers", "datasets", "huggingface_hub", "evaluate", "py.warnings")
+#: Library messages nobody running a command can act on, dropped for every command (not only with
+#: ``--quiet``): MLflow's model-card and licence notes when a demo logs its own models (logger
+#: ``mlflow.transformers``), and its integer-schema hint on the logged tables (a UserWarning; their
+#: integer columns, counts and labels, never hold missing values).
+_UNACTIONABLE_LOGS = ("mlflow.transformers", ("The model card could not be retrieved",
+                                              "Unable to find license information"))
+_UNACTIONABLE_WARNING = r"Hint: Inferred schema contains integer column"
 
 
 @contextlib.contextmanager
@@ -41,7 +48,9 @@ def quiet_output(args):
     in the workers a Spark audit starts; transformers' "Loading weights", datasets'
     "Generating train split", huggingface_hub). With ``quiet`` also transformers, datasets,
     huggingface_hub and evaluate log at level ERROR and Python warnings are ignored.
-    Everything is restored on exit (the CLI can be called from Python).
+    Always, quiet or not, the library messages nobody can act on are dropped (MLflow's
+    model-card, licence and integer-schema notes). Everything is restored on exit (the CLI
+    can be called from Python).
 
     Yields
     ------
@@ -68,12 +77,20 @@ def quiet_output(args):
             logging.getLogger(name).setLevel(logging.ERROR)
         transformers.utils.logging.set_verbosity_error()
         datasets.utils.logging.set_verbosity_error()
+    logger, starts = _UNACTIONABLE_LOGS
+
+    def actionable(record) -> bool:
+        return not record.getMessage().startswith(starts)
+
+    logging.getLogger(logger).addFilter(actionable)
     try:
         with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_UNACTIONABLE_WARNING, category=UserWarning)
             if quiet:
                 warnings.simplefilter("ignore")
             yield quiet
     finally:
+        logging.getLogger(logger).removeFilter(actionable)
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -187,11 +204,17 @@ def print_result(result, run, gate) -> None:
 
 def print_links(run_id: str, experiment_id: str, experiment: str, run_name: str | None,
                 report: str | None = "report.md") -> None:
-    """The experiment's name, the run's UI address and its report's, and how to start the UI for a local store."""
+    """The experiment's name and run list, the run's UI address and its report's, and how to start the UI.
+
+    The run list's address carries ``workflowType=machine_learning``: MLflow 3.17 opens an
+    experiment on its GenAI overview otherwise (the ``mlflow.experimentKind`` tag only labels it).
+    """
     import mlflow
 
     uri = mlflow.get_tracking_uri()
     print(f"experiment: {experiment}; run: {run_name or run_id} ({run_id})")
+    base = run_url(run_id, experiment_id, tracking_uri=uri).split("/#/")[0]
+    print(f"run list: {base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
     print(f"run page: {run_url(run_id, experiment_id, tracking_uri=uri)}")
     if report:
         print(f"report: {run_url(run_id, experiment_id, tracking_uri=uri, path=report)}")

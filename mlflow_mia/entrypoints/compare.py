@@ -28,7 +28,7 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.pipeline.membership import resolve_generator, audit_and_log
 from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
 from mlflow_mia.tracking.audit_log import audit_params
-from mlflow_mia.tracking.verdict import describe_nested, audit_verdict
+from mlflow_mia.tracking.verdict import audit_verdict, describe_nested, worst_verdict
 
 __all__ = ["compare", "compare_targets", "distinct_curves", "reference_label", "version_label"]
 
@@ -87,7 +87,7 @@ def compare(args, flat_config) -> bool:
     print(f"comparison logged to run {parent.info.run_id}: tables/comparison.csv, plots/comparison.png")
     table = found["table"]
     sample = table[table["level"] == "sample"][["model", "attack", "auc", f"tpr_at_fpr_{a}"]]
-    print(sample.to_string(index=False, float_format="{:.3f}".format))
+    print(sample.to_string(index=False, float_format="{:.3f}".format, na_rep="n/a"))
     if gates:
         print(f"mia.gate={overall}: {len(failed)} of {len(gates)} version(s) over budget, {len(inconclusive)} "
               "inconclusive (the audit shows neither that the budget holds nor that it is exceeded)")
@@ -179,7 +179,9 @@ def _log_parent(found, names, aliases, targets, references, alpha, population, h
     pool_line = (f"{int(m['n_members'])} members, {int(m['n_non_members'])} non-members; population "
                  f"{int(m['n_population'])} texts")
     uris = [_uri(r) or None for r in references]
-    mlflow.log_text(render_comparison(table, alpha=a, references=uris, pool=pool_line), "report.md")
+    verdict = worst_verdict(found["verdicts"])
+    mlflow.log_text(render_comparison(table, alpha=a, references=uris, pool=pool_line, verdict=verdict,
+                                      models=names), "report.md")
 
 
 @contextlib.contextmanager

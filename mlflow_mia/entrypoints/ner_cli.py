@@ -26,7 +26,8 @@ from mlflow_mia.options.schema import flat_from_args
 from mlflow_mia.pipeline.ner import ner_audit_and_log
 from mlflow_mia.tracking.artifacts import to_json
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
-from mlflow_mia.tracking.verdict import fmt_interval, describe_nested, ner_verdict, short_model_name
+from mlflow_mia.naming import fmt_number
+from mlflow_mia.tracking.verdict import describe_nested, fmt_interval, ner_verdict, short_model_name, worst_verdict
 
 __all__ = ["cmd_ner_audit"]
 
@@ -53,11 +54,11 @@ def _print(result, label: str) -> None:
     for kind in result.entity_types:
         g = lambda k: result.metrics.get(f"ner/{kind}/{k}", float("nan"))  # noqa: E731
         best = fmt_interval(g("best_prompt_mmem"), (g("best_prompt_mmem_ci_low"), g("best_prompt_mmem_ci_high")))
-        print(f"  {kind:<10} best {best}  worst {g('worst_prompt_mmem'):.3f}  "
-              f"gap {100 * g('prompt_gap'):.1f} pp  sigma {100 * g('prompt_std'):.2f} pp  "
-              f"AVG-C {g('avg_c_mmem'):.3f}  -PT {g('no_pt_mmem'):.3f}"
-              + (f"  ratio {g('ratio_avg_mmem'):.3f} [{g('ratio_avg_mmem_ci_low'):.2f}, "
-                 f"{g('ratio_avg_mmem_ci_high'):.2f}]" if f"ner/{kind}/ratio_avg_mmem" in result.metrics else ""))
+        print(f"  {kind:<10} best {best}  worst {fmt_number(g('worst_prompt_mmem'))}  "
+              f"gap {fmt_number(100 * g('prompt_gap'), 1)} pp  sigma {fmt_number(100 * g('prompt_std'), 2)} pp  "
+              f"AVG-C {fmt_number(g('avg_c_mmem'))}  -PT {fmt_number(g('no_pt_mmem'))}"
+              + (f"  ratio {fmt_number(g('ratio_avg_mmem'))} [{fmt_number(g('ratio_avg_mmem_ci_low'), 2)}, "
+                 f"{fmt_number(g('ratio_avg_mmem_ci_high'), 2)}]" if f"ner/{kind}/ratio_avg_mmem" in result.metrics else ""))
     print(_LEGEND)
 
 
@@ -95,25 +96,26 @@ def _demo(args, cfg, options):
         mlflow.log_params({"ner.model_a": demo.model_a_uri, "ner.model_b": demo.model_b_uri,
                            "ner.entity_types": ",".join(demo.entity_types)})
         mlflow.log_text(taus.to_csv(index=False), "tables/ner_kendall_tau_models.csv")
-        report = ["# NER prompt memorization audit: WNUT-16 demo, two taggers on swapped halves", "",
+        verdicts = [(f"model {k}", ner_verdict(r.metrics, r.entity_types)) for k, r in results.items()]
+        report = [f"# NER prompt memorization audit of {short_model_name(demo.model_a_uri)} and "
+                  f"{short_model_name(demo.model_b_uri)}: WNUT-16 demo, two taggers on swapped halves", "",
+                  worst_verdict(verdicts).markdown(), "",
                   "Model A's in-sample names are model B's out-of-sample names and the other way round; the mean "
                   "of the two (controlled) cancels a name set that is merely easier to tag.", "",
                   "| type | best A | best B | controlled best | AVG-C A | AVG-C B | controlled AVG-C |",
                   "|---|---|---|---|---|---|---|"]
         for kind in results["A"].entity_types:
-            g = lambda r, k: r.metrics.get(f"ner/{kind}/{k}", float("nan"))  # noqa: E731
-            report.append(f"| {kind} | {g(results['A'], 'best_prompt_mmem'):.3f} | "
-                          f"{g(results['B'], 'best_prompt_mmem'):.3f} | "
-                          f"{metrics[f'ner/{kind}/controlled/best_prompt_mmem']:.3f} | "
-                          f"{g(results['A'], 'avg_c_mmem'):.3f} | {g(results['B'], 'avg_c_mmem'):.3f} | "
-                          f"{metrics[f'ner/{kind}/controlled/avg_c_mmem']:.3f} |")
+            g = lambda r, k: fmt_number(r.metrics.get(f"ner/{kind}/{k}"))  # noqa: E731
+            report.append(f"| {kind} | {g(results['A'], 'best_prompt_mmem')} | {g(results['B'], 'best_prompt_mmem')} | "
+                          f"{fmt_number(metrics.get(f'ner/{kind}/controlled/best_prompt_mmem'))} | "
+                          f"{g(results['A'], 'avg_c_mmem')} | {g(results['B'], 'avg_c_mmem')} | "
+                          f"{fmt_number(metrics.get(f'ner/{kind}/controlled/avg_c_mmem'))} |")
         report += ["", render_ner_report(results["A"], title=f"Model A ({demo.model_a_uri})"),
                    render_ner_report(results["B"], title=f"Model B ({demo.model_b_uri})")]
         mlflow.log_text("\n".join(report), "report.md")
         mlflow.log_text(to_json(metrics), "ner_comparison.json")
         print("controlled (mean of A and B): " + ", ".join(
-            f"{k.split('/')[1]} {v:.3f}" for k, v in metrics.items() if k.endswith("controlled/best_prompt_mmem")))
-        verdicts = [(f"model {k}", ner_verdict(r.metrics, r.entity_types)) for k, r in results.items()]
+            f"{k.split('/')[1]} {fmt_number(v)}" for k, v in metrics.items() if k.endswith("controlled/best_prompt_mmem")))
         describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts,
                         heading="Two taggers trained on swapped halves of the names.")
     _last_lines(parent.info.run_id)

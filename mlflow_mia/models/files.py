@@ -17,9 +17,11 @@ folder being audited, so the weights whose digest becomes the model's identity
 
 from __future__ import annotations
 
+import difflib
 import os
 
-__all__ = ["PICKLE_WEIGHTS", "inside_folder", "check_model_files", "tracking_unreachable"]
+__all__ = ["PICKLE_WEIGHTS", "inside_folder", "check_model_files", "tracking_unreachable", "unresolved_uri_error",
+           "registered_names_like"]
 
 
 #: Weight files in Python's pickle format: loading one can run code, so only safetensors are read by default.
@@ -130,3 +132,63 @@ def tracking_unreachable(exc: BaseException) -> bool:
     message = str(getattr(exc, "message", exc))
     return "API request to " in message and ("failed with exception" in message
                                              or "failed with timeout exception" in message)
+
+
+def unresolved_uri_error(client, uri: str, name: str, message: str) -> ValueError:
+    """The error for a ``models:/`` URI the registry could not resolve: what, where, and the fix.
+
+    ``cannot resolve '<uri>' in the model registry at <tracking URI>: <MLflow's message>``,
+    then, when no model is registered as ``name`` (a misspelt name), the registered names
+    like it ("did you mean ...?") and the command that lists them all
+    (:func:`registered_names_like`).
+
+    Parameters
+    ----------
+    client : mlflow.MlflowClient
+    uri : str
+        The URI as given (``models:/name@alias``, ``models:/name/3``).
+    name : str
+        The registered model name in it.
+    message : str
+        MLflow's own message.
+    """
+    import mlflow
+
+    tracking_uri = mlflow.get_tracking_uri()
+    return ValueError(f"cannot resolve {uri!r} in the model registry at {tracking_uri}: {message}"
+                      + registered_names_like(client, name, tracking_uri=tracking_uri))
+
+
+def registered_names_like(client, name: str, *, tracking_uri: str) -> str:
+    """For a registered model ``name`` that does not exist: the registered names like it and how to list them all.
+
+    Close matches by :func:`difflib.get_close_matches` (ratio >= 0.6) and names that contain
+    ``name`` or are contained in it (case-insensitive), at most five; ``""`` when the model
+    exists (the alias or version was what did not resolve) or the registry cannot be listed.
+
+    >>> import types
+    >>> fake = types.SimpleNamespace(get_registered_model=lambda n: (_ for _ in ()).throw(KeyError(n)),
+    ...                              search_registered_models=lambda **kw: [types.SimpleNamespace(name=n) for n in
+    ...                                  ("bbc-small-target", "bbc-small-reference", "other")])
+    >>> registered_names_like(fake, "bbc-smal-target", tracking_uri="sqlite:///mlflow.db").split("; list")[0]
+    "; did you mean 'bbc-small-target' or 'bbc-small-reference'?"
+    """
+    try:
+        client.get_registered_model(name)
+        return ""  # the model exists: its alias, version or stage is what is missing
+    except Exception:  # noqa: BLE001 - any lookup failure: go on and list the names
+        pass
+    try:
+        names = [m.name for m in client.search_registered_models(max_results=1000)]
+    except Exception:  # noqa: BLE001 - a registry that cannot be listed gets the plain message
+        return ""
+    lower = name.lower()
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+    close += [n for n in names if n not in close and (lower in n.lower() or n.lower() in lower)]
+    listing = (f"; list them all with: python -c \"import mlflow; mlflow.set_tracking_uri('{tracking_uri}'); "
+               "print([m.name for m in mlflow.search_registered_models()])\"")
+    if not close:
+        return f"; no registered model has a name like {name!r}" + listing
+    shown = [repr(n) for n in close[:5]]
+    return "; did you mean " + (" or ".join(shown) if len(shown) <= 2 else ", ".join(shown[:-1]) + " or "
+                                + shown[-1]) + "?" + listing

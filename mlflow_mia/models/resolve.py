@@ -31,7 +31,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from mlflow_mia.models.files import PICKLE_WEIGHTS, check_model_files, inside_folder, tracking_unreachable
+from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder, tracking_unreachable,
+                                     unresolved_uri_error)
 from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, wrapper_for
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.identity import refuse_remote_code, weights_digest
@@ -173,8 +174,7 @@ def _pin_registry_uri(uri: str):
     except MlflowException as exc:
         if tracking_unreachable(exc):
             raise  # an environment fault (exit 1), not a wrong URI
-        raise ValueError(
-            f"cannot resolve {uri!r} in the model registry at {_tracking_uri()}: {exc.message}") from None
+        raise unresolved_uri_error(client, uri, name, exc.message) from None
     source = str(mv.source or "")
     model_id = getattr(mv, "model_id", None) or (source[len("models:/"):] if source.startswith("models:/") else None)
     return f"models:/{mv.name}/{mv.version}", mv.name, str(mv.version), model_id

@@ -274,8 +274,11 @@ def log_audit(result, run_id: str | None = None, settings: LogSettings | None = 
     elif not isinstance(hash_key, HashKey):
         hash_key = HashKey.from_bytes(hash_key, source="given")
     if hash_key.is_random:
-        log.warning("no hash key given (%s or hash_key_file): the logged sample and group hashes use a random key "
-                    "that is not kept, so nobody can look a sample up in them", "MLFLOW_MIA_HASH_KEY")
+        log.warning("no hash key set: the logged sample and group hashes use a random key that is not kept (safe: "
+                    "nobody, you included, can link a hash to a text; but no later run can look a sample up or "
+                    "match hashes across runs). To keep one key, once: (umask 077; python -c 'import secrets; "
+                    "print(secrets.token_hex(32))' > ~/.mia_hash.key), then export %s=\"$(cat ~/.mia_hash.key)\" "
+                    "or pass --hash-key-file ~/.mia_hash.key", "MLFLOW_MIA_HASH_KEY")
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_audit")
     if log_texts and (texts is None or len(texts) != len(result.samples)):

@@ -227,8 +227,9 @@ def _exposure_note(result) -> list[str]:
 
 def _report(result, gate, canaries, verdict, record=None) -> str:
     fprs = result.config.fprs
-    lines = [f"# Canary audit ({result.attack})", "", "## In brief", "", canary_brief(result), "",
-             f"Verdict: **{verdict.value}** ({verdict.reason}).", "", "## Results", "",
+    target = (getattr(result, "models", None) or {}).get("target", {}).get("uri") or "the target model"
+    lines = [f"# Canary audit of {target} ({result.attack})", "", verdict.markdown(), "", "## In brief", "",
+             canary_brief(result), "", "## Results", "",
              f"{len(canaries)} canaries, {int(canaries.included.sum())} included ({canaries.n_copies} records "
              "inserted); inclusion bits drawn independently with probability "
              f"{canaries.p_include:g}. Intervals resample canaries (the unit) within each inclusion class.", "",

@@ -140,7 +140,8 @@ def log_ner_audit(result, run_id: str | None = None, settings: LogSettings | Non
              "tables/ner_names.csv": ("csv", "ner_names", lambda p: names.to_csv(p, index=False)),
              "ner_summary.json": ("json", "ner_summary", lambda p: write_text(p, to_json(summary)))}
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
-    report = render_ner_report(result, title=title, artifacts=logged, level=1, log_samples=log_samples)
+    report = render_ner_report(result, title=title, artifacts=logged, level=1, log_samples=log_samples,
+                               verdict=verdict)
     files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
     return artifacts

@@ -282,6 +282,8 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
         legacy = weights_id
     weights = weights_id or legacy
     before, _ = _derive_for(client, name, version, weights, legacy)
+    if "mia.verdict" not in current and (headline or (gate is not None and not gate.passed)):  # the version page
+        _set_tag(client, name, version, "mia.verdict", "pending")  # lists tags as first written: the verdict first
     written = dict(new)
     if record is not None and (headline or gate is None or not gate.passed):  # the record first: append-only
         _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
@@ -312,8 +314,7 @@ def _propagate(client, weights_id: str | None, record: GateRecord, *, done, sour
         if (name, version) in done:
             continue
         try:
-            _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}",
-                                         replace(record, via=source).to_tag())
+            _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", replace(record, via=source).to_tag())
             _settle(client, name, version, weights_id, (mv.tags or {}).get(WEIGHTS_TAG))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
@@ -419,24 +420,27 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
     paragraph : str
         The report's "In brief" paragraph.
     run_id : str
-        The audit run, linked from the description.
+        The audit run linked from the description (``mia.gate.run_id``'s when a version keeps its verdict).
     """
     from mlflow.exceptions import MlflowException
 
-    run = client.get_run(run_id)
-    link = (f"[{run.info.run_name or run_id}](#/experiments/{run.info.experiment_id}/runs/{run_id}"
-            "?workflowType=machine_learning)")
-    own_gate = run.data.tags.get(GATE_TAG)
+    def link(rid: str) -> str:  # the audit run that set the verdict, by name (its id if it is gone)
+        try:
+            r = client.get_run(rid)
+        except MlflowException:
+            return rid
+        return f"[{r.info.run_name}](#/experiments/{r.info.experiment_id}/runs/{rid}?workflowType=machine_learning)"
+    own_gate = client.get_run(run_id).data.tags.get(GATE_TAG)
     for name, version in versions:
         try:
             tags = dict(client.get_model_version(name, version).tags or {})
-            standing, mine = tags.get(GATE_TAG), verdict
+            standing, mine, setter = tags.get(GATE_TAG), verdict, run_id
             if standing and standing != own_gate and verdict.value != LEAKS:  # a newer audit's leak always shows
-                kept = verdict_of(gate_status=standing)
+                kept, setter = verdict_of(gate_status=standing), tags.get(RUN_ID_TAG) or run_id
                 mine = Verdict(kept.value, f"{kept.reason} (mia.gate={standing} kept from run "
                                            f"{tags.get(RUN_ID_TAG)}; this audit: {verdict.value})")
             describe_version(client, name, version, verdict=mine,
-                             description=run_description(mine, paragraph, run_link=link))
+                             description=run_description(mine, paragraph, run_link=link(setter)))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise

@@ -9,7 +9,7 @@ import os
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.options.values import blank
 from mlflow_mia.tracking.descriptions import DESCRIPTION_START, FAILURE_START, with_own_text
-from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_NAME_TAG, VERDICT_TAG
+from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_KIND_TAG, RUN_NAME_TAG, VERDICT_TAG
 
 __all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
            "outside_project_run", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
@@ -25,7 +25,10 @@ def outside_project_run():
     """Hide ``$MLFLOW_RUN_ID`` (the ``mlflow run`` project run) for the block, then put it back.
 
     A demo build or a training run started inside the block starts its own run instead of
-    resuming the project run. The variable is restored even when the block raises.
+    resuming the project run. The variable is restored even when the block raises, and the
+    active experiment goes back to the project run's (a build that switched to
+    ``mlflow-mia`` would otherwise make MLflow refuse to resume a project run of another
+    experiment: "active experiment ID does not match environment run ID").
 
     Yields
     ------
@@ -34,12 +37,10 @@ def outside_project_run():
 
     Examples
     --------
-    >>> os.environ["MLFLOW_RUN_ID"] = "abc"
+    >>> _ = os.environ.pop("MLFLOW_RUN_ID", None)
     >>> with outside_project_run() as project_run:
     ...     (project_run, os.environ.get("MLFLOW_RUN_ID"))
-    ('abc', None)
-    >>> os.environ.pop("MLFLOW_RUN_ID")
-    'abc'
+    (None, None)
     """
     project_run = os.environ.pop("MLFLOW_RUN_ID", None)
     try:
@@ -47,6 +48,7 @@ def outside_project_run():
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
+            use_experiment()
 
 
 def use_experiment(name: str | None = None) -> str:
@@ -54,7 +56,9 @@ def use_experiment(name: str | None = None) -> str:
 
     The experiment is tagged ``mlflow.experimentKind=custom_model_development`` unless it
     already has a kind, so the MLflow UI opens it on its runs ("Model training").
-    Under ``mlflow run`` (``$MLFLOW_RUN_ID``) the project run's experiment is kept.
+    Under ``mlflow run`` (``$MLFLOW_RUN_ID``) the project run's experiment is made the active
+    one, whatever ``name`` says: MLflow resumes that run only in its own experiment (without
+    ``--experiment-name`` that is experiment 0, "Default").
 
     Returns
     -------
@@ -65,6 +69,7 @@ def use_experiment(name: str | None = None) -> str:
 
     if os.environ.get("MLFLOW_RUN_ID"):
         experiment_id = mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+        mlflow.set_experiment(experiment_id=experiment_id)
     elif name:
         experiment_id = mlflow.set_experiment(name).experiment_id
     elif os.environ.get("MLFLOW_EXPERIMENT_ID"):
@@ -129,7 +134,8 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
       ``**Failed: exit code <code>** (<meaning>)``, the error in a code block and that
       line (a description someone else wrote before is kept after it, quoted);
     - the name, when the command did not name the run (no ``mia.verdict``):
-      ``mlflow-mia <command> failed (exit <code>)``;
+      ``mlflow-mia <command> failed (exit <code>)``, and ``mia.run_kind=failed`` (an audit
+      has ``mia.run_kind=audit``: the run list filters on it);
     - the status FAILED (also of a run the command had ended FINISHED).
 
     Nothing happens outside ``mlflow run`` or for exit code 0. A tracking store that cannot
@@ -169,6 +175,7 @@ def record_project_failure(command: str, code: int, error: str | None, *, meanin
             description = with_own_text(f"{FAILURE_START} exit code {code}** ({meaning}).\n\n```\n{shown}\n```\n\n"
                                         f"{line}", note)
             client.set_tag(run_id, RUN_NAME_TAG, f"mlflow-mia {command} failed (exit {code})")
+            client.set_tag(run_id, RUN_KIND_TAG, "failed")  # an audit gated to exit 3 stays an audit
         client.set_tag(run_id, NOTE_TAG, description)
         client.set_terminated(run_id, "FAILED")
     except Exception as exc:  # noqa: BLE001 - the command's own message and exit code must still reach the user

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 VERDICT_TAG = "mia.verdict"
 NOTE_TAG = "mlflow.note.content"  # the run's (and experiment's) description in the MLflow UI
-RUN_NAME_TAG = "mlflow.runName"
+RUN_NAME_TAG, RUN_KIND_TAG = "mlflow.runName", "mia.run_kind"  # run kind: audit, or failed (mlflow run)
 LEAKS, WITHIN_BUDGET, NO_EVIDENCE = "leaks", "within budget", "no evidence of leakage"
 
 
@@ -70,6 +70,11 @@ class Verdict:
     def line(self) -> str:
         """``verdict: <value> (<reason>)``, for a terminal."""
         return f"verdict: {self.value} ({self.reason})"
+
+    def markdown(self) -> str:
+        """The line under every report's title: ``Verdict("leaks", "AUC above 0.5")`` gives
+        ``**Verdict: leaks** (AUC above 0.5).``."""
+        return f"**Verdict: {self.value}** ({self.reason})."
 
 
 def verdict_of(*, gate_status: str | None = None, auc=None, auc_ci=None, attack: str = "the headline attack",
@@ -387,7 +392,7 @@ def run_description(verdict: Verdict, paragraph: str, *, gate=None, run_link: st
 
 def describe_run(client, run_id: str, *, verdict: Verdict, description: str, name: str | None = None,
                  prefix: str = "") -> dict[str, str]:
-    """Write the verdict tag, the description and (when given) the name of a run.
+    """Write the verdict tag, the description, ``mia.run_kind=audit`` and (when given) the name of a run.
 
     The description replaces one this module wrote (it starts with
     :data:`DESCRIPTION_START`); a description someone else wrote is kept after it, quoted
@@ -415,7 +420,7 @@ def describe_run(client, run_id: str, *, verdict: Verdict, description: str, nam
     """
     current = client.get_run(run_id).data.tags
     tags = {f"{prefix}{VERDICT_TAG}": verdict.value, f"{prefix}{VERDICT_TAG}.reason": verdict.reason}
-    tags[NOTE_TAG] = with_own_text(description, current.get(NOTE_TAG))
+    tags[NOTE_TAG], tags[RUN_KIND_TAG] = with_own_text(description, current.get(NOTE_TAG)), "audit"
     if name:
         tags[RUN_NAME_TAG] = name
     for key, value in tags.items():

@@ -396,6 +396,11 @@ def test_render_and_plot_show_every_setting_its_null_and_differences():
     table, diffs = findings_table(runs, FULL), differences_table(runs, FULL)
     text = render_findings(table, FINDINGS, diffs)
     assert text.count("## ") == len(FINDINGS)
+    assert text.splitlines()[:3] == ["# Findings of the BBC News demo target and its variants", "",
+                                     f"**Verdict: {len(FINDINGS)} of {len(FINDINGS)} findings reproduced** (every one)."]
+    mixed = table.assign(reproduced=table["reproduced"].where(table["finding"] != "signal", "not resolved"))
+    assert render_findings(mixed, FINDINGS).splitlines()[2] == (
+        f"**Verdict: {len(FINDINGS) - 1} of {len(FINDINGS)} findings reproduced** (not resolved: signal).")
     assert "| in-domain | likelihood_ratio | 0.850 ± 0.004 [" in text
     assert "| energy -> pll | likelihood_ratio auc | +0.070 [" in text
     assert "(reproduced; not deciding)" in text

@@ -253,7 +253,9 @@ def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary
     assert "(unit: one canary inserted once = one record" in brief
     assert re.search(r"AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] at r = 1 and \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] at r = 4 "
                      r"\(95% intervals", brief), brief
-    assert brief in note and f"Verdict: **{expected.value}**" in report
+    assert brief in note
+    assert report.splitlines()[:3] == [f"# Canary audit of models:/canary-seen/{version} (loss)", "",
+                                       f"**Verdict: {expected.value}** ({expected.reason})."]
     # The registered version: the verdict tag and the same paragraph, with a link to the run.
     registered = client.get_model_version("canary-seen", version)
     assert registered.tags["mia.verdict"] == expected.value
@@ -262,13 +264,13 @@ def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary
             in registered.description)
     # The last lines: verdict, headline numbers with intervals, experiment, run and report addresses.
     experiment = client.get_experiment(tracking_experiment).name
-    assert out[-6] == f"verdict: {expected.value} ({expected.reason})"
+    assert out[-7] == f"verdict: {expected.value} ({expected.reason})"
     assert re.fullmatch(r"canaries: record-level epsilon lower bound \d\.\d{3} \(one canary = one record\); AUC "
                         r"r = 1 \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\], r = 4 \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; "
                         r"mean exposure (?:r = 1 \d+\.\d{2} bits( \(rank-based (>= )?\d+\.\d{2}\))?, r = 4 \d+\.\d{2} "
                         r"bits( \(rank-based (>= )?\d+\.\d{2}\))?|n/a) \(95% intervals\)",
-                        out[-5]), out[-5]  # the tiny tokenizer may leave no exposure to measure: n/a, never a number
-    assert out[-4] == f"experiment: {experiment}; run: canary-audit canary-seen v{version} ({run.info.run_id})"
+                        out[-6]), out[-6]  # the tiny tokenizer may leave no exposure to measure: n/a, never a number
+    assert out[-5] == f"experiment: {experiment}; run: canary-audit canary-seen v{version} ({run.info.run_id})"
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{tracking_experiment}/runs/"
                        f"{run.info.run_id}?workflowType=machine_learning")
     assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
@@ -281,7 +283,7 @@ def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary
     reason = "canary gate inconclusive: the audit cannot show that the budgets hold"
     assert (gated.data.tags["mia.verdict"], gated.data.tags["mia.verdict.reason"]) == ("inconclusive", reason)
     assert "**Release gate: INCONCLUSIVE**" in gated.data.tags["mlflow.note.content"]
-    assert out[-6] == f"verdict: inconclusive ({reason})"
+    assert out[-7] == f"verdict: inconclusive ({reason})"
     assert client.get_model_version("canary-seen", version).tags["mia.verdict"] == "inconclusive"
 
 

@@ -62,3 +62,31 @@ def test_progress_bars_follow_the_terminal(monkeypatch):
     with quiet_output(args):
         assert not args.no_progress and "TQDM_DISABLE" not in os.environ
         assert transformers.utils.logging.is_progress_bar_enabled()
+
+
+def test_library_notes_nobody_can_act_on_are_dropped_without_quiet():
+    """MLflow's model-card and licence notes and its integer-schema hint: gone; other warnings stay."""
+    import mlflow
+    import pandas as pd
+
+    args = argparse.Namespace(quiet=False, no_progress=False)
+    note, seen = logging.getLogger("mlflow.transformers"), []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    note.addHandler(handler)  # MLflow's loggers do not propagate to the root (pytest's caplog)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning recorded, unless the command's own filters drop it
+        with quiet_output(args):
+            note.warning("The model card could not be retrieved from the hub due to Repo id must use ...")
+            note.warning("Unable to find license information for this model. Please verify permissible usage ...")
+            note.warning("a transformers note someone can act on")
+            mlflow.models.infer_signature(pd.DataFrame({"n": [1, 2]}))  # MLflow's integer-schema hint
+            warnings.warn("a warning someone can act on", UserWarning)
+        mlflow.models.infer_signature(pd.DataFrame({"n": [1, 2]}))  # after the command: shown again
+    assert seen == ["a transformers note someone can act on"]
+    shown = [str(w.message) for w in caught]
+    assert shown[0] == "a warning someone can act on" and len(shown) == 2
+    assert shown[1].startswith("Hint: Inferred schema contains integer column(s)")
+    note.warning("The model card could not be retrieved: shown again once the command is over")
+    note.removeHandler(handler)
+    assert seen[-1].startswith("The model card")

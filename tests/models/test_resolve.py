@@ -77,3 +77,28 @@ def test_errors_are_explicit(tracking, tmp_path):
         resolve_model(tmp_path / "empty")
     with pytest.raises(TypeError):
         resolve_model(42)
+
+
+def test_a_misspelt_registered_name_gets_did_you_mean_and_the_listing_command(tracking):
+    import re
+
+    from mlflow import MlflowClient
+
+    names = [m.name for m in MlflowClient().search_registered_models(max_results=1000)]
+    assert "tgt" in names
+    with pytest.raises(ValueError) as info:
+        resolve_model("models:/tgtt@candidate")
+    message = str(info.value)
+    assert message.startswith(f"cannot resolve 'models:/tgtt@candidate' in the model registry at "
+                              f"{tracking.tracking_uri}: ")
+    suggested = re.search(r"; did you mean (.*)\?; list them all with: ", message).group(1)
+    assert "'tgt'" in suggested.split(" or ")[0].split(", ")  # the closest name comes first
+    assert message.endswith(f"mlflow.set_tracking_uri('{tracking.tracking_uri}'); "
+                            "print([m.name for m in mlflow.search_registered_models()])\"")
+    # A name that exists with an alias that does not: MLflow's message alone, no suggestion.
+    with pytest.raises(ValueError) as info:
+        resolve_model("models:/tgt@no-such-alias")
+    assert "did you mean" not in str(info.value) and "list them all" not in str(info.value)
+    # Nothing alike: said so, with the listing command.
+    with pytest.raises(ValueError, match=r"no registered model has a name like 'zzzzqqqq'; list them all with"):
+        resolve_model("models:/zzzzqqqq/1")

@@ -223,6 +223,10 @@ def test_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, 
     first, second = (a["samples"].content["text_hmac"].tolist() for _, a in runs)
     assert all(a != b for a, b in zip(first, second))  # a fresh random key per audit
     assert "random key that is not kept" in caplog.text
+    warned = [r.getMessage() for r in caplog.records if "no hash key set" in r.getMessage()]
+    assert len(warned) == 2  # one explained line per audit: what it protects and how to set a key once
+    assert "nobody, you included, can link a hash to a text" in warned[0]
+    assert 'export MLFLOW_MIA_HASH_KEY="$(cat ~/.mia_hash.key)"' in warned[0] and "--hash-key-file" in warned[0]
     assert "random per-audit key" in runs[0][1]["report"].content
     params = MlflowClient().get_run(runs[0][0]).data.params
     assert params["audit.hash_key"] == "random (not kept)" and "audit.hash_key_check" not in params

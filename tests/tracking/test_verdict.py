@@ -68,6 +68,7 @@ def test_describe_run_keeps_the_users_description_after_the_verdict(tracking):
     assert tags["mlflow.note.content"] == written["mlflow.note.content"] == (
         f"**Verdict: x**\n\n---\n\n{OWN_TEXT_HEADING}\n\n> my own notes")
     assert tags["mia.verdict"] == LEAKS and tags["mlflow.runName"] == "n1"
+    assert tags["mia.run_kind"] == written["mia.run_kind"] == "audit"  # build runs have none: the run list filters
     with mlflow.start_run() as run:
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p1"))
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p2"))
@@ -136,10 +137,12 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     assert brief in version.description
     # The last lines: verdict, headline numbers with intervals, experiment, run and report addresses.
     experiment = client.get_experiment(run.info.experiment_id).name
-    assert out[-6].startswith("verdict: leaks (release gate failed")
+    assert out[-7].startswith("verdict: leaks (release gate failed")
     assert re.match(r"likelihood_ratio: AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; TPR at FPR 0\.1 \d\.\d{3} "
-                    r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-5]), out[-5]
-    assert out[-4] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
+                    r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-6]), out[-6]
+    assert out[-5] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
+    assert out[-4] == (f"run list: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs"
+                       "?workflowType=machine_learning")  # MLflow 3.17 opens an experiment on GenAI otherwise
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
                        f"{run.info.run_id}?workflowType=machine_learning")
     assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
@@ -256,3 +259,40 @@ def test_canary_verdict_follows_the_canary_gate_whatever_the_bound():
     assert canary_verdict(leaky, results["pass"]).reason == ("canary gate passed: every canary budget holds at 95% "
                                                              "confidence")
     assert canary_verdict(_canary_metrics(0.0), results["inconclusive"]).value == INCONCLUSIVE
+
+
+def test_a_kept_verdict_links_the_audit_that_set_it_not_the_latest(tracking):
+    """A version whose standing ``mia.gate=fail`` a later passing audit cannot clear: its description links
+    the failing audit (``mia.gate.run_id``), by name, not the audit that ran last."""
+    import mlflow
+
+    from mlflow_mia.tracking.registry_tags import describe_versions
+
+    client = MlflowClient()
+    client.create_registered_model("kept-verdict")
+    version = client.create_model_version("kept-verdict", client.get_model_version("tgt", "1").source).version
+    with mlflow.start_run(run_name="audit that failed") as failed:
+        mlflow.set_tag("mia.gate", FAIL)
+    with mlflow.start_run(run_name="audit that passed") as passed:
+        mlflow.set_tag("mia.gate", PASS)
+    client.set_model_version_tag("kept-verdict", version, "mia.gate", FAIL)
+    client.set_model_version_tag("kept-verdict", version, "mia.gate.run_id", failed.info.run_id)
+    describe_versions(client, [("kept-verdict", version)], verdict=verdict_of(gate_status=PASS), paragraph="p",
+                      run_id=passed.info.run_id)
+    text = client.get_model_version("kept-verdict", version).description
+    experiment = failed.info.experiment_id
+    assert text.startswith("**Verdict: leaks** (release gate failed")
+    assert (f"[audit that failed](#/experiments/{experiment}/runs/{failed.info.run_id}?workflowType="
+            "machine_learning)") in text
+    assert passed.info.run_id not in text and "audit that passed" not in text  # before: the latest audit's link
+
+
+def test_the_verdict_is_the_first_tag_of_a_newly_audited_version(tracking, fresh_weights, capsys):
+    """The version page lists tags in the order they were first written (MLflow's SQL store returns them
+    so): ``mia.verdict`` is written first, then the headline numbers, and holds the audit's verdict."""
+    version = fresh_weights("tgt/2", "verdict-first")
+    assert main(["audit", "--target", f"models:/verdict-first/{version}", *tracking.cli_args()]) == 0
+    tags = MlflowClient().get_model_version("verdict-first", version).tags
+    assert len(tags) > 5 and list(tags)[0] == "mia.verdict"
+    run = MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
+    assert tags["mia.verdict"] == run.data.tags["mia.verdict"] != "pending"

@@ -111,6 +111,12 @@ def test_run_and_version_pages_show_the_verdict(tracking, tmp_path):
             assert "The strongest attack" in body  # the report's "In brief" paragraph is the description
             assert "pool" in body and "population" in body  # the datasets
             page.screenshot(path=str(shots / "ui_run_verdict.png"))
+            # MLflow 3.17 opens an experiment on the GenAI overview unless the address (or the browser's saved
+            # toggle, localStorage mlflow.workflowType) says workflowType=machine_learning; the experiment tag
+            # mlflow.experimentKind only labels it. With the parameter the run list shows the audit by name.
+            _open(page, f"{base}/#/experiments/{run.info.experiment_id}/runs?workflowType=machine_learning",
+                  "audit tgt v2 vs ref v1")
+            page.screenshot(path=str(shots / "ui_experiment_runs.png"))
             # The report's address the CLI prints opens report.md in the run's artifact view.
             _open(page, run_url(run.info.run_id, run.info.experiment_id, tracking_uri=base, path="report.md"),
                   "In brief")

@@ -312,7 +312,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     target = info.get("target_model") or "target model"
     lines = [f"# {title or 'Membership inference audit of ' + str(target)}", ""]
     if verdict is not None:
-        lines += [f"**Verdict: {verdict.value}** ({verdict.reason}).", ""]
+        lines += [verdict.markdown(), ""]
     lines += _gate_lines(gate)
     sig = cfg.signal
     per_token = ", per masked token" if getattr(sig, "energy_reduction", "sum") == "mean" else ""
@@ -360,7 +360,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     return "\n".join(lines)
 
 
-def render_comparison(table, *, alpha: str, references, pool: str) -> str:
+def render_comparison(table, *, alpha: str, references, pool: str, verdict=None, models=None) -> str:
     """Render a comparison of model versions (``mlflow-mia compare``) as Markdown.
 
     Parameters
@@ -375,11 +375,17 @@ def render_comparison(table, *, alpha: str, references, pool: str) -> str:
         URIs of the reference models the versions were audited against.
     pool : str
         One line describing the audited pool.
+    verdict : Verdict, optional
+        The most severe verdict of the versions (:func:`mlflow_mia.tracking.verdict.worst_verdict`),
+        shown first as in every report.
+    models : sequence of str, optional
+        The registered model names compared, named in the title.
 
     Returns
     -------
     str
-        Markdown without raw texts.
+        Markdown without raw texts; a number that could not be computed reads ``n/a``, its
+        reason under the table.
     """
 
     def ci(r) -> str:
@@ -388,8 +394,12 @@ def render_comparison(table, *, alpha: str, references, pool: str) -> str:
 
     col = f"tpr_at_fpr_{alpha}"
     gated = "gate" in table and table["gate"].astype(str).str.len().gt(0).any()
-    lines = ["# Membership inference: model versions compared", "",
-             f"Reference model{'s' if len(references) > 1 else ''}: "
+    title = f"versions of {', '.join(f'`{m}`' for m in models)}" if models else "model versions"
+    lines = [f"# Membership inference audit: {title} compared", ""]
+    if verdict is not None:
+        lines += [verdict.markdown(), ""]
+    unresolved = False
+    lines += [f"Reference model{'s' if len(references) > 1 else ''}: "
              f"{', '.join(f'`{uri}`' for uri in references if uri) or 'none'}. "
              f"Audited pool: {pool}. One nested run per "
              f"{'version and reference' if len(references) > 1 else 'version'}, all with the same pool, "
@@ -401,9 +411,13 @@ def render_comparison(table, *, alpha: str, references, pool: str) -> str:
         head = f"| Model version | Attack | AUC [CI] | TPR @ FPR {alpha} |" + (" Release gate |" if gated else "")
         lines += [f"## {level.capitalize()} level", "", head, "|---" * (5 if gated else 4) + "|"]
         for _, r in part.iterrows():
-            lines.append(f"| {r['model']} | `{r['attack']}` | {r['auc']:.3f}{ci(r)} | {r[col]:.3f} |"
+            unresolved = unresolved or is_nan(r["auc"]) or is_nan(r[col])
+            lines.append(f"| {r['model']} | `{r['attack']}` | {fmt_number(r['auc'])}{ci(r)} | {fmt_number(r[col])} |"
                          + (f" {r['gate'] or '-'} |" if gated else ""))
         lines.append("")
+    if unresolved:
+        lines += ["n/a: the audit of that version could not compute the number; the reason is in the "
+                  "`n/a` lines of that version's own report (its nested run).", ""]
     lines += ["AUC 0.5 means the attack cannot tell members from non-members; higher means more leakage. "
               f"TPR @ FPR {alpha} is the share of members recognised while flagging {alpha} of non-members. "
               "Each version's run holds its full report, figures and per-sample table.", ""]

@@ -68,7 +68,7 @@ def _exposure(log_samples: bool | None) -> list[str]:
 
 
 def render_ner_report(result, *, title: str | None = None, artifacts=None, level: int = 2,
-                      log_samples: bool | None = None) -> str:
+                      log_samples: bool | None = None, verdict=None) -> str:
     """Markdown section for one :class:`~mlflow_mia.audits.ner.audit.NerAuditResult`.
 
     Parameters
@@ -82,6 +82,9 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
     log_samples : bool, optional
         Whether the run's names table holds per-name confidences; adds a paragraph
         saying what it exposes (none when None).
+    verdict : Verdict, optional
+        The audit's verdict (:func:`mlflow_mia.tracking.verdict.ner_verdict`), shown first
+        under the title as in every report.
 
     Returns
     -------
@@ -89,8 +92,10 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
     """
     h = "#" * level
     m = result.metrics
-    lines = [f"{h} {title or 'NER prompt memorization audit'}", "",
-             f"Model `{result.model_id}`; entity confidence C(e) read at the "
+    lines = [f"{h} {title or f'NER prompt memorization audit of {result.model_id}'}", ""]
+    if verdict is not None:
+        lines += [verdict.markdown(), ""]
+    lines += [f"Model `{result.model_id}`; entity confidence C(e) read at the "
              f"{'first subword of each word' if result.config.subword == 'first' else 'mean over all subwords'}"
              " of the name (Xia et al. 2025). M-MEM is the AUC of in-sample vs out-of-sample names (0.5 = no "
              "memorization detected). Best and worst prompts are chosen on dev and scored on test; gap and "

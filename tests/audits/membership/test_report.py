@@ -160,3 +160,37 @@ def test_report_says_what_log_samples_exposes(result):
     assert "## What the logged tables expose" in off and "no score, rank or token count" in off
     assert "**This run logged per-sample scores** (`log_samples`)" in on and "read whether it was a member" in on
     assert "## What the logged tables expose" not in render_report(res)  # not part of a run
+
+
+def test_the_comparison_opens_with_the_verdict_and_shows_n_a_never_nan():
+    import math
+    import re
+
+    import pandas as pd
+
+    from mlflow_mia.audits.membership.report import render_comparison
+    from mlflow_mia.tracking.verdict import Verdict
+
+    table = pd.DataFrame({"model": ["tgt v1", "tgt v2"], "attack": ["loss", "loss"], "level": ["sample", "sample"],
+                          "auc": [0.61, math.nan], "auc_ci_low": [0.55, math.nan], "auc_ci_high": [0.67, math.nan],
+                          "tpr_at_fpr_0.01": [math.nan, 0.2], "gate": ["", ""]})
+    verdict = Verdict("leaks", "tgt v1: loss AUC 0.610 [0.550, 0.670] above 0.5")
+    text = render_comparison(table, alpha="0.01", references=["models:/ref/1"], pool="20 members", verdict=verdict,
+                             models=["tgt"])
+    lines = text.splitlines()
+    assert lines[0] == "# Membership inference audit: versions of `tgt` compared"
+    assert lines[2] == "**Verdict: leaks** (tgt v1: loss AUC 0.610 [0.550, 0.670] above 0.5)."
+    assert "| tgt v1 | `loss` | 0.610 [0.550, 0.670] | n/a |" in lines
+    assert "| tgt v2 | `loss` | n/a | 0.200 |" in lines
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+    assert any(line.startswith("n/a: the audit of that version could not compute the number") for line in lines)
+
+
+def test_every_report_opens_with_the_same_verdict_line(result):
+    from mlflow_mia.tracking.verdict import Verdict
+
+    verdict = Verdict("no evidence of leakage", "loss AUC interval contains 0.5; not a proof of privacy")
+    lines = render_report(result[0], verdict=verdict).splitlines()
+    assert lines[0] == "# Membership inference audit of models:/tgt/7"
+    assert lines[2] == verdict.markdown() == ("**Verdict: no evidence of leakage** (loss AUC interval contains 0.5; "
+                                              "not a proof of privacy).")
