@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
 
     from mlflow_mia.analyze import ANALYSIS_SIZES, run_analysis
+    from mlflow_mia.hashing import resolve_hash_key
 
     full = ANALYSIS_SIZES["full"]
     for lr in args.learning_rates:
@@ -69,7 +70,8 @@ def main(argv=None) -> int:
                                    dp_epochs=args.epochs if args.epochs is not None else full.dp_epochs,
                                    dp_freeze=freeze)
         start = time.perf_counter()
-        result = run_analysis(size=size, findings=["dp_sgd"], progress=False, run_name=f"dp-recipe lr {lr:g}")
+        result = run_analysis(size=size, findings=["dp_sgd"], progress=False, run_name=f"dp-recipe lr {lr:g}",
+                              hash_key=resolve_hash_key())
         rows = result.table[result.table["attack"] == "likelihood_ratio"]
         for _, r in rows.iterrows():
             print(json.dumps({"learning_rate": lr, "epochs": size.dp_epochs, "freeze": list(freeze), "seed": args.seed,

@@ -17,7 +17,9 @@ from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.demo.build import build_demo
+from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.signals.cache import default_cache_dir
@@ -41,9 +43,11 @@ mlflow.set_experiment("mlflow-mia")
 with mlflow.start_run() as run:
     result = run_audit(target.lm, pool, population, reference=reference.lm, config=config,
                        cache=default_cache_dir())  # re-runs and shared references are free
-    log_audit(result, model_version=target.registry, population=population,
-              params={**target.params("target"), **reference.params("reference")},
-              run_name=audit_run_name(target.resolved_uri, reference.resolved_uri))
+    # The hash key: $MLFLOW_MIA_HASH_KEY, else a random one that is not kept (mlflow_mia.hashing).
+    log_audit(result, settings=LogSettings(
+        hash_key=resolve_hash_key(), model_version=target.registry, population=population,
+        params={**target.params("target"), **reference.params("reference")},
+        run_name=audit_run_name(target.resolved_uri, reference.resolved_uri)))
 
 print(audit_verdict(result).line())  # no gate here: the headline attack's AUC interval decides
 for name, report in result.attacks.items():

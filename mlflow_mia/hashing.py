@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass, field
 from mlflow_mia.data import text_hash
 
-__all__ = ["HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
+__all__ = ["HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "require_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +151,36 @@ def lookup_hash(text: str, key) -> str:
         ``HMAC-SHA256(key, sha256(text))``, 64 hex characters.
     """
     return keyed_hash(text_hash(str(text)), _as_bytes(key).strip())
+
+
+def require_hash_key(key, where: str) -> HashKey:
+    """``key`` itself when it is a :class:`HashKey`; downstream of the options parser a key is never resolved again.
+
+    Parameters
+    ----------
+    key : HashKey
+    where : str
+        The function that needs it, for the message.
+
+    Raises
+    ------
+    TypeError
+        ``key`` is not a :class:`HashKey` (e.g. None, bytes or a path).
+
+    Examples
+    --------
+    >>> key = HashKey.from_bytes(b"k" * 32, source="example")
+    >>> require_hash_key(key, "f") is key
+    True
+    >>> require_hash_key(None, "f")
+    Traceback (most recent call last):
+    ...
+    TypeError: f needs hash_key=HashKey (got None): resolve one with mlflow_mia.hashing.resolve_hash_key(path) or HashKey.from_bytes(key)
+    """
+    if not isinstance(key, HashKey):
+        raise TypeError(f"{where} needs hash_key=HashKey (got {type(key).__name__ if key is not None else None}): "
+                        "resolve one with mlflow_mia.hashing.resolve_hash_key(path) or HashKey.from_bytes(key)")
+    return key
 
 
 def resolve_hash_key(path: str | os.PathLike | None = None, *, env=None) -> HashKey:

@@ -16,6 +16,14 @@ import pytest  # noqa: E402
 from registered_models import Store, fresh_weights, store, tracking  # noqa: E402,F401
 
 
+@pytest.fixture(scope="session")
+def hash_key():
+    """The audits' hash key in tests (downstream of the options parser a key is required, never resolved)."""
+    from mlflow_mia.hashing import HashKey
+
+    return HashKey.from_bytes(b"tests-hash-key-" * 3, source="tests")
+
+
 @pytest.fixture
 def tiny_ner():
     """A tiny random token classifier (``mlflow_mia.signals.ner_testing.tiny_token_classifier``)."""

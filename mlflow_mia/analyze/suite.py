@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from tqdm.auto import tqdm
 import pandas as pd
 
+from mlflow_mia.hashing import HashKey
 from mlflow_mia.analyze.subsets import PERMUTATION_ROUNDS, length_subsets, permutation_metrics
 from mlflow_mia.analyze.findings import FINDINGS, LOSS, LR
 from mlflow_mia.analyze.output import differences_table, findings_table
@@ -255,7 +256,7 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
     result = run_audit(target.lm, pool, population, reference=reference.lm, config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
     result.models = model_records(result.models, target=target, reference=reference)
-    log_audit(result, run_id, LogSettings(population=population, group_column=suite.demo.group_column,
+    log_audit(result, run_id, settings=LogSettings(population=population, group_column=suite.demo.group_column,
                                           hash_key=suite.hash_key,
                                           params={"target_model": target.resolved_uri,
                                                   "reference_model": reference.resolved_uri}))
@@ -312,7 +313,7 @@ def _runnable(experiments) -> tuple[list, dict]:
 
 
 def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, progress: bool = True,
-                 hash_key=None, device=None, run_name: str | None = None, size=None) -> AnalysisResult:
+                 hash_key: HashKey, device=None, run_name: str | None = None, size=None) -> AnalysisResult:
     """Reproduce the papers' findings on the BBC News demo, one logged run per audit.
 
     Parameters
@@ -329,8 +330,9 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
         Signal cache (or its directory); default :func:`mlflow_mia.signals.default_cache_dir`.
     progress : bool
         Progress bars over experiments, training steps and signals.
-    hash_key : HashKey, bytes or str, optional
-        Key of the logged sample hashes (:mod:`mlflow_mia.hashing`).
+    hash_key : HashKey
+        Key of the logged sample hashes (:mod:`mlflow_mia.hashing`); required (``mlflow-mia analyze``
+        resolves it from ``--hash-key-file``, else ``$MLFLOW_MIA_HASH_KEY``, else a random key).
     device : str, optional
     run_name : str, optional
         Name of the parent run (default ``analyze-<size>``). Under ``mlflow run`` the

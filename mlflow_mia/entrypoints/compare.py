@@ -148,7 +148,7 @@ def _rows(result, base: dict, gate, run_id: str) -> list[dict]:
     return rows
 
 
-def _log_parent(found, names, aliases, targets, references, alpha, population, hash_key=None) -> None:
+def _log_parent(found, names, aliases, targets, references, alpha, population, *, hash_key) -> None:
     """Params, ``tables/comparison.csv``, figures and ``report.md`` of the parent run."""
     result, table, rocs = found["result"], found["table"], found["rocs"]
     params = {k: v for k, v in audit_params(result, population=population, hash_key=hash_key).items()

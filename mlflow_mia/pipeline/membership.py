@@ -80,7 +80,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
         options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
         log_metrics=log_metrics, params=extra_params, population=population, gate=gate, audit_started=started,
         run_name=run_name, sources=sources)
-    artifacts = log_audit(result, run_id, logged)
+    artifacts = log_audit(result, run_id, settings=logged)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts

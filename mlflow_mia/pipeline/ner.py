@@ -53,7 +53,7 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
     if reference is not None:
         params["ner.reference_model"] = reference.resolved_uri
     logged = LogSettings.from_options(options, log_metrics=log_metrics, params=params)
-    artifacts = log_ner_audit(result, run_id, logged, title=title)
+    artifacts = log_ner_audit(result, run_id, settings=logged, title=title)
     return result, artifacts
 
 

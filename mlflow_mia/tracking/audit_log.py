@@ -54,7 +54,7 @@ from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 from mlflow_mia.audits.membership.report import in_brief, render_report
-from mlflow_mia.hashing import resolve_hash_key, HashKey
+from mlflow_mia.hashing import HashKey, require_hash_key
 from mlflow_mia.tracking.records import dataset_inputs, model_inputs
 from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
@@ -119,7 +119,7 @@ def model_params(models: dict) -> dict[str, str]:
     return out
 
 
-def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
+def audit_params(result, *, hash_key: HashKey, population=None) -> dict[str, str]:
     """Params of an audit: flattened config, every model used (:func:`model_params`), dataset sizes, keyed digests.
 
     Parameters
@@ -127,10 +127,15 @@ def audit_params(result, *, population=None, hash_key=None) -> dict[str, str]:
     result : AuditResult
     population : PopulationSet, optional
         Its digest is logged when given (the result itself keeps no population hashes).
-    hash_key : HashKey, optional
-        Key of the digests (:func:`dataset_digest`); default :func:`~mlflow_mia.hashing.resolve_hash_key`.
+    hash_key : HashKey
+        Key of the digests (:func:`dataset_digest`), required (the options parser resolves it).
+
+    Raises
+    ------
+    TypeError
+        ``hash_key`` is not a :class:`~mlflow_mia.hashing.HashKey`.
     """
-    hash_key = hash_key or resolve_hash_key()
+    hash_key = require_hash_key(hash_key, "audit_params")
     config = result.config.to_dict()
     if not any(a == "neighbourhood" for a in result.config.attacks):
         config.pop("neighbourhood", None)
@@ -222,7 +227,7 @@ def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool 
     return files
 
 
-def log_audit(result, run_id: str | None = None, settings: LogSettings | None = None, *, client=None) -> dict:
+def log_audit(result, run_id: str | None = None, *, settings: LogSettings, client=None) -> dict:
     """Log an audit to an MLflow run.
 
     Parameters
@@ -262,17 +267,13 @@ def log_audit(result, run_id: str | None = None, settings: LogSettings | None = 
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
-    settings = settings or LogSettings()
     log_texts, texts, log_samples, log_metrics = (settings.log_texts, settings.texts, settings.log_samples,
                                                   settings.log_metrics)
     prefix, params, population, gate = settings.prefix, settings.params, settings.population, settings.gate
     model_version, weights_id, hash_key = settings.model_version, settings.weights_id, settings.hash_key
     tag_headline, clear_gate_fail = settings.tag_headline, settings.clear_gate_fail
     run_name, sources, group_column = settings.run_name, settings.sources, settings.group_column
-    if hash_key is None:
-        hash_key = resolve_hash_key()
-    elif not isinstance(hash_key, HashKey):
-        hash_key = HashKey.from_bytes(hash_key, source="given")
+    hash_key = require_hash_key(hash_key, "log_audit")
     if hash_key.is_random:
         log.warning("no hash key set: the logged sample and group hashes use a random key that is not kept (safe: "
                     "nobody, you included, can link a hash to a text; but no later run can look a sample up or "

@@ -35,7 +35,7 @@ import pandas as pd
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
                                            write_text)
-from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.hashing import require_hash_key
 from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE
 from mlflow_mia.metrics.gate_record import RANDOM_KEY
 from mlflow_mia.naming import fmt_number, fmt_alpha
@@ -268,8 +268,7 @@ def _report(result, gate, canaries, verdict, record=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def log_canary_audit(result, canaries, run_id: str | None = None, settings: LogSettings | None = None, *,
-                     client=None) -> dict:
+def log_canary_audit(result, canaries, run_id: str | None = None, *, settings: LogSettings, client=None) -> dict:
     """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
 
     The run also gets the verdict (``mia.verdict`` and ``mia.verdict.reason``,
@@ -300,7 +299,6 @@ def log_canary_audit(result, canaries, run_id: str | None = None, settings: LogS
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
-    settings = settings or LogSettings()
     log_texts, log_samples, log_metrics, prefix = (settings.log_texts, settings.log_samples, settings.log_metrics,
                                                    settings.prefix)
     gate, params, planted_in, run_name = settings.gate, settings.params, settings.planted_in, settings.run_name
@@ -308,7 +306,7 @@ def log_canary_audit(result, canaries, run_id: str | None = None, settings: LogS
     if log_texts and not log_samples:
         raise ValueError("log_texts writes canary texts into the per-canary table, which only log_samples=True "
                          "writes; set both")
-    hash_key = hash_key or resolve_hash_key()
+    hash_key = require_hash_key(hash_key, "log_canary_audit")
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_canary_audit")
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items() if v is not None and not math.isnan(v)}

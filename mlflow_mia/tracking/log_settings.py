@@ -9,13 +9,13 @@ from typing import Any
 __all__ = ["LogSettings"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LogSettings:
     """What goes into the run and onto the registry version, and what it is logged with.
 
     The options part comes from an audit's parsed options (:meth:`from_options`); the rest
     is what the pipeline knows about this run (the pool texts, the gate verdict, the target's
-    registry versions, ...). Every field has the default of a plain ``log_audit(result)``.
+    registry versions, ...). Every field but ``hash_key`` has a default; fields are keyword-only.
 
     Attributes
     ----------
@@ -33,9 +33,10 @@ class LogSettings:
         Write the headline tags on ``model_version`` (a failing gate verdict is written regardless).
     clear_gate_fail : bool
         Let a passing gate at least as strong as the failed audit replace ``mia.gate=fail`` on the version.
-    hash_key : HashKey, bytes or str, optional
-        Key of the logged hashes (never logged). Default: ``$MLFLOW_MIA_HASH_KEY``, else a random key
-        that is not kept (a warning says so).
+    hash_key : HashKey
+        Key of the logged hashes (never logged); required: the options parser resolves it once per audit
+        (``hash_key_file``, else ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept, which
+        the log warns about; :func:`~mlflow_mia.hashing.resolve_hash_key`).
     group_column : str, optional
         Membership audit: the group column's name, for the report's user-level section.
     texts : sequence of str, optional
@@ -66,7 +67,7 @@ class LogSettings:
     prefix: str = ""
     tag_headline: bool = True
     clear_gate_fail: bool = False
-    hash_key: Any = None
+    hash_key: Any
     group_column: str | None = None
     texts: Any = None
     population: Any = None
@@ -93,8 +94,9 @@ class LogSettings:
         Examples
         --------
         >>> from types import SimpleNamespace
+        >>> from mlflow_mia.hashing import HashKey
         >>> opts = SimpleNamespace(log_texts=False, log_samples=True, metric_prefix="v1_", tag_model_version=False,
-        ...                        clear_gate_fail=False, hash_key=None)
+        ...                        clear_gate_fail=False, hash_key=HashKey.random())
         >>> s = LogSettings.from_options(opts, log_metrics=False)
         >>> (s.log_samples, s.prefix, s.tag_headline, s.log_metrics)
         (True, 'v1_', False, False)

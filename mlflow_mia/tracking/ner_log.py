@@ -76,8 +76,8 @@ def _ner_brief(result) -> str:
     return " ".join(parts)
 
 
-def log_ner_audit(result, run_id: str | None = None, settings: LogSettings | None = None, *,
-                  title: str | None = None, client=None) -> dict:
+def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, title: str | None = None,
+                  client=None) -> dict:
     """Log an NER audit to an MLflow run.
 
     Parameters
@@ -109,7 +109,6 @@ def log_ner_audit(result, run_id: str | None = None, settings: LogSettings | Non
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
-    settings = settings or LogSettings()
     log_texts, log_samples, log_metrics = settings.log_texts, settings.log_samples, settings.log_metrics
     params, prefix = settings.params, settings.prefix
     client = client or MlflowClient()

@@ -16,6 +16,7 @@ from mlflow_mia.analyze import insert_names, names_pool, run_analysis  # noqa: E
 from mlflow_mia.analyze.variants import names_frames  # noqa: E402
 from mlflow_mia.demo import bbc  # noqa: E402
 from mlflow_mia.demo.build import DEMO_SIZES, build_demo  # noqa: E402
+from mlflow_mia.hashing import resolve_hash_key  # noqa: E402
 from mlflow_mia.entrypoints.cli import main  # noqa: E402
 
 FINDINGS = ("name_insertion", "dp_sgd", "sample_length")
@@ -32,10 +33,12 @@ def store(tmp_path_factory):
         mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlflow.db")
         try:
             demo = build_demo(size="small", progress=False)
-            first = run_analysis(quick=True, findings=FINDINGS, demo=demo, cache=str(tmp / "cache"), progress=False)
+            first = run_analysis(quick=True, findings=FINDINGS, demo=demo, cache=str(tmp / "cache"), progress=False,
+                                 hash_key=resolve_hash_key())
             versions = len(MlflowClient().search_model_versions())
             runs = len(MlflowClient().search_runs([MlflowClient().get_run(first.run_id).info.experiment_id]))
-            second = run_analysis(quick=True, findings=FINDINGS, demo=demo, cache=str(tmp / "cache"), progress=False)
+            second = run_analysis(quick=True, findings=FINDINGS, demo=demo, cache=str(tmp / "cache"), progress=False,
+                                 hash_key=resolve_hash_key())
             yield {"tmp": tmp, "demo": demo, "first": first, "second": second, "versions": versions, "runs": runs}
         finally:
             mlflow.set_tracking_uri(previous)
@@ -190,7 +193,7 @@ def test_a_custom_size_trains_its_own_recipe_and_reuses_no_run_of_a_named_size(s
     client = MlflowClient()
     probe = replace(ANALYSIS_SIZES["quick"], dp_learning_rate=3e-3, dp_epsilons=())
     out = run_analysis(size=probe, findings=["dp_sgd"], demo=store["demo"], cache=str(store["tmp"] / "cache"),
-                       progress=False)
+                       progress=False, hash_key=resolve_hash_key())
     # Audits are keyed by the size: the demo target and the null's base model are reused, their audits rerun.
     assert out.ran == ["baseline-seed0", "dp-sgd-sigma0-seed0", "null"] and out.reused == []
     assert [u.split("/")[1] for u in out.trained] == ["bbc-small-analyze-dp-sigma0"]
@@ -208,7 +211,7 @@ def test_a_custom_size_trains_its_own_recipe_and_reuses_no_run_of_a_named_size(s
 
 def test_a_size_that_is_not_an_analysis_size_is_a_type_error():
     with pytest.raises(TypeError, match="size must be an AnalysisSize"):
-        run_analysis(size="full")
+        run_analysis(size="full", hash_key=resolve_hash_key())
 
 
 def test_permutation_metrics_give_each_auc_of_an_audit_its_article_label_p_value():

@@ -12,10 +12,14 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
+from mlflow_mia.hashing import HashKey, resolve_hash_key
 from mlflow_mia.options.audit import Gate
 from mlflow_mia.tracking.artifacts import check_metric_names, dataset_digest
 from mlflow_mia.tracking.audit_log import log_audit
 from mlflow_mia.tracking.log_settings import LogSettings
+
+#: The key the options parser would resolve (every logger requires one).
+KEY = HashKey.from_bytes(b"test-audit-log-key-" * 2, source="tests")
 
 NAME = re.compile(r"^[\w.\-/ ]+$")
 
@@ -50,7 +54,7 @@ def _artifacts(run_id):
 def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
     result, pool, population = audit
     with mlflow.start_run() as run:
-        artifacts = log_audit(result, settings=LogSettings(population=population, texts=pool.texts))
+        artifacts = log_audit(result, settings=LogSettings(hash_key=KEY, population=population, texts=pool.texts))
     run_id = run.info.run_id
     client = MlflowClient()
     data = client.get_run(run_id).data
@@ -105,7 +109,7 @@ def test_prefix_gate_and_no_metrics(tracking, audit):
     result, pool, population = audit
     gate = Gate.parse("0.1:0.99").check(_exact(result.metrics))
     with mlflow.start_run() as run:
-        artifacts = log_audit(result, settings=LogSettings(prefix="v1_", log_metrics=False, gate=gate))
+        artifacts = log_audit(result, settings=LogSettings(hash_key=KEY, prefix="v1_", log_metrics=False, gate=gate))
     data = MlflowClient().get_run(run.info.run_id).data
     assert data.metrics == {}
     assert data.tags["v1_mia.gate"] == "pass" and data.params["v1_audit.gate"] == "0.1:0.99"
@@ -117,8 +121,8 @@ def test_log_texts(tracking, audit):
     result, pool, population = audit
     with mlflow.start_run():
         with pytest.raises(ValueError, match="texts"):
-            log_audit(result, settings=LogSettings(log_texts=True))
-        artifacts = log_audit(result, settings=LogSettings(log_texts=True, texts=pool.texts))
+            log_audit(result, settings=LogSettings(hash_key=KEY, log_texts=True))
+        artifacts = log_audit(result, settings=LogSettings(hash_key=KEY, log_texts=True, texts=pool.texts))
     samples = artifacts["samples"].content
     assert samples["text"].tolist() == list(pool.texts)
 
@@ -131,11 +135,11 @@ def test_neighbour_examples_only_with_log_texts(tracking, audit):
                              "energy": [1.0], "score_neighbourhood": [0.5]})
     result = dataclasses.replace(result, neighbour_examples=examples)
     with mlflow.start_run() as quiet:
-        log_audit(result, settings=LogSettings(log_metrics=False))
+        log_audit(result, settings=LogSettings(hash_key=KEY, log_metrics=False))
     assert not any("neighbour" in f for f in _artifacts(quiet.info.run_id))
     with mlflow.start_run() as loud:
         artifacts = log_audit(result,
-                              settings=LogSettings(log_metrics=False, log_texts=True, texts=pool.texts))
+                              settings=LogSettings(hash_key=KEY, log_metrics=False, log_texts=True, texts=pool.texts))
     assert "tables/neighbour_examples.csv" in _artifacts(loud.info.run_id)
     assert artifacts["neighbour_examples"].content["text"].tolist() == ["secret"]
 
@@ -144,14 +148,14 @@ def test_model_version_tags(tracking, audit):
     result, _, _ = audit
     gate = Gate.parse("0.05:0.5").check(result.metrics)
     with mlflow.start_run() as run:
-        log_audit(result, settings=LogSettings(model_version=("tgt", "1"), gate=gate, log_metrics=False))
+        log_audit(result, settings=LogSettings(hash_key=KEY, model_version=("tgt", "1"), gate=gate, log_metrics=False))
     tags = MlflowClient().get_model_version("tgt", "1").tags
     assert tags["mia.audit_run_id"] == run.info.run_id
     assert tags["mia.gate"] == gate.status
     assert float(tags["mia.likelihood_ratio.auc"]) == pytest.approx(result.metrics["likelihood_ratio/auc"], abs=1e-4)
     assert {"mia.loss.tpr_at_fpr_0.05", "mia.likelihood_ratio.tpr_at_fpr_0.1", "mia.user.loss.auc"} <= set(tags)
     with mlflow.start_run() as later:  # a later audit without a gate replaces the numbers, never the verdict
-        log_audit(result, settings=LogSettings(model_version=("tgt", "1"), log_metrics=False))
+        log_audit(result, settings=LogSettings(hash_key=KEY, model_version=("tgt", "1"), log_metrics=False))
     tags = MlflowClient().get_model_version("tgt", "1").tags
     assert tags["mia.gate"] == gate.status and tags["mia.gate.run_id"] == run.info.run_id
     assert tags["mia.audit_run_id"] == later.info.run_id
@@ -159,7 +163,7 @@ def test_model_version_tags(tracking, audit):
 
 def test_needs_a_run(audit):
     with pytest.raises(ValueError, match="active run"):
-        log_audit(audit[0])
+        log_audit(audit[0], settings=LogSettings(hash_key=KEY))
 
 
 def test_metric_names_and_digest():
@@ -189,7 +193,8 @@ def test_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_path, mon
     key = "a key only the auditor holds, 32+"
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
     with mlflow.start_run() as run:
-        artifacts = log_audit(result, settings=LogSettings(population=population, log_metrics=False))
+        artifacts = log_audit(result, settings=LogSettings(hash_key=resolve_hash_key(),
+                                                           population=population, log_metrics=False))
     logged = _logged_text(run.info.run_id, tmp_path / "user_key")
     # An attacker who reads the run hashes candidate texts and group ids: nothing matches.
     for value in list(pool.texts) + list(population.texts) + list(pool.groups):
@@ -218,7 +223,8 @@ def test_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, 
     runs = []
     for _ in range(2):
         with mlflow.start_run() as run, caplog.at_level("WARNING"):
-            artifacts = log_audit(result, settings=LogSettings(population=population, log_metrics=False))
+            artifacts = log_audit(result, settings=LogSettings(hash_key=resolve_hash_key(),
+                                                               population=population, log_metrics=False))
         runs.append((run.info.run_id, artifacts))
     first, second = (a["samples"].content["text_hmac"].tolist() for _, a in runs)
     assert all(a != b for a, b in zip(first, second))  # a fresh random key per audit
@@ -275,7 +281,7 @@ def test_a_large_pool_table_is_logged_as_parquet(tracking, audit, monkeypatch):
     result, pool, _ = audit
     monkeypatch.setattr(logging_module, "LARGE_TABLE_ROWS", len(pool) - 1)
     with mlflow.start_run() as run:
-        artifacts = log_audit(result, settings=LogSettings(log_metrics=False))
+        artifacts = log_audit(result, settings=LogSettings(hash_key=KEY, log_metrics=False))
     files = _artifacts(run.info.run_id)
     assert "tables/samples.parquet" in files and "tables/samples.csv" not in files
     table = artifacts["samples"].content
@@ -292,16 +298,28 @@ def test_sample_ids_are_keyed_like_groups_unless_log_texts(tracking, audit, monk
     key = "a key only the auditor holds, 32+"
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", key)
     with mlflow.start_run():
-        artifacts = log_audit(result, settings=LogSettings(population=population, log_metrics=False))
+        artifacts = log_audit(result, settings=LogSettings(hash_key=resolve_hash_key(), population=population,
+                                                           log_metrics=False))
     samples = artifacts["samples"].content
     assert not set(pool.sample_ids) & set(samples["sample_id"])
     assert samples["sample_id"].tolist() == [lookup_hash(i, key) for i in pool.sample_ids]
     with mlflow.start_run():
         scored = log_audit(result,
-                           settings=LogSettings(population=population, log_metrics=False, log_samples=True))
+                           settings=LogSettings(hash_key=resolve_hash_key(),
+                                                population=population, log_metrics=False, log_samples=True))
     assert scored["samples"].content["sample_id"].tolist() == samples["sample_id"].tolist()
     assert not set(pool.sample_ids) & set(scored["riskiest"].content["sample_id"])
     with mlflow.start_run():
-        texts = log_audit(result, settings=LogSettings(population=population, log_metrics=False, log_texts=True,
+        texts = log_audit(result, settings=LogSettings(hash_key=resolve_hash_key(),
+                                                       population=population, log_metrics=False, log_texts=True,
                                                        texts=pool.texts))
     assert texts["samples"].content["sample_id"].tolist() == list(pool.sample_ids)
+
+
+def test_every_logger_requires_the_parsers_hash_key(audit):
+    result, _, _ = audit
+    with pytest.raises(TypeError, match="log_audit needs hash_key=HashKey \\(got bytes\\): resolve one with "
+                                        "mlflow_mia.hashing.resolve_hash_key"):
+        log_audit(result, run_id="unused", settings=LogSettings(hash_key=b"a raw key of 32 bytes or more...."))
+    with pytest.raises(TypeError, match="hash_key"):
+        LogSettings(log_samples=True)

@@ -41,7 +41,7 @@ from mlflow_mia.audits.ner.names import name_hash
 from mlflow_mia.audits.ner.signals import NerSignals, ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.metrics import prompts as pm
-from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.hashing import HashKey, require_hash_key
 from mlflow_mia.metrics.permutation import prompt_spread_null
 
 _METRIC_UNSAFE = re.compile(r"[^\w.\- ]")  # characters MLflow rejects in metric names
@@ -186,7 +186,7 @@ def _spread_null(y, conf, cfg) -> dict:
 
 
 def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
-              device=None, progress: bool = True, hash_key=None, reference=None) -> NerAuditResult:
+              device=None, progress: bool = True, hash_key: HashKey, reference=None) -> NerAuditResult:
     """Audit one token-classification model for memorized entity names.
 
     Parameters
@@ -202,10 +202,10 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     cache : ConfidenceCache, optional
     device : str, optional
     progress : bool
-    hash_key : HashKey, optional
-        Key of the name hashes (``name_hash``); resolved by the caller once per audit
-        (``hash_key_file``). Default: :func:`~mlflow_mia.hashing.resolve_hash_key`
-        (``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept).
+    hash_key : HashKey
+        Key of the name hashes (``name_hash``); required: the options parser resolves it once per audit
+        (``hash_key_file``, else ``$MLFLOW_MIA_HASH_KEY``, else a random key that is not kept;
+        :func:`~mlflow_mia.hashing.resolve_hash_key`).
     reference : TokenClassifier or (model, tokenizer), optional
         A reference tagger: trained on similar data without the audited names (e.g. the
         WNUT demo's other tagger, whose in-sample names are this model's out-of-sample
@@ -239,7 +239,7 @@ def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditC
     return score_ner(signals, config=config, hash_key=hash_key)
 
 
-def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash_key=None) -> NerAuditResult:
+def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash_key: HashKey) -> NerAuditResult:
     """Stage 2 of :func:`ner_audit`: entity confidences -> M-MEM and the other metrics; runs no model.
 
     Parameters
@@ -247,8 +247,13 @@ def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash
     signals : NerSignals
         From :func:`~mlflow_mia.audits.ner.signals.ner_signals` with the same ``config``.
     config : NerAuditConfig, optional
-    hash_key : HashKey, optional
-        Key of the name hashes (``name_hash``); default :func:`~mlflow_mia.hashing.resolve_hash_key`.
+    hash_key : HashKey
+        Key of the name hashes (``name_hash``), as :func:`ner_audit`.
+
+    Raises
+    ------
+    TypeError
+        ``hash_key`` is not a :class:`~mlflow_mia.hashing.HashKey`.
 
     Returns
     -------
@@ -256,7 +261,7 @@ def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash
         As :func:`ner_audit`.
     """
     cfg = config or NerAuditConfig()
-    key = hash_key if hash_key is not None else resolve_hash_key()
+    key = require_hash_key(hash_key, "score_ner")
     table, prompt_set, hand = signals.table, signals.prompt_set, signals.handwritten
     metrics, summaries, tables, name_rows, raw, rocs = {}, {}, [], [], [], {}
     for kind in signals.entity_types:

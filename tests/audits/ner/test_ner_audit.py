@@ -10,12 +10,12 @@ from ner_tables import HAND, PROMPTS, names_table
 
 
 @pytest.fixture(scope="module")
-def audited(tmp_path_factory):
+def audited(tmp_path_factory, hash_key):
     clf = TokenClassifier(*tiny_token_classifier())
     cache = ConfidenceCache(tmp_path_factory.mktemp("cache"))
     cfg = NerAuditConfig(bootstrap_rounds=20, fprs=(0.1,))
     return clf, names_table(), ner_audit(clf, names_table(), prompts=PROMPTS, handwritten=HAND, config=cfg,
-                                         cache=cache, progress=False)
+                                         cache=cache, progress=False, hash_key=hash_key)
 
 
 def test_prompt_table_matches_direct_confidences(audited):
@@ -62,22 +62,23 @@ def test_no_raw_names_in_result_tables(audited):
     assert not any(n in text for n in names.name)
 
 
-def test_model_missing_the_type_fails_before_scoring():
+def test_model_missing_the_type_fails_before_scoring(hash_key):
     clf = TokenClassifier(*tiny_token_classifier())
     calls = []
     clf.model.register_forward_hook(lambda *a: calls.append(1))
     with pytest.raises(ValueError, match="no tag B-person"):
         ner_audit(clf, names_table().assign(entity_type="person"),
                   prompts=PROMPTS.assign(entity_type="person"), handwritten=HAND.assign(entity_type="person"),
-                  progress=False)
+                  progress=False, hash_key=hash_key)
     assert calls == []
 
 
-def test_compare_models_control_mean_and_tau(audited, tmp_path):
+def test_compare_models_control_mean_and_tau(audited, tmp_path, hash_key):
     clf, names, a = audited
     other = TokenClassifier(*tiny_token_classifier(seed=1))
     b = ner_audit(other, names.assign(is_member=1 - names.is_member), prompts=PROMPTS, handwritten=HAND,
-                  config=NerAuditConfig(bootstrap_rounds=0, token_removal=False, fprs=(0.1,)), progress=False)
+                  config=NerAuditConfig(bootstrap_rounds=0, token_removal=False, fprs=(0.1,)), progress=False,
+                  hash_key=hash_key)
     metrics, taus = compare_models({"A": a, "B": b}, controls={"A": "B"})
     assert metrics["ner/PER/controlled/best_prompt_mmem"] == pytest.approx(
         (a.metrics["ner/PER/best_prompt_mmem"] + b.metrics["ner/PER/best_prompt_mmem"]) / 2)
@@ -87,14 +88,14 @@ def test_compare_models_control_mean_and_tau(audited, tmp_path):
     assert row.tau == pytest.approx(kendalltau(a.prompts_table.mmem_all, b.prompts_table.mmem_all).statistic)
 
 
-def test_unk_names_warning_reaches_the_result_and_the_report():
+def test_unk_names_warning_reaches_the_result_and_the_report(hash_key):
     from mlflow_mia.audits.ner.report import render_ner_report
 
     clf = TokenClassifier(*tiny_token_classifier())
     names = names_table(8)
     names.loc[0, "name"] = "zyxw qqq"
     result = ner_audit(clf, names, prompts=PROMPTS, handwritten=HAND, progress=False,
-                       config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False))
+                       config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False), hash_key=hash_key)
     assert len(result.warnings) == 1 and result.warnings[0].startswith("1 of 8 PER name(s) contain characters")
     assert f"- {result.warnings[0]}" in render_ner_report(result)
 
@@ -136,6 +137,9 @@ def test_scoring_runs_no_model_and_gives_the_audits_metrics(audited, tmp_path, m
     monkeypatch.setattr(ec, "entity_confidence", no_model)
     monkeypatch.setattr("mlflow_mia.audits.ner.signals.entity_confidence", no_model)
     scored = score_ner(signals, config=cfg, hash_key=result.hash_key)
+    with pytest.raises(TypeError, match=r"score_ner needs hash_key=HashKey \(got bytes\): resolve one with "
+                                        r"mlflow_mia.hashing.resolve_hash_key"):
+        score_ner(signals, config=cfg, hash_key=b"a raw key")
     assert scored.metrics.keys() == result.metrics.keys()
     for key, value in result.metrics.items():
         assert scored.metrics[key] == pytest.approx(value, nan_ok=True), key

@@ -38,12 +38,12 @@ def test_log_ratio_rejects_bad_input():
 
 
 @pytest.fixture(scope="module")
-def pair():
+def pair(hash_key):
     target = TokenClassifier(*tiny_token_classifier(seed=0))
     reference = TokenClassifier(*tiny_token_classifier(seed=1))
     names = names_table()
     result = ner_audit(target, names, prompts=PROMPTS, handwritten=HAND, config=CFG, progress=False,
-                       reference=reference)
+                       reference=reference, hash_key=hash_key)
     return target, reference, names, result
 
 
@@ -52,7 +52,7 @@ def _direct(clf, prompts, names):
                                        progress=False) for p in prompts])
 
 
-def test_ratio_metrics_equal_a_hand_computation(pair):
+def test_ratio_metrics_equal_a_hand_computation(pair, hash_key):
     target, reference, names, result = pair
     m = result.metrics
     prompts = list(PROMPTS.prompt)
@@ -79,45 +79,47 @@ def test_ratio_metrics_equal_a_hand_computation(pair):
     assert m["ner/PER/ratio_avg_mmem_ci_low"] <= m["ner/PER/ratio_avg_mmem"] <= m["ner/PER/ratio_avg_mmem_ci_high"]
     assert "ner/PER/ratio_avg_tpr_at_fpr_0.1" in m
     # next to the target's own M-MEM, unchanged by the reference
-    alone = ner_audit(target, names, prompts=PROMPTS, handwritten=HAND, config=CFG, progress=False)
+    alone = ner_audit(target, names, prompts=PROMPTS, handwritten=HAND, config=CFG, progress=False, hash_key=hash_key)
     assert not any("ratio" in k for k in alone.metrics) and alone.reference_id is None
     assert {k: v for k, v in m.items() if "ratio" not in k} == pytest.approx(alone.metrics, nan_ok=True)
     assert result.reference_id == reference.model_id
 
 
-def test_the_same_model_as_its_own_reference_detects_nothing():
+def test_the_same_model_as_its_own_reference_detects_nothing(hash_key):
     clf = TokenClassifier(*tiny_token_classifier(seed=0))
     result = ner_audit(clf, names_table(), prompts=PROMPTS, handwritten=HAND, config=CFG, progress=False,
-                       reference=clf)
+                       reference=clf, hash_key=hash_key)
     assert (result.names.ratio_avg == 0).all()
     assert result.metrics["ner/PER/ratio_avg_mmem"] == 0.5
     assert result.metrics["ner/PER/ratio_no_pt_mmem"] == 0.5
 
 
-def test_two_taggers_on_swapped_labels_give_one_ratio_auc(pair):
+def test_two_taggers_on_swapped_labels_give_one_ratio_auc(pair, hash_key):
     """The WNUT demo's setting: A against B on A's labels equals B against A on the swapped labels."""
     target, reference, names, a = pair
     swapped = a.names[["split"]].assign(name=names.name, entity_type="PER", is_member=1 - names.is_member)
     b = ner_audit(reference, swapped, prompts=PROMPTS, handwritten=HAND, config=CFG, progress=False,
-                  reference=target)
+                  reference=target, hash_key=hash_key)
     for key in ("ratio_avg_mmem", "ratio_avg_mmem_dev", "ratio_no_pt_mmem"):
         assert b.metrics[f"ner/PER/{key}"] == pytest.approx(a.metrics[f"ner/PER/{key}"])
 
 
-def test_reference_without_the_type_fails_before_scoring():
+def test_reference_without_the_type_fails_before_scoring(hash_key):
     clf = TokenClassifier(*tiny_token_classifier())
     other = TokenClassifier(*tiny_token_classifier(labels=("O", "B-LOC", "I-LOC")))
     calls = []
     clf.model.register_forward_hook(lambda *a: calls.append(1))
     with pytest.raises(ValueError, match="no tag B-PER"):
-        ner_audit(clf, names_table(), prompts=PROMPTS, handwritten=HAND, progress=False, reference=other)
+        ner_audit(clf, names_table(), prompts=PROMPTS, handwritten=HAND, progress=False, reference=other,
+                  hash_key=hash_key)
     assert calls == []
 
 
-def test_logged_run_has_the_ratio_plot_param_and_report_but_no_scores(pair, tmp_path):
+def test_logged_run_has_the_ratio_plot_param_and_report_but_no_scores(pair, tmp_path, hash_key):
     import mlflow
     from mlflow import MlflowClient
 
+    from mlflow_mia.tracking.log_settings import LogSettings
     from mlflow_mia.tracking.ner_log import log_ner_audit
 
     _, reference, _, result = pair
@@ -126,7 +128,7 @@ def test_logged_run_has_the_ratio_plot_param_and_report_but_no_scores(pair, tmp_
     try:
         client = MlflowClient()
         with mlflow.start_run(experiment_id=client.create_experiment("ratio")) as run:
-            log_ner_audit(result, run_id=run.info.run_id)
+            log_ner_audit(result, run_id=run.info.run_id, settings=LogSettings(hash_key=hash_key))
         files = {f.path for f in client.list_artifacts(run.info.run_id, "plots")}
         params = client.get_run(run.info.run_id).data.params
         folder = client.download_artifacts(run.info.run_id, "", str(tmp_path / "out"))
@@ -140,11 +142,11 @@ def test_logged_run_has_the_ratio_plot_param_and_report_but_no_scores(pair, tmp_
     assert "ratio, mean over prompts [95% CI]" in report and reference.model_id in report
 
 
-def test_unk_names_are_reported_for_the_reference_tagger_too():
+def test_unk_names_are_reported_for_the_reference_tagger_too(hash_key):
     clf = TokenClassifier(*tiny_token_classifier(seed=0))
     names = names_table(8)
     names.loc[0, "name"] = "zyxw qqq"
     result = ner_audit(clf, names, prompts=PROMPTS, handwritten=HAND, progress=False, reference=clf,
-                       config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False))
+                       config=NerAuditConfig(bootstrap_rounds=0, fprs=(0.1,), token_removal=False), hash_key=hash_key)
     assert len(result.warnings) == 2
     assert result.warnings[1] == f"reference tagger: {result.warnings[0]}"
