@@ -196,3 +196,37 @@ def test_a_recipe_with_dp_sgd_trains_the_shadow_with_opacus_and_returns_its_priv
     result, metrics = shadows._default_trainer(model, tokenizer, TEXTS[:8], recipe.train, recipe, None)
     assert result.steps == 2
     assert metrics["dp/noise_multiplier"] == 1.0 and metrics["dp/epsilon"] > 0
+
+
+def test_the_audit_command_with_the_shadows_record_runs_lira_online_in_the_gates_attack_set(built, tmp_path, capsys):
+    import pandas as pd
+
+    from mlflow_mia.entrypoints.cli import main
+
+    tmp, uris = built["tmp"], built["resumed"].uris
+    pd.DataFrame({"text": TEXTS[:8], "is_member": [1, 0] * 4}).to_csv(tmp_path / "pool.csv", index=False)
+    pd.DataFrame({"text": TEXTS[8:]}).to_csv(tmp_path / "population.csv", index=False)
+    key = tmp_path / "key"
+    key.write_bytes(KEY.key)
+    key.chmod(0o600)
+    common = ["audit", "--target", str(tmp / "base"), "--data", str(tmp_path / "pool.csv"), "--population",
+              str(tmp_path / "population.csv"), "--reference", ",".join(uris), "--shadow-record",
+              str(tmp / "record.json"), "--num-masks", "2", "--fprs", "0.1", "--bootstrap-rounds", "10", "-q",
+              "--no-progress"]
+    code = main(common + ["--hash-key-file", str(key), "--max-tpr-at-fpr", "0.1:0.99", "--run-name", "online"])
+    assert code in (0, 3), capsys.readouterr().err  # passed or inconclusive on 8 texts; never an error
+    run = mlflow.search_runs(filter_string="attributes.run_name = 'online'", search_all_experiments=True,
+                             output_format="list")[0]
+    attacks = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/audit_config.json"))["attacks"]
+    assert attacks == ["loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline", "rmia",
+                       "lira_online"]
+    assert any(k.startswith("lira_online") for k in run.data.metrics)
+    # the record read under another key, or with the shadows in another order: a usage error naming the fix
+    other = tmp_path / "other"
+    other.write_bytes(b"o" * 32)
+    other.chmod(0o600)
+    assert main(common + ["--hash-key-file", str(other)]) == 2
+    assert "give the key the shadows were trained with" in capsys.readouterr().err
+    swapped = [uris[1], uris[0], *uris[2:]]
+    assert main(common + ["--hash-key-file", str(key), "--reference", ",".join(swapped)]) == 2
+    assert "give the record's shadows as the references, in its order" in capsys.readouterr().err
