@@ -230,3 +230,26 @@ def test_the_audit_command_with_the_shadows_record_runs_lira_online_in_the_gates
     swapped = [uris[1], uris[0], *uris[2:]]
     assert main(common + ["--hash-key-file", str(key), "--reference", ",".join(swapped)]) == 2
     assert "give the record's shadows as the references, in its order" in capsys.readouterr().err
+
+
+def test_the_train_shadows_command_resumes_the_registered_shadows_and_writes_their_record(built, tmp_path, capsys):
+    import pandas as pd
+
+    from mlflow_mia.entrypoints.cli import main
+
+    built["recipe"].to_json(tmp_path / "recipe.json")
+    pd.DataFrame({"text": TEXTS, "article": GROUPS}).to_csv(tmp_path / "pool.csv", index=False)
+    key = tmp_path / "key"
+    key.write_bytes(KEY.key)
+    key.chmod(0o600)
+    argv = ["train-shadows", "--recipe", str(tmp_path / "recipe.json"), "--candidates", str(tmp_path / "pool.csv"),
+            "--candidates-group-column", "article", "--count", "4", "--name", "tiny-shadow", "--halves-seed", "1",
+            "--record",
+            str(tmp_path / "shadows.json"), "--hash-key-file", str(key), "-q"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "4 shadows (0 trained now)" in out  # every shadow was registered with its key: nothing retrained
+    assert f"--reference {','.join(built['resumed'].uris)} --shadow-record {tmp_path / 'shadows.json'}" in out
+    assert json.loads((tmp_path / "shadows.json").read_text()) == json.loads((built["tmp"] / "record.json").read_text())
+    assert main(argv[:5] + ["--count", "4"]) == 2
+    assert "train-shadows needs --name, --record" in capsys.readouterr().err

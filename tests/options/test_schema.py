@@ -71,7 +71,8 @@ def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
         assert all(not options_for(method)[k].field.option.cli for k in evaluator_only)
     assert set(CONFIG_KEYS) == set(options_for("mia"))
     assert set(options_for("audit")) - set(options_for("mia")) == {"target", "data", "demo_size", "demo_kind",
-                                                                   "experiment", "run_name", "tracking_uri", "quiet"}
+                                                                   "demo_shadows", "experiment", "run_name",
+                                                                   "tracking_uri", "quiet"}
 
 
 @pytest.mark.parametrize("module, method", [("mlflow_mia.entrypoints.evaluator", "mia"),
