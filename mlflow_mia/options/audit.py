@@ -222,8 +222,8 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
         check_gate_confidence(values.get("confidence", MetricConfig.confidence), option="confidence")
         # every gate alpha is reported
         values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
-    elif online and "attacks" not in values:  # a shadow record is given to run online LiRA
-        values["attacks"] = AuditConfig.attacks + ("lira_online",)
+    elif online:  # a shadow record is given to run online LiRA: it joins the attacks named (or the default ones)
+        values["attacks"] = tuple(dict.fromkeys(values.get("attacks", AuditConfig.attacks) + ("lira_online",)))
     audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),
                          metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values))
     text_column = values.get("text_column", MiaOptions.text_column)

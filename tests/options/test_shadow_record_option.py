@@ -28,11 +28,13 @@ def test_a_gated_audit_with_a_shadow_record_and_four_shadows_runs_lira_online_la
     assert "lira_online" not in gated.attacks  # no record: no shadow membership, no online LiRA
 
 
-def test_a_shadow_record_adds_lira_online_to_the_default_attacks_but_not_to_named_ones_or_to_few_shadows(record):
+def test_a_shadow_record_adds_lira_online_to_the_default_or_named_attacks_but_not_with_few_shadows(record):
     assert parse_options({"reference_model": REFS4, "shadow_record": record})[0].attacks == (
         "loss", "likelihood_ratio", "lira_online")
+    assert parse_options({"reference_model": REFS4, "shadow_record": record,  # as MLproject passes its default
+                          "attacks": "loss,lira_offline"})[0].attacks == ("loss", "lira_offline", "lira_online")
     assert parse_options({"reference_model": REFS4, "shadow_record": record,
-                          "attacks": "loss,lira_offline"})[0].attacks == ("loss", "lira_offline")
+                          "attacks": "lira_online,loss"})[0].attacks == ("lira_online", "loss")
     two = parse_options({"reference_model": "models:/a/1,models:/b/1", "shadow_record": record,
                          "max_tpr_at_fpr": "0.01:0.05"})[0]
     assert "lira_online" not in two.attacks  # 2 shadows: a text has one IN and one OUT, no spread
