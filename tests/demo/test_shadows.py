@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -253,3 +254,28 @@ def test_the_train_shadows_command_resumes_the_registered_shadows_and_writes_the
     assert json.loads((tmp_path / "shadows.json").read_text()) == json.loads((built["tmp"] / "record.json").read_text())
     assert main(argv[:5] + ["--count", "4"]) == 2
     assert "train-shadows needs --name, --record" in capsys.readouterr().err
+
+
+def test_demo_shadows_need_an_even_count_of_four_or_more_and_the_demo_target(tmp_path):
+    from types import SimpleNamespace
+
+    from mlflow_mia.demo.online_shadows import build_demo_shadows, demo_key_file
+    from mlflow_mia.entrypoints.common import demo_shadows_for_audit
+
+    for count in (2, 5, True):
+        with pytest.raises(ValueError, match="need an even count >= 4 .* e.g. --demo-shadows 4"):
+            build_demo_shadows(count, size="small")
+    demo = SimpleNamespace(target_uri="models:/bbc-small-target@candidate", size="small")
+    args = SimpleNamespace(demo_shadows=4, reference=None, shadow_record=None, no_progress=True)
+    with pytest.raises(ValueError, match="--demo-shadows trains shadows of the demo target; for your own model"):
+        demo_shadows_for_audit(args, {}, None, "models:/mine/1")
+    with pytest.raises(ValueError, match="leave out --reference and --shadow-record"):
+        demo_shadows_for_audit(SimpleNamespace(**{**vars(args), "reference": "models:/r/1"}), {}, demo,
+                               demo.target_uri)
+    path = demo_key_file(tmp_path)
+    with open(path, "rb") as fh:
+        first = fh.read()
+    assert (os.stat(path).st_mode & 0o777) == 0o600 and len(first) == 32
+    assert demo_key_file(tmp_path) == path
+    with open(path, "rb") as fh:
+        assert fh.read() == first  # kept: the record stays readable by later audits
