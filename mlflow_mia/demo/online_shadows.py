@@ -5,9 +5,11 @@
 (Carlini et al. 2022, Sec. IV): :func:`~mlflow_mia.demo.shadows.train_shadows` with the
 target's recipe (:func:`~mlflow_mia.demo.shadows.demo_recipe`: its base, epochs, batch
 size and learning rate) on balanced random halves, by article, of the demo's candidate
-set: the audited pool, the population set and the in-domain reference articles
-(``DemoSplit.reference_train``). Every audited text is a candidate, so each has shadows
-that trained on it (IN) and shadows that did not (OUT). The shadows are registered as
+set: the audited pool, the population set, and whole in-domain reference articles
+(``DemoSplit.reference_train``, in a seeded random order) until the set holds twice the
+target's training sentences, so that a shadow trains on as many sentences as the target
+did, for as many epochs (LiRA's assumption). Every audited text is a candidate, so each has
+shadows that trained on it (IN) and shadows that did not (OUT). The shadows are registered as
 ``<prefix>online-shadow-0 .. <k-1>@champion`` with a keyed record of the texts each
 trained on, written to ``<demo folder>/online-shadows-<k>.json``; a second call trains
 only the shadows not yet registered.
@@ -70,6 +72,22 @@ def demo_key_file(folder) -> str:
     return str(path)
 
 
+def _make_up(reference, missing: int, *, seed: int):
+    """Whole reference articles, in a seeded random order, until they hold ``missing`` sentences (or all of them)."""
+    import numpy as np
+
+    articles = np.array(sorted(reference["article_id"].astype(str).unique()))
+    order = articles[np.random.default_rng([int(seed), 35]).permutation(len(articles))]
+    sizes = reference["article_id"].astype(str).value_counts()
+    taken, total = [], 0
+    for article in order:
+        if total >= missing:
+            break
+        taken.append(article)
+        total += int(sizes[article])
+    return reference.loc[reference["article_id"].astype(str).isin(set(taken)), ["text", "article_id"]]
+
+
 def build_demo_shadows(count: int, *, size: str = "default", key: HashKey | None = None, data_dir=None,
                        progress: bool = True, num_threads: int | None = None, force: bool = False) -> DemoShadows:
     """Train (or find) ``count`` online shadows of the demo target and write their record.
@@ -116,8 +134,9 @@ def build_demo_shadows(count: int, *, size: str = "default", key: HashKey | None
             key_file = demo_key_file(folder)
             key = resolve_hash_key(key_file)
     split = bbc.make_split(DEMO_SIZES[size].split)
-    frames = [split.pool, split.population, split.reference_train]
-    candidates = pd.concat([f[["text", "article_id"]] for f in frames], ignore_index=True)
+    candidates = pd.concat([f[["text", "article_id"]] for f in (split.pool, split.population)], ignore_index=True)
+    candidates = pd.concat([candidates, _make_up(split.reference_train, 2 * len(split.target_train) - len(candidates),
+                                                 seed=split.config.seed)], ignore_index=True)
     candidates = candidates.drop_duplicates("text", keep="first")
     record_path = str(folder / f"online-shadows-{count}.json")
     built = train_shadows(candidates["text"].tolist(), recipe=recipe, count=count,
