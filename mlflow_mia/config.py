@@ -234,7 +234,9 @@ class MetricConfig:
     length_bins : tuple of (int, int)
         Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
     min_k_fraction, min_k_plus_plus_fraction, rmia_offline_a, rmia_gamma : float (rmia_offline_a: or None)
-        The values of the attacks' options of these keys. Each is declared (help, range,
+        The values of the attacks' options of these keys (also ``lira_online_per_text_variance_min``,
+        int, and ``lira_online_per_mask_queries``, bool, of :mod:`~mlflow_mia.attacks.lira_online`).
+        Each is declared (help, range,
         default) on its attack's ``Settings`` (:mod:`mlflow_mia.attacks.min_k`,
         :mod:`~mlflow_mia.attacks.min_k_plus_plus`, :mod:`~mlflow_mia.attacks.rmia`; the option
         schema gathers them from ``ATTACKS``); the parser checks a given value against it, and
@@ -264,6 +266,8 @@ class MetricConfig:
                           ge=0, lt=1, metavar="D")
     rmia_offline_a: float | None = same_option("rmia_offline_a", None)
     rmia_gamma: float = same_option("rmia_gamma", 1.0)
+    lira_online_per_text_variance_min: int = same_option("lira_online_per_text_variance_min", 64)
+    lira_online_per_mask_queries: bool = same_option("lira_online_per_mask_queries", False)
 
     def __post_init__(self):
         if isinstance(self.fprs, (list, tuple)) and all(isinstance(a, (int, float)) and not isinstance(a, bool)

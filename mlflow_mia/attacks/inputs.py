@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from mlflow_mia.attacks.shadow_record import stage_membership
 from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR
 from mlflow_mia.signals.types import SignalResult
 from mlflow_mia.signals.dispatch import compute_signals
@@ -432,14 +433,10 @@ declare_input(AttackInput(
                 "row-aligned with the target's; the first is the 'reference' input."))
 
 
-def _shadow_membership(stage: StageOne):
-    raise ValueError("lira_online needs " + INPUTS["shadow_membership"].how_to_provide)
-
-
 declare_input(AttackInput(
-    "shadow_membership", rows="membership", roles=("reference",), compute=_shadow_membership,
-    how_to_provide="the shadow models' training records: give the shadows as the references and pass "
-                   "shadow_membership=mlflow_mia.demo.shadows.shadow_membership(record, texts, key) with the "
-                   "signals (AuditSignals or stage_one(..., given=...))",
+    "shadow_membership", rows="membership", roles=("reference",), compute=stage_membership,
+    how_to_provide="the shadows' training record: give the shadows as the references and their record (option "
+                   "shadow_record, written by mlflow-mia train-shadows), or shadow_membership=mlflow_mia.attacks."
+                   "shadow_record.shadow_membership(record, texts, key) with the signals (stage_one(given=...))",
     description="Which reference (shadow) model trained on each row: bool (n_rows, k), column j = reference j, "
                 "from the shadows' keyed training records (Carlini et al. 2022, Sec. IV, online LiRA)."))

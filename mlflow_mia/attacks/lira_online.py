@@ -41,6 +41,7 @@ from scipy.stats import norm
 
 from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
+from mlflow_mia.option import option
 
 __all__ = ["LiraOnlineAttack", "LiraOnlineSettings", "lira_online_scores", "pooled_spread", "split_in_out"]
 
@@ -58,12 +59,15 @@ class LiraOnlineSettings:
         Shadow models needed for per-text spreads ``sigma_in(x)``, ``sigma_out(x)``
         (ddof=1 over the text's IN and OUT shadows); below it one global spread each
         (:func:`pooled_spread`). Default 64, after Carlini et al. (2022), Sec. IV-C.
+        The option ``lira_online_per_text_variance_min`` (an audit carries it in
+        ``MetricConfig.lira_online_per_text_variance_min``).
 
     per_mask_queries : bool
         Keep each mask's energy as a separate query (:mod:`mlflow_mia.attacks.queries`):
         IN and OUT Gaussians per (text, mask), the log likelihood ratios averaged per
         text, as the paper averages over augmentations. Default off until measured
-        (issue 35, item 4). Energy only.
+        (issue 35, item 4). Energy only. The option ``lira_online_per_mask_queries``
+        (``MetricConfig.lira_online_per_mask_queries``).
     mask_rate, energy_reduction : float, str
         The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (read from the
         config in an audit), to split the token log-probs into masks.
@@ -74,8 +78,14 @@ class LiraOnlineSettings:
         ``per_text_variance_min`` not an int >= 4 (two IN and two OUT values per text).
     """
 
-    per_text_variance_min: int = 64
-    per_mask_queries: bool = False
+    per_text_variance_min: int = option(64, "shadow models from which the lira_online attack fits a spread per text "
+                                        "(its IN and OUT shadows, ddof=1); below it one pooled spread each for IN "
+                                        "and OUT (Carlini et al. 2022, Sec. IV-C)",
+                                        key="lira_online_per_text_variance_min", ge=4, metavar="N")
+    per_mask_queries: bool = option(False, "lira_online keeps each mask's energy as a separate query (IN and OUT "
+                                    "Gaussians per text and mask, the log likelihood ratios averaged per text, as "
+                                    "the paper averages augmentations); energy signal only",
+                                    key="lira_online_per_mask_queries")
     mask_rate: float = 0.15
     energy_reduction: str = "sum"
 
@@ -243,7 +253,9 @@ class LiraOnlineAttack(Attack):
     citation = "Carlini et al. 2022, Sec. IV, Algorithm 1 (online)"
     requires = ("target", "references", "shadow_membership")
     Settings = LiraOnlineSettings
-    settings_from_config = {"mask_rate": "signal.mask_rate", "energy_reduction": "signal.energy_reduction"}
+    settings_from_config = {"mask_rate": "signal.mask_rate", "energy_reduction": "signal.energy_reduction",
+                            "per_text_variance_min": "metrics.lira_online_per_text_variance_min",
+                            "per_mask_queries": "metrics.lira_online_per_mask_queries"}
 
     def _spreads(self, inputs):
         if inputs.references.k >= self.settings.per_text_variance_min:

@@ -5,7 +5,8 @@ no model: :class:`ShadowRecipe` (the recipe file), :func:`balanced_halves` (LiRA
 design: with k even every candidate is IN for exactly k / 2 shadows),
 :class:`ShadowRecord` (which candidate texts each shadow trained on, as keyed hashes
 ``HMAC-SHA256(key, sha256(text))``, never the texts) and :func:`shadow_membership` (the
-``shadow_membership`` input of ``lira_online`` for an audit's texts).
+``shadow_membership`` input of ``lira_online`` for an audit's texts); these two live in
+:mod:`mlflow_mia.attacks.shadow_record` (an audit reads the record) and are re-exported here.
 
 References
 ----------
@@ -17,15 +18,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 
+from mlflow_mia.attacks.shadow_record import ShadowRecord, shadow_membership  # noqa: F401  (re-exported)
 from mlflow_mia.config import record_digest
-from mlflow_mia.data import text_hash
 from mlflow_mia.demo.dp import DPConfig
 from mlflow_mia.demo.train import TrainConfig
-from mlflow_mia.hashing import HashKey, keyed_hash
 
 __all__ = ["ShadowRecipe", "ShadowRecord", "HALVES_SEED_OFFSET", "balanced_halves", "shadow_membership"]
 
@@ -158,98 +157,3 @@ def balanced_halves(n_units: int, k: int, *, seed: int = 0) -> np.ndarray:
     if k % 2:
         member |= (ranks == k // 2) & (rng.uniform(size=n_units) < 0.5)[None, :]
     return member
-
-
-@dataclass(frozen=True)
-class ShadowRecord:
-    """Which candidate texts each shadow model trained on, under a keyed hash (never the texts).
-
-    Attributes
-    ----------
-    text_hmacs : tuple of str, length n
-        ``HMAC-SHA256(key, sha256(text))`` of each candidate text, in candidate order.
-    membership : ndarray of shape (k, n), bool
-        True where shadow j trained on candidate i.
-    key_check : str
-        :attr:`mlflow_mia.hashing.HashKey.check` of the key (identifies it, reveals nothing).
-    candidate_digest : str
-        Digest of the candidates' sha256 list and groups: what a resumed build checks.
-    recipe : dict
-        :meth:`ShadowRecipe.to_dict`.
-    seed : int
-        Seed of the halves.
-    uris : tuple of str
-        Version-pinned URI of each shadow model (``models:/<name>-<j>/<version>``), in order.
-    """
-
-    text_hmacs: tuple
-    membership: np.ndarray
-    key_check: str
-    candidate_digest: str
-    recipe: dict
-    seed: int
-    uris: tuple = ()
-
-    @property
-    def k(self) -> int:
-        return int(self.membership.shape[0])
-
-    def to_dict(self) -> dict:
-        return {"text_hmacs": list(self.text_hmacs), "membership": ["".join("1" if v else "0" for v in row)
-                                                                    for row in self.membership],
-                "key_check": self.key_check, "candidate_digest": self.candidate_digest, "recipe": self.recipe,
-                "seed": self.seed, "uris": list(self.uris)}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "ShadowRecord":
-        member = np.array([[c == "1" for c in row] for row in data["membership"]], dtype=bool)
-        return cls(tuple(data["text_hmacs"]), member, data["key_check"], data["candidate_digest"], data["recipe"],
-                   int(data["seed"]), tuple(data.get("uris", ())))
-
-    def to_json(self, path) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=1)
-
-    @classmethod
-    def from_json(cls, path) -> "ShadowRecord":
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
-
-
-def shadow_membership(record: ShadowRecord, texts: Sequence[str], key) -> np.ndarray:
-    """The ``shadow_membership`` input of ``lira_online`` for ``texts``: which shadow trained on each.
-
-    Parameters
-    ----------
-    record : ShadowRecord or path-like
-        The shadows' training record (:func:`train_shadows`).
-    texts : sequence of str
-        The audit's texts in its row order (pool rows, then population rows).
-    key : HashKey, bytes or str
-        The key the record was written under.
-
-    Returns
-    -------
-    ndarray of shape (len(texts), k), bool
-        Row i, column j: shadow j trained on text i. A text that is not a candidate is
-        OUT for every shadow (all False): true, and ``lira_online`` will ask for it to
-        be a candidate.
-
-    Raises
-    ------
-    ValueError
-        ``key`` is not the record's key (the message gives both checks).
-    """
-    if not isinstance(record, ShadowRecord):
-        record = ShadowRecord.from_json(record)
-    key = key if isinstance(key, HashKey) else HashKey.from_bytes(key, source="argument")
-    if key.check != record.key_check:
-        raise ValueError(f"the shadow record was written under the key with check {record.key_check}, not this one "
-                         f"({key.check}): pass the key the shadows were trained with")
-    row = {h: i for i, h in enumerate(record.text_hmacs)}
-    out = np.zeros((len(texts), record.k), dtype=bool)
-    for i, text in enumerate(texts):
-        j = row.get(keyed_hash(text_hash(str(text)), key))
-        if j is not None:
-            out[i] = record.membership[:, j]
-    return out

@@ -51,6 +51,11 @@ class AuditModels:
         Every reference model of the audit's reference set, ``reference`` first
         (roles :func:`~mlflow_mia.attacks.inputs.reference_roles`); ``(reference,)``
         with one, empty with none.
+    shadow_membership : callable or None
+        ``texts -> bool ndarray of shape (len(texts), k)``: which reference (shadow) model
+        trained on each text, read from the shadows' training record
+        (:func:`~mlflow_mia.attacks.shadow_record.shadow_membership`); stage 1 computes the
+        ``shadow_membership`` input of ``lira_online`` with it. None: no record.
 
     Raises
     ------
@@ -62,6 +67,7 @@ class AuditModels:
     reference: MaskedLM | None = None
     generator: object = None
     references: tuple = ()
+    shadow_membership: object = None
 
     def __post_init__(self):
         refs = tuple(self.references)
@@ -75,7 +81,7 @@ class AuditModels:
 
     @classmethod
     def build(cls, target, *, reference=None, generator=None, config: AuditConfig | None = None,
-              load=None, references=None) -> "AuditModels":
+              load=None, references=None, shadow_membership=None) -> "AuditModels":
         """Load each role the audit has and pick the neighbour generator.
 
         Parameters
@@ -94,6 +100,8 @@ class AuditModels:
         references : sequence, optional
             Several reference models (each what ``load`` accepts), loaded with the roles
             ``reference``, ``reference_2``, ...; instead of ``reference``.
+        shadow_membership : callable, optional
+            Kept as the attribute (which shadow trained on each text).
 
         Raises
         ------
@@ -115,7 +123,8 @@ class AuditModels:
             generator = None
         # models of different kinds (causal vs masked) fail here, before the tokenizer checks
         check_model_kinds(target, loaded, attacks=config.attacks, generator=generator)
-        return cls(target=target, reference=reference, generator=generator, references=loaded)
+        return cls(target=target, reference=reference, generator=generator, references=loaded,
+                   shadow_membership=shadow_membership)
 
     def config_for(self, config: AuditConfig) -> AuditConfig:
         """``config`` with the signal the target gets (:func:`~mlflow_mia.signals.dispatch.signal_config_for`).

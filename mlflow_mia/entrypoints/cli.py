@@ -141,6 +141,7 @@ def commands() -> list[Command]:
                 "bbc-target@candidate, bbc-reference@champion (oracle) and "
                 "bbc-base@champion. Skips training when they are already registered.",
                 _cmd_build_demo, add_flags=_demo_flags),
+        _train_shadows_command(),
         Command("analyze", "reproduce the papers' findings on the BBC News demo (why it leaks, what lowers it)",
                 "Train the demo target's variants (shorter training, a deeper model, names inserted, DP-SGD at "
                 "epsilon 8 and 1), audit each against the references, and log one nested run per audit and a "
@@ -148,6 +149,17 @@ def commands() -> list[Command]:
                 "finished runs and registered variants are found and skipped. Findings: "
                 + ", ".join(f.name for f in FINDINGS) + ".", cmd_analyze),
     ]
+
+
+def _train_shadows_command() -> Command:
+    from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_train_shadows
+
+    return Command("train-shadows", "train shadow models of your target with its recipe (online LiRA)",
+                   "Train and register K shadow models with the target's recipe (a JSON file) on balanced random "
+                   "halves of the candidate texts, with a keyed record of the texts each trained on (never the "
+                   "texts); resumes after an interruption. Audit with the shadows as --reference and the record as "
+                   "--shadow-record: lira_online (online LiRA) then runs.", cmd_train_shadows,
+                   add_flags=add_train_shadows_flags)
 
 
 def add_command(sub, command: Command) -> argparse.ArgumentParser:
@@ -203,7 +215,12 @@ def _cmd_audit(args) -> int:
         target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
-    config, options, pool, population = config_and_inputs(_flat_config(args, demo=demo), data, demo)
+    flat = _flat_config(args, demo=demo)
+    if getattr(args, "demo_shadows", 0):  # the demo's online shadows and their record as the references
+        from mlflow_mia.entrypoints.common import demo_shadows_for_audit
+
+        flat = demo_shadows_for_audit(args, flat, demo, target_uri)
+    config, options, pool, population = config_and_inputs(flat, data, demo)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
     sets = [[resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code) for uri in refs]
             for refs in options.reference_sets("audit")]

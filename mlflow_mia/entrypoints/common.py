@@ -16,7 +16,8 @@ from mlflow_mia.options.audit import parse_options, with_fprs
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 from mlflow_mia.tracking.verdict import fmt_interval, audit_verdict, run_url
 
-__all__ = ["build_demo_for_audit", "config_and_inputs", "print_result", "print_links", "quiet_output",
+__all__ = ["build_demo_for_audit", "config_and_inputs", "demo_shadows_for_audit", "print_result", "print_links",
+           "quiet_output",
            "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_GATE_FAILED", "EXIT_MEANINGS"]
 
 # 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
@@ -147,6 +148,43 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
         finally:
             if project_run is None:  # build_demo switches to its own experiment; go back to the audit's
                 use_experiment(blank(getattr(args, "experiment", None)) if args is not None else None)
+
+
+def demo_shadows_for_audit(args, flat: dict, demo, target_uri) -> dict:
+    """``flat`` with the demo's online shadows as the references and their record (``--demo-shadows K``).
+
+    Builds them first (:func:`mlflow_mia.demo.online_shadows.build_demo_shadows`, outside the
+    project run; registered once, resumed); the record's key is the audit's
+    (``--hash-key-file``, ``$MLFLOW_MIA_HASH_KEY``), else the demo's own key file, which the
+    audit then uses too.
+
+    Raises
+    ------
+    ValueError
+        No demo (``--data`` given), another target, or ``--reference`` / ``--shadow-record`` given too.
+    """
+    from mlflow_mia.demo.online_shadows import build_demo_shadows
+    from mlflow_mia.hashing import resolve_hash_key
+    from mlflow_mia.tracking.runs import outside_project_run
+
+    if demo is None or target_uri != demo.target_uri:
+        raise ValueError("--demo-shadows trains shadows of the demo target; for your own model run mlflow-mia "
+                         "train-shadows and give --reference and --shadow-record")
+    if blank(getattr(args, "reference", None)) or blank(getattr(args, "shadow_record", None)):
+        raise ValueError("--demo-shadows gives the demo's shadows as the references and their record: leave out "
+                         "--reference and --shadow-record (or --demo-shadows)")
+    size = demo.size
+    key = flat.get("hash_key_file")
+    with outside_project_run():
+        shadows = build_demo_shadows(args.demo_shadows, size=size, progress=not args.no_progress,
+                                     key=key if key is None or not isinstance(key, str) else resolve_hash_key(key))
+    print(f"demo ({size}): {len(shadows.uris)} online shadows on halves of {shadows.n_groups} articles "
+          f"({shadows.n_candidates} candidate texts), {len(shadows.trained)} trained now in {shadows.seconds:.0f} s; "
+          f"record {shadows.record_path}")
+    out = {**flat, "reference_model": ",".join(shadows.uris), "shadow_record": shadows.record_path}
+    if shadows.key_file is not None:
+        out["hash_key_file"] = shadows.key_file
+    return out
 
 
 def config_and_inputs(flat: dict, data, demo):

@@ -35,6 +35,17 @@ REFERENCE_MODES = ("set", "each")
 _MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> or a local folder"
 
 
+def _record_path(value) -> str:
+    """A shadow record path that exists (the record is read when the audit runs)."""
+    import os
+
+    path = os.fspath(value).strip() if isinstance(value, (str, os.PathLike)) else value
+    if not isinstance(path, str) or not os.path.isfile(path):
+        raise ValueError(f"shadow_record {value!r} is not a file: give the JSON record written by mlflow-mia "
+                         "train-shadows (--record PATH)")
+    return path
+
+
 @dataclass(frozen=True)
 class MiaOptions(CommonOptions):
     """Everything in ``evaluator_config["mia"]`` that is not part of :class:`AuditConfig`.
@@ -59,6 +70,14 @@ class MiaOptions(CommonOptions):
                                         "(one run each; with compare, every version against each). One reference: "
                                         "both are the same audit", choices=REFERENCE_MODES,
                                   default_doc="set for audit and the evaluator; each for compare")
+    shadow_record: str | None = option(None, "the shadow models' training record (JSON written by mlflow-mia "
+                                       "train-shadows): which reference models trained on which texts, under your "
+                                       "hash key (hash_key_file or MLFLOW_MIA_HASH_KEY, the key they were trained "
+                                       "with). Give the shadows as the references, in the record's order: stage 1 "
+                                       "then reads the shadow membership, lira_online runs (online LiRA, Carlini "
+                                       "et al. 2022; 4+ shadows) and joins a gate's attacks, and lira_offline and "
+                                       "rmia use each text's OUT shadows", metavar="PATH", parse=_record_path,
+                                       default_doc="none; the demo's with --demo-shadows")
     population_data: Any = option(None, "population set: texts from the same distribution as the members, "
                                   "disjoint from the pool, only used to set thresholds; a DataFrame or a "
                                   ".csv/.jsonl/.json/.parquet path", flags=("--population",), metavar="PATH",
@@ -194,13 +213,17 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     gate = values.get("max_tpr_at_fpr")
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])
+    n_refs = len(MiaOptions(reference_model=values.get("reference_model")).references)
+    online = values.get("shadow_record") is not None and n_refs >= 4  # lira_online's least (2 IN, 2 OUT per text)
     if gate is not None:
         # A gate always runs every attack the references allow (docs/results/attacks.md); named attacks add to that set.
-        n_refs = len(MiaOptions(reference_model=values.get("reference_model")).references)
-        values["attacks"] = tuple(dict.fromkeys(gate_attacks(n_refs) + tuple(values.get("attacks", ()))))
+        values["attacks"] = tuple(dict.fromkeys(gate_attacks(n_refs, shadow_membership=online)
+                                                + tuple(values.get("attacks", ()))))
         check_gate_confidence(values.get("confidence", MetricConfig.confidence), option="confidence")
         # every gate alpha is reported
         values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
+    elif online:  # a shadow record is given to run online LiRA: it joins the attacks named (or the default ones)
+        values["attacks"] = tuple(dict.fromkeys(values.get("attacks", AuditConfig.attacks) + ("lira_online",)))
     audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),
                          metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values))
     text_column = values.get("text_column", MiaOptions.text_column)

@@ -37,10 +37,18 @@ ENTRY_POINTS = {
                     "canary demo.",
     "analyze": "Why the demo target leaks and what lowers it: variants trained and audited, one run each.",
     "build-demo": "Train and register the BBC News demo models.",
+    "train-shadows": "Train and register shadow models of your target with its recipe (online LiRA's shadows).",
 }
 
-#: Parameters an entry point passes that no option declares: ``build-demo --size`` (argparse in the CLI).
-_EXTRA_PARAMETERS = {"build-demo": {"size": ("string", "default", "--size")}}
+#: Parameters an entry point passes that no option declares: ``build-demo --size`` and the ``train-shadows`` flags
+#: (argparse in the CLI).
+_EXTRA_PARAMETERS = {"build-demo": {"size": ("string", "default", "--size")},
+                     "train-shadows": {  # mlflow_mia.entrypoints.shadows_cli
+                         "recipe": ("string", "", "--recipe"), "candidates": ("string", "", "--candidates"),
+                         "candidates_text_column": ("string", "text", "--candidates-text-column"),
+                         "candidates_group_column": ("string", "", "--candidates-group-column"),
+                         "count": ("float", "16", "--count"), "name": ("string", "", "--name"),
+                         "record": ("string", "", "--record"), "halves_seed": ("float", "0", "--halves-seed")}}
 
 #: Options left blank ("not given") in MLproject although they have a default: the demo supplies its own when
 #: they are not given (its text column, ``mlflow_mia.entrypoints.cli``; only the FPRs its population resolves,

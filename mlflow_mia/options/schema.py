@@ -41,7 +41,7 @@ __all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "CO
            "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
            "mlproject_parameters", "dest"]
 
-COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo", "canary-audit")
+COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo", "canary-audit", "train-shadows")
 METHODS = ("mia", "ner_prompts", "canaries")
 _AUDITS = frozenset({"audit", "compare", "ner-audit", "canary-audit", *METHODS})
 _WITH_ANALYZE = _AUDITS | {"analyze"}
@@ -100,7 +100,7 @@ class CommonOptions:
                                "and find its label there", used_by=_AUDITS)
     hash_key: Any = option(None, "file holding your secret key (32+ bytes) of the HMAC-SHA256 text, group and "
                            "name hashes in the logged tables; never logged (see mlflow_mia.lookup_hash)",
-                           key="hash_key_file", parse=_hash_key, used_by=_WITH_ANALYZE, metavar="PATH", repr=False,
+                           key="hash_key_file", parse=_hash_key, used_by=_WITH_ANALYZE | {"train-shadows"}, metavar="PATH", repr=False,
                            default_doc="$MLFLOW_MIA_HASH_KEY, else a random key that is not kept")
     metric_prefix: str = option("", "prefix of metric, parameter and artifact names", parse=_prefix,
                                 used_by=frozenset(METHODS), cli=False)
@@ -148,6 +148,12 @@ class CommandOptions:
                             "masked (BERT models) or causal (GPT-2 models trained on the same member articles, "
                             "audited on the same pool; docs/guides/causal.md)", choices=("masked", "causal"),
                             used_by=frozenset({"audit"}))
+    demo_shadows: int = option(0, "with the built-in demo: train K shadow models of the demo target with its "
+                               "recipe on random halves (by article) of the pool, population and reference "
+                               "articles (registered once, resumed), and audit with them as the references and "
+                               "their record, so lira_online (online LiRA) runs and gates; an even K >= 4, "
+                               "0 = none (docs/guides/reference-sets.md)", ge=0, metavar="K",
+                               used_by=frozenset({"audit"}))
     quick: bool = option(False, "the quick size: the small demo and one seed, to try the command (it backs no "
                          "claim); else the full size: 3 seeds on the default demo", used_by=frozenset({"analyze"}))
     findings: str | None = option(None, "run only these findings, comma-separated", used_by=frozenset({"analyze"}),

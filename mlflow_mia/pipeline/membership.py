@@ -23,7 +23,8 @@ from mlflow_mia.signals import SignalCache
 from mlflow_mia.tracking.audit_log import log_audit, mlflow_metrics
 from mlflow_mia.tracking.log_settings import LogSettings
 
-__all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics"]
+__all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics",
+           "shadow_reader"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     refs = list(references)
     engine = get_engine(options.engine, spark_master=options.spark_master, store=options.spark_store)
     result = run_audit(target, pool, population, references=refs or None, generator=generator, config=config,
-                       engine=engine, cache=cache, device=options.device, progress=options.progress)
+                       engine=engine, cache=cache, device=options.device, progress=options.progress,
+                       shadow_membership=shadow_reader(options, refs))
     result.models = model_records(result.models, target=target, generator=generator,
                                   **dict(zip(reference_roles(len(refs)), refs)))
     result.warnings.extend(notes)
@@ -84,6 +86,48 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts
+
+
+def shadow_reader(options: MiaOptions, references: Sequence):
+    """The ``shadow_membership`` reader of the record ``options.shadow_record`` names, or None without one.
+
+    Parameters
+    ----------
+    options : MiaOptions
+        ``shadow_record`` (a path) and ``hash_key`` (the key the shadows' record was written under).
+    references : sequence of ResolvedModel
+        The audit's reference models: the record's shadows, in its order.
+
+    Returns
+    -------
+    callable or None
+        ``texts -> bool ndarray (len(texts), k)``
+        (:func:`~mlflow_mia.attacks.shadow_record.shadow_membership` bound to the record and key).
+
+    Raises
+    ------
+    ValueError
+        A key that is not the record's, a number or order of references that is not the record's shadows.
+    """
+    from functools import partial
+
+    from mlflow_mia.attacks.shadow_record import ShadowRecord, shadow_membership
+
+    if options.shadow_record is None:
+        return None
+    record = ShadowRecord.from_json(options.shadow_record)
+    key = options.hash_key
+    if key is None or key.check != record.key_check:
+        how = ("no key was given (a random one)" if key is None or key.is_random
+               else f"the audit's key has check {key.check}")
+        raise ValueError(f"the shadow record {options.shadow_record} was written under the hash key with check "
+                         f"{record.key_check}, but {how}: give the key the shadows were trained with "
+                         "(hash_key_file / --hash-key-file, or MLFLOW_MIA_HASH_KEY)")
+    used = [getattr(r, "resolved_uri", None) for r in references]
+    if len(used) != record.k or (record.uris and all(used) and list(used) != list(record.uris)):
+        raise ValueError(f"the shadow record's {record.k} shadows are {list(record.uris)}, but the audit's reference "
+                         f"models are {used}: give the record's shadows as the references, in its order")
+    return partial(shadow_membership, record, key=key)
 
 
 def model_records(models: dict, **resolved) -> dict:

@@ -116,7 +116,8 @@ def test_a_text_without_in_shadows_or_a_membership_of_the_wrong_width_is_an_erro
 def test_the_attack_needs_the_membership_input_and_the_reference_role():
     target, shadows, member, _ = _shadows(n=10, k=4)
     inputs = AttackInputs(["x"] * 10, target=_sig(target), references=[_sig(r) for r in shadows])
-    with pytest.raises(ValueError, match=r"needs \['shadow_membership'\]; the shadow models' training records"):
+    with pytest.raises(ValueError, match=r"needs \['shadow_membership'\]; the shadows' training record: give "
+                                         r"the shadows as the references and their record \(option shadow_record"):
         get_attack("lira_online")(inputs)
     assert required_roles(["lira_online"]) == {"target": ("lira_online",), "reference": ("lira_online",)}
     assert INPUTS["shadow_membership"].take(member, np.array([2, 0])).tolist() == member[[2, 0]].tolist()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -196,3 +197,85 @@ def test_a_recipe_with_dp_sgd_trains_the_shadow_with_opacus_and_returns_its_priv
     result, metrics = shadows._default_trainer(model, tokenizer, TEXTS[:8], recipe.train, recipe, None)
     assert result.steps == 2
     assert metrics["dp/noise_multiplier"] == 1.0 and metrics["dp/epsilon"] > 0
+
+
+def test_the_audit_command_with_the_shadows_record_runs_lira_online_in_the_gates_attack_set(built, tmp_path, capsys):
+    import pandas as pd
+
+    from mlflow_mia.entrypoints.cli import main
+
+    tmp, uris = built["tmp"], built["resumed"].uris
+    pd.DataFrame({"text": TEXTS[:8], "is_member": [1, 0] * 4}).to_csv(tmp_path / "pool.csv", index=False)
+    pd.DataFrame({"text": TEXTS[8:]}).to_csv(tmp_path / "population.csv", index=False)
+    key = tmp_path / "key"
+    key.write_bytes(KEY.key)
+    key.chmod(0o600)
+    common = ["audit", "--target", str(tmp / "base"), "--data", str(tmp_path / "pool.csv"), "--population",
+              str(tmp_path / "population.csv"), "--reference", ",".join(uris), "--shadow-record",
+              str(tmp / "record.json"), "--num-masks", "2", "--fprs", "0.1", "--bootstrap-rounds", "10", "-q",
+              "--no-progress"]
+    code = main(common + ["--hash-key-file", str(key), "--max-tpr-at-fpr", "0.1:0.99", "--run-name", "online"])
+    assert code in (0, 3), capsys.readouterr().err  # passed or inconclusive on 8 texts; never an error
+    run = mlflow.search_runs(filter_string="attributes.run_name = 'online'", search_all_experiments=True,
+                             output_format="list")[0]
+    attacks = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/audit_config.json"))["attacks"]
+    assert attacks == ["loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline", "rmia",
+                       "lira_online"]
+    assert any(k.startswith("lira_online") for k in run.data.metrics)
+    # the record read under another key, or with the shadows in another order: a usage error naming the fix
+    other = tmp_path / "other"
+    other.write_bytes(b"o" * 32)
+    other.chmod(0o600)
+    assert main(common + ["--hash-key-file", str(other)]) == 2
+    assert "give the key the shadows were trained with" in capsys.readouterr().err
+    swapped = [uris[1], uris[0], *uris[2:]]
+    assert main(common + ["--hash-key-file", str(key), "--reference", ",".join(swapped)]) == 2
+    assert "give the record's shadows as the references, in its order" in capsys.readouterr().err
+
+
+def test_the_train_shadows_command_resumes_the_registered_shadows_and_writes_their_record(built, tmp_path, capsys):
+    import pandas as pd
+
+    from mlflow_mia.entrypoints.cli import main
+
+    built["recipe"].to_json(tmp_path / "recipe.json")
+    pd.DataFrame({"text": TEXTS, "article": GROUPS}).to_csv(tmp_path / "pool.csv", index=False)
+    key = tmp_path / "key"
+    key.write_bytes(KEY.key)
+    key.chmod(0o600)
+    argv = ["train-shadows", "--recipe", str(tmp_path / "recipe.json"), "--candidates", str(tmp_path / "pool.csv"),
+            "--candidates-group-column", "article", "--count", "4", "--name", "tiny-shadow", "--halves-seed", "1",
+            "--record",
+            str(tmp_path / "shadows.json"), "--hash-key-file", str(key), "-q"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "4 shadows (0 trained now)" in out  # every shadow was registered with its key: nothing retrained
+    assert f"--reference {','.join(built['resumed'].uris)} --shadow-record {tmp_path / 'shadows.json'}" in out
+    assert json.loads((tmp_path / "shadows.json").read_text()) == json.loads((built["tmp"] / "record.json").read_text())
+    assert main(argv[:5] + ["--count", "4"]) == 2
+    assert "train-shadows needs --name, --record" in capsys.readouterr().err
+
+
+def test_demo_shadows_need_an_even_count_of_four_or_more_and_the_demo_target(tmp_path):
+    from types import SimpleNamespace
+
+    from mlflow_mia.demo.online_shadows import build_demo_shadows, demo_key_file
+    from mlflow_mia.entrypoints.common import demo_shadows_for_audit
+
+    for count in (2, 5, True):
+        with pytest.raises(ValueError, match="need an even count >= 4 .* e.g. --demo-shadows 4"):
+            build_demo_shadows(count, size="small")
+    demo = SimpleNamespace(target_uri="models:/bbc-small-target@candidate", size="small")
+    args = SimpleNamespace(demo_shadows=4, reference=None, shadow_record=None, no_progress=True)
+    with pytest.raises(ValueError, match="--demo-shadows trains shadows of the demo target; for your own model"):
+        demo_shadows_for_audit(args, {}, None, "models:/mine/1")
+    with pytest.raises(ValueError, match="leave out --reference and --shadow-record"):
+        demo_shadows_for_audit(SimpleNamespace(**{**vars(args), "reference": "models:/r/1"}), {}, demo,
+                               demo.target_uri)
+    path = demo_key_file(tmp_path)
+    with open(path, "rb") as fh:
+        first = fh.read()
+    assert (os.stat(path).st_mode & 0o777) == 0o600 and len(first) == 32
+    assert demo_key_file(tmp_path) == path
+    with open(path, "rb") as fh:
+        assert fh.read() == first  # kept: the record stays readable by later audits

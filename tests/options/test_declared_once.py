@@ -83,7 +83,8 @@ def test_attack_settings_are_declared_on_the_attacks_and_carried_by_metric_confi
             declared[key] = of
             assert options_for("mia")[key].field.option is of.option, key
             assert f"metrics.{key}" in attack.settings_from_config.values(), (attack.name, key)
-    assert set(declared) == {"min_k_fraction", "min_k_plus_plus_fraction", "rmia_offline_a", "rmia_gamma"}
+    assert set(declared) == {"min_k_fraction", "min_k_plus_plus_fraction", "rmia_offline_a", "rmia_gamma",
+                             "lira_online_per_text_variance_min", "lira_online_per_mask_queries"}
     carried = same_option_fields(MetricConfig)
     defaults = {f.name: f.default for f in fields(MetricConfig)}
     for key, of in declared.items():

@@ -71,7 +71,8 @@ def test_evaluator_keys_are_the_command_options_plus_evaluator_only_ones():
         assert all(not options_for(method)[k].field.option.cli for k in evaluator_only)
     assert set(CONFIG_KEYS) == set(options_for("mia"))
     assert set(options_for("audit")) - set(options_for("mia")) == {"target", "data", "demo_size", "demo_kind",
-                                                                   "experiment", "run_name", "tracking_uri", "quiet"}
+                                                                   "demo_shadows", "experiment", "run_name",
+                                                                   "tracking_uri", "quiet"}
 
 
 @pytest.mark.parametrize("module, method", [("mlflow_mia.entrypoints.evaluator", "mia"),
@@ -110,6 +111,10 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
             "--no-tag-model-version", "--clear-gate-fail", "--trust-remote-code", "--engine", "spark",
             "--spark-master", "local[1]", "--spark-store", "s"]
     argv += ["--min-k-plus-plus-fraction", "0.4"]
+    record = tmp_path / "shadows.json"
+    record.write_text("{}")
+    argv += ["--shadow-record", str(record), "--lira-online-per-text-variance-min", "8",
+             "--lira-online-per-mask-queries"]
     args = build_parser().parse_args(argv)
     flat = _flat_config(args)
     assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
@@ -124,6 +129,8 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
         (0.2, 0.1, 0.05, 0.01), 0, 0.99, 0.3, 5, 1e-4, 4)
     assert m.min_k_plus_plus_fraction == 0.4
     assert (m.rmia_offline_a, m.rmia_gamma) == (0.4, 2.0)
+    assert (m.lira_online_per_text_variance_min, m.lira_online_per_mask_queries) == (8, True)
+    assert options.shadow_record == str(record)  # 2 references: too few for lira_online, not added
     assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
     assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,
             options.progress) == ("m", True, True, "c", "cpu", False)

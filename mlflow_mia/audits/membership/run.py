@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
               config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
-              device=None, progress: bool = True, references=None) -> AuditResult:
+              device=None, progress: bool = True, references=None, shadow_membership=None) -> AuditResult:
     """Audit a target masked LM for membership leakage.
 
     One setup path whatever the engine: the engine checks the device and the inputs
@@ -73,6 +73,10 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         default the task's GPU).
     progress : bool
         Show progress bars.
+    shadow_membership : callable, optional
+        ``texts -> bool ndarray (len(texts), k)``: which of the ``references`` (shadow models)
+        trained on each text, e.g. ``functools.partial(shadow_membership, record, key=key)``
+        (:mod:`mlflow_mia.attacks.shadow_record`); stage 1 turns it into the input of ``lira_online``.
 
     Returns
     -------
@@ -95,7 +99,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
     runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
     models = AuditModels.build(target, reference=reference, references=references, generator=generator,
-                               config=config, load=runner.load)
+                               config=config, load=runner.load, shadow_membership=shadow_membership)
     config = models.config_for(config)  # a causal target records signal="causal"
     notes = check_audit(models, pool, population, config)
     if isinstance(cache, str):

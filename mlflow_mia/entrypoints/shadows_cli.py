@@ -1,0 +1,73 @@
+"""``mlflow-mia train-shadows``: shadow models of your own target, trained with its recipe, for online LiRA.
+
+A thin front end of :func:`mlflow_mia.demo.shadows.train_shadows`: the recipe from a JSON
+file (:meth:`~mlflow_mia.demo.shadows.ShadowRecipe.from_json`), the candidate texts from a
+table, the hash key from ``--hash-key-file`` (the audits' option) or ``$MLFLOW_MIA_HASH_KEY`` (a random key is
+refused: the record would be unreadable). The record it writes is what ``mlflow-mia audit
+--shadow-record`` reads, with the printed shadow URIs as ``--reference``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mlflow_mia.options.values import blank
+
+__all__ = ["add_train_shadows_flags", "cmd_train_shadows"]
+
+def add_train_shadows_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train-shadows`` (the command has no audit options)."""
+    p.add_argument("--recipe", metavar="PATH", help="the target's recipe, JSON: {\"base_model\": URI or folder, "
+                   "\"train\": {epochs or steps, batch_size, learning_rate, max_length, ...}, \"dp\": {...} or null} "
+                   "(mlflow_mia.demo.shadows.ShadowRecipe)")
+    p.add_argument("--candidates", metavar="PATH", help="candidate texts (.csv, .jsonl, .json or .parquet): your "
+                   "audit's pool and population (every text online LiRA scores) plus other in-domain text; each "
+                   "shadow trains on a random half")
+    p.add_argument("--candidates-text-column", default="text", metavar="NAME", help="text column of --candidates "
+                   "(default: text)")
+    p.add_argument("--candidates-group-column", metavar="NAME", help="group id column of --candidates (e.g. "
+                   "article or user): a shadow trains on all or none of a group's texts (default: each text alone)")
+    p.add_argument("--count", type=int, default=16, metavar="K", help="shadow models, even, >= 4 for lira_online "
+                   "(default: 16)")
+    p.add_argument("--name", metavar="NAME", help="registered names NAME-0 ... NAME-<K-1>, alias champion")
+    p.add_argument("--record", metavar="PATH", help="where to write the shadow record (JSON of keyed hashes, "
+                   "never the texts): give it to mlflow-mia audit --shadow-record")
+    p.add_argument("--halves-seed", type=int, default=0, metavar="SEED", help="seed of the halves (default: 0)")
+    p.add_argument("--threads", type=int, metavar="N", help="torch CPU threads while training")
+    p.add_argument("--force", action="store_true", help="train every shadow even when registered with its key")
+
+
+def cmd_train_shadows(args) -> int:
+    """Train (or resume) the shadows, write the record, print the audit's ``--reference`` and ``--shadow-record``.
+
+    Raises
+    ------
+    ValueError
+        A missing flag, a missing text or group column, and every error of
+        :func:`~mlflow_mia.demo.shadows.train_shadows` (duplicates, no kept key).
+    """
+    from mlflow_mia.data import load_table
+    from mlflow_mia.demo.shadows import ShadowRecipe, train_shadows
+    from mlflow_mia.hashing import resolve_hash_key
+
+    missing = [f"--{f.replace('_', '-')}" for f in ("recipe", "candidates", "name", "record")
+               if not blank(getattr(args, f))]
+    if missing:
+        raise ValueError(f"train-shadows needs {', '.join(missing)}: e.g. mlflow-mia train-shadows --recipe "
+                         "recipe.json --candidates pool.csv --count 16 --name my-shadow --record shadows.json")
+    recipe = ShadowRecipe.from_json(args.recipe)
+    table = load_table(args.candidates, what="candidates")
+    text_column, group_column = args.candidates_text_column, blank(args.candidates_group_column)
+    columns = [text_column] + ([group_column] if group_column else [])
+    for column in columns:
+        if column not in table.columns:
+            raise ValueError(f"the candidates have no column {column!r} (columns: {list(table.columns)}); name it "
+                             "with --candidates-text-column / --candidates-group-column")
+    groups = table[group_column].astype(str).tolist() if group_column else None
+    key = args.hash_key_file or resolve_hash_key()  # --hash-key-file is read (and checked) when parsed
+    built = train_shadows(table[text_column].astype(str).tolist(), recipe=recipe, count=args.count,
+                          name=args.name, groups=groups, seed=args.halves_seed, key=key, record_path=args.record,
+                          force=args.force, progress=not getattr(args, "no_progress", False), num_threads=args.threads)
+    print(f"{len(built.uris)} shadows ({len(built.trained)} trained now); record {args.record}")
+    print(f"audit with: --reference {','.join(built.uris)} --shadow-record {args.record}")
+    return 0
