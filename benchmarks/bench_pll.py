@@ -5,6 +5,7 @@ Run::
     python benchmarks/bench_pll.py                 # MiniLM- and BERT-base-sized BERT, 30,522-word vocabulary
     python benchmarks/bench_pll.py --quick         # MiniLM-sized only, fewer sentences (the CI check)
     python benchmarks/bench_pll.py --profile       # where the time goes, both sides
+    python benchmarks/bench_pll.py --quick --last-layer   # also: last layer at masked rows vs the full layer
 
 The anchor is minicons' ``MaskedLMScorer.sequence_score`` (plain per-token PLL, the
 ``"original"`` metric of Salazar et al. 2020) when minicons is importable. When it is
@@ -17,7 +18,10 @@ the one compared (picked first, then alternated with mlflow-mia).
 
 mlflow-mia: :func:`~mlflow_mia.signals.compute_signals` with ``kind="pll"`` (no
 cache, no Min-K%++ statistics): copies of many sentences packed by length under a
-token budget, the encoder on every copy, the LM head only at the masked position.
+token budget, the encoder on every copy but its last layer only at the masked
+position (keys and values at every position: :mod:`mlflow_mia.signals.last_layer`),
+the LM head only at the masked position. ``--last-layer`` also times it against the
+full last layer (the path before), alternated, and checks both agree per token.
 
 Values: the PLL of each sentence (mean NLL per token, nats) must agree to 1e-4.
 
@@ -116,10 +120,12 @@ def anchor_for(model, tok, which: str = "auto"):
     return "minicons MaskedLMScorer", lambda texts, batch: minicons_pll(mlm, texts, batch)
 
 
-def ours_fn(lm, texts):
+def ours_fn(lm, texts, *, tokens: bool = False):
     from mlflow_mia.config import SignalConfig
     from mlflow_mia.signals import compute_signals
 
+    if tokens:
+        return lambda: compute_signals(lm, texts, SignalConfig(kind="pll"), progress=False, stats=False).token_logprobs
     return lambda: compute_signals(lm, texts, SignalConfig(kind="pll"), progress=False, stats=False).values
 
 
@@ -128,20 +134,25 @@ def flop_ceiling(tok, texts: list[str], shape: str, batch: int) -> dict:
 
     Encoder: ``2 (4 h^2 + 2 h i)`` per token and layer (attention scores left out: under
     3 % at these lengths). Head: ``2 (h^2 + h V)`` per scored position. mlflow-mia runs
-    the encoder on each copy's own tokens and the head at its masked position; the
-    anchor on every copy padded to its batch's longest sentence, the head at every position.
+    the encoder on each copy's own tokens (the last layer's keys and values, ``4 h^2``
+    per token, at every position, the rest of that layer at the masked one) and the head
+    at its masked position; the anchor on every copy padded to its batch's longest
+    sentence, the head at every position.
     """
     c = SHAPES[shape]
     h, layers, inter = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]
-    enc, head = 2 * (4 * h * h + 2 * h * inter) * layers, 2 * (h * h + h * VOCAB)
+    layer = 2 * (4 * h * h + 2 * h * inter)
+    enc, head = layer * layers, 2 * (h * h + h * VOCAB)
     lengths = [len(x) for x in tok(texts)["input_ids"]]
-    ours = sum((L - 2) * (L * enc + head) for L in lengths)
+    ours_encoder = sum((L - 2) * (L * (enc - layer + 4 * h * h) + layer - 4 * h * h) for L in lengths)
+    ours = ours_encoder + sum((L - 2) * head for L in lengths)
     anchor = 0
     for s in range(0, len(lengths), batch):
         part = lengths[s:s + batch]
         anchor += sum(L - 2 for L in part) * max(part) * (enc + head)
     return {"ours_gflop": round(ours / 1e9, 1), "anchor_gflop": round(anchor / 1e9, 1),
-            "flop_ratio": round(anchor / ours, 2), "head_share_of_anchor": round(head / (enc + head), 2)}
+            "flop_ratio": round(anchor / ours, 2), "head_share_of_anchor": round(head / (enc + head), 2),
+            "encoder_share_of_ours": round(ours_encoder / ours, 2)}
 
 
 def profile(lm, model, tok, texts) -> dict:
@@ -190,15 +201,43 @@ def run_shape(shape: str, n_texts: int, pairs: int, args) -> dict:
                 "tokens": int(sum(len(x) - 2 for x in tok(texts)["input_ids"])), "max_abs_diff_nats": diff})
     row["flops"] = flop_ceiling(tok, texts, shape, batch)
     row["ours_gflop_per_s"] = round(row["flops"]["ours_gflop"] / row["ours_median_s"], 1)
+    row["anchor_gflop_per_s"] = round(row["flops"]["anchor_gflop"] / row["anchor_median_s"], 1)
+    from bench_energy import matmul_gflops
+
+    row["gemm_gflop_per_s"] = round(matmul_gflops(), 1)  # fp32 torch.mm 1536^2, best of 5, right after the pairs
     print(f"{shape}: {len(texts)} sentences, {row['tokens']} tokens; {anchor_name} settings {settings}")
-    print(f"useful work: {row['flops']}; mlflow-mia at {row['ours_gflop_per_s']} GFLOP/s: the flop ratio is the "
-          "ceiling of the speed ratio when both run at one GEMM rate")
+    print(f"useful work: {row['flops']}; mlflow-mia at {row['ours_gflop_per_s']} GFLOP/s, the anchor at "
+          f"{row['anchor_gflop_per_s']}, fp32 GEMM {row['gemm_gflop_per_s']}: the flop ratio is the ceiling of the "
+          "speed ratio when both run at one GEMM rate")
     print(describe(f"PLL {shape}", f"{anchor_name} at {best}", row) + f"; max |PLL diff| {diff:.1e} nats")
     if diff > 1e-4:
         raise SystemExit(f"values differ by {diff} nats")
     if args.profile:
         row["profile"] = profile(lm, model, tok, texts)
         print("profile:", row["profile"])
+    return row
+
+
+def last_layer_case(shape: str, n_texts: int, pairs: int) -> dict:
+    """The last layer at the masked rows only vs the full last layer (``lm._last_layer = False``), alternated."""
+    from mlflow_mia.signals import MaskedLM
+
+    from bench_energy import tokenizer
+
+    tok, model, texts = tokenizer(), build(shape), sentences(n_texts)
+    fast, full = MaskedLM(model, tok, name=shape), MaskedLM(model, tok, name=shape)
+    full._last_layer = False  # noqa: SLF001 - the full encoder, the path before
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(ours_fn(fast, texts, tokens=True)(),
+                                                           ours_fn(full, texts, tokens=True)()))
+    if fast._last_layer is False:  # noqa: SLF001
+        raise SystemExit("the last layer at masked rows does not apply to this model")
+    row = alternate(ours_fn(full, texts), ours_fn(fast, texts), pairs=pairs)
+    row.update({"anchor": "compute_signals with the full last layer", "anchor_best": "the path before",
+                "texts": len(texts), "max_abs_diff_nats_per_token": diff})
+    print(describe(f"PLL {shape} last layer at masked rows", "the full last layer", row)
+          + f"; max |log p diff| per token {diff:.1e} nats")
+    if diff > 1e-5:
+        raise SystemExit(f"per-token log-probs differ by {diff} nats")
     return row
 
 
@@ -210,6 +249,8 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--batches", default="1,4,8", help="anchor sentences per call, the best one is used")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--last-layer", action="store_true",
+                        help="also time the last layer at masked rows against the full last layer")
     parser.add_argument("--anchor", choices=["auto", "minicons", "reference"], default=None,
                         help="auto: minicons when importable; reference: reference_pll (default with --quick, so "
                              "the CI check compares like with like whether or not minicons is installed)")
@@ -226,6 +267,8 @@ def main(argv=None) -> int:
     for shape in shapes:
         n = 8 if args.quick else (24 if shape == "minilm" else 8)
         cases[f"pll_{shape}"] = run_shape(shape, n, 3 if args.quick else args.pairs, args)
+        if args.last_layer:
+            cases[f"pll_{shape}_last_layer"] = last_layer_case(shape, n, 3 if args.quick else args.pairs)
     if not args.no_write:
         write_result("bench_pll", {"cases": cases, "load_start": load_start}, quick=args.quick, path=args.write_to)
     return 0

@@ -228,6 +228,12 @@ IN_FUNCTION_IMPORTS = {
     ("mlflow_mia.entrypoints.canary_cli", "mlflow_mia.demo.canary"): _DEMO_GUARD,
     ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.build"): _DEMO_GUARD,
     ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.causal_build"): _DEMO_GUARD,
+    ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.online_shadows"):
+        "entrypoints.common is on mlflow-mia --help's start-up path; the demo's modules import mlflow and "
+        "transformers at module level, so the shadow builder loads when --demo-shadows is given",
+    ("mlflow_mia.entrypoints.shadows_cli", "mlflow_mia.demo.shadows"):
+        "the train-shadows command's flags are built at start-up; the shadow trainer imports mlflow and "
+        "transformers at module level, so it loads when the command runs",
     ("mlflow_mia.entrypoints.cli", "mlflow_mia.entrypoints.compare"): _COMMAND,
     ("mlflow_mia.entrypoints.cli", "mlflow_mia.models.files"): _COMMAND,
 }

@@ -27,6 +27,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from mlflow_mia.demo import bbc
+from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
+from mlflow_mia.demo.shadows import demo_recipe, train_shadows
 from mlflow_mia.hashing import HashKey, resolve_hash_key
 
 __all__ = ["DemoShadows", "build_demo_shadows", "demo_key_file"]
@@ -74,8 +80,6 @@ def demo_key_file(folder) -> str:
 
 def _make_up(reference, missing: int, *, seed: int):
     """Whole reference articles, in a seeded random order, until they hold ``missing`` sentences (or all of them)."""
-    import numpy as np
-
     articles = np.array(sorted(reference["article_id"].astype(str).unique()))
     order = articles[np.random.default_rng([int(seed), 35]).permutation(len(articles))]
     sizes = reference["article_id"].astype(str).value_counts()
@@ -115,12 +119,6 @@ def build_demo_shadows(count: int, *, size: str = "default", key: HashKey | None
     ValueError
         ``count`` below 4 or odd, an unknown ``size``.
     """
-    import pandas as pd
-
-    from mlflow_mia.demo import bbc
-    from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
-    from mlflow_mia.demo.shadows import demo_recipe, train_shadows
-
     if isinstance(count, bool) or not isinstance(count, int) or count < 4 or count % 2:
         raise ValueError(f"the demo's online shadows need an even count >= 4 (two IN and two OUT shadows of each "
                          f"text), got {count!r}: e.g. --demo-shadows 4")

@@ -31,7 +31,7 @@ import pandas as pd
 
 from mlflow_mia.config import AuditConfig, SignalConfig
 from mlflow_mia.signals.types import SignalResult
-from mlflow_mia.attacks import INPUTS, ReferenceSignals, reference_roles
+from mlflow_mia.attacks import INPUTS, ReferenceSignals, reference_roles, required_token_quantities
 from mlflow_mia.engines.local import needed_inputs, stage_one
 from mlflow_mia.engines.spark_executors import collect_signals, model_spec, spark_signals
 from mlflow_mia.models.resolve import resolve_model
@@ -97,7 +97,7 @@ def local_with_retries(master: str, max_failures=4) -> str:
 
 def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], config: SignalConfig | None = None,
                         *, store: str | None = None, partitions: int | None = None, device: str | None = None,
-                        waves: int | None = None) -> dict[str, SignalResult]:
+                        waves: int | None = None, stats=True) -> dict[str, SignalResult]:
     """Signals of every model over ``texts``, computed on Spark, row-aligned with ``texts``.
 
     Parameters
@@ -118,6 +118,10 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
     waves : int, optional
         Separate append jobs per model (store only); default one per 250 texts to
         compute, 1 to 8 (:func:`~mlflow_mia.engines.spark_store.auto_waves`).
+    stats : bool or collection of str
+        Which roles also get Min-K%++'s per-token statistics: True (every role, the
+        default), False (none) or the roles' names; an audit names those its attacks
+        declare them for (:func:`mlflow_mia.attacks.required_token_quantities`).
 
     Returns
     -------
@@ -133,7 +137,9 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
     for role, model in models.items():
         start = time.perf_counter()
         spec = model_spec(model, config, role=role)
-        job = spark_signals(df, None, config, spec=spec, store=store, device=device, check_ids=False, waves=waves)
+        with_stats = stats if isinstance(stats, bool) else role in stats
+        job = spark_signals(df, None, config, spec=spec, store=store, device=device, check_ids=False, waves=waves,
+                            stats=with_stats)
         out[role] = collect_signals(job.frame, ids, kind=config.kind)
         log.info("%s signals of %d texts on Spark in %.1f s", role, len(texts), time.perf_counter() - start)
     return out
@@ -207,11 +213,16 @@ class SparkEngine:
         wanted = dict.fromkeys(roles.values())
         if "references" in needs:
             wanted.update(dict.fromkeys(ref_roles))  # every reference model's signals, on the executors
+        quantities = required_token_quantities(config.attacks)  # Min-K%++'s statistics only where declared
+        stats = {roles[name] for name in roles if "token_stats" in quantities.get(name, ())}
+        if "token_stats" in quantities.get("references", ()):
+            stats.update(ref_roles)
         session = self.spark or spark_session(self.spark_master)
         start = time.perf_counter()
         computed = spark_audit_signals(session, list(pool.texts) + list(population.texts),
                                        {role: self._resolved[role] for role in wanted},
-                                       config.signal, store=self.store, partitions=self.partitions, device=device)
+                                       config.signal, store=self.store, partitions=self.partitions, device=device,
+                                       stats=stats)
         spark_s = round(time.perf_counter() - start, 3)
         given = {name: computed[role] for name, role in roles.items()}
         if "references" in needs:

@@ -6,6 +6,8 @@ per-text signals comes out::
 
     id, text_hash, energy (or pll), n_tokens, truncated, token_logprobs, token_mu, token_sigma
 
+(``token_mu`` and ``token_sigma``, Min-K%++'s statistics, are null unless the job asks
+for them: ``stats=True``, as a local run computes them only when an attack declares them)
 computed by an iterator pandas UDF (``DataFrame.mapInPandas``). Each Python worker
 loads the model once (a module-level cache that survives across tasks while Spark
 reuses the worker), sets torch's thread count to the task's CPUs
@@ -75,7 +77,8 @@ class SignalJob:
         or ``pll``, float64, nats), ``n_tokens`` (int64), ``truncated`` (bool) and
         ``token_logprobs`` (array<float>, the masked tokens' log-probs in mask order),
         ``token_mu`` and ``token_sigma`` (array<float>, Min-K%++'s statistics of each
-        of those tokens). Lazy without a store; read from the store with one.
+        of those tokens; null when the job was run without ``stats``). Lazy without a
+        store; read from the store with one.
     computed : int or None
         Distinct texts computed by this call (store only; None without a store).
     store : str or None
@@ -172,8 +175,8 @@ def _output_schema(id_type, kind: str):
                        StructField(kind, DoubleType(), False), StructField("n_tokens", LongType(), False),
                        StructField("truncated", BooleanType(), False),
                        StructField("token_logprobs", ArrayType(FloatType(), False), False),
-                       StructField("token_mu", ArrayType(FloatType(), False), False),
-                       StructField("token_sigma", ArrayType(FloatType(), False), False)])
+                       StructField("token_mu", ArrayType(FloatType(), False), True),
+                       StructField("token_sigma", ArrayType(FloatType(), False), True)])
 
 
 def _id(value):
@@ -240,6 +243,7 @@ def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column
     lm, device = _worker_model(spec)
     config = SignalConfig.from_dict(spec["config"])
     kind = config.kind
+    stats = bool(spec.get("stats", True))
     for pdf in batches:
         if not len(pdf):
             continue
@@ -253,15 +257,17 @@ def _score_batches(batches: Iterator, spec: Mapping, id_column: str, text_column
             _fail(f"the text of id {_id(pdf[id_column].iloc[int(np.flatnonzero(blank)[0])])!r} is empty; "
                   "remove empty texts: they have no tokens to score")
         try:
-            res = compute_signals(lm, list(texts), config, device=device, progress=False)
+            res = compute_signals(lm, list(texts), config, device=device, progress=False, stats=stats)
         except ValueError as exc:
             row = re.search(r"row (\d+)", str(exc))
             where = f" (id {_id(pdf[id_column].iloc[int(row.group(1))])!r})" if row else ""
             _fail(f"signals of the {spec['role']} model failed{where}: {exc}")
+        none = [None] * len(res.values)
         yield pd.DataFrame({"id": pdf[id_column].to_numpy(), "text_hash": pdf["text_hash"].to_numpy(),
                             kind: res.values, "n_tokens": res.n_tokens, "truncated": res.truncated,
-                            "token_logprobs": list(res.token_logprobs), "token_mu": list(res.token_mu),
-                            "token_sigma": list(res.token_sigma)})
+                            "token_logprobs": list(res.token_logprobs),
+                            "token_mu": list(res.token_mu) if stats else none,
+                            "token_sigma": list(res.token_sigma) if stats else none})
 
 
 def _checked_input(df, id_column: str, text_column: str, *, check_ids: bool):
@@ -298,7 +304,7 @@ def _compute(df, spec: Mapping, id_column: str, text_column: str):
 def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: str = "id",
                   text_column: str = "text", store: str | None = None, waves: int | None = None,
                   device: str | None = None,
-                  check_ids: bool = True, spec: Mapping | None = None) -> SignalJob:
+                  check_ids: bool = True, spec: Mapping | None = None, stats: bool = True) -> SignalJob:
     """Masked energy (or PLL) of every text of a Spark DataFrame, computed on the executors.
 
     Parameters
@@ -329,6 +335,13 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
         Fail on duplicate ids (one extra aggregation over the ids).
     spec : mapping, optional
         A :func:`model_spec` result to reuse (skips resolving ``model`` again).
+    stats : bool
+        Also compute Min-K%++'s per-token ``token_mu`` and ``token_sigma`` (default
+        True), as :func:`~mlflow_mia.signals.energy.compute_signals` does; without them
+        those columns are null and the vocabulary head runs about 1.6x faster. With a
+        store, a job without ``stats`` reads any stored row of the text; a job with
+        ``stats`` reads only rows that hold them and recomputes the others (a superset
+        row is appended beside the row without them; reads keep the superset).
 
     Returns
     -------
@@ -358,6 +371,7 @@ def spark_signals(df, model, config: SignalConfig | None = None, *, id_column: s
     if spec["config"] != _config_dict(config):
         raise ValueError("spec was made for other signal settings than config; build it with model_spec(model, config)")
     spec["device"] = device
+    spec["stats"] = bool(stats)
     checked = _checked_input(df, id_column, text_column, check_ids=check_ids)
     if store is None:
         return SignalJob(frame=_compute(checked, spec, id_column, text_column), computed=None, store=None,
@@ -391,8 +405,8 @@ def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = 
     -------
     SignalResult
         ``energy`` float64 (the ``kind`` column), ``n_tokens`` int64, ``truncated``
-        bool, ``token_logprobs`` (and ``token_mu``, ``token_sigma`` when the frame has
-        them) float32 arrays; row i belongs to ``ids[i]``.
+        bool, ``token_logprobs`` (and ``token_mu``, ``token_sigma`` when every row of
+        the frame has them) float32 arrays; row i belongs to ``ids[i]``.
 
     Raises
     ------
@@ -402,6 +416,8 @@ def collect_signals(frame, ids: Sequence, *, id_column: str = "id", kind: str = 
     with executor_errors():
         stats = [c for c in ("token_mu", "token_sigma") if c in frame.columns]
         pdf = frame.select(id_column, kind, "n_tokens", "truncated", "token_logprobs", *stats).toPandas()
+    if stats and pdf[stats].isna().to_numpy().any():  # a job without stats: its rows lack them
+        stats = []
     pos = pd.Index(pdf[id_column]).get_indexer(pd.Index(list(ids)))
     if (pos < 0).any():
         missing = list(ids)[int(np.flatnonzero(pos < 0)[0])]

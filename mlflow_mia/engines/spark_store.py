@@ -2,8 +2,11 @@
 
 Layout: ``<store>/model_key=<digest>/settings=<digest>/part-*.parquet``, one row per
 text hash (no ids, no raw text) with the signal, ``n_tokens``, ``truncated``, the
-masked-token log-probs and their Min-K%++ statistics (``token_mu``, ``token_sigma``),
-the display ``model_id`` and ``mac``. The ``settings`` digest covers the row layout
+masked-token log-probs and their Min-K%++ statistics (``token_mu``, ``token_sigma``;
+null in a row computed by a job that did not need them), the display ``model_id`` and
+``mac``. A job that needs the statistics reads only the rows that hold them and
+appends a superset row for each other text; one that does not reads any row (the
+values of both are equal: the statistics come from the same logits). The ``settings`` digest covers the row layout
 (:data:`ROW_LAYOUT`) besides the signal settings: partitions written before the
 statistics existed are not read (their texts are recomputed into a new partition,
 with a line at INFO).
@@ -78,7 +81,7 @@ def partition_mac_key(spec: Mapping, *, store: str) -> str:
 
 def _row_macs(pdf, key: bytes, spec: Mapping) -> list[str]:
     return [row_mac(key, ["spark-store", spec["model_key"], spec["settings"], h, float(v), int(n), bool(t),
-                          *(np.asarray(x, dtype="<f4").tobytes() for x in (lp, mu, sd))])
+                          *(None if x is None else np.asarray(x, dtype="<f4").tobytes() for x in (lp, mu, sd))])
             for h, v, n, t, lp, mu, sd in zip(pdf["text_hash"], pdf["signal"], pdf["n_tokens"], pdf["truncated"],
                                               pdf["token_logprobs"], pdf["token_mu"], pdf["token_sigma"])]
 
@@ -113,8 +116,8 @@ def _schema(kind: str | None = None, *, mac: bool = False):
     fields = [StructField("text_hash", StringType(), False), StructField(kind or "signal", DoubleType(), False),
               StructField("n_tokens", LongType(), False), StructField("truncated", BooleanType(), False),
               StructField("token_logprobs", ArrayType(FloatType(), False), False),
-              StructField("token_mu", ArrayType(FloatType(), False), False),
-              StructField("token_sigma", ArrayType(FloatType(), False), False)]
+              StructField("token_mu", ArrayType(FloatType(), False), True),
+              StructField("token_sigma", ArrayType(FloatType(), False), True)]
     return StructType(fields + ([StructField("mac", StringType(), False)] if mac else []))
 
 
@@ -126,6 +129,7 @@ def read_store(spark, store: str, spec: Mapping, key_hex: str):
     """This model's and settings' verified rows (one per text hash), or None when there are none.
 
     The rows are verified lazily, on the executors, by the action that reads them.
+    With ``spec["stats"]`` (the default) only rows holding Min-K%++'s statistics are read.
 
     Raises
     ------
@@ -142,6 +146,8 @@ def read_store(spark, store: str, spec: Mapping, key_hex: str):
     if "mac" not in rows.columns:
         raise CacheCorruptError(f"the Spark store partition {part} has rows without a MAC (written before rows were "
                                 "signed); delete that folder (its rows are recomputed) or use another store")
+    if spec.get("stats", True):
+        rows = rows.where(F.col("token_mu").isNotNull())
     signed = rows.select(*_COLUMNS, "mac", F.col("_metadata.file_path").alias("_file"))
     verified = signed.mapInPandas(lambda it: _verify_batches(it, spec, key_hex), _schema())
     # Two runs racing on the same texts may both append a row; the values are equal, keep one.

@@ -51,6 +51,8 @@ from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.tracking.registry_tags import VersionDeletedError
 from mlflow_mia.tracking.runs import record_project_failure
 from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
+from mlflow_mia.entrypoints.common import demo_shadows_for_audit
+from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_train_shadows
 
 __all__ = ["main", "build_parser"]
 
@@ -152,8 +154,6 @@ def commands() -> list[Command]:
 
 
 def _train_shadows_command() -> Command:
-    from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_train_shadows
-
     return Command("train-shadows", "train shadow models of your target with its recipe (online LiRA)",
                    "Train and register K shadow models with the target's recipe (a JSON file) on balanced random "
                    "halves of the candidate texts, with a keyed record of the texts each trained on (never the "
@@ -217,8 +217,6 @@ def _cmd_audit(args) -> int:
         raise ValueError("--data was given without --target: name the model to audit")
     flat = _flat_config(args, demo=demo)
     if getattr(args, "demo_shadows", 0):  # the demo's online shadows and their record as the references
-        from mlflow_mia.entrypoints.common import demo_shadows_for_audit
-
         flat = demo_shadows_for_audit(args, flat, demo, target_uri)
     config, options, pool, population = config_and_inputs(flat, data, demo)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)

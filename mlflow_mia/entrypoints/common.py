@@ -11,6 +11,7 @@ import warnings
 from mlflow_mia.options.values import blank
 from mlflow_mia.audits.membership.inputs import load_inputs
 from mlflow_mia.metrics.thresholds import min_population_size
+from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.options.audit import parse_options, with_fprs
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
@@ -164,8 +165,6 @@ def demo_shadows_for_audit(args, flat: dict, demo, target_uri) -> dict:
         No demo (``--data`` given), another target, or ``--reference`` / ``--shadow-record`` given too.
     """
     from mlflow_mia.demo.online_shadows import build_demo_shadows
-    from mlflow_mia.hashing import resolve_hash_key
-    from mlflow_mia.tracking.runs import outside_project_run
 
     if demo is None or target_uri != demo.target_uri:
         raise ValueError("--demo-shadows trains shadows of the demo target; for your own model run mlflow-mia "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from mlflow_mia.data import load_table
+from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.options.values import blank
 
 __all__ = ["add_train_shadows_flags", "cmd_train_shadows"]
@@ -46,9 +48,7 @@ def cmd_train_shadows(args) -> int:
         A missing flag, a missing text or group column, and every error of
         :func:`~mlflow_mia.demo.shadows.train_shadows` (duplicates, no kept key).
     """
-    from mlflow_mia.data import load_table
     from mlflow_mia.demo.shadows import ShadowRecipe, train_shadows
-    from mlflow_mia.hashing import resolve_hash_key
 
     missing = [f"--{f.replace('_', '-')}" for f in ("recipe", "candidates", "name", "record")
                if not blank(getattr(args, f))]

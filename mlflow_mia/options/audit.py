@@ -26,6 +26,7 @@ from mlflow_mia.option import declared_options, option
 from mlflow_mia.attacks import check_attack_names, gate_attacks
 from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.metrics.gate import check_gate_confidence
+import os
 
 __all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
 
@@ -37,8 +38,6 @@ _MODEL_FORMS = "models:/name/version, models:/name@alias, runs:/<run_id>/<path> 
 
 def _record_path(value) -> str:
     """A shadow record path that exists (the record is read when the audit runs)."""
-    import os
-
     path = os.fspath(value).strip() if isinstance(value, (str, os.PathLike)) else value
     if not isinstance(path, str) or not os.path.isfile(path):
         raise ValueError(f"shadow_record {value!r} is not a file: give the JSON record written by mlflow-mia "

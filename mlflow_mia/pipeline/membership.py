@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Sequence
 
 from mlflow_mia.engines.registry import get_engine
@@ -22,6 +23,7 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.signals import SignalCache
 from mlflow_mia.tracking.audit_log import log_audit, mlflow_metrics
 from mlflow_mia.tracking.log_settings import LogSettings
+from mlflow_mia.attacks.shadow_record import ShadowRecord, shadow_membership
 
 __all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics",
            "shadow_reader"]
@@ -109,10 +111,6 @@ def shadow_reader(options: MiaOptions, references: Sequence):
     ValueError
         A key that is not the record's, a number or order of references that is not the record's shadows.
     """
-    from functools import partial
-
-    from mlflow_mia.attacks.shadow_record import ShadowRecord, shadow_membership
-
     if options.shadow_record is None:
         return None
     record = ShadowRecord.from_json(options.shadow_record)

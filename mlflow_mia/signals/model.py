@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
+from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
 from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
 
 __all__ = ["MaskedLM", "as_masked_lm"]
@@ -75,6 +76,7 @@ class MaskedLM(ModelIdentity):
     """
 
     _projection: object = field(default=None, init=False, repr=False)  # None: undecided, False: none
+    _last_layer: object = field(default=None, init=False, repr=False)  # the same, of last_layer_of
 
     def __post_init__(self):
         head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
@@ -187,13 +189,21 @@ class MaskedLM(ModelIdentity):
                     cols: torch.Tensor) -> torch.Tensor:
         """Inputs of the vocabulary projection at positions ``(rows[i], cols[i])``, shape (n_positions, d).
 
-        The encoder runs on the whole batch, the head's transform (dense, activation,
-        layer norm) only at the selected positions. Requires :meth:`has_projection`.
+        The encoder runs on the whole batch but its last layer, which (BERT-like layers,
+        :func:`~mlflow_mia.signals.last_layer.last_layer_of`) runs its keys and values
+        on the whole batch and the rest only at the selected positions; the head's
+        transform (dense, activation, layer norm) runs only there too. Requires
+        :meth:`has_projection`.
         Features of several batches can be concatenated for one
         :meth:`target_logprobs_of_features` call.
         """
         self._require_projection()
         encoder, head = self.split_head()
+        if self._last_layer is None:
+            self._last_layer = last_layer_of(encoder) or False
+        if self._last_layer is not False:
+            return _input_of(self._projection, head,
+                             hidden_at(encoder, self._last_layer, input_ids, attention_mask, rows, cols))
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return _input_of(self._projection, head, hidden[rows, cols])
 

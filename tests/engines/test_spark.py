@@ -138,6 +138,25 @@ def test_store_rerun_writes_nothing_and_superset_computes_only_new(spark, model_
     assert other.computed == 5 and other.settings != first.settings
 
 
+def test_statistics_only_when_asked_and_a_job_that_needs_them_upgrades_the_store(spark, model_dir, texts, local,
+                                                                                 tmp_path):
+    store, few = str(tmp_path / "store"), texts[:6]
+    plain = spark_signals(_frame(spark, few), model_dir, CONFIG, store=store, stats=False)
+    assert plain.computed == 6
+    assert spark.read.parquet(store).where("token_mu IS NOT NULL OR token_sigma IS NOT NULL").count() == 0
+    res = collect_signals(plain.frame, range(6))
+    assert not res.has_token_stats
+    np.testing.assert_allclose(res.values, local.values[:6], atol=1e-5, rtol=0)  # equal to a local run
+    for a, b in zip(res.token_logprobs, local.token_logprobs[:6]):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    assert spark_signals(_frame(spark, few), model_dir, CONFIG, store=store, stats=False).computed == 0
+    full = spark_signals(_frame(spark, few), model_dir, CONFIG, store=store)  # rows without them are recomputed
+    assert full.computed == 6
+    _assert_equal(collect_signals(full.frame, range(6)), local, range(6))
+    for stats in (True, False):  # the superset rows now serve both
+        assert spark_signals(_frame(spark, few), model_dir, CONFIG, store=store, stats=stats).computed == 0
+
+
 def test_bad_input_is_a_clear_error_on_the_driver(spark, model_dir):
     df = _frame(spark, ["the cat sat", "a dog ran"])
     with pytest.raises(SparkSignalError, match="no text column 'body'"):
@@ -294,6 +313,8 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     assert {r: m["identity"] for r, m in remote.models.items()} == {r: m["identity"] for r, m in local.models.items()}
     assert remote.warnings == local.warnings  # the same tables, skipped for the same reasons
     assert not any("token ids" in w for w in remote.warnings)  # token ids from the driver's tokenizer
+    # no attack of the config declares Min-K%++'s statistics: the executors did not compute them
+    assert spark.read.parquet(str(tmp_path / "store")).where("token_mu IS NOT NULL").count() == 0
     # the engine's name (its defaults: the active session, no store) takes the same path as the object
     again = run_audit(model_dir, pool, population, reference=reference_dir, config=config, engine="spark",
                       progress=False)

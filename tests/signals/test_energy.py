@@ -339,7 +339,7 @@ def test_killed_run_resumes_from_cache(tmp_path):
         if state["batches"] > 2:
             raise KeyboardInterrupt
 
-    handle = model.base_model.encoder.register_forward_hook(crash)
+    handle = model.base_model.embeddings.register_forward_hook(crash)  # one call per forward pass
     with pytest.raises(KeyboardInterrupt):
         compute_signals(lm, texts, config, cache=SignalCache(tmp_path), progress=False,
                         chunk_size=2)
@@ -491,8 +491,9 @@ def test_token_stats_cost_no_second_forward_pass(lm):
     """The statistics come from the logits of the energy's passes: as many encoder passes with them as without."""
     ids, maskable, _ = tokenize(lm, TEXTS, max_length=64)
     copies = [(i, m[j:j + 2]) for i, m in enumerate(maskable) for j in range(0, len(m) - 1, 2)]
+    energy_module.masked_token_logprobs(lm, ids, copies[:1])  # the head's and last layer's paths, decided once
     calls = []
-    handle = lm.model.base_model.encoder.register_forward_hook(lambda *a: calls.append(1))
+    handle = lm.model.base_model.embeddings.register_forward_hook(lambda *a: calls.append(1))  # one per pass
     try:
         plain = energy_module.masked_token_logprobs(lm, ids, copies, token_budget=64)
         without = len(calls)
