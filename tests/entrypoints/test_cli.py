@@ -76,7 +76,8 @@ def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
         resolved.lm.model.base_model.register_forward_pre_hook(hook)
         return resolved
 
-    monkeypatch.setattr(models_module, "resolve_model", counting)
+    for where in ("mlflow_mia.entrypoints.compare", "mlflow_mia.pipeline.membership"):  # where it is called
+        monkeypatch.setattr(f"{where}.resolve_model", counting)
     cache = tracking.root / "compare-cache"
     args = ["compare", "--models", "tgt", *tracking.cli_args("--cache-dir", str(cache), "--run-name", "cmp")]
     assert main(args) == 0

@@ -157,7 +157,7 @@ def test_ner_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys, t
     HAND.to_csv(paths["hand"], index=False)
     demo = wnut.WnutDemo(model_a_uri=uri, model_b_uri=uri, names_path=str(paths["names"]), entity_types=("PER",),
                          seconds=0.0)
-    monkeypatch.setattr(wnut, "build_wnut_demo", _switching(demo))
+    monkeypatch.setattr("mlflow_mia.entrypoints.ner_cli.build_wnut_demo", _switching(demo))  # where it is called
     code = main(["ner-audit", "--demo-size", "small", "--prompts", str(paths["prompts"]), "--handwritten-prompts",
                  str(paths["hand"]), "--bootstrap-rounds", "0", "--fprs", "0.1", "--no-token-removal",
                  "--cache-dir", str(tracking.cache_dir), "--quiet"])
@@ -175,7 +175,6 @@ def test_analyze_under_mlflow_run(project_run, tracking, monkeypatch, capsys):
     what is checked is the command around it, after a demo build that switched experiments."""
     import pandas as pd
 
-    import mlflow_mia.analyze as analyze
     import mlflow_mia.demo.build as build_module
     from mlflow_mia.analyze.suite import AnalysisResult
     from mlflow_mia.tracking.runs import mlflow_run
@@ -187,7 +186,7 @@ def test_analyze_under_mlflow_run(project_run, tracking, monkeypatch, capsys):
         return AnalysisResult(run_id=parent.info.run_id, table=table)
 
     monkeypatch.setattr(build_module, "build_demo", _switching(_membership_demo(tracking)))
-    monkeypatch.setattr(analyze, "run_analysis", run_analysis)
+    monkeypatch.setattr("mlflow_mia.entrypoints.analyze_cli.run_analysis", run_analysis)  # where it is called
     assert main(["analyze", "--quick", "true", "--quiet", "true"]) == 0, capsys.readouterr().err
     run = MlflowClient().get_run(project_run.info.run_id)
     assert run.info.experiment_id == project_run.info.experiment_id and run.info.status == "FINISHED"
