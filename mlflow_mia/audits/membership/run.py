@@ -22,9 +22,9 @@ __all__ = ["run_audit", "compute_audit_signals"]
 log = logging.getLogger(__name__)
 
 
-def run_audit(target, pool: AuditDataset, population: PopulationSet, *, references: Sequence | None = None, generator=None,
-              config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
-              device=None, progress: bool = True) -> AuditResult:
+def run_audit(target, pool: AuditDataset, population: PopulationSet, *, references: Sequence | None = None,
+              generator=None, config: AuditConfig | None = None, engine="local",
+              cache: SignalCache | str | None = None, device=None, progress: bool = True) -> AuditResult:
     """Audit a target masked LM for membership leakage.
 
     One setup path whatever the engine: the engine checks the device and the inputs
@@ -45,7 +45,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         thresholds. Needs at least ``ceil(1 / min(fprs))`` samples.
     references : sequence of MaskedLM, (model, tokenizer) or str, optional
         Reference models, each trained on similar but disjoint data (one, ``[reference]``,
-        for ``likelihood_ratio``); several make one audit over the set. The attacks over the set (``lira_offline``, ``rmia``) use every one;
+        for ``likelihood_ratio``); several make one audit over the set. The attacks
+        over the set (``lira_offline``, ``rmia``) use every one;
         ``likelihood_ratio`` is reported against each (``likelihood_ratio`` against
         the first, ``likelihood_ratio.reference_<i>`` against the i-th). Every
         reference gets the checks of one (tokenizer agreement, loading without
