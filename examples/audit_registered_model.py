@@ -41,7 +41,7 @@ config = AuditConfig(attacks=("loss", "likelihood_ratio"), metrics={"fprs": fprs
 
 mlflow.set_experiment("mlflow-mia")
 with mlflow.start_run() as run:
-    result = run_audit(target.lm, pool, population, reference=reference.lm, config=config,
+    result = run_audit(target.lm, pool, population, references=[reference.lm], config=config,
                        cache=default_cache_dir())  # re-runs and shared references are free
     # The hash key: $MLFLOW_MIA_HASH_KEY, else a random one that is not kept (mlflow_mia.hashing).
     log_audit(result, settings=LogSettings(

@@ -253,7 +253,7 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
     import mlflow
 
     pool, population = data
-    result = run_audit(target.lm, pool, population, reference=reference.lm, config=config, cache=suite.cache,
+    result = run_audit(target.lm, pool, population, references=[reference.lm], config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
     result.models = model_records(result.models, target=target, reference=reference)
     log_audit(result, run_id, settings=LogSettings(population=population, group_column=suite.demo.group_column,

@@ -54,8 +54,8 @@ ROW_KINDS = {
 #: The model roles of an audit and what an attack needing a missing one is told.
 MODEL_ROLES = {
     "target": "the target model: pass target=...",
-    "reference": ("a reference model trained on similar but disjoint data; pass reference=... (one model) or "
-                  "references=[...] (several), or drop them, e.g. attacks=['loss']"),
+    "reference": ("a reference model trained on similar but disjoint data; pass references=[model] (one or "
+                  "several), or drop them, e.g. attacks=['loss']"),
     "generator": "a generator masked LM to propose neighbours; " + HOW_TO_GIVE_A_GENERATOR,
 }
 

@@ -68,7 +68,7 @@ class Audit:
         stages, the gate and the log; set by :mod:`mlflow_mia.pipeline` at registration.
     log : callable, optional
         The tracking function that logs a result (:mod:`mlflow_mia.tracking`): ``log(result, run_id,
-        LogSettings)`` (the canary audit's takes the canary set after the result); set at registration.
+        settings=LogSettings)`` (the canary audit's set rides in ``LogSettings.canaries``); set at registration.
     metrics : callable, optional
         ``metrics(result, settings) -> dict``: the metrics logged to MLflow, which an ``EvaluationResult``
         returns; set at registration.

@@ -13,6 +13,7 @@ computed anywhere (a cache, another process, a Spark cluster) can be scored.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 import dataclasses
 
@@ -42,76 +43,68 @@ class AuditModels:
     ----------
     target : MaskedLM or None
         The model under audit (None when scoring signals computed elsewhere).
-    reference : MaskedLM or None
-        The first reference model: trained on similar but disjoint data (``likelihood_ratio``).
     generator : MaskedLM, str or None
         The masked LM proposing neighbours (``neighbourhood``): a model, or a
         local folder loaded when neighbours are generated.
     references : tuple of MaskedLM
-        Every reference model of the audit's reference set, ``reference`` first
-        (roles :func:`~mlflow_mia.attacks.inputs.reference_roles`); ``(reference,)``
-        with one, empty with none.
+        Every reference model of the audit's reference set (roles
+        :func:`~mlflow_mia.attacks.inputs.reference_roles`); ``(reference,)`` with one,
+        empty with none. Any sequence given is stored as a tuple.
+    reference : MaskedLM or None
+        Read-only: the first of ``references`` (``likelihood_ratio``), None with none.
     shadow_membership : callable or None
         ``texts -> bool ndarray of shape (len(texts), k)``: which reference (shadow) model
         trained on each text, read from the shadows' training record
         (:func:`~mlflow_mia.attacks.shadow_record.shadow_membership`); stage 1 computes the
         ``shadow_membership`` input of ``lira_online`` with it. None: no record.
-
-    Raises
-    ------
-    ValueError
-        ``references`` given whose first is not ``reference``.
     """
 
     target: MaskedLM | None = None
-    reference: MaskedLM | None = None
     generator: object = None
     references: tuple = ()
     shadow_membership: object = None
 
     def __post_init__(self):
-        refs = tuple(self.references)
-        if not refs and self.reference is not None:
-            refs = (self.reference,)
-        if refs and self.reference is None:
-            object.__setattr__(self, "reference", refs[0])
-        elif refs and refs[0] is not self.reference:
-            raise ValueError("AuditModels: references[0] must be the reference model")
-        object.__setattr__(self, "references", refs)
+        object.__setattr__(self, "references", tuple(self.references))
+
+    @property
+    def reference(self):
+        """The first reference model, or None when the audit has none."""
+        return self.references[0] if self.references else None
 
     @classmethod
-    def build(cls, target, *, reference=None, generator=None, config: AuditConfig | None = None,
-              load=None, references=None, shadow_membership=None) -> "AuditModels":
+    def build(cls, target, *, references: Sequence | None = None, generator=None,
+              config: AuditConfig | None = None, load=None, shadow_membership=None) -> "AuditModels":
         """Load each role the audit has and pick the neighbour generator.
 
         Parameters
         ----------
-        target, reference, generator : MaskedLM, (model, tokenizer) or str (a local folder), optional
+        target, generator : MaskedLM, (model, tokenizer) or str (a local folder), optional
             What the engine's ``load`` accepts (the Spark engine: model URIs and folders).
         config : AuditConfig, optional
             When one of its attacks needs the generator role
             (:func:`~mlflow_mia.attacks.required_roles`), the generator follows
             :func:`~mlflow_mia.signals.neighbours.choose_generator`: ``generator``, then
             ``config.neighbourhood.generator_model`` (a folder, loaded when first used),
-            then ``reference``. Otherwise no generator.
+            then the first of ``references``. Otherwise no generator.
         load : callable, optional
             ``load(model, role=...) -> MaskedLM or CausalLM``: the engine's loader (default
             :func:`~mlflow_mia.signals.causal_model.as_language_model`: either kind, read from the model).
         references : sequence, optional
-            Several reference models (each what ``load`` accepts), loaded with the roles
-            ``reference``, ``reference_2``, ...; instead of ``reference``.
+            The reference models (each what ``load`` accepts), loaded with the roles
+            ``reference``, ``reference_2``, ...; one is ``[reference]``.
         shadow_membership : callable, optional
             Kept as the attribute (which shadow trained on each text).
 
         Raises
         ------
         ValueError
-            Both ``reference`` and ``references``, or an empty ``references``; models of
+            ``references`` not a list (one model: ``[model]``) or empty; models of
         different kinds (:func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
         """
         config = config or AuditConfig()
         load = load or as_language_model
-        refs = _reference_list(reference, references)
+        refs = _reference_list(references)
         target = None if target is None else load(target, role="target")
         loaded = tuple(load(m, role=role) for m, role in zip(refs, reference_roles(len(refs))))
         reference = loaded[0] if loaded else None
@@ -123,8 +116,7 @@ class AuditModels:
             generator = None
         # models of different kinds (causal vs masked) fail here, before the tokenizer checks
         check_model_kinds(target, loaded, attacks=config.attacks, generator=generator)
-        return cls(target=target, reference=reference, generator=generator, references=loaded,
-                   shadow_membership=shadow_membership)
+        return cls(target=target, generator=generator, references=loaded, shadow_membership=shadow_membership)
 
     def config_for(self, config: AuditConfig) -> AuditConfig:
         """``config`` with the signal the target gets (:func:`~mlflow_mia.signals.dispatch.signal_config_for`).
@@ -156,15 +148,13 @@ class AuditModels:
         return out
 
 
-def _reference_list(reference, references) -> list:
-    """The reference models as a list: ``[reference]``, ``list(references)`` or ``[]``."""
+def _reference_list(references) -> list:
+    """The reference models as a list: ``list(references)``, or ``[]`` for None."""
     if references is None:
-        return [] if reference is None else [reference]
-    if reference is not None:
-        raise ValueError("pass reference=... (one model) or references=[...] (several), not both")
+        return []
     if isinstance(references, (str, bytes)) or not hasattr(references, "__iter__"):
         raise ValueError(f"references must be a list of models, got {type(references).__name__}; pass one model "
-                         "as reference=...")
+                         "as references=[model]")
     refs = list(references)
     if not refs:
         raise ValueError("references is empty: give at least one reference model, or leave it out")

@@ -62,8 +62,9 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
         log.info(verdict.verdict())
     logged = LogSettings.from_options(options, gate=verdict, log_metrics=log_metrics, params=extra_params,
                                         model_version=target.registry_versions or None,
-                                        weights_id=target.lm.weights_id, audit_started=started, run_name=run_name)
-    artifacts = log_canary_audit(result, canaries, run_id, settings=logged)
+                                        weights_id=target.lm.weights_id, audit_started=started, run_name=run_name,
+                                        canaries=canaries)
+    artifacts = log_canary_audit(result, run_id, settings=logged)
     return result, verdict, artifacts
 
 

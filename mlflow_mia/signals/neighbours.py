@@ -368,5 +368,5 @@ def choose_generator(generator=None, *, configured: str | None = None, reference
 
 
 #: How to give the neighbourhood attack a generator (the end of every error about a missing one).
-HOW_TO_GIVE_A_GENERATOR = ("pass generator=... or reference=..., or set neighbourhood.generator_model to a local "
+HOW_TO_GIVE_A_GENERATOR = ("pass generator=... or references=[...], or set neighbourhood.generator_model to a local "
                            "model folder, e.g. AuditConfig(neighbourhood={'generator_model': '/path/to/bert'})")

@@ -268,7 +268,7 @@ def _report(result, gate, canaries, verdict, record=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def log_canary_audit(result, canaries, run_id: str | None = None, *, settings: LogSettings, client=None) -> dict:
+def log_canary_audit(result, run_id: str | None = None, *, settings: LogSettings, client=None) -> dict:
     """Log a canary audit to an MLflow run (see the module docstring); returns the artifacts by name.
 
     The run also gets the verdict (``mia.verdict`` and ``mia.verdict.reason``,
@@ -280,19 +280,19 @@ def log_canary_audit(result, canaries, run_id: str | None = None, *, settings: L
     Parameters
     ----------
     result : CanaryAuditResult
-    canaries : CanarySet
-        The audited set (its digest and counts are logged, never its texts unless ``log_texts``).
     run_id : str, optional
         Default: the active run.
     settings : LogSettings, optional
-        What is logged and how (:class:`~mlflow_mia.tracking.log_settings.LogSettings`: the gate verdict,
-        ``log_texts``, ``log_samples``, the prefix, the registry versions, ``planted_in``, ...).
+        What is logged and how (:class:`~mlflow_mia.tracking.log_settings.LogSettings`: the audited
+        ``canaries`` (its digest and counts are logged, never its texts unless ``log_texts``), the gate
+        verdict, ``log_texts``, ``log_samples``, the prefix, the registry versions, ``planted_in``, ...).
     client : MlflowClient, optional
 
     Raises
     ------
     ValueError
-        No active run and no ``run_id``; ``log_texts`` without ``log_samples``; a metric name MLflow rejects.
+        No ``settings.canaries``; no active run and no ``run_id``; ``log_texts`` without ``log_samples``;
+        a metric name MLflow rejects.
     VersionDeletedError
         A registry version was deleted during the audit (after everything else is logged).
     """
@@ -302,7 +302,9 @@ def log_canary_audit(result, canaries, run_id: str | None = None, *, settings: L
     log_texts, log_samples, log_metrics, prefix = (settings.log_texts, settings.log_samples, settings.log_metrics,
                                                    settings.prefix)
     gate, params, planted_in, run_name = settings.gate, settings.params, settings.planted_in, settings.run_name
-    hash_key, model_version = settings.hash_key, settings.model_version
+    hash_key, model_version, canaries = settings.hash_key, settings.model_version, settings.canaries
+    if canaries is None:
+        raise ValueError("log_canary_audit needs the audited canary set: pass LogSettings(canaries=...)")
     if log_texts and not log_samples:
         raise ValueError("log_texts writes canary texts into the per-canary table, which only log_samples=True "
                          "writes; set both")

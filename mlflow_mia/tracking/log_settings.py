@@ -59,6 +59,9 @@ class LogSettings:
         Membership audit: ``{"pool": ..., "population": ...}``, the sources of the run's datasets.
     planted_in : str, optional
         Canary audit: where the canary set was planted (kept in the gate record).
+    canaries : CanarySet, optional
+        Canary audit: the audited set (its digest, counts and figures are logged; its texts only with
+        ``log_texts``); required by :func:`~mlflow_mia.tracking.canary_log.log_canary_audit`.
     """
 
     log_texts: bool = False
@@ -79,6 +82,7 @@ class LogSettings:
     run_name: str | None = None
     sources: dict | None = None
     planted_in: str | None = None
+    canaries: Any = None
 
     @classmethod
     def from_options(cls, options, **context) -> "LogSettings":

@@ -51,7 +51,7 @@ def test_one_audit_over_three_references_reports_every_attack_and_lr_against_eac
         assert f"score_{name}" in result.samples
     assert result.config_record()["models"]["reference_3"]["identity"] == refs[2].model_id
     # The likelihood ratio against the i-th reference is the one-reference audit's likelihood ratio.
-    one = run_audit(target, pool, population, reference=refs[1], config=CONFIG, cache=cache, progress=False)
+    one = run_audit(target, pool, population, references=[refs[1]], config=CONFIG, cache=cache, progress=False)
     np.testing.assert_allclose(result.samples["score_likelihood_ratio.reference_2"],
                                one.samples["score_likelihood_ratio"])
     assert list(one.attacks) == ["loss", "likelihood_ratio", "lira_offline", "rmia"]
@@ -70,11 +70,11 @@ def test_reference_set_signals_are_cached_per_reference(audit_set, tmp_path):
     np.testing.assert_array_equal(first.samples["score_rmia"], again.samples["score_rmia"])
 
 
-def test_reference_and_references_together_is_an_error(audit_set):
+def test_references_must_be_a_non_empty_list(audit_set):
     target, refs, pool, population = audit_set
-    with pytest.raises(ValueError, match=r"pass reference=\.\.\. \(one model\) or references=\[\.\.\.\] \(several\), "
-                                         "not both"):
-        run_audit(target, pool, population, reference=refs[0], references=refs[1:], config=CONFIG)
+    with pytest.raises(ValueError, match=r"references must be a list of models, got MaskedLM; pass one model "
+                                         r"as references=\[model\]"):
+        run_audit(target, pool, population, references=refs[0], config=CONFIG)
     with pytest.raises(ValueError, match="references is empty"):
         run_audit(target, pool, population, references=[], config=CONFIG)
 

@@ -107,7 +107,7 @@ def test_audit_of_a_causal_target_and_reference(audit_set):
     config = AuditConfig(attacks=attacks, metrics=MetricConfig(fprs=(0.1,), bootstrap_rounds=10),
                          neighbourhood={"num_neighbours": 3})
     generator = MaskedLM(*tiny_bert(seed=5), name="generator")
-    result = run_audit(target, pool, population, reference=reference, generator=generator, config=config,
+    result = run_audit(target, pool, population, references=[reference], generator=generator, config=config,
                        progress=False)
     assert list(result.attacks) == list(attacks)
     want = compute_causal_signals(target, pool.texts, SignalConfig(kind="causal"), progress=False).values
@@ -123,7 +123,7 @@ def test_causal_target_with_masked_reference_is_refused_before_any_model_runs(au
     masked = MaskedLM(*tiny_bert(seed=2), name="bert")
     config = AuditConfig(attacks=("loss", "likelihood_ratio"), metrics=MetricConfig(fprs=(0.1,)))
     with pytest.raises(ValueError, match="the target is a causal LM but the reference model is a masked LM"):
-        run_audit(target, pool, population, reference=masked, config=config, progress=False)
+        run_audit(target, pool, population, references=[masked], config=config, progress=False)
 
 
 def test_audit_of_a_causal_target_records_the_causal_signal(audit_set):

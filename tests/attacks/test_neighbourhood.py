@@ -71,7 +71,7 @@ def _config(**neighbourhood):
 def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
     pool, population = data
     target, reference = MaskedLM(*tiny_bert(seed=1)), MaskedLM(*tiny_bert(seed=2))
-    result = run_audit(target, pool, population, reference=reference, config=_config(), cache=str(tmp_path),
+    result = run_audit(target, pool, population, references=[reference], config=_config(), cache=str(tmp_path),
                        progress=False)
     scores = result.samples["score_neighbourhood"].to_numpy()
     assert np.isnan(scores[-1]) and np.isfinite(scores[:-1]).all()
@@ -119,7 +119,7 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
 
     monkeypatch.setattr(nb_module, "_candidate_swaps", boom)
     monkeypatch.setattr("mlflow_mia.signals.energy.masked_token_logprobs", boom)
-    again = run_audit(target, pool, population, reference=reference, config=_config(), cache=str(tmp_path),
+    again = run_audit(target, pool, population, references=[reference], config=_config(), cache=str(tmp_path),
                       progress=False)
     np.testing.assert_array_equal(again.samples["score_neighbourhood"].to_numpy(), scores)
 
@@ -156,12 +156,12 @@ def test_configured_generator_wins_over_reference(data, tmp_path, monkeypatch):
     pool, population = data
     seen = _generators_used(monkeypatch)
     reference = MaskedLM(*tiny_bert(seed=2))
-    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference,
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, references=[reference],
                        config=_config(generator_model=str(tmp_path)), progress=False)
     assert set(seen) == {str(tmp_path)}  # the configured folder, loaded on first use by the recipe
     assert result.info["neighbour_generator"] == str(tmp_path)
     seen.clear()
-    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, reference=reference, config=_config(),
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, references=[reference], config=_config(),
                        progress=False)
     assert seen and all(g is reference for g in seen)
     assert result.info["neighbour_generator"] == reference.model_id
@@ -171,7 +171,7 @@ def test_generator_argument_wins_and_needs_no_reference(data, monkeypatch):
     pool, population = data
     seen = _generators_used(monkeypatch)
     generator, reference = MaskedLM(*tiny_bert(seed=3)), MaskedLM(*tiny_bert(seed=2))
-    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, reference=reference,
+    result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, references=[reference],
                        config=_config(generator_model="/not/used"), progress=False)
     assert seen[-1] is generator and result.info["neighbour_generator"] == generator.model_id
     result = run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, generator=generator, config=_config(),

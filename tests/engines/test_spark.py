@@ -248,7 +248,7 @@ def _bad_inputs(pool, population):
 
     return [
         ("unknown attack", {"config": _audit_config(attacks=("loss", "lira"))}, r"unknown attack\(s\) \['lira'\]"),
-        ("missing reference", {"reference": None}, r"\['likelihood_ratio'\] need a reference model"),
+        ("missing reference", {"references": None}, r"\['likelihood_ratio'\] need a reference model"),
         ("one class", {"pool": AuditDataset(texts=pool.texts[:15], labels=[1] * 15)}, r"no non-members"),
         ("small population", {"config": _audit_config(metrics=MetricConfig(fprs=(0.01,)))},
          r"has 40 samples; a threshold at FPR 0.01 needs at least 100"),
@@ -268,7 +268,7 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
     for name, overrides, pattern in _bad_inputs(pool, population):
         errors = {}
         for engine in ("local", "spark"):
-            kwargs = {"reference": reference_dir, "config": _audit_config(), "pool": pool,
+            kwargs = {"references": [reference_dir], "config": _audit_config(), "pool": pool,
                       "population": population, **overrides}
             with pytest.raises(ValueError) as err:
                 run_audit(model_dir, kwargs.pop("pool"), kwargs.pop("population"),
@@ -277,7 +277,7 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
         assert errors["local"] == errors["spark"], name
         assert re.search(pattern, errors["local"]), (name, errors["local"])
     # several bad inputs at once: the first check wins, whatever the engine
-    both = {"reference": None, "config": _audit_config(metrics={"fprs": (0.01,)})}
+    both = {"references": None, "config": _audit_config(metrics={"fprs": (0.01,)})}
     for engine in ("local", "spark"):
         with pytest.raises(ValueError, match=r"need a reference model"):
             run_audit(model_dir, pool, population, engine=SparkEngine(spark) if engine == "spark" else engine,
@@ -301,8 +301,8 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
 
     pool, population = audit_data
     config = _audit_config()
-    local = run_audit(model_dir, pool, population, reference=reference_dir, config=config, progress=False)
-    remote = run_audit(model_dir, pool, population, reference=reference_dir, config=config,
+    local = run_audit(model_dir, pool, population, references=[reference_dir], config=config, progress=False)
+    remote = run_audit(model_dir, pool, population, references=[reference_dir], config=config,
                        engine=SparkEngine(spark, store=str(tmp_path / "store")), progress=False)
     assert (local.info["engine"], remote.info["engine"]) == ("local", "spark")
     assert "signals_spark_s" in remote.info["timings"]
@@ -316,7 +316,7 @@ def test_local_and_spark_engines_give_equal_metrics(spark, model_dir, reference_
     # no attack of the config declares Min-K%++'s statistics: the executors did not compute them
     assert spark.read.parquet(str(tmp_path / "store")).where("token_mu IS NOT NULL").count() == 0
     # the engine's name (its defaults: the active session, no store) takes the same path as the object
-    again = run_audit(model_dir, pool, population, reference=reference_dir, config=config, engine="spark",
+    again = run_audit(model_dir, pool, population, references=[reference_dir], config=config, engine="spark",
                       progress=False)
     assert again.metrics == pytest.approx(remote.metrics, abs=1e-12, nan_ok=True)
 

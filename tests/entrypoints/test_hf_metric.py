@@ -51,7 +51,7 @@ def audit():
     config = AuditConfig.from_dict({"signal": {"num_masks": 2},
                                     "metrics": {"fprs": [0.1, 0.05], "bootstrap_rounds": 30, "delta": 1e-3,
                                                 "confidence": 0.9, "seed": 4}})
-    return run_audit(MaskedLM(model, tok), pool, population, reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok),
+    return run_audit(MaskedLM(model, tok), pool, population, references=[MaskedLM(tiny_bert(tok, seed=2)[0], tok)],
                      config=config, progress=False)
 
 

@@ -20,6 +20,17 @@ def test_each_audit_kind_is_registered_by_its_evaluator_method_with_every_part()
                    if f.name not in ("name", "command", "help", "description", "target_flag")), audit.name
 
 
+def test_every_audit_logs_with_the_same_signature():
+    import inspect
+
+    for audit in AUDITS.values():
+        params = inspect.signature(audit.log).parameters
+        assert list(params)[:2] == ["result", "run_id"], audit.name
+        assert params["settings"].kind is inspect.Parameter.KEYWORD_ONLY, audit.name
+        assert [n for n, p in params.items() if p.default is inspect.Parameter.empty] == ["result", "settings"], \
+            audit.name
+
+
 @pytest.mark.parametrize("method, config_type", [("mia", AuditConfig), ("ner_prompts", NerAuditConfig),
                                                  ("canaries", CanaryAuditConfig)])
 def test_parse_gives_settings_of_the_audits_own_config(method, config_type):

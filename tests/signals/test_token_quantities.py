@@ -30,7 +30,7 @@ def setup():
     pool = AuditDataset(texts=texts[:16], labels=[1] * 8 + [0] * 8)
     population = PopulationSet(texts=texts[16:40])
     models = AuditModels(target=MaskedLM(*tiny_bert(seed=1), name="target"),
-                         reference=MaskedLM(*tiny_bert(seed=2), name="reference"))
+                         references=(MaskedLM(*tiny_bert(seed=2), name="reference"),))
     return models, pool, population
 
 

@@ -38,7 +38,7 @@ def audit(store):
     model, tok = tiny_bert(seed=1)
     config = AuditConfig.from_dict({"signal": {"num_masks": 2},
                                     "metrics": {"fprs": [0.1, 0.05], "bootstrap_rounds": 20}})
-    result = run_audit(MaskedLM(model, tok), pool, population, reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok),
+    result = run_audit(MaskedLM(model, tok), pool, population, references=[MaskedLM(tiny_bert(tok, seed=2)[0], tok)],
                        config=config, cache=str(store.cache_dir), progress=False)
     return result, pool, population
 

@@ -63,3 +63,13 @@ def test_report_and_console_print_n_a_with_the_reason_and_at_least_for_capped_ex
     assert "log2(20 + 1) = 4.39 bits" in report and "skew-normal extrapolation" in report
     assert math.isnan(result.metrics["canary/r1/tpr_at_fpr_0.01"])
     assert r1_row.split(" | ")[4] == f"{result.metrics['canary/r1/tpr_at_fpr_0.1']:.3f}"  # 12 excluded resolve 0.1
+
+
+def test_logging_without_the_canary_set_names_the_fix():
+    from mlflow_mia.hashing import HashKey
+    from mlflow_mia.tracking.canary_log import log_canary_audit
+    from mlflow_mia.tracking.log_settings import LogSettings
+
+    with pytest.raises(ValueError, match=r"log_canary_audit needs the audited canary set: pass "
+                                         r"LogSettings\(canaries=\.\.\.\)"):
+        log_canary_audit(None, "no-run", settings=LogSettings(hash_key=HashKey.random()))

@@ -79,7 +79,7 @@ def audit_result(store):
     population = PopulationSet.from_frame(store.population, group_column="article_id")
     model, tok = tiny_bert(seed=1)
     config = AuditConfig.from_dict({"signal": {"num_masks": 2}, "metrics": {"fprs": [0.1], "bootstrap_rounds": 0}})
-    return run_audit(MaskedLM(model, tok), pool, population, reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok),
+    return run_audit(MaskedLM(model, tok), pool, population, references=[MaskedLM(tiny_bert(tok, seed=2)[0], tok)],
                      config=config, cache=str(store.cache_dir), progress=False)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from mlflow_mia.attacks import required_inputs
 from mlflow_mia.audits.membership.checks import check_audit
@@ -21,9 +22,10 @@ __all__ = ["run_audit", "compute_audit_signals"]
 log = logging.getLogger(__name__)
 
 
-def run_audit(target, pool: AuditDataset, population: PopulationSet, *, reference=None, generator=None,
-              config: AuditConfig | None = None, engine="local", cache: SignalCache | str | None = None,
-              device=None, progress: bool = True, references=None, shadow_membership=None) -> AuditResult:
+def run_audit(target, pool: AuditDataset, population: PopulationSet, *, references: Sequence | None = None,
+              generator=None, config: AuditConfig | None = None, engine="local",
+              cache: SignalCache | str | None = None, device=None, progress: bool = True,
+              shadow_membership=None) -> AuditResult:
     """Audit a target masked LM for membership leakage.
 
     One setup path whatever the engine: the engine checks the device and the inputs
@@ -42,11 +44,10 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     population : PopulationSet
         Samples from the general distribution, disjoint from the pool; only used for
         thresholds. Needs at least ``ceil(1 / min(fprs))`` samples.
-    reference : MaskedLM, (model, tokenizer) or str, optional
-        A model trained on similar but disjoint data; required by ``likelihood_ratio``.
     references : sequence of MaskedLM, (model, tokenizer) or str, optional
-        Instead of ``reference``: a reference set of several models, one audit over
-        the set. The attacks over the set (``lira_offline``, ``rmia``) use every one;
+        Reference models, each trained on similar but disjoint data (one, ``[reference]``,
+        for ``likelihood_ratio``); several make one audit over the set. The attacks
+        over the set (``lira_offline``, ``rmia``) use every one;
         ``likelihood_ratio`` is reported against each (``likelihood_ratio`` against
         the first, ``likelihood_ratio.reference_<i>`` against the i-th). Every
         reference gets the checks of one (tokenizer agreement, loading without
@@ -55,7 +56,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         The masked LM proposing neighbours for ``neighbourhood`` (Mattern et al.
         2023, Sec. 3). Precedence (:func:`~mlflow_mia.signals.neighbours.choose_generator`):
         this argument, then ``config.neighbourhood.generator_model`` (a local
-        folder), then ``reference`` (the first of ``references``).
+        folder), then the first of ``references``.
     config : AuditConfig, optional
         Attacks, signal and metric settings (defaults: loss and likelihood ratio,
         energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
@@ -88,7 +89,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     ValueError
         Before any model loads: an unknown engine name, a
         device that does not exist, unknown attacks, attacks whose inputs the engine
-        cannot compute, both ``reference`` and ``references``. Before any model runs: a
+        cannot compute, ``references`` not a non-empty list. Before any model runs: a
         missing reference or generator, a reference whose tokenizer differs from the target's (unless
         ``config.allow_tokenizer_mismatch``), a pool with one class, a missing or too
         small population set, pool and population overlap.
@@ -98,8 +99,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     runner = get_engine(engine)
     runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
     runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
-    models = AuditModels.build(target, reference=reference, references=references, generator=generator,
-                               config=config, load=runner.load, shadow_membership=shadow_membership)
+    models = AuditModels.build(target, references=references, generator=generator, config=config,
+                               load=runner.load, shadow_membership=shadow_membership)
     config = models.config_for(config)  # a causal target records signal="causal"
     notes = check_audit(models, pool, population, config)
     if isinstance(cache, str):

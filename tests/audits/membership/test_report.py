@@ -26,7 +26,7 @@ def result():
     config = AuditConfig.from_dict({"signal": {"num_masks": 2},
                                     "metrics": {"fprs": [0.1, 0.05, 0.01], "bootstrap_rounds": 20}})
     res = run_audit(MaskedLM(model, tok, model_id="models:/tgt/7"), pool, population,
-                    reference=MaskedLM(tiny_bert(tok, seed=2)[0], tok, model_id="models:/ref/1"),
+                    references=[MaskedLM(tiny_bert(tok, seed=2)[0], tok, model_id="models:/ref/1")],
                     config=config, progress=False)
     return res, texts[:140]
 

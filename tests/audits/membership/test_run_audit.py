@@ -56,7 +56,7 @@ def setup():
 
 def test_memorized_members_score_higher_label_convention(setup):
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    res = run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
     for name in ("loss", "likelihood_ratio"):
         scores = res.samples[f"score_{name}"].to_numpy()
         assert res.metrics[f"{name}/auc"] == pytest.approx(roc_auc_score(pool.labels, scores))
@@ -69,7 +69,7 @@ def test_memorized_members_score_higher_label_convention(setup):
 
 def test_metric_names_and_population_thresholds(setup):
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    res = run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
     m = res.metrics
     for name in ("loss", "likelihood_ratio"):
         for key in ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.1", "tpr_at_fpr_0.05",
@@ -97,7 +97,7 @@ def test_epsilon_lower_bound_from_pool_counts_at_population_thresholds(setup):
 
     target, reference, pool, population = setup
     metrics = MetricConfig(fprs=(0.1, 0.05), bootstrap_rounds=0, delta=1e-3, confidence=0.9)
-    res = run_audit(target, pool, population, reference=reference,
+    res = run_audit(target, pool, population, references=[reference],
                     config=AuditConfig(signal=SignalConfig(num_masks=3), metrics=metrics), progress=False)
     y = pool.labels
     for name in ("loss", "likelihood_ratio"):
@@ -120,7 +120,7 @@ def test_intervals_resample_groups_and_unresolved_rates_are_nan_with_their_reaso
     target, reference, pool, population = setup
     by_article = PopulationSet(texts=population.texts, groups=[f"p{i // 8}" for i in range(len(population))])
     metrics = MetricConfig(fprs=(0.1, 0.05, 0.02), bootstrap_rounds=50)
-    res = run_audit(target, pool, by_article, reference=reference,
+    res = run_audit(target, pool, by_article, references=[reference],
                     config=AuditConfig(signal=SignalConfig(num_masks=3), metrics=metrics), progress=False)
     m, stats, y = res.metrics, res.summary()["statistics"], pool.labels
     for name in ("loss", "likelihood_ratio"):
@@ -172,7 +172,7 @@ def test_intervals_resample_groups_and_unresolved_rates_are_nan_with_their_reaso
 
 def test_user_level_score_is_mean_of_user_samples(setup):
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference,
+    res = run_audit(target, pool, population, references=[reference],
                     config=AuditConfig(attacks=("loss",), **FAST), progress=False)
     user_scores = res.samples.groupby("group")["score_loss"].mean()
     user_labels = res.samples.groupby("group")["label"].first()
@@ -184,8 +184,8 @@ def test_rows_stay_paired_when_pool_is_shuffled(setup):
     order = np.random.default_rng(0).permutation(len(pool))
     shuffled = AuditDataset(texts=[pool.texts[i] for i in order], labels=pool.labels[order],
                             sample_ids=[pool.sample_ids[i] for i in order])
-    a = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
-    b = run_audit(target, shuffled, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    a = run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
+    b = run_audit(target, shuffled, population, references=[reference], config=AuditConfig(**FAST), progress=False)
     merged = a.samples.merge(b.samples, on="sample_id")
     np.testing.assert_allclose(merged["score_likelihood_ratio_x"], merged["score_likelihood_ratio_y"], rtol=1e-6)
     assert a.metrics["likelihood_ratio/auc"] == pytest.approx(b.metrics["likelihood_ratio/auc"])
@@ -194,11 +194,11 @@ def test_rows_stay_paired_when_pool_is_shuffled(setup):
 def test_second_target_reuses_cached_reference(setup, tmp_path):
     target, reference, pool, population = setup
     cache = SignalCache(tmp_path)
-    run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), cache=cache, progress=False)
+    run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), cache=cache, progress=False)
     calls = []
     hook = reference.model.base_model.embeddings.register_forward_hook(lambda *a: calls.append(1))
     other_target = MaskedLM(tiny_bert(target.tokenizer, seed=5, hidden=48)[0], target.tokenizer)
-    run_audit(other_target, pool, population, reference=reference, config=AuditConfig(**FAST), cache=cache,
+    run_audit(other_target, pool, population, references=[reference], config=AuditConfig(**FAST), cache=cache,
               progress=False)
     hook.remove()
     assert calls == []
@@ -206,7 +206,7 @@ def test_second_target_reuses_cached_reference(setup, tmp_path):
 
 def test_riskiest_records_are_flagged_members_by_score(setup):
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    res = run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
     lr = res.riskiest[res.riskiest["attack"] == "likelihood_ratio"]
     t = res.metrics["likelihood_ratio/threshold_at_pop_fpr_0.05"]
     assert (lr["score"] > t).all() and list(lr["score"]) == sorted(lr["score"], reverse=True)
@@ -218,7 +218,7 @@ def test_figures_are_returned_not_shown(setup):
     import matplotlib.pyplot as plt
 
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    res = run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
     before = plt.get_fignums()
     figs = res.figures()
     assert {"plots/roc.png", "plots/roc_loglog.png", "plots/user_roc.png", "plots/hist_loss.png",
@@ -239,7 +239,7 @@ def _never_run(setup):
 
 def test_missing_reference_is_an_error(setup):
     target, _, pool, population = setup
-    with pytest.raises(ValueError, match=r"\['likelihood_ratio'\] need a reference model.*reference="):
+    with pytest.raises(ValueError, match=r"\['likelihood_ratio'\] need a reference model.*references=\[model\]"):
         run_audit(target, pool, population, config=AuditConfig(**FAST), progress=False)
 
 
@@ -247,14 +247,14 @@ def test_pool_with_one_class_is_an_error(setup):
     target, reference, pool, population = setup
     members_only = AuditDataset(texts=pool.texts[:30], labels=[1] * 30)
     with pytest.raises(ValueError, match=r"no non-members \(label 0\)"):
-        run_audit(target, members_only, population, reference=reference, progress=False)
+        run_audit(target, members_only, population, references=[reference], progress=False)
 
 
 def test_population_too_small_says_how_many_it_needs(setup):
     target, reference, pool, population = setup
     calls, hooks = _never_run(setup)
     with pytest.raises(ValueError, match="has 80 samples; a threshold at FPR 0.001 needs at least 1000"):
-        run_audit(target, pool, population, reference=reference, progress=False)
+        run_audit(target, pool, population, references=[reference], progress=False)
     for h in hooks:
         h.remove()
     assert calls == []
@@ -263,20 +263,20 @@ def test_population_too_small_says_how_many_it_needs(setup):
 def test_missing_population_is_an_error(setup):
     target, reference, pool, _ = setup
     with pytest.raises(ValueError, match="population set is required"):
-        run_audit(target, pool, None, reference=reference, progress=False)
+        run_audit(target, pool, None, references=[reference], progress=False)
 
 
 def test_pool_and_population_must_be_disjoint(setup):
     target, reference, pool, population = setup
     leaky = PopulationSet(texts=population.texts + pool.texts[:1])
     with pytest.raises(ValueError, match="1 text.*both in the target pool and the population"):
-        run_audit(target, pool, leaky, reference=reference, config=AuditConfig(**FAST), progress=False)
+        run_audit(target, pool, leaky, references=[reference], config=AuditConfig(**FAST), progress=False)
 
 
 def test_unknown_attack_lists_registered(setup):
     target, reference, pool, population = setup
     with pytest.raises(ValueError, match=r"unknown attack.*'lira'.*registered attacks: \[.*'loss'"):
-        run_audit(target, pool, population, reference=reference, config=AuditConfig(attacks=("lira",)),
+        run_audit(target, pool, population, references=[reference], config=AuditConfig(attacks=("lira",)),
                   progress=False)
 
 
@@ -294,7 +294,7 @@ def test_memorization_feature_analysis_of_headline_attack(setup):
 
 def test_memorization_feature_analysis_skipped_with_reason(setup):
     target, reference, pool, population = setup
-    res = run_audit(target, pool, population, reference=reference, config=AuditConfig(**FAST), progress=False)
+    res = run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
     flagged = res.samples.loc[res.samples["label"] == 1, "flagged_likelihood_ratio_fpr_0.1"]
     if (~flagged).sum() >= 2:
         assert res.memorization_features is not None
@@ -314,7 +314,7 @@ def _roberta_reference(seed=5):
 def test_reference_with_another_tokenizer_is_an_error(setup):
     target, _, pool, population = setup
     with pytest.raises(ValueError, match=r"tokenizer differs from the target's .*allow_tokenizer_mismatch=True.*pll"):
-        run_audit(target, pool, population, reference=_roberta_reference(), config=AuditConfig(**FAST),
+        run_audit(target, pool, population, references=[_roberta_reference()], config=AuditConfig(**FAST),
                   progress=False)
 
 
@@ -323,7 +323,7 @@ def test_tokenizer_mismatch_opt_in_requires_pll(setup):
         AuditConfig(**FAST, allow_tokenizer_mismatch=True)
     target, _, pool, population = setup
     config = AuditConfig(signal=SignalConfig(kind="pll"), metrics=FAST["metrics"], allow_tokenizer_mismatch=True)
-    result = run_audit(target, pool, population, reference=_roberta_reference(), config=config, progress=False)
+    result = run_audit(target, pool, population, references=[_roberta_reference()], config=config, progress=False)
     assert any("tokenizer differs" in w and "opted in" in w for w in result.warnings)
     assert 0.0 <= result.metrics["likelihood_ratio/auc"] <= 1.0
 
@@ -396,7 +396,7 @@ def test_a_reference_that_is_the_target_or_its_twin_is_refused(setup):
 
     target, _, pool, population = setup
     with pytest.raises(ValueError, match="has the target's own weights"):
-        run_audit(target, pool, population, reference=MaskedLM(copy.deepcopy(target.model), target.tokenizer),
+        run_audit(target, pool, population, references=[MaskedLM(copy.deepcopy(target.model), target.tokenizer)],
                   config=AuditConfig(**FAST), progress=False)
     twin = copy.deepcopy(target.model)
     gen = torch.Generator().manual_seed(0)
@@ -405,5 +405,5 @@ def test_a_reference_that_is_the_target_or_its_twin_is_refused(setup):
             p.add_(1e-4 * torch.randn(p.shape, generator=gen))
     with pytest.raises(ValueError, match=rf"signals on the pool equal the target's \(mean relative difference "
                                          rf"\S+ < {REFERENCE_MIN_DIFFERENCE:g}\)"):
-        run_audit(target, pool, population, reference=MaskedLM(twin, target.tokenizer), config=AuditConfig(**FAST),
+        run_audit(target, pool, population, references=[MaskedLM(twin, target.tokenizer)], config=AuditConfig(**FAST),
                   progress=False)

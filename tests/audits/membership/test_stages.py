@@ -44,8 +44,8 @@ def _hashes(pool, population):
 
 def test_score_audit_on_precomputed_arrays_equals_run_audit(setup):
     target, reference, pool, population = setup
-    expected = run_audit(target, pool, population, reference=reference, config=CONFIG, progress=False)
-    computed = compute_audit_signals(AuditModels(target=target, reference=reference), pool, population, CONFIG,
+    expected = run_audit(target, pool, population, references=[reference], config=CONFIG, progress=False)
+    computed = compute_audit_signals(AuditModels(target=target, references=(reference,)), pool, population, CONFIG,
                                      progress=False)
     assert sorted(computed.signals) == ["reference", "target"]  # exactly what the attacks declare
     arrays = AuditSignals({role: _plain_arrays(computed[role]) for role in ("target", "reference")},
@@ -106,9 +106,9 @@ def test_score_audit_runs_no_model_and_equals_run_audit(setup, monkeypatch):
 
     _, _, pool, population = setup
     models = [MaskedLM(*tiny_bert(seed=s), name=n) for s, n in ((1, "target"), (2, "reference"), (3, "generator"))]
-    expected = run_audit(models[0], pool, population, reference=models[1], generator=models[2], config=EVERY_ATTACK,
+    expected = run_audit(models[0], pool, population, references=[models[1]], generator=models[2], config=EVERY_ATTACK,
                          progress=False)
-    signals = compute_audit_signals(AuditModels.build(models[0], reference=models[1], generator=models[2],
+    signals = compute_audit_signals(AuditModels.build(models[0], references=[models[1]], generator=models[2],
                                                       config=EVERY_ATTACK), pool, population, EVERY_ATTACK,
                                     progress=False)
     assert list(signals.signals) == ["target", "reference", "neighbour_values", "neighbour_local"]
@@ -148,7 +148,7 @@ def test_checks_run_once_per_audit(setup, monkeypatch):
         monkeypatch.setattr(checks, name, wrapper)
         if hasattr(scoring, name):
             monkeypatch.setattr(scoring, name, wrapper)
-    run_audit(target, pool, population, reference=reference, config=CONFIG, progress=False)
+    run_audit(target, pool, population, references=[reference], config=CONFIG, progress=False)
     assert sorted(calls) == ["check_data", "check_models", "check_signals"]
 
 
