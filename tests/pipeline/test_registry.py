@@ -65,6 +65,6 @@ def test_every_audit_gets_its_subcommand_from_the_registry():
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert list(sub.choices) == [a.command for a in AUDITS.values()] + ["compare", "build-demo", "analyze"]
+    assert list(sub.choices) == [a.command for a in AUDITS.values()] + ["compare", "build-demo", "train-shadows", "analyze"]
     for audit in AUDITS.values():
         assert sub.choices[audit.command].description == audit.description
