@@ -48,7 +48,19 @@ def outside_project_run():
     finally:
         if project_run is not None:
             os.environ["MLFLOW_RUN_ID"] = project_run
-            use_experiment()
+            _back_to_project_experiment(project_run)
+
+
+def _back_to_project_experiment(run_id: str) -> None:
+    """Make the project run's experiment active again; a run id this store does not hold leaves it as it is."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mlflow.get_run(run_id)
+    except MlflowException:
+        return
+    use_experiment()
 
 
 def use_experiment(name: str | None = None) -> str:
