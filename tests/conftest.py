@@ -30,3 +30,23 @@ def tiny_ner():
     from mlflow_mia.signals.ner_testing import tiny_token_classifier
 
     return tiny_token_classifier()
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_active_experiment():
+    """After each test, forget MLflow's active experiment: the next test's store may not hold it.
+
+    ``mlflow.set_experiment`` keeps the id in a process-wide variable and in
+    ``$MLFLOW_EXPERIMENT_ID`` (for subprocesses); a test that points MLflow at another
+    store would otherwise start its runs in an experiment id that store lacks
+    ("No Experiment with id=2 exists").
+    """
+    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    yield
+    import mlflow.tracking.fluent as fluent
+
+    fluent._active_experiment_id = None
+    if before is None:
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+    else:
+        os.environ["MLFLOW_EXPERIMENT_ID"] = before
