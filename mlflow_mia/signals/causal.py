@@ -57,7 +57,7 @@ from mlflow_mia.signals.energy import tokenize, value_settings
 from mlflow_mia.signals.model import _blocked_target_logprobs
 from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, release_free_memory, resolve_device
 from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
-from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", "VOCAB_BLOCK"]
 
@@ -261,12 +261,4 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
                 release_free_memory()
         finally:
             bar.close()
-    return SignalResult(
-        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
-        token_logprobs=tuple(rows[h][3] for h in hashes),
-        n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
-        truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
-        kind="causal",
-        token_mu=tuple(rows[h][4][0] for h in hashes),
-        token_sigma=tuple(rows[h][4][1] for h in hashes),
-    )
+    return result_from_rows(rows, hashes, "causal")

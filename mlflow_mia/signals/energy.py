@@ -60,7 +60,7 @@ from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.runtime import (HeapTrimmer, default_token_budget, release_free_memory, resolve_device,
                                         token_limit)
-from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
 
@@ -420,12 +420,4 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                 release_free_memory()
         finally:
             bar.close()
-    return SignalResult(
-        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
-        token_logprobs=tuple(rows[h][3] for h in hashes),
-        n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
-        truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
-        kind=config.kind,
-        token_mu=tuple(rows[h][4][0] for h in hashes) if stats else None,
-        token_sigma=tuple(rows[h][4][1] for h in hashes) if stats else None,
-    )
+    return result_from_rows(rows, hashes, config.kind, stats=stats)
