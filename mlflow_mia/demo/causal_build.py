@@ -37,7 +37,8 @@ from mlflow import MlflowClient
 
 from mlflow_mia.demo import bbc
 from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, ROLE_TAG_VALUES, SIZE_TAG, SPLIT_TAG,
-                                   TARGET_ALIAS, DemoSpec, _build_run, _data_dir, _registered_spec, _start_build)
+                                   TARGET_ALIAS, DemoSpec, _build_run, _data_dir, _log_training, _registered_spec,
+                                   _start_build)
 from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe_tokenizer, train_causal
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import TrainConfig
@@ -205,10 +206,7 @@ def build_causal_demo(*, size: str = "default", force: bool = False, progress: b
                                   ("reference", split.reference_train, "causal reference (in-domain)")):
             model = new_causal_model(tokenizer, cfg.model, seed=cfg.seed)
             result = train_causal(model, tokenizer, frame["text"].tolist(), train, progress=progress, desc=desc)
-            mlflow.log_params({k: v for k, v in result.to_params(f"result.{role}").items()
-                               if not k.endswith(".seconds")})
-            for epoch, loss in enumerate(result.epoch_losses, start=1):
-                mlflow.log_metric(f"{role}/train_loss", loss, step=epoch)
+            _log_training(role, result)
             timings[f"train_{role}"] = result.seconds
             models[role] = model
 
