@@ -53,9 +53,9 @@ from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
-from mlflow_mia.signals.energy import tokenize, value_settings
+from mlflow_mia.signals.energy import _keep_rows, tokenize, value_settings
 from mlflow_mia.signals.model import _blocked_target_logprobs
-from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, release_free_memory, resolve_device
+from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, resolve_device
 from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 
@@ -255,10 +255,7 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
                     nll = -float(np.mean(logprobs, dtype=np.float64))
                     new[todo[j]] = (nll, len(maskable[j]), bool(truncated[j]), logprobs,
                                     np.ascontiguousarray(s[:, 1:].T))
-                if cache is not None:
-                    cache.put_many(key, new)
-                rows.update(new)
-                release_free_memory()
+                _keep_rows(cache, key, rows, new)
         finally:
             bar.close()
     return result_from_rows(rows, hashes, "causal")

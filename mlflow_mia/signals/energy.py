@@ -143,6 +143,14 @@ def _masks(n_tokens: int, config: SignalConfig, key: str) -> np.ndarray:
     return sample_masks(n_tokens, rate=config.mask_rate, num_masks=config.num_masks, seed=config.seed, key=key)
 
 
+def _keep_rows(cache: SignalCache | None, key: str | None, rows: dict, new: dict) -> None:
+    """Store a chunk's ``new`` rows in ``cache`` (when given) and in ``rows``, then free the memory they used."""
+    if cache is not None:
+        cache.put_many(key, new)
+    rows.update(new)
+    release_free_memory()
+
+
 def _energy(per_mask: Sequence[np.ndarray], flat: np.ndarray, config: SignalConfig) -> float:
     """Energy of one sample (nats) from the log-probs of its K masks.
 
@@ -414,10 +422,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                     energy = _energy([m[:, 0] if stats else m for m in per_mask], logprobs, config)
                     new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), logprobs,
                                     np.ascontiguousarray(flat[:, 1:].T) if stats else None)
-                if cache is not None:
-                    cache.put_many(key, new)
-                rows.update(new)
-                release_free_memory()
+                _keep_rows(cache, key, rows, new)
         finally:
             bar.close()
     return result_from_rows(rows, hashes, config.kind, stats=stats)
