@@ -28,13 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
-from mlflow_mia.attacks.lira_online import pooled_spread, split_in_out
+from mlflow_mia.attacks.lira_online import _MIN_SPREAD, pooled_spread, split_in_out
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 
 __all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread", "out_values"]
-
-#: Smallest spread used, so a sample whose references agree exactly has a finite score.
-_MIN_SPREAD = 1e-12
 
 
 @dataclass(frozen=True)

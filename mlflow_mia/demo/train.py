@@ -243,6 +243,84 @@ def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> 
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def _train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *, norm_name: str, progress: bool,
+                 desc: str, log: logging.Logger, log_epochs: bool = False) -> TrainResult:
+    """The training loop of :func:`train_mlm` and :func:`~mlflow_mia.demo.causal_train.train_causal`.
+
+    AdamW (no weight decay on biases and norm weights), linear warm-up, gradients clipped to norm 1,
+    batches of similar length (:func:`_batches`), torch's random state forked and seeded with ``config.seed``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Trained in place; left in eval mode.
+    lengths : ndarray of int, shape (n,)
+        Token count of each training example.
+    config : TrainConfig
+        ``steps`` (or ``epochs``), batch size, learning rate, weight decay, warm-up, seed.
+    batch_loss : callable
+        ``batch_loss(index) -> (loss, attention_mask)`` for the examples at ``index``: the
+        scalar loss to minimise and the (batch, width) mask of the tokens it read.
+    norm_name : str
+        A parameter whose name contains it is a norm weight (no weight decay).
+    progress, desc : bool, str
+        As for :func:`train_mlm`.
+    log : logging.Logger
+        Logger of the summary line (and of each epoch's loss with ``log_epochs``, at DEBUG).
+
+    Returns
+    -------
+    TrainResult
+    """
+    from transformers import get_linear_schedule_with_warmup
+
+    rng = np.random.default_rng(config.seed)
+    total_steps = config.steps or max(1, math.ceil(config.epochs * math.ceil(len(lengths) / config.batch_size)))
+
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if param.ndim < 2 or norm_name in name or name.endswith("bias") else decay).append(param)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+
+    model.train()
+    step, tokens, epoch_losses = 0, 0, []
+    start = time.perf_counter()
+    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            while step < total_steps:
+                losses = []
+                for index in _batches(lengths, config.batch_size, rng):
+                    if step >= total_steps:
+                        break
+                    loss, attention_mask = batch_loss(index)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    scheduler.step()
+                    step += 1
+                    tokens += int(attention_mask.sum())
+                    losses.append(loss.item())
+                    bar.update(1)
+                    if step % 20 == 0:
+                        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+                epoch_losses.append(float(np.mean(losses)) if losses else float("nan"))
+                if log_epochs:
+                    log.debug("%s: epoch %d loss %.4f", desc, len(epoch_losses), epoch_losses[-1])
+    finally:
+        bar.close()
+        model.eval()
+    seconds = time.perf_counter() - start
+    result = TrainResult(steps=step, tokens=tokens, seconds=seconds, epoch_losses=tuple(epoch_losses))
+    log.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
+             seconds, result.tokens_per_second, epoch_losses[-1])
+    return result
+
+
 def _masked_lm_loss(model, input_ids, attention_mask, labels):
     """Cross-entropy over masked positions, running the LM head on those positions only."""
     selected = labels != -100
@@ -282,7 +360,7 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     ValueError
         No texts, or a tokenizer without a mask token.
     """
-    from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+    from transformers import DataCollatorForLanguageModeling
 
     texts = list(texts)
     if not texts:
@@ -295,54 +373,15 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     lengths = np.array([len(e["input_ids"]) for e in examples])
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mlm_probability,
                                                seed=config.seed)
-    rng = np.random.default_rng(config.seed)
-    steps_per_epoch = math.ceil(len(examples) / config.batch_size)
-    total_steps = config.steps or max(1, math.ceil(config.epochs * steps_per_epoch))
 
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or name.endswith("bias") else decay).append(param)
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+    def batch_loss(index):
+        batch = collator([examples[i] for i in index])
+        input_ids = batch["input_ids"]
+        attention_mask = (input_ids != tokenizer.pad_token_id).long()
+        return _masked_lm_loss(model, input_ids, attention_mask, batch["labels"]), attention_mask
 
-    model.train()
-    step, tokens, epoch_losses = 0, 0, []
-    start = time.perf_counter()
-    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            while step < total_steps:
-                losses = []
-                for index in _batches(lengths, config.batch_size, rng):
-                    if step >= total_steps:
-                        break
-                    batch = collator([examples[i] for i in index])
-                    input_ids = batch["input_ids"]
-                    attention_mask = (input_ids != tokenizer.pad_token_id).long()
-                    loss = _masked_lm_loss(model, input_ids, attention_mask, batch["labels"])
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    optimizer.step()
-                    scheduler.step()
-                    step += 1
-                    tokens += int(attention_mask.sum())
-                    losses.append(loss.item())
-                    bar.update(1)
-                    if step % 20 == 0:
-                        bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-                epoch_losses.append(float(np.mean(losses)) if losses else float("nan"))
-                logger.debug("%s: epoch %d loss %.4f", desc, len(epoch_losses), epoch_losses[-1])
-    finally:
-        bar.close()
-        model.eval()
-    seconds = time.perf_counter() - start
-    result = TrainResult(steps=step, tokens=tokens, seconds=seconds, epoch_losses=tuple(epoch_losses))
-    logger.info("%s: %d steps, %d tokens in %.1f s (%.0f tokens/s), final epoch loss %.3f", desc, step, tokens,
-                seconds, result.tokens_per_second, epoch_losses[-1])
-    return result
+    return _train_steps(model, lengths, config, batch_loss, norm_name="LayerNorm", progress=progress, desc=desc,
+                        log=logger, log_epochs=True)
 
 
 @torch.no_grad()

@@ -53,11 +53,11 @@ from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
-from mlflow_mia.signals.energy import tokenize, value_settings
+from mlflow_mia.signals.energy import _keep_rows, tokenize, value_settings
 from mlflow_mia.signals.model import _blocked_target_logprobs
-from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, release_free_memory, resolve_device
+from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, resolve_device
 from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
-from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", "VOCAB_BLOCK"]
 
@@ -255,18 +255,7 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
                     nll = -float(np.mean(logprobs, dtype=np.float64))
                     new[todo[j]] = (nll, len(maskable[j]), bool(truncated[j]), logprobs,
                                     np.ascontiguousarray(s[:, 1:].T))
-                if cache is not None:
-                    cache.put_many(key, new)
-                rows.update(new)
-                release_free_memory()
+                _keep_rows(cache, key, rows, new)
         finally:
             bar.close()
-    return SignalResult(
-        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
-        token_logprobs=tuple(rows[h][3] for h in hashes),
-        n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
-        truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
-        kind="causal",
-        token_mu=tuple(rows[h][4][0] for h in hashes),
-        token_sigma=tuple(rows[h][4][1] for h in hashes),
-    )
+    return result_from_rows(rows, hashes, "causal")

@@ -21,8 +21,8 @@ from typing import ClassVar
 
 import torch
 
-from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
-from mlflow_mia.signals.model import MaskedLM
+from mlflow_mia.signals.identity import ModelIdentity
+from mlflow_mia.signals.model import MaskedLM, _as_wrapped, _input_of
 
 __all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "LANGUAGE_MODELS",
            "kind_of", "wrapper_for"]
@@ -121,16 +121,10 @@ def as_language_model(obj, *, role: str = "model"):
     TypeError
         ``obj`` is of another type.
     """
-    if isinstance(obj, LANGUAGE_MODELS):
-        return obj
-    if isinstance(obj, tuple) and len(obj) == 2:
-        wrapper = CausalLM if model_kind(obj[0]) == "causal" else MaskedLM
-        return wrapper(obj[0], obj[1], name=role)
-    if isinstance(obj, (str, os.PathLike)):
-        wrapper = CausalLM if folder_kind(obj) == "causal" else MaskedLM
-        return wrapper.from_pretrained(obj, name=role)
-    raise TypeError(f"the {role} must be a MaskedLM, a CausalLM, a (model, tokenizer) pair or a local folder, "
-                    f"got {type(obj).__name__}")
+    return _as_wrapped(obj, role, LANGUAGE_MODELS,
+                       lambda model: CausalLM if model_kind(model) == "causal" else MaskedLM,
+                       lambda folder: CausalLM if folder_kind(folder) == "causal" else MaskedLM,
+                       "a MaskedLM, a CausalLM")
 
 
 @dataclass
@@ -168,11 +162,7 @@ class CausalLM(ModelIdentity):
                              "decoder-only causal LM (AutoModelForCausalLM)")
         if model_kind(self.model) == "masked":
             raise ValueError(f"{type(self.model).__name__} is a masked LM; wrap it in MaskedLM, not CausalLM")
-        if self.model_id is None:
-            self.model_id = self.weights_id
-        if self.name is None:
-            self.name = self.model_id
-        self.model.eval()
+        self._default_names()
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
@@ -189,21 +179,9 @@ class CausalLM(ModelIdentity):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = os.fspath(path)
-        trust = bool(kwargs.pop("trust_remote_code", False))
-        if not trust and os.path.isdir(path):
-            refuse_remote_code(path)
-        try:
-            model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True,
-                                                               trust_remote_code=trust, **kwargs)
-        except ValueError as exc:
-            raise ValueError(f"{path!r} cannot be loaded as a causal LM: {exc}") from None
-        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith("lm_head."))
-        if missing:
-            raise ValueError(f"{path!r} has no trained causal-LM head (missing weights: {missing[:4]}); its "
-                             "predictions would be random. Train or fine-tune it with a language-modelling objective")
-        return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
-                   name=name or path)
+        return cls._load_pretrained(AutoModelForCausalLM, AutoTokenizer, path, kind="causal", head_prefixes="lm_head.",
+                                    objective="with a language-modelling objective", model_id=model_id, name=name,
+                                    kwargs=kwargs)
 
     @property
     def max_length(self) -> int:
@@ -251,10 +229,6 @@ class CausalLM(ModelIdentity):
         return decoder
 
 
-class _Captured(Exception):
-    """Raised by the hook of :func:`capture_projection_input` to stop the model before its vocabulary projection."""
-
-
 def capture_projection_input(model, decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """What ``model`` feeds its output embeddings ``decoder`` (shape (batch, length, hidden)); the projection never runs.
 
@@ -263,22 +237,10 @@ def capture_projection_input(model, decoder, input_ids: torch.Tensor, attention_
     ValueError
         The model never calls ``decoder``.
     """
-    captured = []
-
-    def stop(module, args):
-        captured.append(args[0])
-        raise _Captured
-
-    handle = decoder.register_forward_pre_hook(stop)
-    try:
-        model(input_ids=input_ids, attention_mask=attention_mask)
-    except _Captured:
-        pass
-    finally:
-        handle.remove()
-    if not captured:
+    captured = _input_of(decoder, model, input_ids=input_ids, attention_mask=attention_mask)
+    if captured is None:
         raise ValueError(f"{type(model).__name__} never calls its output embeddings")
-    return captured[0]
+    return captured
 
 
 LANGUAGE_MODELS = (MaskedLM, CausalLM)

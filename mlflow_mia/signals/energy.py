@@ -60,7 +60,7 @@ from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.runtime import (HeapTrimmer, default_token_budget, release_free_memory, resolve_device,
                                         token_limit)
-from mlflow_mia.signals.types import SignalResult
+from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
 
@@ -141,6 +141,14 @@ def _masks(n_tokens: int, config: SignalConfig, key: str) -> np.ndarray:
     if config.kind == "pll":
         return pll_masks(n_tokens)
     return sample_masks(n_tokens, rate=config.mask_rate, num_masks=config.num_masks, seed=config.seed, key=key)
+
+
+def _keep_rows(cache: SignalCache | None, key: str | None, rows: dict, new: dict) -> None:
+    """Store a chunk's ``new`` rows in ``cache`` (when given) and in ``rows``, then free the memory they used."""
+    if cache is not None:
+        cache.put_many(key, new)
+    rows.update(new)
+    release_free_memory()
 
 
 def _energy(per_mask: Sequence[np.ndarray], flat: np.ndarray, config: SignalConfig) -> float:
@@ -414,18 +422,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                     energy = _energy([m[:, 0] if stats else m for m in per_mask], logprobs, config)
                     new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), logprobs,
                                     np.ascontiguousarray(flat[:, 1:].T) if stats else None)
-                if cache is not None:
-                    cache.put_many(key, new)
-                rows.update(new)
-                release_free_memory()
+                _keep_rows(cache, key, rows, new)
         finally:
             bar.close()
-    return SignalResult(
-        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
-        token_logprobs=tuple(rows[h][3] for h in hashes),
-        n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
-        truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
-        kind=config.kind,
-        token_mu=tuple(rows[h][4][0] for h in hashes) if stats else None,
-        token_sigma=tuple(rows[h][4][1] for h in hashes) if stats else None,
-    )
+    return result_from_rows(rows, hashes, config.kind, stats=stats)

@@ -189,3 +189,59 @@ class ModelIdentity:
         if self._tokenizer_id is None:
             self._tokenizer_id = tokenizer_digest(self.tokenizer)
         return self._tokenizer_id
+
+    def _default_names(self) -> None:
+        """Default ``model_id`` to :attr:`weights_id` and ``name`` to ``model_id``; put the model in eval mode."""
+        if self.model_id is None:
+            self.model_id = self.weights_id
+        if self.name is None:
+            self.name = self.model_id
+        self.model.eval()
+
+    @classmethod
+    def _load_pretrained(cls, auto_model, auto_tokenizer, path: str | os.PathLike, *, kind: str,
+                         head_prefixes: str | tuple[str, ...], objective: str, model_id: str | None,
+                         name: str | None, kwargs: dict):
+        """Load ``auto_model`` and ``auto_tokenizer`` from ``path`` and wrap them in ``cls``.
+
+        Shared by :meth:`MaskedLM.from_pretrained` and
+        :meth:`~mlflow_mia.signals.causal_model.CausalLM.from_pretrained`: no shipped code
+        unless ``kwargs`` holds ``trust_remote_code=True`` (:func:`refuse_remote_code`).
+
+        Parameters
+        ----------
+        auto_model, auto_tokenizer : type
+            transformers auto classes (e.g. ``AutoModelForMaskedLM``, ``AutoTokenizer``).
+        path : str or path-like
+            A local folder or hub id.
+        kind : str
+            ``"masked"`` or ``"causal"``, named in the errors.
+        head_prefixes : str or tuple of str
+            Weight-name prefixes of the LM head; a missing one is an error.
+        objective : str
+            The training fix the missing-head error names.
+        model_id, name : str, optional
+            Passed to ``cls`` (``name`` defaults to ``path``).
+        kwargs : dict
+            Further ``from_pretrained`` arguments of the model (``trust_remote_code`` is popped).
+
+        Raises
+        ------
+        ValueError
+            The model class cannot load the folder, the folder ships code (without
+            ``trust_remote_code=True``), or the checkpoint lacks the head's weights.
+        """
+        path = os.fspath(path)
+        trust = bool(kwargs.pop("trust_remote_code", False))
+        if not trust and os.path.isdir(path):
+            refuse_remote_code(path)
+        try:
+            model, info = auto_model.from_pretrained(path, output_loading_info=True, trust_remote_code=trust, **kwargs)
+        except ValueError as exc:
+            raise ValueError(f"{path!r} cannot be loaded as a {kind} LM: {exc}") from None
+        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith(head_prefixes))
+        if missing:
+            raise ValueError(f"{path!r} has no trained {kind}-LM head (missing weights: {missing[:4]}); its "
+                             f"predictions would be random. Train or fine-tune it {objective}")
+        return cls(model, auto_tokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
+                   name=name or path)

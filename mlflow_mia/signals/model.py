@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
+from mlflow_mia.signals.identity import ModelIdentity
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
 from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
 
@@ -42,13 +42,27 @@ def as_masked_lm(obj, *, role: str = "model") -> "MaskedLM":
     TypeError
         ``obj`` is of another type.
     """
-    if isinstance(obj, MaskedLM):
+    return _as_wrapped(obj, role, MaskedLM, lambda model: MaskedLM, lambda folder: MaskedLM, "a MaskedLM")
+
+
+def _as_wrapped(obj, role: str, accepted, pair_wrapper, folder_wrapper, names: str):
+    """``obj`` if an instance of ``accepted``, else a pair or folder wrapped in the class the callables pick.
+
+    ``pair_wrapper(model)`` and ``folder_wrapper(path)`` return the wrapper class for a
+    ``(model, tokenizer)`` pair and a folder; ``names`` lists the accepted wrappers in the error.
+
+    Raises
+    ------
+    TypeError
+        ``obj`` is of another type.
+    """
+    if isinstance(obj, accepted):
         return obj
     if isinstance(obj, tuple) and len(obj) == 2:
-        return MaskedLM(obj[0], obj[1], name=role)
+        return pair_wrapper(obj[0])(obj[0], obj[1], name=role)
     if isinstance(obj, (str, os.PathLike)):
-        return MaskedLM.from_pretrained(obj, name=role)
-    raise TypeError(f"the {role} must be a MaskedLM, a (model, tokenizer) pair or a local folder, "
+        return folder_wrapper(obj).from_pretrained(obj, name=role)
+    raise TypeError(f"the {role} must be {names}, a (model, tokenizer) pair or a local folder, "
                     f"got {type(obj).__name__}")
 
 
@@ -92,11 +106,7 @@ class MaskedLM(ModelIdentity):
             )
         if getattr(self.tokenizer, "pad_token_id", None) is None:
             raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no pad token; set tokenizer.pad_token")
-        if self.model_id is None:
-            self.model_id = self.weights_id
-        if self.name is None:
-            self.name = self.model_id
-        self.model.eval()
+        self._default_names()
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
@@ -112,22 +122,9 @@ class MaskedLM(ModelIdentity):
         """
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-        path = os.fspath(path)
-        trust = bool(kwargs.pop("trust_remote_code", False))
-        if not trust and os.path.isdir(path):
-            refuse_remote_code(path)
-        try:
-            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True,
-                                                               trust_remote_code=trust, **kwargs)
-        except ValueError as exc:
-            raise ValueError(f"{path!r} cannot be loaded as a masked LM: {exc}") from None
-        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith(_HEAD_PREFIXES))
-        if missing:
-            raise ValueError(
-                f"{path!r} has no trained masked-LM head (missing weights: {missing[:4]}); its predictions "
-                "would be random. Train or fine-tune it with an MLM objective first")
-        return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
-                   name=name or path)
+        return cls._load_pretrained(AutoModelForMaskedLM, AutoTokenizer, path, kind="masked",
+                                    head_prefixes=_HEAD_PREFIXES, objective="with an MLM objective first",
+                                    model_id=model_id, name=name, kwargs=kwargs)
 
     @property
     def max_length(self) -> int:
@@ -299,20 +296,20 @@ class MaskedLM(ModelIdentity):
 
 
 class _Captured(Exception):
-    """Raised by the hook of :func:`_input_of` to stop the head before its projection."""
+    """Raised by the hook of :func:`_input_of` to stop the head (or model) before its projection."""
 
 
-def _input_of(decoder: torch.nn.Module, head: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
-    """What ``head(x)`` feeds into ``decoder`` (the head stops there), or None if it never calls it."""
+def _input_of(decoder: torch.nn.Module, head, *args, **kwargs) -> torch.Tensor | None:
+    """What ``head(*args, **kwargs)`` feeds into ``decoder`` (the head stops there), or None if it never calls it."""
     captured = []
 
-    def stop(module, args):
-        captured.append(args[0])
+    def stop(module, inputs):
+        captured.append(inputs[0])
         raise _Captured
 
     handle = decoder.register_forward_pre_hook(stop)
     try:
-        head(x)
+        head(*args, **kwargs)
     except _Captured:
         pass
     finally:

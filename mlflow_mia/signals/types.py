@@ -143,3 +143,39 @@ def _token_stats(token_mu, token_sigma, logprobs: tuple) -> tuple[tuple | None, 
                              f"{logprobs[bad].shape}: one statistic per scored token")
         out.append(arrays)
     return out[0], out[1]
+
+
+def result_from_rows(rows: dict, hashes, kind: str, *, stats: bool = True) -> SignalResult:
+    """Assemble a :class:`SignalResult` from cached per-text rows, in the order of ``hashes``.
+
+    Parameters
+    ----------
+    rows : dict
+        Text hash -> ``(value, n_tokens, truncated, logprobs, token_stats)``: ``value`` a float,
+        ``n_tokens`` an int, ``truncated`` a bool, ``logprobs`` a float ``(l,)`` array and
+        ``token_stats`` a float ``(2, l)`` array (mu, sigma rows) or ``None`` without ``stats``.
+    hashes : sequence of str
+        The texts' hashes, one per text, in output order; each must be a key of ``rows``.
+    kind : str
+        The signal kind stored in the result.
+    stats : bool
+        Whether to fill ``token_mu`` and ``token_sigma`` from the rows' ``token_stats``.
+
+    Returns
+    -------
+    SignalResult
+
+    Raises
+    ------
+    KeyError
+        A hash with no row.
+    """
+    return SignalResult(
+        values=np.array([rows[h][0] for h in hashes], dtype=np.float64),
+        token_logprobs=tuple(rows[h][3] for h in hashes),
+        n_tokens=np.array([rows[h][1] for h in hashes], dtype=np.int64),
+        truncated=np.array([rows[h][2] for h in hashes], dtype=bool),
+        kind=kind,
+        token_mu=tuple(rows[h][4][0] for h in hashes) if stats else None,
+        token_sigma=tuple(rows[h][4][1] for h in hashes) if stats else None,
+    )
