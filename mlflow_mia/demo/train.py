@@ -374,11 +374,12 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mlm_probability,
                                                seed=config.seed)
 
+    device = next(model.parameters()).device  # batches follow the model (CPU or GPU)
     def batch_loss(index):
         batch = collator([examples[i] for i in index])
-        input_ids = batch["input_ids"]
+        input_ids = batch["input_ids"].to(device)
         attention_mask = (input_ids != tokenizer.pad_token_id).long()
-        return _masked_lm_loss(model, input_ids, attention_mask, batch["labels"]), attention_mask
+        return _masked_lm_loss(model, input_ids, attention_mask, batch["labels"].to(device)), attention_mask
 
     return _train_steps(model, lengths, config, batch_loss, norm_name="LayerNorm", progress=progress, desc=desc,
                         log=logger, log_epochs=True)
