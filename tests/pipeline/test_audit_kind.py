@@ -100,7 +100,9 @@ def local_store(tmp_path, monkeypatch):
     old = mlflow.get_tracking_uri()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)  # an experiment of another test's store
     mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("toy")
     (tmp_path / "pool.csv").write_text(pd.DataFrame({"text": TEXTS, "is_member": LABELS}).to_csv(index=False))
     try:
         yield tmp_path
