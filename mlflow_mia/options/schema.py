@@ -20,7 +20,8 @@ options (:class:`CommandOptions`). From these declarations come:
 
 Which commands and methods take an option is its ``used_by``; an option declared on a
 config of one audit is used by that audit's command(s) and evaluator method (:data:`FAMILIES`,
-a registry each audit's options module fills). A setting several audits share (the signal,
+the registry of :mod:`mlflow_mia.options.families`, which each audit fills; an audit kind registered
+with its own command also takes the common options and the command options it needs). A setting several audits share (the signal,
 the metrics, the seed, the reference model) is declared once and held by the other audits'
 configs with :func:`~mlflow_mia.option.shared_option`: one declaration, a default per audit.
 """
@@ -210,8 +211,9 @@ class Entry:
     ----------
     field : OptionField
     used_by : frozenset of str
-    family : {"mia", "ner", "common"} or None
-        The audit whose configs hold it (``"common"``: both, :class:`CommonOptions`);
+    family : str or None
+        The family whose configs hold it (``"mia"``, ``"ner"``, ``"canary"``, an audit kind's own;
+        ``"common"``: every audit, :class:`CommonOptions`);
         None for a command-only option (:class:`CommandOptions`), which has no evaluator key.
     """
 
