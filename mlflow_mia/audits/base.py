@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-__all__ = ["Audit", "Settings"]
+from mlflow_mia.models import resolve as models_resolve
+
+__all__ = ["Audit", "Settings", "resolve_target"]
 
 
 class Settings(NamedTuple):
@@ -92,3 +94,31 @@ class Audit:
         if not self.name or not self.command.replace("-", "").isalnum():
             raise ValueError(f"an audit needs a name and a subcommand of letters, digits and '-' "
                              f"(got name={self.name!r}, command={self.command!r})")
+
+
+def resolve_target(model, settings: Settings):
+    """The target language model of an audit, loaded without running code shipped with it.
+
+    A masked or a causal LM, whichever the artifact holds (:func:`~mlflow_mia.models.resolve.resolve_model`,
+    looked up when called, so a test may replace it); code shipped with the model runs only with the
+    options' ``trust_remote_code``. The ``resolve`` part of the membership and canary audits.
+
+    Parameters
+    ----------
+    model : str, os.PathLike, PyFuncModel or MaskedLM
+        A ``models:/`` or ``runs:/`` URI, a local folder, or a model MLflow already loaded.
+    settings : Settings
+        The audit's settings; ``settings.options.trust_remote_code`` is read.
+
+    Returns
+    -------
+    ResolvedModel
+        ``.lm`` the loaded model, with its version-pinned identity.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~mlflow_mia.models.resolve.resolve_model` (no URI match, no language-model head, code shipped
+        with the model and ``trust_remote_code`` off).
+    """
+    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)

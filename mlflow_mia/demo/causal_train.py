@@ -25,7 +25,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
-from mlflow_mia.demo.train import TrainConfig, TrainResult, _train_steps
+from mlflow_mia.demo.specs import TrainConfig, TrainResult, check_sizes
+from mlflow_mia.demo.train import _train_steps
 
 __all__ = ["CausalSpec", "END_OF_TEXT", "train_bpe_tokenizer", "new_causal_model", "train_causal"]
 
@@ -61,16 +62,7 @@ class CausalSpec:
     dropout: float = 0.1
 
     def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(self.vocab_size, int) or self.vocab_size < 257:
-            raise ValueError(f"vocab_size must be an int >= 257 (256 bytes and {END_OF_TEXT}), got {self.vocab_size!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        check_sizes(self, min_vocab_size=257, vocab_note=f" (256 bytes and {END_OF_TEXT})")
 
 
 def train_bpe_tokenizer(texts: Sequence[str], *, vocab_size: int, min_frequency: int = 2,

@@ -39,6 +39,7 @@ from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
 from mlflow_mia.tracking.runs import use_experiment
 from mlflow_mia.options.values import blank as _blank
 from mlflow_mia.analyze import FINDINGS
+from mlflow_mia.data import load_table
 from mlflow_mia.demo.references import build_references
 from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
 from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
@@ -54,7 +55,7 @@ from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_
 from mlflow_mia.entrypoints.common import demo_shadows_for_audit
 from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_train_shadows
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "generic_front_end"]
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,41 @@ class Command(NamedTuple):
 
 
 def _front_ends() -> dict:
-    """The function that runs each audit's command, by its ``AUDITS`` name (prints its tables, builds its demo)."""
+    """The built-in audits' own command functions (they build their demo and print their tables), by ``AUDITS``
+    name; every other registered audit runs :func:`generic_front_end`."""
     return {"mia": _cmd_audit, "ner_prompts": cmd_ner_audit, "canaries": cmd_canary_audit}
+
+
+def generic_front_end(audit) -> Callable[[argparse.Namespace], int]:
+    """The command of an audit kind without a front end of its own: the evaluator's path from the flags.
+
+    ``--target`` and ``--data`` (the command options a family registered with its own ``command``
+    takes, :data:`~mlflow_mia.options.families.GENERIC_COMMAND_OPTIONS`), then the audit's parts in
+    the evaluator's order: ``parse`` (the flags as flat keys), ``load_inputs`` (the ``--data`` table),
+    ``resolve`` (the ``--target`` URI), ``run`` (both stages and the log, one MLflow run); the logged
+    metrics are printed, one per line.
+
+    Raises
+    ------
+    ValueError
+        ``--target`` or ``--data`` missing (exit code 2), or as the audit's parts.
+    """
+
+    def run(args: argparse.Namespace) -> int:
+        target_uri, data = _blank(args.target), _blank(args.data)
+        if target_uri is None or data is None:
+            raise ValueError(f"{audit.command} needs --target (the model to audit) and --data (its input table)")
+        settings = audit.parse(flat_from_args(args, args.command))
+        inputs = audit.load_inputs(load_table(data), settings)
+        target = audit.resolve(target_uri, settings)
+        with mlflow_run(_blank(args.run_name) or f"{audit.command} {target_uri}") as active:
+            result, _ = audit.run(target, inputs, settings, run_id=active.info.run_id, log_metrics=True, notes=[])
+        print(f"{audit.command} of {target_uri} (run {active.info.run_id}):")
+        for key, value in audit.metrics(result, settings).items():
+            print(f"  {key:<40} {value:.6g}")
+        return EXIT_OK
+
+    return run
 
 
 def _demo_flags(p: argparse.ArgumentParser) -> None:
@@ -128,8 +162,8 @@ def commands() -> list[Command]:
     """Every subcommand: one per audit of :data:`mlflow_mia.pipeline.AUDITS` (its help from the ``Audit``),
     then ``compare``, ``build-demo`` and ``analyze``."""
     front_ends = _front_ends()
-    audits = [Command(a.command, a.help, a.description, front_ends[name], epilog=_EPILOG if name == "mia" else None)
-              for name, a in AUDITS.items()]
+    audits = [Command(a.command, a.help, a.description, front_ends.get(name) or generic_front_end(a),
+                      epilog=_EPILOG if name == "mia" else None) for name, a in AUDITS.items()]
     return audits + [
         Command("compare", "audit several registry versions against one reference and compare them",
                 "Audit every version (or the given aliases) of one or more registered models against the same "

@@ -2,6 +2,8 @@
 
 - :mod:`mlflow_mia.option` (core): :func:`~mlflow_mia.option.option`, the field
   declaration (help, flat key, range, which commands use it) on the config dataclasses;
+- :mod:`.families`: the option families, a registry (each audit's config classes and the commands and
+  methods that take their options; an audit kind registers its own, with its command);
 - :mod:`.schema`: options shared by the audits (:class:`~.schema.CommonOptions`) and the
   command-only ones; argparse flags, evaluator-config keys and their errors, the key
   tables of the docs and the MLproject parameters, all derived;
@@ -13,6 +15,6 @@
   ``{"mia": {...}}`` wrapper).
 """
 
-# Each audit's options module registers its config family in the schema (``schema.FAMILIES``) when imported, as
-# each attack module registers its attack: importing them here completes the registry before any use.
+# Each built-in audit's options module registers its config family (``families.FAMILIES``) when imported, as each
+# attack module registers its attack: importing them here completes the built-in families before any use.
 from mlflow_mia.options import audit, canary, ner  # noqa: E402,F401

@@ -3,9 +3,13 @@
 Every option is declared once (:func:`mlflow_mia.option.option`); the MLproject entry
 points and the options reference page are written from those declarations by::
 
-    python -m mlflow_mia.options.generate            # rewrite both files
-    python -m mlflow_mia.options.generate --check    # exit 1 when either is out of date
-    python -m mlflow_mia.options.generate --declarations   # every option key and where it is declared
+    python -m mlflow_mia.entrypoints.generate            # rewrite both files
+    python -m mlflow_mia.entrypoints.generate --check    # exit 1 when either is out of date
+    python -m mlflow_mia.entrypoints.generate --declarations   # every option key and where it is declared
+
+The script sits in the entry-point layer (:mod:`mlflow_mia.entrypoints.generate`): it imports every
+registered audit first, so an audit kind whose own folder registers its option family
+(:func:`~mlflow_mia.options.families.register_family`) gets its MLproject entry point and its reference rows.
 
 A test (``tests/options/test_generate.py``) fails when a committed file differs from
 what this module writes, and prints the first command above.
@@ -19,14 +23,15 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mlflow_mia.options.schema import (COMMANDS, METHODS, Entry, default_text, dest, entries, flag_of, help_rank,
-                                       mlproject_parameters, options_for)
+from mlflow_mia.options.families import FAMILIES
+from mlflow_mia.options.schema import (Entry, default_text, dest, entries, flag_of, help_rank, mlproject_parameters,
+                                       options_for, surface_order)
 
-__all__ = ["REGENERATE", "ENTRY_POINTS", "mlproject_text", "options_reference", "declarations", "generated_files",
-           "main"]
+__all__ = ["REGENERATE", "ENTRY_POINTS", "entry_points", "mlproject_text", "options_reference", "declarations",
+           "generated_files", "main"]
 
 #: The command that rewrites the generated files (printed by the test when they are out of date).
-REGENERATE = "python -m mlflow_mia.options.generate"
+REGENERATE = "python -m mlflow_mia.entrypoints.generate"
 
 #: MLproject entry points, in file order: ``{command: comment}``. Each is a thin call of ``mlflow-mia <command>``.
 ENTRY_POINTS = {
@@ -39,6 +44,17 @@ ENTRY_POINTS = {
     "build-demo": "Train and register the BBC News demo models.",
     "train-shadows": "Train and register shadow models of your target with its recipe (online LiRA's shadows).",
 }
+
+
+
+def entry_points() -> dict[str, str]:
+    """Every MLproject entry point, in file order: :data:`ENTRY_POINTS`, each audit kind registered with its own
+    command (:func:`~mlflow_mia.options.families.register_family`) after the built-in audits."""
+    kinds = {f.command: f.summary for f in FAMILIES.values() if getattr(f, "command", None)}
+    built_in = list(ENTRY_POINTS.items())
+    at = [c for c, _ in built_in].index("canary-audit") + 1
+    return dict(built_in[:at] + [(c, s) for c, s in kinds.items() if c not in ENTRY_POINTS] + built_in[at:])
+
 
 #: Parameters an entry point passes that no option declares: ``build-demo --size`` and the ``train-shadows`` flags
 #: (argparse in the CLI).
@@ -93,7 +109,7 @@ def _entry_point(command: str) -> list[str]:
             for name, kind, default, flag in rows]
     rows += [(name, kind, default, flag) for name, (kind, default, flag) in _EXTRA_PARAMETERS.get(command, {}).items()]
     rows.sort(key=lambda r: r[0] != "size")  # build-demo's own flag first
-    out = [f"  {command}:", f"    # {ENTRY_POINTS[command]}", "    parameters:"]
+    out = [f"  {command}:", f"    # {entry_points()[command]}", "    parameters:"]
     for name, kind, default, _ in rows:
         kind = kind if default != "" else "string"  # blank = not given: a string parameter
         out.append(f"      {name}: {{type: {kind}, default: {_yaml_scalar(kind, default)}}}")
@@ -103,9 +119,9 @@ def _entry_point(command: str) -> list[str]:
 
 
 def mlproject_text() -> str:
-    """The ``MLproject`` file: one entry point per command of :data:`ENTRY_POINTS`, its parameters the options."""
+    """The ``MLproject`` file: one entry point per command of :func:`entry_points`, its parameters the options."""
     lines = [_HEADER.rstrip("\n"), "name: mlflow-mia", "", "conda_env: conda.yaml", "", "entry_points:"]
-    for i, command in enumerate(ENTRY_POINTS):
+    for i, command in enumerate(entry_points()):
         if i:
             lines.append("")
         lines += _entry_point(command)
@@ -117,7 +133,7 @@ def _cell(text: str) -> str:
 
 
 def _used_by(surfaces) -> str:
-    order = [*COMMANDS, *METHODS]
+    order = surface_order()
     return ", ".join(f"`{s}`" for s in sorted(surfaces, key=order.index))
 
 
@@ -238,7 +254,7 @@ def generated_files(root: Path) -> dict[Path, str]:
 
 def main(argv=None) -> int:
     """Write (or ``--check``) the generated files, or list the ``--declarations``; the exit code is 1 when stale."""
-    parser = argparse.ArgumentParser(prog="python -m mlflow_mia.options.generate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=REGENERATE, description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2],
                         help="repository root (default: the one holding this package)")
     parser.add_argument("--check", action="store_true", help="only report files that are out of date")
@@ -264,5 +280,5 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the audit kinds register their families above this layer: the script is there
+    sys.exit(f"run {REGENERATE} (it registers every audit kind before writing the files)")

@@ -20,7 +20,8 @@ options (:class:`CommandOptions`). From these declarations come:
 
 Which commands and methods take an option is its ``used_by``; an option declared on a
 config of one audit is used by that audit's command(s) and evaluator method (:data:`FAMILIES`,
-a registry each audit's options module fills). A setting several audits share (the signal,
+the registry of :mod:`mlflow_mia.options.families`, which each audit fills; an audit kind registered
+with its own command also takes the common options and the command options it needs). A setting several audits share (the signal,
 the metrics, the seed, the reference model) is declared once and held by the other audits'
 configs with :func:`~mlflow_mia.option.shared_option`: one declaration, a default per audit.
 """
@@ -33,16 +34,17 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mlflow_mia.option import OptionField, coerce, declared_options, is_unset, option, same_option_fields
+from mlflow_mia.options.families import (COMMANDS, FAMILIES, GENERIC_COMMAND_OPTIONS, METHODS, audit_commands,
+                                         audit_methods, register_family, surface_order)
 from mlflow_mia.hashing import HashKey, resolve_hash_key
 from mlflow_mia.signals.cache import check_cache_dir
 from mlflow_mia.signals.runtime import resolve_device
 
-__all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "Entry", "entries",
+__all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "surface_order",
+           "help_title", "Entry", "entries",
            "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
            "mlproject_parameters", "dest"]
 
-COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo", "canary-audit", "train-shadows")
-METHODS = ("mia", "ner_prompts", "canaries")
 _AUDITS = frozenset({"audit", "compare", "ner-audit", "canary-audit", *METHODS})
 _WITH_ANALYZE = _AUDITS | {"analyze"}
 
@@ -171,25 +173,6 @@ class CommandOptions:
                                       mlproject=False, default_doc="$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
 
 
-#: Config families, a registry: ``{name: (classes, surfaces)}``, the classes one audit is parsed into and the
-#: commands / evaluator methods that take their options. Each audit's options module registers its family
-#: (:func:`register_family`); ``mlflow_mia.options`` imports them all, as ``mlflow_mia.attacks`` does its attacks.
-FAMILIES: dict[str, tuple[tuple[type, ...], frozenset]] = {}
-
-
-def register_family(name: str, classes: tuple, surfaces: frozenset) -> None:
-    """Register the config classes of one audit and the commands / methods that take their options.
-
-    Raises
-    ------
-    ValueError
-        ``name`` is registered already.
-    """
-    if name in FAMILIES:
-        raise ValueError(f"option family {name!r} is registered already")
-    FAMILIES[name] = (tuple(classes), frozenset(surfaces))
-
-
 #: ``--help`` groups, in this order, by the class that declares the option.
 _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release gate",
            "NerOptions": "prompts", "CanaryOptions": "canaries, models and release gate",
@@ -202,12 +185,22 @@ _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release 
 _ATTACK_TITLE = _TITLES["AuditConfig"]
 
 
+def help_title(e: "Entry") -> str:
+    """An option's ``--help`` group: by declaring class; attack ``Settings`` in "attacks"; "<family> audit"."""
+    name = e.field.owner.__name__
+    if name in _TITLES:
+        return _TITLES[name]
+    family = FAMILIES.get(e.family)
+    return f"{e.family} audit" if getattr(family, "command", None) else _ATTACK_TITLE
+
+
 def help_rank(e: "Entry") -> float:
-    """Where an option sorts in ``--help`` (and MLproject): by its declaring class's group, attack settings with
-    the attacks."""
+    """Where an option sorts in ``--help`` (and MLproject): by :func:`help_title`, an audit kind's own last."""
     order = list(_TITLES)
     name = e.field.owner.__name__
-    return order.index(name) if name in order else order.index("AuditConfig") + 0.5
+    if name in order:
+        return order.index(name)
+    return len(order) if help_title(e) != _ATTACK_TITLE else order.index("AuditConfig") + 0.5
 
 
 @dataclass(frozen=True)
@@ -218,8 +211,9 @@ class Entry:
     ----------
     field : OptionField
     used_by : frozenset of str
-    family : {"mia", "ner", "common"} or None
-        The audit whose configs hold it (``"common"``: both, :class:`CommonOptions`);
+    family : str or None
+        The family whose configs hold it (``"mia"``, ``"ner"``, ``"canary"``, an audit kind's own;
+        ``"common"``: every audit, :class:`CommonOptions`);
         None for a command-only option (:class:`CommandOptions`), which has no evaluator key.
     """
 
@@ -241,17 +235,21 @@ def entries() -> list[Entry]:
     default and commands.
     """
     out, seen = [], set()
-    groups = [(name, classes, surfaces) for name, (classes, surfaces) in FAMILIES.items()]
-    groups.append((None, (CommandOptions,), frozenset()))
-    for family, classes, surfaces in groups:
+    generic = audit_commands() + audit_methods()
+    for family, (classes, surfaces, *_) in FAMILIES.items():
         for cls in classes:
             for of in declared_options(cls).values():
                 used_by = frozenset(of.option.used_by or surfaces)
+                if of.owner is CommonOptions:  # an audit kind with its own command takes the common options too
+                    used_by |= frozenset(generic if of.option.cli else audit_methods())
                 ident = (id(of.option), repr(of.default), used_by)
                 if ident in seen:
                     continue
                 seen.add(ident)
                 out.append(Entry(of, used_by, family if of.owner is not CommonOptions else "common"))
+    for of in declared_options(CommandOptions).values():  # and the command options it needs
+        commands = audit_commands() if of.key in GENERIC_COMMAND_OPTIONS else ()
+        out.append(Entry(of, frozenset(of.option.used_by or ()) | frozenset(commands), None))
     return out
 
 
@@ -294,6 +292,9 @@ def parse_values(method: str, config: Mapping[str, Any], *, what: str = "evaluat
     values = {}
     for key, raw in config.items():
         of = valid[key].field
+        if key == "method" and raw == method:  # the method that reads it (an audit kind's own method too)
+            values[key] = raw
+            continue
         if not is_unset(of, raw):
             values[key] = coerce(of, raw)
     return values
@@ -372,7 +373,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     groups: dict[str, Any] = {}
     for e in found:
         of, opt = e.field, e.field.option
-        title = _TITLES.get(of.owner.__name__, _ATTACK_TITLE)
+        title = help_title(e)
         group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
         default = of.default if e.family is None else None
         kwargs = {"dest": dest(e), "help": _help(e).replace("%", "%%")}

@@ -10,8 +10,10 @@ by :attr:`~mlflow_mia.audits.base.Audit.command`.
 - :mod:`.ner`: :func:`~.ner.ner_audit_and_log`;
 - :mod:`.canary`: :func:`~.canary.canary_audit_and_log`.
 
-A new audit kind is one folder ``audits/<kind>/`` with its ``Audit`` and one
-:func:`register_audit` line below.
+A new audit kind is one folder ``audits/<kind>/`` (its ``Audit``, and its option family registered with
+:func:`~mlflow_mia.options.families.register_family` with ``command=`` and ``summary=``) and one
+:func:`register_audit` line below: the evaluator answers its ``method``, the CLI gets its subcommand (the
+generic front end of :mod:`mlflow_mia.entrypoints.cli`), the MLproject generator its entry point.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mlflow_mia.pipeline import canary, membership, ner
 from mlflow_mia.tracking.audit_log import log_audit
 from mlflow_mia.tracking.canary_log import log_canary_audit
 from mlflow_mia.tracking.ner_log import log_ner_audit
+from mlflow_mia.options.families import FAMILIES
 from mlflow_mia.options.values import mia_section
 
 __all__ = ["AUDITS", "Audit", "Settings", "register_audit", "get_audit", "audit_for"]
@@ -40,12 +43,17 @@ def register_audit(audit: Audit, *, run, log, metrics, force: bool = False) -> A
     Raises
     ------
     ValueError
-        ``audit.name`` or its ``command`` is already registered (``force=True`` replaces it).
+        ``audit.name`` or its ``command`` is already registered (``force=True`` replaces it), or no option
+        family takes both (the audit's folder registers one).
     """
     taken = {a.command: name for name, a in AUDITS.items()}
     if not force and (audit.name in AUDITS or audit.command in taken):
         raise ValueError(f"an audit named {audit.name!r} or with command {audit.command!r} is already registered; "
                          "pass force=True to replace it")
+    if not any({audit.name, audit.command} <= fam[1] for fam in FAMILIES.values()):
+        raise ValueError(f"audit {audit.name!r} has no option family: register one in its folder with "
+                         f"register_family({audit.name!r}, (<its config classes>), {{{audit.command!r}, "
+                         f"{audit.name!r}}}, command={audit.command!r}, summary=...) before register_audit")
     AUDITS[audit.name] = dataclasses.replace(audit, run=run, log=log, metrics=metrics)
     return AUDITS[audit.name]
 

@@ -150,6 +150,9 @@ class CausalLM(ModelIdentity):
     """
 
     kind: ClassVar[str] = "causal"
+    auto_model: ClassVar[str] = "AutoModelForCausalLM"
+    head_prefixes: ClassVar[str] = "lm_head."
+    objective: ClassVar[str] = "with a language-modelling objective"
 
     def __post_init__(self):
         head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
@@ -163,25 +166,6 @@ class CausalLM(ModelIdentity):
         if model_kind(self.model) == "masked":
             raise ValueError(f"{type(self.model).__name__} is a masked LM; wrap it in MaskedLM, not CausalLM")
         self._default_names()
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
-                        **kwargs) -> "CausalLM":
-        """Load ``AutoModelForCausalLM`` and ``AutoTokenizer`` from a local folder (no shipped code by default).
-
-        Raises
-        ------
-        ValueError
-            The architecture has no causal-LM class, the folder maps classes to shipped
-            code (without ``trust_remote_code=True``), or the checkpoint lacks the LM
-            head's weights (an untied ``lm_head`` initialised at random would make every
-            signal noise).
-        """
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        return cls._load_pretrained(AutoModelForCausalLM, AutoTokenizer, path, kind="causal", head_prefixes="lm_head.",
-                                    objective="with a language-modelling objective", model_id=model_id, name=name,
-                                    kwargs=kwargs)
 
     @property
     def max_length(self) -> int:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -197,6 +198,36 @@ class ModelIdentity:
         if self.name is None:
             self.name = self.model_id
         self.model.eval()
+
+    #: What :meth:`from_pretrained` loads (set by each language-model class): its kind (named in errors), the
+    #: transformers auto class, the LM head's weight-name prefixes, and the training fix the missing-head error names.
+    kind: ClassVar[str] = ""
+    auto_model: ClassVar[str] = ""
+    head_prefixes: ClassVar[str | tuple] = ()
+    objective: ClassVar[str] = ""
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
+                        **kwargs):
+        """Load the class's model (:attr:`auto_model`: ``AutoModelForMaskedLM`` for
+        :class:`~mlflow_mia.signals.model.MaskedLM`, ``AutoModelForCausalLM`` for
+        :class:`~mlflow_mia.signals.causal_model.CausalLM`) and ``AutoTokenizer`` from a local folder or hub id.
+
+        No code shipped with the model runs unless ``trust_remote_code=True`` is passed.
+
+        Raises
+        ------
+        ValueError
+            The architecture has no class of this kind, the folder maps classes to shipped code (without
+            ``trust_remote_code=True``), or the checkpoint lacks the LM head's weights (e.g. a sentence
+            encoder saved without its MLM head, an untied ``lm_head``): transformers would initialise
+            them at random, and every signal would be noise.
+        """
+        import transformers
+
+        return cls._load_pretrained(getattr(transformers, cls.auto_model), transformers.AutoTokenizer, path,
+                                    kind=cls.kind, head_prefixes=cls.head_prefixes, objective=cls.objective,
+                                    model_id=model_id, name=name, kwargs=kwargs)
 
     @classmethod
     def _load_pretrained(cls, auto_model, auto_tokenizer, path: str | os.PathLike, *, kind: str,

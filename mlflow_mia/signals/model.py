@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -89,6 +90,11 @@ class MaskedLM(ModelIdentity):
         The model has no MLM head, or the tokenizer has no mask token or pad token.
     """
 
+    kind: ClassVar[str] = "masked"
+    auto_model: ClassVar[str] = "AutoModelForMaskedLM"
+    head_prefixes: ClassVar[tuple] = _HEAD_PREFIXES
+    objective: ClassVar[str] = "with an MLM objective first"
+
     _projection: object = field(default=None, init=False, repr=False)  # None: undecided, False: none
     _last_layer: object = field(default=None, init=False, repr=False)  # the same, of last_layer_of
 
@@ -107,24 +113,6 @@ class MaskedLM(ModelIdentity):
         if getattr(self.tokenizer, "pad_token_id", None) is None:
             raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no pad token; set tokenizer.pad_token")
         self._default_names()
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, *, model_id: str | None = None, name: str | None = None,
-                        **kwargs) -> "MaskedLM":
-        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a local folder or hub id.
-
-        Raises
-        ------
-        ValueError
-            The architecture has no masked-LM class, or the checkpoint lacks the MLM
-            head's weights (e.g. a sentence encoder saved without one): transformers
-            would initialise them at random, and every signal would be noise.
-        """
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-        return cls._load_pretrained(AutoModelForMaskedLM, AutoTokenizer, path, kind="masked",
-                                    head_prefixes=_HEAD_PREFIXES, objective="with an MLM objective first",
-                                    model_id=model_id, name=name, kwargs=kwargs)
 
     @property
     def max_length(self) -> int:

@@ -62,13 +62,18 @@ def spark():
             os.environ[k] = v
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    model, tok = tiny_bert(seed=3)
-    path = tmp_path_factory.mktemp("spark_model")
+def _saved_tiny_bert(tmp_path_factory, name: str, seed: int) -> str:
+    """A folder holding a tiny random BERT and its tokenizer (what an executor loads)."""
+    model, tok = tiny_bert(seed=seed)
+    path = tmp_path_factory.mktemp(name)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return _saved_tiny_bert(tmp_path_factory, "spark_model", seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +223,7 @@ def test_cli_audit_on_spark_logs_the_local_metrics(spark, tracking):
 
 @pytest.fixture(scope="module")
 def reference_dir(tmp_path_factory) -> str:
-    model, tok = tiny_bert(seed=4)
-    path = tmp_path_factory.mktemp("spark_reference")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return _saved_tiny_bert(tmp_path_factory, "spark_reference", seed=4)
 
 
 @pytest.fixture(scope="module")

@@ -291,7 +291,7 @@ def test_generator_without_mlm_head_is_rejected(tmp_path):
 def test_generator_falls_back_to_config_path_or_says_how(tmp_path):
     model, tok = tiny_bert(seed=2)
     target = MaskedLM(*tiny_bert(seed=1))
-    with pytest.raises(ValueError, match="references=\[.*generator_model"):
+    with pytest.raises(ValueError, match=r"references=\[.*generator_model"):
         neighbour_values(target, ["the cat sat"], neighbourhood=AuditConfig().neighbourhood, progress=False)
     model.save_pretrained(tmp_path / "gen")
     tok.save_pretrained(tmp_path / "gen")

@@ -6,11 +6,10 @@ evaluator method ``"canaries"``; the ``mlflow-mia canary-audit`` command reaches
 
 from __future__ import annotations
 
-from mlflow_mia.audits.base import Audit, Settings
+from mlflow_mia.audits.base import Audit, Settings, resolve_target
 from mlflow_mia.audits.canary.audit import score_canaries
 from mlflow_mia.audits.canary.signals import canary_signals
 from mlflow_mia.canaries import CanarySet
-from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.options.canary import parse_canary_config
 import pandas as pd
 
@@ -64,11 +63,6 @@ def load_canary_inputs(frame, settings: Settings) -> CanarySet:
     return canaries
 
 
-def resolve(model, settings: Settings):
-    """The target masked LM, loaded without running code shipped with it (unless ``trust_remote_code``)."""
-    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
-
-
 CANARY = Audit(
     name="canaries", command="canary-audit", target_flag="--target",
     help="canary audit: exposure and the one-run epsilon bound of planted canaries",
@@ -77,4 +71,4 @@ CANARY = Audit(
                 "secret-format canaries (Carlini et al. 2019) and the one-run epsilon lower bound (Steinke et al. "
                 "2023), record-level for the canaries inserted once. Without --target and --canaries, builds "
                 "and audits the canary demo (a non-private and a DP-SGD target).",
-    parse=parse, load_inputs=load_canary_inputs, resolve=resolve, signals=canary_signals, score=score_canaries)
+    parse=parse, load_inputs=load_canary_inputs, resolve=resolve_target, signals=canary_signals, score=score_canaries)

@@ -7,15 +7,14 @@ entry point reach it there.
 
 from __future__ import annotations
 
-from mlflow_mia.audits.base import Audit, Settings
+from mlflow_mia.audits.base import Audit, Settings, resolve_target
 from mlflow_mia.audits.membership.inputs import load_inputs as load_tables
 from mlflow_mia.audits.membership.run import compute_audit_signals
 from mlflow_mia.audits.membership.scoring import score_audit
-from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.options.audit import parse_options
 import pandas as pd
 
-__all__ = ["MEMBERSHIP", "parse", "load_inputs", "resolve"]
+__all__ = ["MEMBERSHIP", "parse", "load_inputs"]
 
 
 def parse(flat, *, targets: str | None = None) -> Settings:
@@ -43,15 +42,10 @@ def load_inputs(frame, settings: Settings):
     return load_tables(frame, settings.options)
 
 
-def resolve(model, settings: Settings):
-    """The target masked LM, loaded without running code shipped with it (unless ``trust_remote_code``)."""
-    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
-
-
 MEMBERSHIP = Audit(
     name="mia", command="audit", target_flag="--target",
     help="audit one model and log the result to an MLflow run",
     description="Audit one masked LM for membership leakage and log metrics, figures, tables, a report and "
                 "registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
                 "(trained and registered on first use).",
-    parse=parse, load_inputs=load_inputs, resolve=resolve, signals=compute_audit_signals, score=score_audit)
+    parse=parse, load_inputs=load_inputs, resolve=resolve_target, signals=compute_audit_signals, score=score_audit)
