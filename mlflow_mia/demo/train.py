@@ -252,6 +252,7 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
                                                seed=config.seed)
 
     device = next(model.parameters()).device  # batches follow the model (CPU or GPU)
+
     def batch_loss(index):
         batch = collator([examples[i] for i in index])
         input_ids = batch["input_ids"].to(device)
