@@ -92,19 +92,25 @@ def candidate_set(frames: dict, seed: int) -> tuple[pd.DataFrame, set]:
     reference = frames["reference_train"]
     candidates = pd.concat([frames["pool"][["text", "article_id"]], frames["population"][["text", "article_id"]]],
                            ignore_index=True)
-    missing = 2 * len(frames["target_train"]) - len(candidates)
-    articles = np.array(sorted(reference["article_id"].unique()))
-    order = articles[np.random.default_rng([int(seed), 35]).permutation(len(articles))]
-    sizes = reference["article_id"].value_counts()
+    articles = set(reference["article_id"])
+    taken = whole_articles(reference, articles, 2 * len(frames["target_train"]) - len(candidates), [int(seed), 35])
+    extra = reference.loc[reference["article_id"].isin(set(taken)), ["text", "article_id"]]
+    candidates = pd.concat([candidates, extra], ignore_index=True).drop_duplicates("text", keep="first")
+    return candidates.reset_index(drop=True), articles - set(taken)
+
+
+def whole_articles(frame: pd.DataFrame, articles: set, count: int, seed) -> list:
+    """Whole ``articles`` of ``frame`` in a random order (``default_rng(seed)``) until they hold ``count`` rows."""
+    pool = np.array(sorted(articles))
+    order = pool[np.random.default_rng(seed).permutation(len(pool))]
+    sizes = frame["article_id"].value_counts()
     taken, total = [], 0
     for article in order:
-        if total >= missing:
+        if total >= count:
             break
         taken.append(article)
         total += int(sizes[article])
-    extra = reference.loc[reference["article_id"].isin(set(taken)), ["text", "article_id"]]
-    candidates = pd.concat([candidates, extra], ignore_index=True).drop_duplicates("text", keep="first")
-    return candidates.reset_index(drop=True), set(articles) - set(taken)
+    return taken
 
 
 def reference_sentences(reference: pd.DataFrame, spare: set, count: int, seed: int) -> list[str]:
@@ -113,15 +119,7 @@ def reference_sentences(reference: pd.DataFrame, spare: set, count: int, seed: i
     Random, not in the frame's order: the frame is sorted by category, and its first
     articles would give a reference of one category.
     """
-    articles = np.array(sorted(spare))
-    order = articles[np.random.default_rng([int(seed), 36]).permutation(len(articles))]
-    sizes = reference["article_id"].value_counts()
-    taken, total = [], 0
-    for article in order:
-        if total >= count:
-            break
-        taken.append(article)
-        total += int(sizes[article])
+    taken = whole_articles(reference, spare, count, [int(seed), 36])
     return reference.loc[reference["article_id"].isin(set(taken)), "text"].tolist()
 
 
