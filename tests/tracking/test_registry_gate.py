@@ -88,7 +88,8 @@ def _tags(name, version) -> dict:
 
 
 def _runs() -> dict:
-    return {r.info.run_name: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
+    """The runs by the name given with ``--run-name`` (the verdict the name opens with left out)."""
+    return {r.info.run_name.split("] ", 1)[-1]: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
 
 
 def _audit(tracking, name, version, *extra) -> int:
