@@ -8,7 +8,7 @@ quote under :data:`OWN_TEXT_HEADING`.
 from __future__ import annotations
 
 __all__ = ["DESCRIPTION_START", "FAILURE_START", "OWN_TEXT_HEADING", "VERDICTS", "own_text", "with_own_text",
-           "named_with_verdict"]
+           "named_with_verdict", "name_without_verdict"]
 
 #: The four verdicts (:mod:`mlflow_mia.tracking.verdict`), mildest first.
 VERDICTS = ("within budget", "no evidence of leakage", "inconclusive", "leaks")
@@ -102,8 +102,16 @@ def named_with_verdict(name: str, verdict: str) -> str:
     """
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {list(VERDICTS)}, not {verdict!r}")
+    return f"[{verdict}] {name_without_verdict(name)}"
+
+
+def name_without_verdict(name: str) -> str:
+    """The run name without the verdict :func:`named_with_verdict` put in front (any other name as it is).
+
+    >>> name_without_verdict("[no evidence of leakage] cmp"), name_without_verdict("[draft] cmp")
+    ('cmp', '[draft] cmp')
+    """
     for known in VERDICTS:
         if name.startswith(f"[{known}] "):
-            name = name[len(known) + 3:]
-            break
-    return f"[{verdict}] {name}"
+            return name[len(known) + 3:]
+    return name

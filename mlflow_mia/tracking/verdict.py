@@ -189,7 +189,7 @@ def describe_nested(client, run_id: str, verdicts, *, heading: str, name: str | 
     heading : str
         The paragraph above the list (``"One nested run per reference:"``).
     name : str, optional
-        A new name for the parent run.
+        A new name for the parent run (default: its name); the verdict goes in front either way.
 
     Returns
     -------
@@ -204,7 +204,7 @@ def describe_nested(client, run_id: str, verdicts, *, heading: str, name: str | 
     pairs = list(verdicts)
     verdict = worst_verdict(pairs)
     lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in pairs)
-    describe_run(client, run_id, verdict=verdict, name=name,
+    describe_run(client, run_id, verdict=verdict, name=name or client.get_run(run_id).info.run_name,
                  description=run_description(verdict, f"{heading}\n\n{lines}"))
     return verdict
 

@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 
 from mlflow_mia.metrics.gate import Gate
 from mlflow_mia.metrics.gate_record import GateRecord
+from mlflow_mia.tracking.descriptions import name_without_verdict
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -89,7 +90,8 @@ def _tags(name, version) -> dict:
 
 def _runs() -> dict:
     """The runs by the name given with ``--run-name`` (the verdict the name opens with left out)."""
-    return {r.info.run_name.split("] ", 1)[-1]: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
+    runs = MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])
+    return {name_without_verdict(r.info.run_name): r for r in runs}
 
 
 def _audit(tracking, name, version, *extra) -> int:
