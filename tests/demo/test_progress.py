@@ -42,3 +42,33 @@ def test_a_bar_replaces_the_lines(caplog):
         train_mlm(model, tok, ["one two three four"] * 4, TrainConfig(epochs=1, batch_size=4, max_length=8),
                   progress=True)
     assert not [r for r in caplog.records if r.name == PROGRESS_LOGGER]
+
+
+def test_the_command_line_shows_the_lines_when_bars_are_off_unless_quiet(monkeypatch, capsys):
+    """The CLI logs at WARNING: quiet_output lets the per-epoch lines through when stdout is no terminal."""
+    import argparse
+    import io
+    import sys
+
+    from mlflow_mia.entrypoints.common import quiet_output
+
+    progress = logging.getLogger(PROGRESS_LOGGER)
+    before = progress.level
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a log file: no bars
+    err = io.StringIO()
+    handler = logging.StreamHandler(err)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)  # as the CLI's logging.basicConfig without --verbose
+    try:
+        with quiet_output(argparse.Namespace(quiet=None, no_progress=False)):
+            log_epoch("train target", [3.0], 5, 10, 5, 10.0)
+        log_epoch("after", [3.0], 5, 10, 5, 10.0)  # level restored: not shown
+        with quiet_output(argparse.Namespace(quiet=True, no_progress=False)):
+            log_epoch("quiet", [3.0], 5, 10, 5, 10.0)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    assert err.getvalue().splitlines() == ["train target: epoch 1/2, loss 3.000, 10 s elapsed, about 10 s left"]
+    assert progress.level == before
