@@ -256,6 +256,7 @@ def print_links(run_id: str, experiment_id: str, experiment: str, run_name: str 
     import mlflow
 
     uri = mlflow.get_tracking_uri()
+    run_name = mlflow.MlflowClient().get_run(run_id).info.run_name or run_name  # as named last: verdict first
     print(f"experiment: {experiment}; run: {run_name or run_id} ({run_id})")
     print(f"run list: {run_list_url(experiment_id, tracking_uri=uri)}")
     print(f"run page: {run_url(run_id, experiment_id, tracking_uri=uri)}")

@@ -176,6 +176,7 @@ def test_compare_aliases(tracking):
     parent = next(r for r in runs if name_without_verdict(r.info.run_name) == "cmp-alias")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert [name_without_verdict(r.info.run_name) for r in children] == ["tgt v2 (@candidate)"]
+    assert children[0].info.run_name == f"[{children[0].data.tags['mia.verdict']}] tgt v2 (@candidate)"
 
 
 def test_audit_without_target_runs_the_demo(tracking, monkeypatch):
