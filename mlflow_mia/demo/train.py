@@ -13,9 +13,7 @@ reproducible from a seed, so this module keeps the loop small and explicit:
   batches; masking is ``transformers.DataCollatorForLanguageModeling`` with an explicit
   seed (15% of tokens, 80/10/10 replacement). The LM head runs on the masked positions
   only, which for a small model is most of the arithmetic saved.
-
-Nothing here touches the global random state: model initialisation and dropout run
-inside ``torch.random.fork_rng``, batch order comes from a seeded numpy generator.
+Nothing here touches the global random state (``torch.random.fork_rng``; a seeded numpy generator for batches).
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlflow_mia.demo.progress import log_epoch
 # The specs (demo/specs.py, shared with the causal demo): used here, and importable from here as before
 from mlflow_mia.demo.specs import ModelSpec, TrainConfig, TrainResult
 
@@ -121,7 +120,7 @@ def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> 
 
 
 def _train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *, norm_name: str, progress: bool,
-                 desc: str, log: logging.Logger, log_epochs: bool = False) -> TrainResult:
+                 desc: str, log: logging.Logger) -> TrainResult:
     """The training loop of :func:`train_mlm` and :func:`~mlflow_mia.demo.causal_train.train_causal`.
 
     AdamW (no weight decay on biases and norm weights), linear warm-up, gradients clipped to norm 1,
@@ -143,7 +142,7 @@ def _train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *,
     progress, desc : bool, str
         As for :func:`train_mlm`.
     log : logging.Logger
-        Logger of the summary line (and of each epoch's loss with ``log_epochs``, at DEBUG).
+        Logger of the summary line. Without a bar, each epoch logs a line (:func:`~mlflow_mia.demo.progress.log_epoch`).
 
     Returns
     -------
@@ -152,7 +151,8 @@ def _train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *,
     from transformers import get_linear_schedule_with_warmup
 
     rng = np.random.default_rng(config.seed)
-    total_steps = config.steps or max(1, math.ceil(config.epochs * math.ceil(len(lengths) / config.batch_size)))
+    per_epoch = max(1, math.ceil(len(lengths) / config.batch_size))  # _batches makes at least this many
+    total_steps = config.steps or max(1, math.ceil(config.epochs * per_epoch))
 
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -186,8 +186,8 @@ def _train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *,
                     if step % 20 == 0:
                         bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
                 epoch_losses.append(float(np.mean(losses)) if losses else float("nan"))
-                if log_epochs:
-                    log.debug("%s: epoch %d loss %.4f", desc, len(epoch_losses), epoch_losses[-1])
+                if not progress:  # no bar: one line per epoch (shown unless --quiet)
+                    log_epoch(desc, epoch_losses, step, total_steps, per_epoch, time.perf_counter() - start)
     finally:
         bar.close()
         model.eval()
@@ -260,7 +260,7 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
         return _masked_lm_loss(model, input_ids, attention_mask, batch["labels"].to(device)), attention_mask
 
     return _train_steps(model, lengths, config, batch_loss, norm_name="LayerNorm", progress=progress, desc=desc,
-                        log=logger, log_epochs=True)
+                        log=logger)
 
 
 @torch.no_grad()

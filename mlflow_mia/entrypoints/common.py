@@ -8,6 +8,7 @@ import sys
 import logging
 import warnings
 
+from mlflow_mia.demo.progress import PROGRESS_LOGGER
 from mlflow_mia.options.values import blank
 from mlflow_mia.audits.membership.inputs import load_inputs
 from mlflow_mia.metrics.thresholds import min_population_size
@@ -15,6 +16,7 @@ from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.options.audit import parse_options, with_fprs
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
+from mlflow_mia.tracking.run_list import run_list_url
 from mlflow_mia.tracking.verdict import fmt_interval, audit_verdict, run_url
 
 __all__ = ["build_demo_for_audit", "config_and_inputs", "demo_shadows_for_audit", "print_result", "print_links",
@@ -51,7 +53,9 @@ def quiet_output(args):
     "Generating train split", huggingface_hub). With ``quiet`` also transformers, datasets,
     huggingface_hub and evaluate log at level ERROR and Python warnings are ignored.
     Always, quiet or not, the library messages nobody can act on are dropped (MLflow's
-    model-card, licence and integer-schema notes). Everything is restored on exit (the CLI
+    model-card, licence and integer-schema notes). Bars off but not quiet: the demo's training
+    logs one line per epoch at INFO (:data:`~mlflow_mia.demo.progress.PROGRESS_LOGGER`, shown
+    although the command line logs at WARNING). Everything is restored on exit (the CLI
     can be called from Python).
 
     Yields
@@ -66,7 +70,9 @@ def quiet_output(args):
     bars_off = quiet or not sys.stdout.isatty()
     env = {**(_BARS_ENV if bars_off else {}), **(_QUIET_ENV if quiet else {})}
     saved_env = {k: os.environ.get(k) for k in env}
-    saved_levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    saved_levels = {name: logging.getLogger(name).level for name in (*_QUIET_LOGGERS, PROGRESS_LOGGER)}
+    if bars_off and not quiet:  # no bar to watch: the per-epoch lines instead
+        logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
     hf_level, ds_level = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
     hf_bars, ds_bars = transformers.utils.logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
     os.environ.update(env)
@@ -243,15 +249,16 @@ def print_links(run_id: str, experiment_id: str, experiment: str, run_name: str 
                 report: str | None = "report.md") -> None:
     """The experiment's name and run list, the run's UI address and its report's, and how to start the UI.
 
-    The run list's address carries ``workflowType=machine_learning``: MLflow 3.17 opens an
-    experiment on its GenAI overview otherwise (the ``mlflow.experimentKind`` tag only labels it).
+    The run list's address (:func:`~mlflow_mia.tracking.run_list.run_list_url`) opens the audits with
+    their verdicts, on the "Model training" side (MLflow 3.17 opens an experiment on its GenAI
+    overview otherwise; the ``mlflow.experimentKind`` tag only labels it).
     """
     import mlflow
 
     uri = mlflow.get_tracking_uri()
+    run_name = mlflow.MlflowClient().get_run(run_id).info.run_name or run_name  # as named last: verdict first
     print(f"experiment: {experiment}; run: {run_name or run_id} ({run_id})")
-    base = run_url(run_id, experiment_id, tracking_uri=uri).split("/#/")[0]
-    print(f"run list: {base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
+    print(f"run list: {run_list_url(experiment_id, tracking_uri=uri)}")
     print(f"run page: {run_url(run_id, experiment_id, tracking_uri=uri)}")
     if report:
         print(f"report: {run_url(run_id, experiment_id, tracking_uri=uri, path=report)}")

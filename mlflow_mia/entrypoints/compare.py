@@ -114,7 +114,8 @@ def _audit_every_pair(targets, references, generator, parent, pool, population, 
                     target, pool, population, config, options, generator=generator,
                     references=(list(reference) if isinstance(reference, tuple)
                                 else [] if reference is None else [reference]),
-                    run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)})
+                    run_id=child.info.run_id, extra_params={"target_model_aliases": ",".join(version_aliases)},
+                    run_name=label)  # named again with the verdict in front (tracking.verdict.describe_run)
             print(f"{label}:")
             print_result(result, child, gate)
             found["gates"].append(gate)

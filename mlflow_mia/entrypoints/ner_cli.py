@@ -39,7 +39,7 @@ def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, t
     reference = resolve_token_classifier(reference_uri) if reference_uri else None
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
         result, _ = ner_audit_and_log(tagger, names, Settings(cfg, options), reference=reference,
-                                      run_id=run.info.run_id, title=title)
+                                      run_id=run.info.run_id, title=title, run_name=run_name)
     return result, run.info.run_id
 
 

@@ -18,7 +18,7 @@ __all__ = ["ner_audit_and_log", "evaluate_run", "evaluator_metrics"]
 
 
 def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, log_metrics: bool = True, notes=(),
-                      title: str | None = None):
+                      title: str | None = None, run_name: str | None = None):
     """Audit one tagger on a names table and log it to a run.
 
     Parameters
@@ -38,6 +38,8 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
         Warnings of the caller, added to the result's warnings (and so to the report).
     title : str, optional
         The report's title.
+    run_name : str, optional
+        The run's name (the verdict goes in front); None leaves the run's name as it is.
 
     Returns
     -------
@@ -52,7 +54,7 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
     params = tagger_params(tagger)
     if reference is not None:
         params["ner.reference_model"] = reference.resolved_uri
-    logged = LogSettings.from_options(options, log_metrics=log_metrics, params=params)
+    logged = LogSettings.from_options(options, log_metrics=log_metrics, params=params, run_name=run_name)
     artifacts = log_ner_audit(result, run_id, settings=logged, title=title)
     return result, artifacts
 

@@ -7,8 +7,11 @@ quote under :data:`OWN_TEXT_HEADING`.
 
 from __future__ import annotations
 
-__all__ = ["DESCRIPTION_START", "FAILURE_START", "OWN_TEXT_HEADING", "own_text", "with_own_text"]
+__all__ = ["DESCRIPTION_START", "FAILURE_START", "OWN_TEXT_HEADING", "VERDICTS", "own_text", "with_own_text",
+           "named_with_verdict", "name_without_verdict"]
 
+#: The four verdicts (:mod:`mlflow_mia.tracking.verdict`), mildest first.
+VERDICTS = ("within budget", "no evidence of leakage", "inconclusive", "leaks")
 #: First words of every description written here: a description that starts otherwise is someone else's (the
 #: model's authors', the user's) and is kept, quoted under :data:`OWN_TEXT_HEADING` after the verdict.
 DESCRIPTION_START = "**Verdict:"
@@ -68,3 +71,47 @@ def with_own_text(description: str, current: str | None) -> str:
         return description
     quoted = "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines())
     return f"{description}\n\n---\n\n{OWN_TEXT_HEADING}\n\n{quoted}"
+
+
+def named_with_verdict(name: str, verdict: str) -> str:
+    """A run name that opens with the verdict: ``[leaks] audit tgt v2 vs ref v1``.
+
+    MLflow 3.17's run list shows, without configuring columns, only the run name, its
+    creation time, dataset, duration, source and models (``getDefaultSelectedColumns`` of
+    its experiment page: no tag, metric, parameter or description column), and the compare
+    view's "Run details" start with the names: the name is the one place a verdict shows
+    in both. It comes first, so a name cut short by the column keeps it. A verdict
+    already in front (a resumed or re-described run) is replaced, not repeated.
+
+    Parameters
+    ----------
+    name : str
+        The run's name, with or without a verdict in front.
+    verdict : str
+        One of :data:`VERDICTS`.
+
+    Raises
+    ------
+    ValueError
+        ``verdict`` is not one of :data:`VERDICTS`.
+
+    >>> named_with_verdict("audit tgt v2 vs ref v1", "leaks")
+    '[leaks] audit tgt v2 vs ref v1'
+    >>> named_with_verdict("[leaks] audit tgt v2 vs ref v1", "within budget")
+    '[within budget] audit tgt v2 vs ref v1'
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {list(VERDICTS)}, not {verdict!r}")
+    return f"[{verdict}] {name_without_verdict(name)}"
+
+
+def name_without_verdict(name: str) -> str:
+    """The run name without the verdict :func:`named_with_verdict` put in front (any other name as it is).
+
+    >>> name_without_verdict("[no evidence of leakage] cmp"), name_without_verdict("[draft] cmp")
+    ('cmp', '[draft] cmp')
+    """
+    for known in VERDICTS:
+        if name.startswith(f"[{known}] "):
+            return name[len(known) + 3:]
+    return name

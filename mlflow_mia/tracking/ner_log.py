@@ -122,7 +122,7 @@ def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, t
                      params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
                      tags=[RunTag(f"{prefix}mia.method", "ner_prompts")])
     verdict = ner_verdict(result.metrics, result.entity_types)
-    describe_run(client, run_id, verdict=verdict, prefix=prefix,
+    describe_run(client, run_id, verdict=verdict, prefix=prefix, name=settings.run_name,
                  description=run_description(verdict, _ner_brief(result)))
     figures = _figures(result)
     logged = [prefix + path for path in figures]

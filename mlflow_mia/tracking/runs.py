@@ -9,6 +9,7 @@ import os
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.options.values import blank
 from mlflow_mia.tracking.descriptions import DESCRIPTION_START, FAILURE_START, with_own_text
+from mlflow_mia.tracking.run_list import publish_audit_view
 from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_KIND_TAG, RUN_NAME_TAG, VERDICT_TAG
 
 __all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
@@ -67,7 +68,8 @@ def use_experiment(name: str | None = None) -> str:
     """Make ``name`` (else ``$MLFLOW_EXPERIMENT_NAME`` / ``_ID``, else ``mlflow-mia``) the active experiment.
 
     The experiment is tagged ``mlflow.experimentKind=custom_model_development`` unless it
-    already has a kind, so the MLflow UI opens it on its runs ("Model training").
+    already has a kind, so the MLflow UI opens it on its runs ("Model training"), and carries the
+    audits' view of its run list (:func:`~mlflow_mia.tracking.run_list.publish_audit_view`).
     Under ``mlflow run`` (``$MLFLOW_RUN_ID``) the project run's experiment is made the active
     one, whatever ``name`` says: MLflow resumes that run only in its own experiment (without
     ``--experiment-name`` that is experiment 0, "Default").
@@ -92,6 +94,7 @@ def use_experiment(name: str | None = None) -> str:
     client = mlflow.MlflowClient()
     if EXPERIMENT_KIND_TAG not in client.get_experiment(experiment_id).tags:
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    publish_audit_view(client, experiment_id)
     return experiment_id
 
 

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
+from mlflow_mia.tracking.descriptions import DESCRIPTION_START, named_with_verdict, with_own_text
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
@@ -189,7 +189,7 @@ def describe_nested(client, run_id: str, verdicts, *, heading: str, name: str | 
     heading : str
         The paragraph above the list (``"One nested run per reference:"``).
     name : str, optional
-        A new name for the parent run.
+        A new name for the parent run (default: its name); the verdict goes in front either way.
 
     Returns
     -------
@@ -204,7 +204,7 @@ def describe_nested(client, run_id: str, verdicts, *, heading: str, name: str | 
     pairs = list(verdicts)
     verdict = worst_verdict(pairs)
     lines = "\n".join(f"- {label}: **{v.value}** ({v.reason})" for label, v in pairs)
-    describe_run(client, run_id, verdict=verdict, name=name,
+    describe_run(client, run_id, verdict=verdict, name=name or client.get_run(run_id).info.run_name,
                  description=run_description(verdict, f"{heading}\n\n{lines}"))
     return verdict
 
@@ -398,7 +398,9 @@ def describe_run(client, run_id: str, *, verdict: Verdict, description: str, nam
     :data:`DESCRIPTION_START`); a description someone else wrote is kept after it, quoted
     under :data:`~mlflow_mia.tracking.descriptions.OWN_TEXT_HEADING`
     (:func:`~mlflow_mia.tracking.descriptions.with_own_text`), so it never reads as the
-    verdict. The name sets the run's ``mlflow.runName`` tag, so it also renames the run
+    verdict. The name, with the verdict in front (:func:`~mlflow_mia.tracking.descriptions.named_with_verdict`:
+    ``[leaks] audit tgt v2 vs ref v1``, what MLflow's run list and compare view show without
+    configuring columns), sets the run's ``mlflow.runName`` tag, so it also renames the run
     ``mlflow run`` created.
 
     Parameters
@@ -409,7 +411,7 @@ def describe_run(client, run_id: str, *, verdict: Verdict, description: str, nam
     description : str
         From :func:`run_description`.
     name : str, optional
-        New run name.
+        New run name, without the verdict; None keeps the name (a name someone else chose stays as it is).
     prefix : str
         Prefix of the verdict tags (``metric_prefix``: several audits in one run).
 
@@ -422,7 +424,7 @@ def describe_run(client, run_id: str, *, verdict: Verdict, description: str, nam
     tags = {f"{prefix}{VERDICT_TAG}": verdict.value, f"{prefix}{VERDICT_TAG}.reason": verdict.reason}
     tags[NOTE_TAG], tags[RUN_KIND_TAG] = with_own_text(description, current.get(NOTE_TAG)), "audit"
     if name:
-        tags[RUN_NAME_TAG] = name
+        tags[RUN_NAME_TAG] = named_with_verdict(name, verdict.value)
     for key, value in tags.items():
         client.set_tag(run_id, key, value)
     return tags

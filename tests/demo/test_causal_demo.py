@@ -107,7 +107,7 @@ def test_the_cli_audits_the_causal_demo(built, capsys):
     assert code in (0, 3)  # 3: the gate blocks (an AUC far above 0.5 on members)
     out = capsys.readouterr().out
     assert "audit of models:/bbc-small-causal-target/1 against models:/bbc-small-causal-reference/1" in out
-    runs = mlflow.search_runs(search_all_experiments=True, filter_string="attributes.run_name = 'causal-demo'",
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string="attributes.run_name LIKE '%] causal-demo'",
                               output_format="list")
     assert len(runs) == 1
     params, metrics = runs[0].data.params, runs[0].data.metrics

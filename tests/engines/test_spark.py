@@ -27,6 +27,7 @@ from mlflow_mia.engines.spark_executors import (SparkSignalError, _score_batches
                                            model_spec, spark_signals)
 from mlflow_mia.signals import MaskedLM, compute_signals  # noqa: E402
 from mlflow_mia.signals.testing import WORDS, tiny_bert  # noqa: E402
+from mlflow_mia.tracking.descriptions import name_without_verdict  # noqa: E402
 
 CONFIG = SignalConfig(num_masks=3)
 LONG = " ".join(["cat"] * 80)  # longer than the tiny model's 64 tokens: truncated
@@ -214,7 +215,8 @@ def test_cli_audit_on_spark_logs_the_local_metrics(spark, tracking):
     args = ["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]
     assert main([*args, "--run-name", "local"]) == 0
     assert main([*args, "--engine", "spark", "--spark-master", "local[2]", "--run-name", "spark"]) == 0
-    runs = {r.info.run_name: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
+    runs = {name_without_verdict(r.info.run_name): r
+            for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
     local, remote = runs["local"].data.metrics, runs["spark"].data.metrics
     keys = [k for k in local if k.endswith("/auc") or "/tpr_at_fpr_" in k or "_at_pop_fpr_" in k]
     assert {"loss/auc", "likelihood_ratio/auc", "likelihood_ratio/tpr_at_fpr_0.05"} <= set(keys)

@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 
 from mlflow_mia.canaries import make_canaries
 from mlflow_mia.entrypoints.cli import main
+from mlflow_mia.tracking.descriptions import name_without_verdict
 
 # A rare prefix makes a secret searchable as a string (eight digits alone turn up in hashes and timestamps).
 TEMPLATES = ["the patient record is zq{digits:8}", "the doctor saw {name} on {phone}"]
@@ -40,7 +41,7 @@ def test_canary_audit_logs_metrics_and_gates_with_the_membership_exit_codes(trac
     assert main(["canary-audit", "--target", target, *_args(tracking, path, "--run-name", "plain")]) == 0
     out = capsys.readouterr().out
     assert "record-level epsilon lower bound" in out
-    run = mlflow.search_runs(filter_string="attributes.run_name = 'plain'", output_format="list")[0]
+    run = mlflow.search_runs(filter_string="attributes.run_name LIKE '%] plain'", output_format="list")[0]
     assert run.data.tags["mia.method"] == "canaries"
     assert 0.0 <= run.data.metrics["canary/r1/auc"] <= 1.0
     assert run.data.metrics["canary/n_canaries"] == 40
@@ -240,7 +241,7 @@ def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary
     out = capsys.readouterr().out.strip().splitlines()
     run = client.get_run(project.info.run_id)
     tags = run.data.tags
-    assert run.info.run_name == f"canary-audit canary-seen v{version}"
+    assert name_without_verdict(run.info.run_name) == f"canary-audit canary-seen v{version}"
     # The verdict is the rule's, read from the logged metrics (NaN metrics are not logged, as the rule reads them).
     expected = canary_verdict(run.data.metrics)
     assert (tags["mia.verdict"], tags["mia.verdict.reason"]) == (expected.value, expected.reason)
@@ -270,7 +271,8 @@ def test_canary_run_shows_the_verdict_everywhere(tracking, fresh_weights, canary
                         r"mean exposure (?:r = 1 \d+\.\d{2} bits( \(rank-based (>= )?\d+\.\d{2}\))?, r = 4 \d+\.\d{2} "
                         r"bits( \(rank-based (>= )?\d+\.\d{2}\))?|n/a) \(95% intervals\)",
                         out[-6]), out[-6]  # the tiny tokenizer may leave no exposure to measure: n/a, never a number
-    assert out[-5] == f"experiment: {experiment}; run: canary-audit canary-seen v{version} ({run.info.run_id})"
+    assert out[-5] == (f"experiment: {experiment}; run: [{expected.value}] canary-audit canary-seen v{version} "
+                       f"({run.info.run_id})")
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{tracking_experiment}/runs/"
                        f"{run.info.run_id}?workflowType=machine_learning")
     assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
@@ -302,10 +304,11 @@ def test_canary_demo_under_mlflow_run_nests_one_run_per_target(tracking, canary_
             "--no-tag-model-version"]
     assert main(["canary-audit", "--demo-size", "small", *args]) == 0
     parent = client.get_run(project.info.run_id)
-    assert parent.info.run_name == "canary-audit demo-small"
+    assert name_without_verdict(parent.info.run_name) == "canary-audit demo-small"
     children = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]],
                                   filter_string=f"tags.mlflow.parentRunId = '{project.info.run_id}'")
-    assert sorted(c.info.run_name for c in children) == ["canary-audit tgt v1", "canary-audit tgt v2"]
+    assert sorted(name_without_verdict(c.info.run_name) for c in children) == ["canary-audit tgt v1",
+                                                                              "canary-audit tgt v2"]
     severity = ["within budget", "no evidence of leakage", "inconclusive", "leaks"]
     worst = max((c.data.tags["mia.verdict"] for c in children), key=severity.index)
     assert parent.data.tags["mia.verdict"] == worst

@@ -15,6 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_mia.entrypoints.cli import build_parser, main
+from mlflow_mia.tracking.descriptions import name_without_verdict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,7 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
                  "--run-name", "gate-fail"]) == 3
     out = capsys.readouterr().out
     assert "mia.gate=fail" in out and "OVER BUDGET" in out and "release gate failed" in out
-    runs = {r.info.run_name: r for r in _runs()}
+    runs = {name_without_verdict(r.info.run_name): r for r in _runs()}
     assert runs["gate-pass"].data.tags["mia.gate"] == "pass"
     assert runs["gate-fail"].data.tags["mia.gate"] == "fail"
     assert runs["gate-fail"].data.params["audit.gate"] == "0.2:0.99,0.1:0.5"
@@ -87,7 +88,7 @@ def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
     assert calls["reference:models:/ref/1"] == calls["target:models:/tgt/1"] == calls["target:models:/tgt/2"] > 0
 
     runs = _runs()
-    parent = next(r for r in runs if r.info.run_name == "cmp")
+    parent = next(r for r in runs if name_without_verdict(r.info.run_name) == "cmp")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.data.params["target_model"] for r in children) == ["models:/tgt/1", "models:/tgt/2"]
     for child in children:
@@ -116,8 +117,9 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
     assert main(args) == 0
     capsys.readouterr()
     runs = _runs()
-    parent = next(r for r in runs if r.info.run_name == "cmp-refs")
-    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    parent = next(r for r in runs if name_without_verdict(r.info.run_name) == "cmp-refs")
+    children = {name_without_verdict(r.info.run_name): r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert sorted(children) == ["tgt v2 (@candidate) vs ref ref v1 (@champion)",
                                 "tgt v2 (@candidate) vs ref tgt v1 (@champion)"]
     for child in children.values():
@@ -171,9 +173,10 @@ def test_compare_aliases(tracking):
     assert main(["compare", "--models", "tgt", "--aliases", "candidate", "--run-name", "cmp-alias",
                  *tracking.cli_args("--bootstrap-rounds", "0", "--no-tag-model-version")]) == 0
     runs = _runs()
-    parent = next(r for r in runs if r.info.run_name == "cmp-alias")
+    parent = next(r for r in runs if name_without_verdict(r.info.run_name) == "cmp-alias")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert [r.info.run_name for r in children] == ["tgt v2 (@candidate)"]
+    assert [name_without_verdict(r.info.run_name) for r in children] == ["tgt v2 (@candidate)"]
+    assert children[0].info.run_name == f"[{children[0].data.tags['mia.verdict']}] tgt v2 (@candidate)"
 
 
 def test_audit_without_target_runs_the_demo(tracking, monkeypatch):
@@ -190,7 +193,7 @@ def test_audit_without_target_runs_the_demo(tracking, monkeypatch):
     assert main(["audit", "--demo-size", "small", "--num-masks", "2", "--fprs", "0.1,0.05", "--bootstrap-rounds",
                  "0", "--cache-dir", str(tracking.cache_dir), "--quiet", "--run-name", "demo"]) == 0
     assert seen["size"] == "small"
-    run = next(r for r in _runs() if r.info.run_name == "demo")
+    run = next(r for r in _runs() if name_without_verdict(r.info.run_name) == "demo")
     assert run.data.params["target_model"] == "models:/tgt/2"
     assert run.data.params["audit.attacks"] == "loss,likelihood_ratio"
     assert "user/likelihood_ratio/auc" in run.data.metrics  # the demo's group column was used

@@ -20,6 +20,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_mia.entrypoints.cli import main
+from mlflow_mia.tracking.descriptions import name_without_verdict
 
 
 @pytest.fixture(params=["without --experiment-name", "with --experiment-name"])
@@ -61,7 +62,8 @@ def _membership_demo(tracking, size="small"):
 def _finished_in_place(project_run, name):
     run = MlflowClient().get_run(project_run.info.run_id)
     assert run.info.experiment_id == project_run.info.experiment_id
-    assert run.info.run_name.startswith(name), run.info.run_name
+    assert name_without_verdict(run.info.run_name).startswith(name), run.info.run_name
+    assert run.info.run_name.startswith(f"[{run.data.tags['mia.verdict']}] ")  # the verdict first
     assert run.info.status == "FINISHED"
     assert run.data.tags["mia.run_kind"] == "audit"
     return run
@@ -104,7 +106,8 @@ def test_canary_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys
     _finished_in_place(project_run, "canary-audit demo-small")
     children = MlflowClient().search_runs([project_run.info.experiment_id],
                                           filter_string=f"tags.mlflow.parentRunId = '{project_run.info.run_id}'")
-    assert sorted(c.info.run_name for c in children) == ["canary-audit tgt v1", "canary-audit tgt v2"]
+    assert sorted(name_without_verdict(c.info.run_name) for c in children) == ["canary-audit tgt v1",
+                                                                              "canary-audit tgt v2"]
 
 
 def test_build_demo_under_mlflow_run_records_into_the_project_run(project_run, tracking, monkeypatch, capsys):

@@ -123,6 +123,8 @@ def test_evaluate_errors(registry):
 
 
 def test_cli_ner_audit(registry, tmp_path, capsys):
+    from mlflow import MlflowClient
+
     from mlflow_mia.entrypoints.cli import main
 
     names_path = tmp_path / "names.csv"
@@ -133,6 +135,8 @@ def test_cli_ner_audit(registry, tmp_path, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "PER" in out.out and "best" in out.out
+    run = MlflowClient().get_run(re.search(r"; run: .+ \(([0-9a-f]{32})\)$", out.out, re.M).group(1))
+    assert run.info.run_name == f"[{run.data.tags['mia.verdict']}] ner-audit tiny-ner@candidate"  # the verdict first
     code = main(["ner-audit", "--model", "models:/tiny-ner@candidate", "--names", str(names_path), "--prompts",
                  registry["prompts"], "--entity-types", "person", "-q"])
     assert code == 2 and "not in the names table" in capsys.readouterr().err

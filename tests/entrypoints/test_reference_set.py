@@ -10,6 +10,7 @@ import pytest
 from mlflow import MlflowClient
 
 from mlflow_mia.entrypoints.cli import main
+from mlflow_mia.tracking.descriptions import name_without_verdict
 
 REFS = "models:/ref@champion,models:/tgt@champion"  # two registered tiny BERTs of other seeds than the candidate
 SET_ATTACKS = "loss,likelihood_ratio,lira_offline,rmia"
@@ -31,7 +32,7 @@ def test_cli_audit_over_a_reference_set_names_each_reference(tracking, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "against models:/ref/1, models:/tgt/1" in out
-    (run,) = [r for r in _runs() if r.info.run_name == "set"]
+    (run,) = [r for r in _runs() if name_without_verdict(r.info.run_name) == "set"]
     params, metrics = run.data.params, run.data.metrics
     assert (params["reference_model"], params["reference_2_model"]) == ("models:/ref/1", "models:/tgt/1")
     assert params["reference_2_model_requested"] == "models:/tgt@champion"

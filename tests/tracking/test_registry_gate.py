@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 
 from mlflow_mia.metrics.gate import Gate
 from mlflow_mia.metrics.gate_record import GateRecord
+from mlflow_mia.tracking.descriptions import name_without_verdict
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -88,7 +89,9 @@ def _tags(name, version) -> dict:
 
 
 def _runs() -> dict:
-    return {r.info.run_name: r for r in MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])}
+    """The runs by the name given with ``--run-name`` (the verdict the name opens with left out)."""
+    runs = MlflowClient().search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]])
+    return {name_without_verdict(r.info.run_name): r for r in runs}
 
 
 def _audit(tracking, name, version, *extra) -> int:

@@ -90,3 +90,41 @@ def test_nothing_is_recorded_outside_mlflow_run(project_run, monkeypatch):
     assert record_project_failure("audit", 2, "x", meaning="usage or input error") is None
     assert main(["audit", "--rmia-gamma", "inf"]) == 2
     assert MlflowClient().get_run(project_run).info.status == "RUNNING"
+
+
+def test_named_with_verdict_puts_the_verdict_first_once():
+    from mlflow_mia.tracking.descriptions import VERDICTS, named_with_verdict
+
+    assert named_with_verdict("audit tgt v2 vs ref v1", "leaks") == "[leaks] audit tgt v2 vs ref v1"
+    for old in VERDICTS:  # any verdict in front is replaced by the new one
+        assert named_with_verdict(f"[{old}] cmp", "inconclusive") == "[inconclusive] cmp"
+    assert named_with_verdict("[draft] cmp", "leaks") == "[leaks] [draft] cmp"  # a user's bracket is kept
+    with pytest.raises(ValueError, match=r"verdict must be one of \['within budget', 'no evidence of leakage', "
+                                         r"'inconclusive', 'leaks'\], not 'leaky'"):
+        named_with_verdict("cmp", "leaky")
+
+
+def test_the_experiment_carries_the_audits_view_of_its_run_list(tracking):
+    import json
+
+    from mlflow_mia.tracking.run_list import publish_audit_view, run_list_url
+    from mlflow_mia.tracking.runs import use_experiment
+
+    client = MlflowClient()
+    experiment_id = use_experiment()
+    key = "mlflow.sharedViewState.mia-audits"
+    state = json.loads(client.get_experiment(experiment_id).tags[key])
+    assert state == {"searchFilter": "tags.`mia.run_kind` = 'audit'", "orderByKey": "attributes.start_time",
+                     "orderByAsc": False, "selectedColumns": ["tags.`mia.verdict`", "tags.`mia.verdict.reason`"]}
+    # The filter is one MLflow's search accepts, and it keeps audits only.
+    audit = client.create_run(experiment_id, tags={"mia.run_kind": "audit"})
+    client.create_run(experiment_id, run_name="build canary demo (small)")
+    client.create_run(experiment_id, tags={"mia.run_kind": "failed"})
+    found = client.search_runs([experiment_id], filter_string=state["searchFilter"])
+    assert [r.info.run_id for r in found] == [audit.info.run_id]
+    client.set_experiment_tag(experiment_id, key, "{}")  # a view overridden in the UI is put back
+    assert publish_audit_view(client, experiment_id) == key
+    assert json.loads(client.get_experiment(experiment_id).tags[key]) == state
+    assert run_list_url(experiment_id, tracking_uri="http://srv:5000/") == (
+        f"http://srv:5000/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+        "&viewStateShareKey=mia-audits")

@@ -67,7 +67,11 @@ def test_describe_run_keeps_the_users_description_after_the_verdict(tracking):
     tags = client.get_run(run.info.run_id).data.tags
     assert tags["mlflow.note.content"] == written["mlflow.note.content"] == (
         f"**Verdict: x**\n\n---\n\n{OWN_TEXT_HEADING}\n\n> my own notes")
-    assert tags["mia.verdict"] == LEAKS and tags["mlflow.runName"] == "n1"
+    assert tags["mia.verdict"] == LEAKS and tags["mlflow.runName"] == "[leaks] n1"  # the verdict first
+    # Described again (a re-run): the verdict in front is replaced, never repeated.
+    describe_run(client, run.info.run_id, verdict=verdict_of(auc=0.5, auc_ci=(0.45, 0.55)), description="x",
+                 name="[leaks] n1")
+    assert client.get_run(run.info.run_id).info.run_name == "[no evidence of leakage] n1"
     assert tags["mia.run_kind"] == written["mia.run_kind"] == "audit"  # build runs have none: the run list filters
     with mlflow.start_run() as run:
         describe_run(client, run.info.run_id, verdict=verdict, description=run_description(verdict, "p1"))
@@ -115,8 +119,8 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     client = MlflowClient()
     run = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
     tags = run.data.tags
-    # The run's name says what was audited; the verdict follows the failed gate.
-    assert run.info.run_name == "audit tgt v2 vs ref v1"
+    # The run's name gives the verdict, then what was audited; the verdict follows the failed gate.
+    assert run.info.run_name == "[leaks] audit tgt v2 vs ref v1"
     assert tags["mia.verdict"] == LEAKS and tags["mia.gate"] == FAIL
     note = tags["mlflow.note.content"]
     assert note.startswith("**Verdict: leaks** (release gate failed")
@@ -140,9 +144,9 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     assert out[-7].startswith("verdict: leaks (release gate failed")
     assert re.match(r"likelihood_ratio: AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; TPR at FPR 0\.1 \d\.\d{3} "
                     r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-6]), out[-6]
-    assert out[-5] == f"experiment: {experiment}; run: audit tgt v2 vs ref v1 ({run.info.run_id})"
+    assert out[-5] == f"experiment: {experiment}; run: [leaks] audit tgt v2 vs ref v1 ({run.info.run_id})"
     assert out[-4] == (f"run list: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs"
-                       "?workflowType=machine_learning")  # MLflow 3.17 opens an experiment on GenAI otherwise
+                       "?workflowType=machine_learning&viewStateShareKey=mia-audits")  # the audits' view
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
                        f"{run.info.run_id}?workflowType=machine_learning")
     assert out[-2].endswith(f"/runs/{run.info.run_id}/artifactPath/report.md?workflowType=machine_learning")
@@ -171,7 +175,7 @@ def test_experiment_defaults_to_mlflow_mia_opened_as_model_training(tracking, mo
     experiment = MlflowClient().get_experiment_by_name("mlflow-mia")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     runs = MlflowClient().search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
-    assert runs[0].info.run_name == "audit tgt v1 vs ref v1"
+    assert runs[0].info.run_name == "[no evidence of leakage] audit tgt v1 vs ref v1"
     assert "experiment: mlflow-mia;" in capsys.readouterr().out
 
 

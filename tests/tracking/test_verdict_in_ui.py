@@ -1,15 +1,21 @@
-"""The MLflow UI in a real browser: the run page and the registered version page show the verdict.
+"""The MLflow UI in a real browser: the verdict shows, without a click, wherever a reviewer looks.
 
 Starts ``mlflow server`` on 127.0.0.1 (a free port) over the test store, audits a tiny
-registered model with the CLI, and opens both pages in headless Chromium through
-playwright. Skipped, with the reason, when playwright or Chromium is missing (Debian:
-``apt-get install -y chromium``; ``pip install playwright``, the ``test`` extra).
-With ``$MLFLOW_MIA_UI_SCREENSHOTS`` set to a folder, the pages are saved there as PNGs
-(README's ``docs/images/ui_run_verdict.png`` and ``ui_version_verdict.png``).
+registered model twice with the CLI (a leaking and a non-leaking version), and opens in
+headless Chromium through playwright: the run page, the experiment's run list (plain, and
+the audits' view the CLI prints), the compare view of the two audits and the registered
+version page. Each assertion checks that the verdict is on screen (inside the window, not
+below it) as the page opens. Skipped, with the reason, when playwright or Chromium is
+missing (Debian: ``apt-get install -y chromium``; ``pip install playwright``, the ``test``
+extra). With ``$MLFLOW_MIA_UI_SCREENSHOTS`` set to a folder, the pages are saved there as
+PNGs: ``ui_run_verdict.png``, ``ui_experiment_runs.png``, ``ui_compare_verdict.png`` and
+``ui_version_verdict.png`` (``docs/images``, shown by the getting-started page and the
+reference's MLflow pages).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -18,11 +24,13 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from mlflow import MlflowClient
 
 from mlflow_mia.entrypoints.cli import main
+from mlflow_mia.tracking.run_list import run_list_url
 from mlflow_mia.tracking.verdict import run_url
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -87,47 +95,79 @@ def _close_assistant(page) -> None:
     time.sleep(1.0)
 
 
-def test_run_and_version_pages_show_the_verdict(tracking, tmp_path):
+VIEWPORT = {"width": 1500, "height": 1100}
+
+
+def _on_screen(page, text: str) -> bool:
+    """``text`` is visible inside the window as the page opened (no scrolling, no click)."""
+    locator = page.get_by_text(text, exact=False).first
+    if not locator.is_visible():
+        return False
+    box = locator.bounding_box()
+    return box is not None and 0 <= box["y"] < VIEWPORT["height"] and 0 <= box["x"] < VIEWPORT["width"]
+
+
+def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, tmp_path, monkeypatch):
     chromium = _chromium()
     from playwright.sync_api import sync_playwright
 
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "k" * 32)  # one key: the two audits' data digests agree
+    assert main(["audit", "--target", "models:/tgt@champion", *tracking.cli_args()]) == 0
     assert main(["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]) == 0
     client = MlflowClient()
-    run = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
-    verdict = run.data.tags["mia.verdict"]
+    experiment_id = os.environ["MLFLOW_EXPERIMENT_ID"]
+    leaky, clean = client.search_runs([experiment_id], order_by=["attributes.start_time DESC"])
+    assert leaky.data.tags["mia.verdict"] == "leaks" and clean.data.tags["mia.verdict"] == "no evidence of leakage"
+    build = client.create_run(experiment_id, run_name="build canary demo (small)")  # not an audit
+    client.set_terminated(build.info.run_id)
     version = client.get_model_version("tgt", "2")
     shots = Path(os.environ.get("MLFLOW_MIA_UI_SCREENSHOTS") or tmp_path)
     server, base = _serve(tracking.tracking_uri, tracking.root)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            # The address the CLI prints (run_url): the "Model training" view of the run.
-            _open(page, run_url(run.info.run_id, run.info.experiment_id, tracking_uri=base), f"Verdict: {verdict}")
+            page = browser.new_page(viewport=VIEWPORT)
+            # The run page the CLI prints (run_url): name, description and tag give the verdict.
+            _open(page, run_url(leaky.info.run_id, experiment_id, tracking_uri=base), "Verdict: leaks")
             _close_assistant(page)
+            for text in ("[leaks] audit tgt v2 vs ref v1", "Verdict: leaks", "The strongest attack", "mia.verdict"):
+                assert _on_screen(page, text), text
             body = page.inner_text("body")
-            assert "audit tgt v2 vs ref v1" in body  # the run's name says what was audited
-            assert "mia.verdict" in body and page.get_by_text("mia.verdict").first.is_visible()
-            assert "The strongest attack" in body  # the report's "In brief" paragraph is the description
             assert "pool" in body and "population" in body  # the datasets
             page.screenshot(path=str(shots / "ui_run_verdict.png"))
-            # MLflow 3.17 opens an experiment on the GenAI overview unless the address (or the browser's saved
-            # toggle, localStorage mlflow.workflowType) says workflowType=machine_learning; the experiment tag
-            # mlflow.experimentKind only labels it. With the parameter the run list shows the audit by name.
-            _open(page, f"{base}/#/experiments/{run.info.experiment_id}/runs?workflowType=machine_learning",
-                  "audit tgt v2 vs ref v1")
+            # The plain run list (no view chosen): MLflow shows no tag, metric or description column by default,
+            # so the run names carry the verdicts.
+            _open(page, f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning",
+                  "[leaks] audit tgt v2 vs ref v1")
+            assert _on_screen(page, "[no evidence of leakage] audit tgt v1") and _on_screen(page, "build canary demo")
+            # The run list the CLI prints: the audits' view, the verdict and its reason as columns, audits only.
+            _open(page, run_list_url(experiment_id, tracking_uri=base), "contains 0.5; not a proof of privacy")
+            for text in ("mia.verdict", "[leaks] audit tgt v2 vs ref v1", "above 0.5",
+                         "contains 0.5; not a proof of privacy", "2 matching runs"):
+                assert _on_screen(page, text), text
+            assert "build canary demo" not in page.inner_text("body")
             page.screenshot(path=str(shots / "ui_experiment_runs.png"))
-            # The report's address the CLI prints opens report.md in the run's artifact view.
-            _open(page, run_url(run.info.run_id, run.info.experiment_id, tracking_uri=base, path="report.md"),
-                  "In brief")
+            # The compare view of the two audits: the run names (first rows of "Run details") give the verdicts;
+            # the parallel-coordinates plot opens on the parameters that differ (MLflow picks the first three
+            # by name) and the first shared metric, the headline AUC.
+            ids, experiments = json.dumps([clean.info.run_id, leaky.info.run_id]), json.dumps([experiment_id])
+            _open(page, f"{base}/#/compare-runs?runs={quote(ids)}&experiments={quote(experiments)}",
+                  "[leaks] audit tgt v2 vs ref v1")
+            assert _on_screen(page, "[leaks] audit tgt v2 vs ref v1")
+            assert _on_screen(page, "[no evidence of leakage] audit tgt v1 vs ref v1")
+            plot = page.locator(".js-plotly-plot").first.inner_text()
+            assert "likelihood_ratio/auc" in plot and "target_model" in plot
+            assert not any(key in plot for key in ("allow_tokenizer_mismatch", "attacks", "bootstrap_rounds", "digest"))
+            page.screenshot(path=str(shots / "ui_compare_verdict.png"))
+            # The registered version: the verdict first in its description, which links the audit that set it.
             _open(page, f"{base}/#/models/tgt/versions/2", f"Verdict: {version.tags['mia.verdict']}")
-            body = page.inner_text("body")
-            assert "mia.verdict" in body and "Audit run:" in body
+            assert _on_screen(page, "Verdict: leaks")
+            assert "mia.verdict" in page.inner_text("body")
             page.screenshot(path=str(shots / "ui_version_verdict.png"))
-            href = page.get_by_role("link", name="audit tgt v2 vs ref v1").first.get_attribute("href")
-            assert f"/runs/{run.info.run_id}" in href  # the description links back to the run
-            _open(page, f"{base}/{href.lstrip('/')}" if href.startswith("#") else href, "About this run")
-            assert "audit tgt v2 vs ref v1" in page.inner_text("body")
+            href = page.get_by_role("link", name="[leaks] audit tgt v2 vs ref v1").first.get_attribute("href")
+            assert f"/runs/{leaky.info.run_id}" in href  # the description links back to the run
+            # The report's address the CLI prints opens report.md in the run's artifact view.
+            _open(page, run_url(leaky.info.run_id, experiment_id, tracking_uri=base, path="report.md"), "In brief")
             browser.close()
     finally:
         server.terminate()
