@@ -327,6 +327,26 @@ def _cmd_build_demo(args) -> int:
     return EXIT_OK
 
 
+def dashed_flags(argv) -> list[str]:
+    """``--text_column`` as ``--text-column``: how ``mlflow run`` passes a ``-P`` parameter the MLproject does not list.
+
+    MLflow appends each undeclared parameter as ``--<name> <value>`` with the name as
+    given (``-P text_column=body`` gives ``--text_column body``); the generated MLproject
+    lists no parameter for an option without a default, so such options come this way.
+    Only flag names change (``--a_b`` or ``--a_b=value``), never values.
+
+    >>> dashed_flags(["audit", "--text_column", "body", "--data=a_b.csv", "a_b"])
+    ['audit', '--text-column', 'body', '--data=a_b.csv', 'a_b']
+    """
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if name.startswith("--") and "_" in name and name[2:].replace("_", "").replace("-", "").isalnum():
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
+
+
 def main(argv=None) -> int:
     """Run ``mlflow-mia``; returns the exit code (0 ok, 1 audit broke, 2 usage or input error, 3 gate did not pass).
 
@@ -336,6 +356,7 @@ def main(argv=None) -> int:
     the code: ``mlflow run`` itself exits with 1 for every failure.
     """
     parser = build_parser()
+    argv = dashed_flags(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)

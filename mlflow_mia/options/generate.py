@@ -73,7 +73,8 @@ _BLANK_IN_MLPROJECT = {"audit": {"fprs", "text_column"}, "compare": {"fprs", "te
 
 _HEADER = f"""\
 # Generated from the option declarations by `{REGENERATE}`; do not edit by hand.
-# Every option: docs/reference/options.md. An empty parameter means "not given" (the library default).
+# Every option: docs/reference/options.md. An option with no default is no parameter here (MLflow would log
+# it as ''): name it with -P name=value and MLflow passes it on as --name value.
 #   mlflow run . -e audit --env-manager local -P demo_size=small --experiment-name mlflow-mia
 """
 
@@ -109,11 +110,19 @@ def _entry_point(command: str) -> list[str]:
             for name, kind, default, flag in rows]
     rows += [(name, kind, default, flag) for name, (kind, default, flag) in _EXTRA_PARAMETERS.get(command, {}).items()]
     rows.sort(key=lambda r: r[0] != "size")  # build-demo's own flag first
-    out = [f"  {command}:", f"    # {entry_points()[command]}", "    parameters:"]
-    for name, kind, default, _ in rows:
-        kind = kind if default != "" else "string"  # blank = not given: a string parameter
+    # An option without a default is not a parameter: MLflow logs every declared parameter, so a blank one
+    # would show '' on the run; given with -P name=value, MLflow passes it on as --name value (and logs it).
+    given = [r for r in rows if r[2] != ""]
+    out = [f"  {command}:", f"    # {entry_points()[command]}"]
+    blank = [name for name, _, default, _ in rows if default == ""]
+    if blank:
+        out += [line.replace("      ", "    # ", 1) for line in
+                _wrap(["Also, when given (-P name=value, passed on as --name value):"] + [f"{n}," for n in blank[:-1]]
+                      + [blank[-1]], width=110)]
+    out.append("    parameters:")
+    for name, kind, default, _ in given:
         out.append(f"      {name}: {{type: {kind}, default: {_yaml_scalar(kind, default)}}}")
-    words = ["mlflow-mia", command] + [f"{flag} {{{name}}}" for name, _, _, flag in rows]
+    words = ["mlflow-mia", command] + [f"{flag} {{{name}}}" for name, _, _, flag in given]
     out += ["    command: >-", *_wrap(words)]
     return out
 

@@ -206,14 +206,16 @@ def test_mlproject_declares_entry_points():
     for name in ("audit", "compare", "build-demo", "ner-audit", "analyze"):
         assert name in project._entry_points
     audit = project.get_entry_point("audit")
-    assert {"target", "reference", "data", "population", "attacks", "signal", "num_masks", "seed", "fprs",
-            "group_column", "max_tpr_at_fpr", "demo_size"} <= set(audit.parameters)
+    assert {"attacks", "signal", "num_masks", "seed", "demo_size"} <= set(audit.parameters)
+    # No default, no parameter (MLflow would log ''): given with -P, MLflow passes them on as --name value.
+    assert not {"target", "reference", "data", "population", "fprs", "group_column", "max_tpr_at_fpr"} & set(
+        audit.parameters)
     assert audit.command.startswith("mlflow-mia audit")
-    assert {"models", "aliases"} <= set(project.get_entry_point("compare").parameters)
+    assert not {"models", "aliases"} & set(project.get_entry_point("compare").parameters)
     analyze = project.get_entry_point("analyze")
-    assert {"quick", "findings", "cache_dir"} <= set(analyze.parameters)
+    assert "quick" in analyze.parameters and not {"findings", "cache_dir"} & set(analyze.parameters)
     args = build_parser().parse_args(shlex.split(analyze.compute_command({"quick": "true"}, storage_dir=None))[1:])
-    assert (args.command, args.quick, args.findings) == ("analyze", True, None)  # "" = not given: every finding
+    assert (args.command, args.quick, args.findings) == ("analyze", True, None)  # not given: every finding
 
 
 @pytest.mark.skipif(not Path(sys.executable).with_name("mlflow").exists(), reason="mlflow console script missing")
@@ -235,6 +237,9 @@ def test_mlflow_run_audit_env_manager_local(tracking):
     assert run.data.tags["mia.gate"] == "pass"
     assert run.data.params["target_model"] == "models:/tgt/1"
     assert "loss/auc" in run.data.metrics
+    # The parameters given (-P) are logged as given; none that was not given shows as ''.
+    assert run.data.params["target"] == "models:/tgt/1" and run.data.params["group_column"] == "article_id"
+    assert "" not in run.data.params.values() and "id_column" not in run.data.params
 
 
 @pytest.mark.parametrize("command", [["audit"], ["build-demo"]])

@@ -43,7 +43,7 @@ def test_evaluator_cli_and_mlproject_entry_point_log_the_same_metrics(tracking, 
                  "--data", str(tracking.pool_path), "--population", str(tracking.population_path),
                  "--cache-dir", str(tracking.cache_dir), "--run-name", "cli", "--quiet",
                  "--no-tag-model-version", *flags]) == 0, capsys.readouterr().err
-    cli = mlflow.search_runs(filter_string="run_name = 'cli'", output_format="list")[0].data.metrics
+    cli = mlflow.search_runs(filter_string="run_name LIKE '%] cli'", output_format="list")[0].data.metrics  # verdict first
 
     entry = load_project(str(REPO)).get_entry_point("audit")
     params = {**SETTINGS, "target": "models:/tgt@candidate", "reference": "models:/ref@champion",

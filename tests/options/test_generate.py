@@ -46,21 +46,42 @@ def test_mlproject_has_every_entry_point_and_its_defaults_parse():
 
 
 def test_mlproject_keeps_the_parameter_names_and_defaults_of_the_hand_written_file():
-    """The parameters (names, types, defaults) of the last hand-written MLproject, still there and the same."""
+    """The parameters with a default (names, types, defaults) of the last hand-written MLproject, still the same."""
     from mlflow.projects._project_spec import load_project
 
     project = load_project(str(REPO))
     audit = project.get_entry_point("audit").parameters
     assert (audit["num_masks"].type, float(audit["num_masks"].default)) == ("float", 10.0)
     assert (audit["delta"].type, float(audit["delta"].default)) == ("float", 1e-5)
-    assert audit["fprs"].default == "" and audit["text_column"].default == ""  # the demo picks them when not given
     assert audit["attacks"].default == "loss,likelihood_ratio" and audit["signal"].default == "energy"
     assert project.get_entry_point("canary-audit").parameters["signal"].default == "pll"
     assert project.get_entry_point("ner-audit").parameters["fprs"].default == "0.1,0.01"
     assert project.get_entry_point("canary-audit").parameters["fprs"].default == "0.1,0.01"
-    assert {"demo_size", "quiet", "reference", "population", "max_tpr_at_fpr", "hash_key_file",
-            "rmia_offline_a"} <= set(audit)
+    assert {"demo_size", "quiet", "engine"} <= set(audit)
     assert set(project.get_entry_point("build-demo").parameters) == {"size", "quiet"}
+
+
+def test_options_without_a_default_are_no_parameters_and_reach_the_cli_when_given(tmp_path):
+    """MLflow logs every declared parameter (a blank one as ''); undeclared -P values come as --name value."""
+    from mlflow.projects._project_spec import load_project
+
+    from mlflow_mia.entrypoints.cli import dashed_flags
+
+    audit = load_project(str(REPO)).get_entry_point("audit")
+    blank = {"target", "data", "reference", "population", "text_column", "fprs", "hash_key_file", "max_tpr_at_fpr",
+             "rmia_offline_a"}
+    assert not blank & set(audit.parameters)  # the demo picks fprs and text_column when they are not given
+    key = tmp_path / "my key.bin"
+    key.write_bytes(bytes(range(32)))
+    key.chmod(0o600)
+    given = {"text_column": "body", "hash_key_file": str(key)}
+    params, extra = audit.compute_parameters(given, storage_dir=None)
+    assert "text_column" not in params and set(extra) == set(given)  # MLflow logs both, as given
+    command = shlex.split(audit.compute_command(given, None))
+    assert command[-4:] == ["--text_column", "body", "--hash_key_file", str(key)]
+    args = build_parser().parse_args(dashed_flags(command[1:]))
+    assert (args.command, args.text_column) == ("audit", "body") and args.hash_key_file is not None
+    assert build_parser().parse_args(dashed_flags(shlex.split(audit.compute_command({}, None))[1:])).target is None
 
 
 def test_options_reference_lists_every_key_once_with_its_audit_defaults():

@@ -141,8 +141,10 @@ def test_a_registered_kind_gets_its_mlproject_entry_point_and_reference_rows(toy
     text = mlproject_text()
     block = text[text.index("  toy-audit:"):text.index("  analyze:")]
     assert "# Toy audit: each text's length as its score." in block
-    assert "toy_scale: {type: float, default: 1}" in block and "target: {type: string" in block
-    assert "--toy-scale {toy_scale}" in block and "--data {data}" in block
+    assert "toy_scale: {type: float, default: 1}" in block and "--toy-scale {toy_scale}" in block
+    # target and data have no default: no parameter, named in the comment (-P target=... passes --target ...)
+    assert "target: {type" not in block and "{data}" not in block
+    assert "passed on as --name value): target, data" in " ".join(block.split())
     assert text.index("  canary-audit:") < text.index("  toy-audit:")
     row = next(line for line in options_reference().splitlines() if line.startswith("| `toy_scale` |"))
     assert "`toy-audit`, `toy`" in row and "multiplies each text's length (> 0)" in row
