@@ -125,7 +125,9 @@ def limits(results: dict) -> str:
     ner, cmd = _case(results, "bench_ner", "ner_minilm")
     if ner and "full_encoder_over_ours" in ner.get("limit", {}):
         lim = ner["limit"]
-        reach = "above the goal" if ner["ratio"] >= 1.5 else "below the goal"
+        reach = ("the goal is reached in every pair" if ner["ratio_min"] >= 1.5
+                 else "the median reaches the goal in this run, the slowest pair does not" if ner["ratio"] >= 1.5
+                 else "below the goal")
         lines += [
             f"**NER: {ner['ratio']:.2f}x the token-classification pipeline at its best batch "
             f"({ner['anchor_best']}; goal 1.5x; pairs {ner['ratio_min']:.2f}-{ner['ratio_max']:.2f}, load "
