@@ -3,9 +3,10 @@
 Run::
 
     python benchmarks/bench_pll.py                 # MiniLM- and BERT-base-sized BERT, 30,522-word vocabulary
-    python benchmarks/bench_pll.py --quick         # MiniLM-sized only, fewer sentences (the CI check)
+    python benchmarks/bench_pll.py --quick         # MiniLM-sized only, 8 sentences, the anchor's batch picked first
     python benchmarks/bench_pll.py --profile       # where the time goes, both sides
     python benchmarks/bench_pll.py --quick --last-layer   # also: last layer at masked rows vs the full layer
+    python benchmarks/bench_pll.py --ci            # CI size: 4 short sentences, anchor at batch 8, 5 pairs, 1 thread
 
 The anchor is minicons' ``MaskedLMScorer.sequence_score`` (plain per-token PLL, the
 ``"original"`` metric of Salazar et al. 2020) when minicons is importable. When it is
@@ -181,6 +182,33 @@ def profile(lm, model, tok, texts) -> dict:
             "head_at_every_position_s_estimate": round(t_head_all, 3)}
 
 
+def ci_case(n_texts: int, pairs: int, batch: int, max_words: int = 20) -> dict:
+    """The CI-sized case: MiniLM shape, ``reference_pll`` at ``batch`` (no setting pick), values from the warm-up.
+
+    Sentences of at most ``max_words`` words: the anchor's time grows with the square
+    of the length (a copy per token, each padded to the longest).
+
+    ``batch`` is the anchor's best setting in the full and quick runs (8); the pick,
+    the flop count and the GEMM rate are left out so the check fits in CI time.
+    """
+    from mlflow_mia.signals import MaskedLM
+
+    from bench_energy import tokenizer
+
+    tok, model, texts = tokenizer(), build("minilm"), sentences(n_texts, max_words)
+    lm = MaskedLM(model, tok, name="minilm")
+    ours = ours_fn(lm, texts)
+    anchor_name, anchor = anchor_for(model, tok, "reference")
+    diff = float(np.max(np.abs(anchor(texts, batch) - ours())))  # also the warm-up of both sides
+    row = alternate(lambda: anchor(texts, batch), ours, pairs=pairs)
+    row.update({"anchor": anchor_name, "anchor_best": f"batch {batch}", "texts": len(texts),
+                "max_abs_diff_nats": diff})
+    print(describe("PLL minilm (CI size)", f"{anchor_name} at batch {batch}", row) + f"; max |PLL diff| {diff:.1e} nats")
+    if diff > 1e-4:
+        raise SystemExit(f"values differ by {diff} nats")
+    return row
+
+
 def run_shape(shape: str, n_texts: int, pairs: int, args) -> dict:
     from mlflow_mia.signals import MaskedLM
 
@@ -244,6 +272,9 @@ def last_layer_case(shape: str, n_texts: int, pairs: int) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="MiniLM shape, 8 sentences, batches 4 and 8, 3 pairs")
+    parser.add_argument("--ci", action="store_true",
+                        help="CI size (benchmarks/check_regression.py --ci): MiniLM shape, 4 sentences of at most 20 words, the anchor at "
+                             "batch 8, 5 pairs, 1 torch thread; writes bench_pll_ci.json")
     parser.add_argument("--shapes", default="minilm,base")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=4)
@@ -258,10 +289,18 @@ def main(argv=None) -> int:
     parser.add_argument("--write-to", type=Path, default=None, help="result file (default benchmarks/results/)")
     args = parser.parse_args(argv)
     args.anchor = args.anchor or ("reference" if args.quick else "auto")
+    if args.ci:  # one thread: under a loaded machine, two threads wait on each other at every small product
+        args.threads = 1
     args.batches = [int(b) for b in ("4,8" if args.quick else args.batches).split(",")]
     torch.set_num_threads(args.threads)
     load_start = load()
     print(f"load {load_start}, torch threads {args.threads}")
+    if args.ci:
+        cases = {"pll_minilm": ci_case(4, 5, 8)}
+        if not args.no_write:
+            write_result("bench_pll", {"cases": cases, "load_start": load_start}, quick=True, ci=True,
+                         path=args.write_to)
+        return 0
     shapes = ["minilm"] if args.quick else args.shapes.split(",")
     cases = {}
     for shape in shapes:

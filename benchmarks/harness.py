@@ -82,23 +82,25 @@ def describe(name: str, anchor: str, row: dict) -> str:
             f"medians {row['anchor_median_s']:.2f} s vs {row['ours_median_s']:.2f} s)")
 
 
-def write_result(name: str, payload: dict, *, quick: bool, path: Path | None = None) -> Path:
-    """Write ``benchmarks/results/<name>[_quick].json`` with the command, load and machine added.
+def write_result(name: str, payload: dict, *, quick: bool, path: Path | None = None, ci: bool = False) -> Path:
+    """Write ``benchmarks/results/<name>[_quick|_ci].json`` with the command, load and machine added.
 
     ``payload["cases"]`` maps a case name to its :func:`alternate` row (plus what the
     benchmark adds); :mod:`check_regression` reads the ``ratio`` of each case.
+    ``ci=True`` marks the CI-sized run (``<name>_ci.json``, the reference of
+    ``check_regression.py --ci``).
     """
     import torch
 
     out = dict(payload)
     out.update({
-        "benchmark": name, "quick": quick,
+        "benchmark": name, "quick": quick, "ci": ci,
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]]),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "load_end": load(),
         "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
                     "python": platform.python_version(), "processor": platform.machine()},
     })
-    path = path or RESULTS / f"{name}{'_quick' if quick else ''}.json"
+    path = path or RESULTS / f"{name}{'_ci' if ci else '_quick' if quick else ''}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"wrote {path}")

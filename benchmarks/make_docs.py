@@ -36,9 +36,9 @@ same model, data and machine, against the **fastest setting of the anchor** (pic
 first), in alternated repetitions (anchor, ours, ours, anchor, ...); the figure is the
 median of the per-pair ratios, with their range. The machine is shared: the load
 averages (1, 5, 15 min, `os.getloadavg`) are given with each run, and absolute times
-move with them while the ratios move much less. `python benchmarks/check_regression.py
---quick` reruns the quick benchmarks and fails when a ratio falls far below the
-committed quick result.
+move with them while the ratios move much less. CI runs `python
+benchmarks/check_regression.py --ci` (the last section): it reruns small versions of the
+PLL and NER benchmarks and fails when a ratio falls below half the committed one.
 """
 
 
@@ -67,10 +67,10 @@ def section(result: dict) -> str:
             notes.append(f"{100 * row['gemm_fraction_median']:.0f} % of the fp32 GEMM rate (median of rounds)")
         if "flops" in row:
             notes.append(f"flop ratio (ceiling) {row['flops']['flop_ratio']}x")
-        if "limit" in row:
+        if "limit" in row and "full_encoder_over_ours" in row["limit"]:
             lim = row["limit"]
-            notes.append(f"encoder alone {lim['encoder_alone_gflop_per_s']} GFLOP/s vs fp32 GEMM "
-                         f"{lim['gemm_gflop_per_s']}; pipeline / encoder alone {lim['ratio_if_ours_were_the_encoder_alone']}x")
+            notes.append(f"the full encoder alone takes {lim['full_encoder_over_ours']}x mlflow-mia's time; "
+                         f"mlflow-mia at {lim['ours_gflop_per_s']} GFLOP/s vs fp32 GEMM {lim['gemm_gflop_per_s']}")
         lines.append(f"| {name} | {row.get('anchor', '?')} ({row.get('anchor_best', '-')}) | **{row['ratio']:.2f}x** | "
                      f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f} | {_fmt_s(row.get('anchor_median_s'))} | "
                      f"{_fmt_s(row.get('ours_median_s'))} | {'; '.join(notes)} |")
@@ -123,31 +123,71 @@ def limits(results: dict) -> str:
             "packed copies), not work left to skip: the head already runs only at the masked positions and the "
             "last layer only there too (its keys and values excepted).", ""]
     ner, cmd = _case(results, "bench_ner", "ner_minilm")
-    if ner and "limit" in ner:
+    if ner and "full_encoder_over_ours" in ner.get("limit", {}):
         lim = ner["limit"]
+        reach = ("the goal is reached in every pair" if ner["ratio_min"] >= 1.5
+                 else "the median reaches the goal in this run, the slowest pair does not" if ner["ratio"] >= 1.5
+                 else "below the goal")
         lines += [
             f"**NER: {ner['ratio']:.2f}x the token-classification pipeline at its best batch "
-            f"({ner['anchor_best']}; goal 1.5x)**, `{cmd}`. Both sides run the same encoder over the same "
-            f"tokens ({lim['encoder_gflop']} GFLOP); the encoder is {100 * lim['encoder_share_of_ours']:.0f} % of "
-            f"mlflow-mia's time and runs at {lim['encoder_alone_gflop_per_s']} GFLOP/s against the machine's fp32 "
-            f"GEMM rate of {lim['gemm_gflop_per_s']} GFLOP/s. Even if mlflow-mia were the encoder alone the ratio "
-            f"would be {lim['ratio_if_ours_were_the_encoder_alone']}x, below 1.5x; 1.5x needs the encoder itself "
-            f"to run faster than transformers runs it ({lim['ratio_if_the_encoder_ran_at_gemm_rate']}x if it ran at "
-            "the GEMM rate). The limit is the encoder forward, shared by both sides.", ""]
+            f"({ner['anchor_best']}; goal 1.5x; pairs {ner['ratio_min']:.2f}-{ner['ratio_max']:.2f}, load "
+            f"{results['bench_ner'].get('load_start')})**, `{cmd}`: {reach}. The pipeline runs the full encoder "
+            f"over every token ({lim['encoder_gflop']} GFLOP); mlflow-mia runs its last layer only at the name's "
+            f"tokens (keys and values excepted: {lim['ours_gflop']} GFLOP) in batches of up to 16,384 padded "
+            f"tokens. Alternated with mlflow-mia, the full encoder alone (no head, no pipeline) took "
+            f"{lim['full_encoder_over_ours']}x mlflow-mia's time (pairs {lim['full_encoder_over_ours_pairs']}), so "
+            f"the pipeline took {lim['pipeline_over_full_encoder']}x the encoder's own time: what mlflow-mia runs "
+            "outside the encoder (tokenization, padding, the gather of C(e)) is under 2 % of its time (cProfile), "
+            "and the gain comes from the encoder's batches (16,384 tokens ran 1.5x faster than the 4,096 of "
+            "the run at 0.79x, whose batches held 50-100 short sentences) and the last layer at the name. "
+            f"mlflow-mia runs at {lim['ours_gflop_per_s']} GFLOP/s against the machine's fp32 GEMM rate of "
+            f"{lim['gemm_gflop_per_s']} GFLOP/s (`torch.mm` on the encoder's shapes right after); at that rate "
+            f"the ratio would be {lim['ratio_if_ours_ran_at_gemm_rate']}x. What is left is the encoder's own "
+            "arithmetic rate on short sentences, the same torch BERT layers as the pipeline's.", ""]
     if len(lines) == 2:
         return ""
     lines.append("Rerun `python benchmarks/bench_pll.py --quick --last-layer` and `python benchmarks/bench_ner.py "
-                 "--names 5 --pairs 3`, then `python benchmarks/make_docs.py`, to update these figures.")
+                 "--names 5 --pairs 5`, then `python benchmarks/make_docs.py`, to update these figures.")
     return "\n".join(lines) + "\n"
 
 
 VOCAB_WORDS = "30,522"
 
 
+def ci_section(results: dict) -> str:
+    """The CI check: the committed ``--ci`` ratios it compares against, their repeated runs, the threshold."""
+    if not results:
+        return ""
+    lines = ["## CI regression check", "",
+             "`.ci/run` runs `python benchmarks/check_regression.py --ci` after the tests: the PLL and NER "
+             "benchmarks at CI size (`--ci`: 4 sentences of at most 20 words, and 100 sentences; the anchors at a "
+             "fixed batch, 8 and 128, without a pick; 5 alternated pairs each on one torch thread; 83 s together at "
+             "load 5.4). It fails when a median ratio falls below **half** the committed one, never on an absolute "
+             "time. Half, because over five CI runs on this shared machine (load 3-6) the medians stayed within "
+             "0.82-1.12x of the committed ones, while single pairs went from 0.45x to 1.81x: the check reads the "
+             "median of 5 pairs, never one pair. One thread, because with two a "
+             "loaded machine slowed mlflow-mia's many small products more than the anchors' few large ones: one "
+             "PLL run fell to 0.38x of its committed median with no change to the code.", "",
+             "| benchmark | case | committed ratio | pairs (min-max) | medians of the recorded runs | fails below | "
+             "recorded |", "|---|---|---|---|---|---|---|"]
+    for name, result in results.items():
+        for case, row in result["cases"].items():
+            runs = result.get("runs", {}).get(case)
+            lines.append(f"| {name} | {case} | {row['ratio']:.2f}x | {row['ratio_min']:.2f}-{row['ratio_max']:.2f} | "
+                         f"{', '.join(f'{r:.2f}x' for r in runs) if runs else '-'} | {0.5 * row['ratio']:.2f}x | "
+                         f"{result.get('date_utc', '?')} UTC, load {result.get('load_start', '?')} |")
+    lines += ["", "Record new references with `python benchmarks/check_regression.py --ci --record 3` after a change "
+              "that moves a ratio on purpose."]
+    return "\n".join(lines) + "\n"
+
+
 def render(results_dir: Path = RESULTS) -> str:
     """The page: :data:`INTRO`, one section per benchmark (its full result, else its quick one), the limits."""
-    chosen = {}
+    chosen, ci = {}, {}
     for path in sorted(results_dir.glob("*.json")):
+        if path.stem.endswith("_ci"):
+            ci[path.stem.removesuffix("_ci")] = json.loads(path.read_text())
+            continue
         name = path.stem.removesuffix("_quick")
         if name not in chosen or chosen[name].stem.endswith("_quick"):
             chosen[name] = path
@@ -158,6 +198,7 @@ def render(results_dir: Path = RESULTS) -> str:
     if not results:
         parts.append("No results yet: run a benchmark in benchmarks/ first.\n")
     parts.append(limits(results))
+    parts.append(ci_section(ci))
     return "\n".join(p for p in parts if p)
 
 

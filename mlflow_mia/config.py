@@ -148,7 +148,7 @@ class SignalConfig:
     token_budget: int | None = option(None, "padded tokens per forward pass, batch size x padded length; lower it "
                                       "if memory runs out", ge=16, metavar="N",
                                       default_doc="1024 on CPU, 16384 on CUDA; for the NER audit's confidences "
-                                                  "4096 on CPU, 32768 on CUDA")
+                                                  "16384 on CPU, 32768 on CUDA")
     half_precision: bool = option(False, "run the models in float16 on CUDA (ignored on CPU)")
     energy_reduction: str = option("sum", "how one mask's energy combines its masked tokens' NLLs: sum (Eq. 2) "
                                    "or mean (per masked token)", choices=ENERGY_REDUCTIONS)

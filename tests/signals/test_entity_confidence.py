@@ -105,7 +105,8 @@ def test_cache_hit_runs_no_forward_pass(tiny_ner, tmp_path):
     clf = TokenClassifier(*tiny_ner)
     cache = ConfidenceCache(tmp_path)
     calls = []
-    clf.model.register_forward_hook(lambda *a: calls.append(1))
+    # the encoder runs on either path (the full model, or every layer but the last in full: TokenClassifier.logits_at)
+    clf.model.base_model.register_forward_pre_hook(lambda *a: calls.append(1))
     args = (["{name} sat", "the {name} ran"], ["red dog", "blue"], ["PER", "LOC"])
     first = entity_confidence(clf, *args, cache=cache, progress=False)
     assert calls and cache.count() == 2
@@ -129,3 +130,51 @@ def test_special_token_names_are_read_as_text(tiny_ner):
     assert as_text == pytest.approx(spaced, abs=1e-12)
     ids = clf.tokenizer("[SEP]", add_special_tokens=False, split_special_tokens=True)["input_ids"]
     assert len(ids) == 3 and clf.tokenizer.sep_token_id not in ids
+
+
+def _batch(clf, prompts, names):
+    from mlflow_mia.signals.batching import pad_batch
+    from mlflow_mia.signals.entity_confidence import _encode
+
+    ids, positions = _encode(clf, prompts, names, "mean")
+    x, m = pad_batch(ids, clf.tokenizer.pad_token_id)
+    rows = torch.tensor([r for r, pos in enumerate(positions) for _ in pos])
+    cols = torch.tensor([c for pos in positions for c in pos])
+    return torch.from_numpy(x), torch.from_numpy(m), rows, cols
+
+
+def test_last_layer_and_head_run_only_at_the_name(tiny_ner):
+    """BERT under a linear classifier: the logits at the name equal the full pass's, the last layer's
+    feed-forward block and the classifier see only the name's tokens."""
+    model, tokenizer = tiny_ner
+    clf = TokenClassifier(model, tokenizer)
+    x, m, rows, cols = _batch(clf, ["the cat sat on the mat with {name} and the dog", "{name} !"],
+                              ["red dogs", "blue"])
+    with torch.inference_mode():
+        clf.logits_at(x, m, rows, cols)  # the first call checks the shortcut once on a random batch
+    seen = []
+    for module in (model.base_model.encoder.layer[-1].intermediate, model.classifier):
+        module.register_forward_hook(lambda mod, args, out: seen.append((type(mod).__name__, args[0].shape)))
+    with torch.inference_mode():
+        got = clf.logits_at(x, m, rows, cols)
+        seen_fast = list(seen)
+        want = model(input_ids=x, attention_mask=m).logits[rows, cols]
+    assert clf._fast is not False and clf._fast[1] is model.classifier
+    assert len(rows) == 4 and x.shape[1] > 10  # "red dogs" = red dog ##s, "blue": 4 of 2 x 13 tokens
+    assert seen_fast == [("BertIntermediate", torch.Size([4, 32])), ("Linear", torch.Size([4, 32]))]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_head_other_than_one_linear_layer_runs_the_full_model(tiny_ner):
+    model, tokenizer = tiny_ner
+    fast = entity_confidence(TokenClassifier(model, tokenizer), ["the {name} sat", "{name} !"], ["red dogs", "blue"],
+                             ["PER", "LOC"], progress=False)
+    import copy
+
+    other = copy.deepcopy(model)
+    other.classifier = torch.nn.Sequential(other.classifier)  # same logits, but not a Linear: no shortcut
+    clf = TokenClassifier(other, tokenizer)
+    full = entity_confidence(clf, ["the {name} sat", "{name} !"], ["red dogs", "blue"], ["PER", "LOC"],
+                             progress=False)
+    assert clf._fast is False
+    np.testing.assert_allclose(fast, full, rtol=0, atol=1e-7)
