@@ -56,6 +56,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mlflow_mia.config import SignalConfig  # noqa: E402
+from mlflow_mia.demo.bbc import whole_articles  # noqa: E402
 from mlflow_mia.demo.build import DEMO_SIZES  # noqa: E402
 from mlflow_mia.demo.train import new_model, train_mlm, train_tokenizer  # noqa: E402
 from mlflow_mia.signals import MaskedLM, SignalResult, compute_signals  # noqa: E402
@@ -97,20 +98,6 @@ def candidate_set(frames: dict, seed: int) -> tuple[pd.DataFrame, set]:
     extra = reference.loc[reference["article_id"].isin(set(taken)), ["text", "article_id"]]
     candidates = pd.concat([candidates, extra], ignore_index=True).drop_duplicates("text", keep="first")
     return candidates.reset_index(drop=True), articles - set(taken)
-
-
-def whole_articles(frame: pd.DataFrame, articles: set, count: int, seed) -> list:
-    """Whole ``articles`` of ``frame`` in a random order (``default_rng(seed)``) until they hold ``count`` rows."""
-    pool = np.array(sorted(articles))
-    order = pool[np.random.default_rng(seed).permutation(len(pool))]
-    sizes = frame["article_id"].value_counts()
-    taken, total = [], 0
-    for article in order:
-        if total >= count:
-            break
-        taken.append(article)
-        total += int(sizes[article])
-    return taken
 
 
 def reference_sentences(reference: pd.DataFrame, spare: set, count: int, seed: int) -> list[str]:

@@ -41,6 +41,7 @@ __all__ = [
     "load_sentences",
     "make_split",
     "split_digest",
+    "whole_articles",
 ]
 
 logger = logging.getLogger(__name__)
@@ -282,6 +283,37 @@ def make_split(config: SplitConfig | None = None) -> DemoSplit:
             raise ValueError(f"the demo split left {name} empty; check the SplitConfig sizes")
     logger.info("BBC demo split: %s", split.summary())
     return split
+
+
+def whole_articles(frame: pd.DataFrame, articles, count: int, seed) -> list:
+    """Whole ``articles`` of ``frame``, in a random order, until they hold ``count`` rows (or all of them).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        One row per sentence, with an ``article_id`` column.
+    articles : iterable of str
+        The articles to draw from (ids as in ``frame["article_id"]``, compared as str).
+    count : int
+        Rows wanted; the last article taken may overshoot it.
+    seed : int or sequence of int
+        Seed of ``numpy.random.default_rng`` for the order.
+
+    Returns
+    -------
+    list of str
+        The article ids taken, in the order drawn.
+    """
+    pool = np.array(sorted({str(a) for a in articles}))
+    order = pool[np.random.default_rng(seed).permutation(len(pool))]
+    sizes = frame["article_id"].astype(str).value_counts()
+    taken, total = [], 0
+    for article in order:
+        if total >= count:
+            break
+        taken.append(article)
+        total += int(sizes[article])
+    return taken
 
 
 def split_digest(split: DemoSplit) -> str:

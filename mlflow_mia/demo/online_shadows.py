@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from mlflow_mia.demo import bbc
@@ -80,15 +79,7 @@ def demo_key_file(folder) -> str:
 
 def _make_up(reference, missing: int, *, seed: int):
     """Whole reference articles, in a seeded random order, until they hold ``missing`` sentences (or all of them)."""
-    articles = np.array(sorted(reference["article_id"].astype(str).unique()))
-    order = articles[np.random.default_rng([int(seed), 35]).permutation(len(articles))]
-    sizes = reference["article_id"].astype(str).value_counts()
-    taken, total = [], 0
-    for article in order:
-        if total >= missing:
-            break
-        taken.append(article)
-        total += int(sizes[article])
+    taken = bbc.whole_articles(reference, reference["article_id"].unique(), missing, [int(seed), 35])
     return reference.loc[reference["article_id"].astype(str).isin(set(taken)), ["text", "article_id"]]
 
 

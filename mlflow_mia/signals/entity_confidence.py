@@ -41,7 +41,7 @@ from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SqliteSpecStore, _make_cache_dir, default_cache_dir
 from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
-from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
+from mlflow_mia.signals.last_layer import hidden_at, last_layer_of, probe_batch
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
            "TOKEN_BUDGETS", "SLOT", "fill", "split_prompt", "short"]
@@ -234,13 +234,7 @@ def _fast_head(model: torch.nn.Module, *, tolerance: float = 1e-5) -> tuple[torc
     last = last_layer_of(encoder)
     if last is None:
         return None
-    generator = torch.Generator().manual_seed(0)
-    device = next(model.parameters()).device
-    ids = torch.randint(0, max(int(getattr(model.config, "vocab_size", 2)), 2), (2, 7), generator=generator)
-    ids = ids.to(device)
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0
-    rows, cols = torch.tensor([0, 0, 1], device=device), torch.tensor([1, 6, 2], device=device)
+    ids, mask, rows, cols = probe_batch(model.config, next(model.parameters()).device)
     try:
         with torch.inference_mode():
             expected = model(input_ids=ids, attention_mask=mask).logits[rows, cols].float()

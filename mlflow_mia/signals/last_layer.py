@@ -20,7 +20,7 @@ import logging
 
 import torch
 
-__all__ = ["last_layer_of", "hidden_at"]
+__all__ = ["last_layer_of", "hidden_at", "probe_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,17 @@ _PARTS = ("attention.self.query", "attention.self.key", "attention.self.value", 
 
 class _Stopped(Exception):
     """Raised by the pre-hook of :func:`_last_layer_input` once it holds the last layer's input."""
+
+
+def probe_batch(config, device):
+    """A fixed two-row check batch: token ids (2, 7) drawn with seed 0 below ``config.vocab_size``, an
+    attention mask with row 1 padded from position 5, and three (row, column) read positions, one of them
+    in the padding (its value must not matter). Used to check a partial forward pass against the full one."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, max(int(getattr(config, "vocab_size", 2)), 2), (2, 7), generator=generator).to(device)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    return ids, mask, torch.tensor([0, 0, 1], device=device), torch.tensor([1, 6, 2], device=device)
 
 
 def last_layer_of(encoder: torch.nn.Module, *, tolerance: float = 1e-4) -> torch.nn.Module | None:
@@ -63,13 +74,7 @@ def last_layer_of(encoder: torch.nn.Module, *, tolerance: float = 1e-4) -> torch
     if (getattr(last, "is_decoder", False) or getattr(last, "chunk_size_feed_forward", 0)
             or getattr(config, "position_embedding_type", "absolute") not in ("absolute", None)):
         return None
-    vocab = int(getattr(config, "vocab_size", 2))
-    generator = torch.Generator().manual_seed(0)
-    device = next(encoder.parameters()).device
-    ids = torch.randint(0, max(vocab, 2), (2, 7), generator=generator).to(device)
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0
-    rows, cols = torch.tensor([0, 0, 1], device=device), torch.tensor([1, 6, 2], device=device)
+    ids, mask, rows, cols = probe_batch(config, next(encoder.parameters()).device)
     try:
         with torch.inference_mode():
             expected = encoder(input_ids=ids, attention_mask=mask).last_hidden_state[rows, cols].float()
