@@ -298,7 +298,9 @@ def _labels_found_by_recomputing(run_id, names):
     numbers = table.select_dtypes("number").drop(columns=["is_member"]).to_numpy(dtype=float)
     found = {}
     for name, c in zip(names.name, conf):
-        rows = np.flatnonzero(np.isclose(numbers, c, rtol=0, atol=1e-9).any(axis=1)) if numbers.size else []
+        # 1e-6: a recomputation batches the names differently from the audit (other shapes, thread counts), so
+        # float32 values move by ~1e-8; a looser look-up also makes "no oracle by default" harder to pass.
+        rows = np.flatnonzero(np.isclose(numbers, c, rtol=0, atol=1e-6).any(axis=1)) if numbers.size else []
         if len(rows) == 1:
             found[name] = int(table["is_member"].iloc[rows[0]])
     return found, table, open(os.path.join(root, "report.md")).read()
