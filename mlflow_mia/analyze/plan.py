@@ -206,10 +206,15 @@ def variants(size: AnalysisSize) -> dict[str, Variant]:
 
 
 def _nulls() -> list[Experiment]:
-    """The null audits: each base model as the target, against each reference, signal and pool used."""
+    """The null audits: a model that never saw the pool as the target, against each reference, signal and pool used.
+
+    That model is the target's base, except against the base itself as reference: the audit refuses a
+    reference with the target's own weights (every likelihood ratio would be 0), so the general reference's null
+    audits the in-domain reference model (fine-tuned like the target on articles outside the pool).
+    """
     return [Experiment("null", target="base", subsets=("length",), seeded=False),
             Experiment("null-ood", target="base", reference="ood_reference", seeded=False),
-            Experiment("null-general", target="base", reference="base", seeded=False),
+            Experiment("null-general", target="reference", reference="base", seeded=False),
             Experiment("null-pll", target="base", signal="pll", seeded=False),
             Experiment("null-energy-mean", target="base", energy_reduction="mean", seeded=False),
             Experiment("null-names", target="base", names_pool=True, seeded=False),

@@ -71,7 +71,15 @@ def test_every_seeded_experiment_has_an_unseeded_null_with_its_reference_signal_
             assert exp.null == ""
             continue
         null = exps[exp.null]
-        assert not null.seeded and null.target in ("base", "large-base")
+        assert not null.seeded and null.target in ("base", "large-base", "reference")
+        assert null.target != "reference" or exp.reference == "base"  # the base's own null would be itself
         assert (null.reference, null.signal, null.energy_reduction, null.names_pool) == (
             exp.reference, exp.signal, exp.energy_reduction, exp.names_pool)
         assert set(exp.subsets) <= set(null.subsets)
+
+
+@pytest.mark.parametrize("size", sorted(ANALYSIS_SIZES))
+def test_no_experiment_audits_a_model_against_itself(size):
+    """The audit refuses a reference with the target's own weights, so no experiment may name one model twice."""
+    for exp in experiments(ANALYSIS_SIZES[size]).values():
+        assert exp.target != exp.reference, exp.name
