@@ -61,6 +61,8 @@ from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_descrip
 __all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
 
 log = logging.getLogger(__name__)
+#: Non-empty once the random-key warning was given in this process (it explains itself once).
+_RANDOM_KEY_EXPLAINED: list = []
 
 
 
@@ -274,7 +276,8 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
     tag_headline, clear_gate_fail = settings.tag_headline, settings.clear_gate_fail
     run_name, sources, group_column = settings.run_name, settings.sources, settings.group_column
     hash_key = require_hash_key(hash_key, "log_audit")
-    if hash_key.is_random:
+    if hash_key.is_random and not _RANDOM_KEY_EXPLAINED:
+        _RANDOM_KEY_EXPLAINED.append(True)  # once per process: an analyze suite runs many audits
         log.warning("no hash key set: the logged sample and group hashes use a random key that is not kept (safe: "
                     "nobody, you included, can link a hash to a text; but no later run can look a sample up or "
                     "match hashes across runs). To keep one key, once: (umask 077; python -c 'import secrets; "

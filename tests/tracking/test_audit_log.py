@@ -16,6 +16,7 @@ from mlflow_mia.hashing import HashKey, resolve_hash_key
 from mlflow_mia.options.audit import Gate
 from mlflow_mia.tracking.artifacts import check_metric_names, dataset_digest
 from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.tracking import audit_log
 from mlflow_mia.tracking.log_settings import LogSettings
 
 #: The key the options parser would resolve (every logger requires one).
@@ -220,6 +221,7 @@ def test_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, 
 
     result, pool, population = audit
     monkeypatch.delenv("MLFLOW_MIA_HASH_KEY", raising=False)
+    monkeypatch.setattr(audit_log, "_RANDOM_KEY_EXPLAINED", [])  # as in a fresh process
     runs = []
     for _ in range(2):
         with mlflow.start_run() as run, caplog.at_level("WARNING"):
@@ -230,7 +232,7 @@ def test_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, 
     assert all(a != b for a, b in zip(first, second))  # a fresh random key per audit
     assert "random key that is not kept" in caplog.text
     warned = [r.getMessage() for r in caplog.records if "no hash key set" in r.getMessage()]
-    assert len(warned) == 2  # one explained line per audit: what it protects and how to set a key once
+    assert len(warned) == 1  # one explained line per process: what it protects and how to set a key once
     assert "nobody, you included, can link a hash to a text" in warned[0]
     assert 'export MLFLOW_MIA_HASH_KEY="$(cat ~/.mia_hash.key)"' in warned[0] and "--hash-key-file" in warned[0]
     assert "random per-audit key" in runs[0][1]["report"].content
