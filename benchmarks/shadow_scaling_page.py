@@ -122,7 +122,13 @@ def _costs(design: dict) -> list[str]:
             f"{train / len(shadows):.1f} s on average ({shadows[0]['steps']} steps for about "
             f"{sum(m['texts'] for m in shadows) / len(shadows):.0f} sentences), and each model's signals "
             f"(energy, K = {design['signal']['num_masks']}, of the {'pool and population'} texts) took "
-            f"{sig / len(shadows):.1f} s: {len(shadows)} shadows cost {train + sig:.0f} s in all."]
+            f"{sig / len(shadows):.1f} s: {len(shadows)} shadows cost {train + sig:.0f} s in all.",
+            "",
+            "On the project's 2-core CPU machine (shared with other jobs), `python benchmarks/shadow_scaling.py "
+            "train --split .gpu-small/split.json --shadows 4 --device cpu` (the small demo's split) trained each "
+            "shadow (290-390 steps) in 25-97 s; `mlflow-mia audit --demo-size small --demo-shadows 4` "
+            "trained its four in 700 s ([Reference sets and shadows](../guides/reference-sets.md)). The default "
+            "demo's shadows were not trained on the CPU."]
 
 
 def _fpr_0001(record) -> list[str]:
