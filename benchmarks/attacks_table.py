@@ -106,17 +106,16 @@ def rescore(label: str, references: list[str], attacks, args):
     config, pool, models and signal cache are the run's, and the signals come from the cache.
     """
     from mlflow_mia.audits.membership import run_audit
-    from mlflow_mia.entrypoints.cli import _flat_config, build_parser
-    from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs
+    from mlflow_mia.entrypoints.cli import build_parser
+    from mlflow_mia.entrypoints.common import audit_settings, build_demo_for_audit
     from mlflow_mia.models.resolve import resolve_model
     from mlflow_mia.signals import SignalCache
 
     cli_args = build_parser().parse_args(audit_argv(label, references, attacks, args))
-    demo = build_demo_for_audit(args.size, progress=False, args=cli_args)
-    config, options, pool, population = config_and_inputs(_flat_config(cli_args, demo=demo), str(demo.pool_path),
-                                                          demo)
+    demo = build_demo_for_audit(args.size, progress=False, experiment=cli_args.experiment)
+    config, options, pool, population = audit_settings(cli_args, data=str(demo.pool_path), demo=demo)
     target = resolve_model(demo.target_uri, role="target", trust_remote_code=options.trust_remote_code)
-    [refs] = options.reference_sets("audit")
+    [refs] = options.reference_sets
     models = [resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code) for uri in refs]
     start = time.perf_counter()
     result = run_audit(target, pool, population, references=models or None, config=config,

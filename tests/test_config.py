@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
@@ -98,9 +99,11 @@ def test_blank_values_mean_not_given():
 
 
 def test_missing_population_error_says_how():
+    from mlflow_mia.audits.membership.inputs import load_inputs
+
     _, options = parse_options({})
     with pytest.raises(ValueError, match="population_data.*--population"):
-        options.require_population()
+        load_inputs(pd.DataFrame({"text": ["a"], "is_member": [1]}), options)
 
 
 def test_gate_alphas_are_added_to_fprs():
@@ -145,7 +148,8 @@ def test_delta_of_the_epsilon_lower_bound_is_configurable():
 
 
 def test_cli_delta_flag_reaches_the_metric_config():
-    from mlflow_mia.entrypoints.cli import _flat_config, build_parser
+    from mlflow_mia.entrypoints.cli import build_parser
+    from mlflow_mia.entrypoints.common import flat_config as _flat_config
 
     args = build_parser().parse_args(["audit", "--delta", "1e-4"])
     assert parse_options(_flat_config(args))[0].metrics.delta == 1e-4

@@ -60,7 +60,7 @@ from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
 from mlflow_mia.demo.dp import train_mlm_dp
 from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.engines.audit_signals import AuditSignals
-from mlflow_mia.engines.local import AuditModels
+from mlflow_mia.engines.models import AuditModels
 from mlflow_mia.models.resolve import resolve_model
 
 __all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "balanced_halves",

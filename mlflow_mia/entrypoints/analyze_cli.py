@@ -16,7 +16,7 @@ def cmd_analyze(args) -> int:
     size = ANALYSIS_SIZES["quick" if args.quick else "full"]
     findings = [f.strip() for f in args.findings.split(",") if f.strip()] if blank(args.findings) else None
     hash_key = args.hash_key_file or resolve_hash_key()  # read (and checked) when the flag was parsed
-    demo = build_demo_for_audit(size.demo_size, progress=not args.no_progress, args=args)
+    demo = build_demo_for_audit(size.demo_size, progress=not args.no_progress, experiment=args.experiment)
     result = run_analysis(quick=bool(args.quick), findings=findings, demo=demo, cache=args.cache_dir,
                           progress=not args.no_progress, hash_key=hash_key, device=args.device,
                           run_name=blank(args.run_name))

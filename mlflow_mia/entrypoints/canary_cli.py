@@ -29,7 +29,7 @@ from mlflow_mia.entrypoints.common import print_links
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import fmt_number, fmt_alpha
 from mlflow_mia.options.canary import parse_canary_config
-from mlflow_mia.options.schema import flat_from_args
+from mlflow_mia.entrypoints.common import flat_from_args
 from mlflow_mia.pipeline.canary import canary_audit_and_log
 from mlflow_mia.tracking.canary_log import auc_text, exposure_text, headline_repetitions
 from mlflow_mia.tracking.runs import use_experiment, outside_project_run

@@ -33,7 +33,8 @@ import json
 
 from mlflow_mia.options.schema import add_arguments
 from mlflow_mia.entrypoints.common import (EXIT_ERROR, EXIT_GATE_FAILED, EXIT_MEANINGS, EXIT_OK, EXIT_USAGE,
-                                         build_demo_for_audit, config_and_inputs, print_result, quiet_output)
+                                         audit_settings, build_demo_for_audit, flat_from_args, print_result,
+                                         quiet_output)
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.runs import setup_tracking as _setup_tracking
 from mlflow_mia.tracking.runs import use_experiment
@@ -45,14 +46,12 @@ from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
 from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
 from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
 from mlflow_mia.models.resolve import resolve_model
-from mlflow_mia.options.schema import flat_from_args
 from mlflow_mia.pipeline import AUDITS
 from mlflow_mia.pipeline.membership import audit_and_log
 from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.tracking.registry_tags import VersionDeletedError
 from mlflow_mia.tracking.runs import record_project_failure
 from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
-from mlflow_mia.entrypoints.common import demo_shadows_for_audit
 from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_train_shadows
 
 __all__ = ["main", "build_parser", "generic_front_end"]
@@ -223,39 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flat_config(args, *, demo=None) -> dict:
-    """CLI options -> flat ``evaluator_config["mia"]`` keys: the ones given, then the demo's models, data and
-    columns, then the CLI's label column ``is_member``."""
-    flat = flat_from_args(args, args.command)
-    if demo is not None:
-        defaults = {"reference_model": demo.reference_uri, "population_data": str(demo.population_path),
-                    "text_column": getattr(demo, "text_column", None),
-                    "label_column": getattr(demo, "label_column", None),
-                    "id_column": getattr(demo, "id_column", None), "group_column": getattr(demo, "group_column", None)}
-        for key, value in defaults.items():
-            if value is not None:
-                flat.setdefault(key, value)
-    flat.setdefault("label_column", "is_member")
-    return flat
-
-
 def _cmd_audit(args) -> int:
     import mlflow
 
     target_uri, data, demo = _blank(args.target), _blank(args.data), None
     if data is None:  # the demo's data (and models, unless given)
-        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args,
+        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, experiment=args.experiment,
                                     kind=getattr(args, "demo_kind", "masked"))
         target_uri, data = target_uri or demo.target_uri, str(demo.pool_path)
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
-    flat = _flat_config(args, demo=demo)
-    if getattr(args, "demo_shadows", 0):  # the demo's online shadows and their record as the references
-        flat = demo_shadows_for_audit(args, flat, demo, target_uri)
-    config, options, pool, population = config_and_inputs(flat, data, demo)
+    config, options, pool, population = audit_settings(args, data=data, demo=demo, target_uri=target_uri)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
     sets = [[resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code) for uri in refs]
-            for refs in options.reference_sets("audit")]
+            for refs in options.reference_sets]
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
     sources = {"pool": os.path.basename(str(data))}
@@ -297,7 +277,7 @@ def _print_audit(target, references, result, run, gate) -> None:
 def _cmd_compare(args) -> int:
     from mlflow_mia.entrypoints.compare import compare
 
-    return EXIT_OK if compare(args, _flat_config) else EXIT_GATE_FAILED
+    return EXIT_OK if compare(args) else EXIT_GATE_FAILED
 
 
 def _cmd_build_demo(args) -> int:
@@ -367,7 +347,9 @@ def main(argv=None) -> int:
         return code
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with quiet_output(args):  # progress bars only on a terminal; -q also silences the libraries
+    with quiet_output(getattr(args, "quiet", False)) as bars_off:  # bars only on a terminal; -q silences libraries
+        if bars_off:
+            args.no_progress = True  # the progress option every command reads
         try:
             code, message = _run(args)
         except Exception as exc:  # 1, with Python's traceback: recorded first under mlflow run
@@ -415,7 +397,7 @@ def _run(args) -> tuple[int, str | None]:
 def _command(args) -> int:
     """Run the parsed command; its exit code when it returns."""
     if args.command != "build-demo":
-        _setup_tracking(args)
+        _setup_tracking(getattr(args, "tracking_uri", None), getattr(args, "experiment", None))
     return args.main(args)
 
 

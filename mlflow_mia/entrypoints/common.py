@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 import os
 import sys
 import logging
@@ -14,13 +15,14 @@ from mlflow_mia.audits.membership.inputs import load_inputs
 from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.naming import fmt_alpha
-from mlflow_mia.options.audit import parse_options, with_fprs
+from mlflow_mia.options.audit import parse_options
+from mlflow_mia.options.schema import dest, options_for
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 from mlflow_mia.tracking.run_list import run_list_url
 from mlflow_mia.tracking.verdict import fmt_interval, audit_verdict, run_url
 
-__all__ = ["build_demo_for_audit", "config_and_inputs", "demo_shadows_for_audit", "print_result", "print_links",
-           "quiet_output",
+__all__ = ["audit_settings", "build_demo_for_audit", "flat_config", "flat_from_args", "demo_shadows_for_audit",
+           "print_result", "print_links", "quiet_output",
            "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_GATE_FAILED", "EXIT_MEANINGS"]
 
 # 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
@@ -43,12 +45,11 @@ _UNACTIONABLE_WARNING = r"Hint: Inferred schema contains integer column"
 
 
 @contextlib.contextmanager
-def quiet_output(args):
+def quiet_output(quiet: bool = False):
     """Progress bars only on a terminal; with ``-q`` / ``--quiet true`` the libraries are silenced too.
 
     When stdout is not a terminal (a log file, ``mlflow run`` in CI) or with ``quiet``:
-    ``args.no_progress`` is set (the ``progress`` option every command reads) and every
-    library bar is off for the duration of the command (tqdm through ``TQDM_DISABLE``, also
+    every library bar is off for the duration of the command (tqdm through ``TQDM_DISABLE``, also
     in the workers a Spark audit starts; transformers' "Loading weights", datasets'
     "Generating train split", huggingface_hub). With ``quiet`` also transformers, datasets,
     huggingface_hub and evaluate log at level ERROR and Python warnings are ignored.
@@ -61,12 +62,12 @@ def quiet_output(args):
     Yields
     ------
     bool
-        True when quiet.
+        True when the bars are off: the command then sets its ``progress`` option to False.
     """
     import datasets
     import transformers
 
-    quiet = bool(getattr(args, "quiet", False))
+    quiet = bool(quiet)
     bars_off = quiet or not sys.stdout.isatty()
     env = {**(_BARS_ENV if bars_off else {}), **(_QUIET_ENV if quiet else {})}
     saved_env = {k: os.environ.get(k) for k in env}
@@ -77,7 +78,6 @@ def quiet_output(args):
     hf_bars, ds_bars = transformers.utils.logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
     os.environ.update(env)
     if bars_off:
-        args.no_progress = True
         transformers.utils.logging.disable_progress_bar()
         datasets.disable_progress_bars()
     if quiet:
@@ -96,7 +96,7 @@ def quiet_output(args):
             warnings.filterwarnings("ignore", message=_UNACTIONABLE_WARNING, category=UserWarning)
             if quiet:
                 warnings.simplefilter("ignore")
-            yield quiet
+            yield bars_off
     finally:
         logging.getLogger(logger).removeFilter(actionable)
         for key, value in saved_env.items():
@@ -121,14 +121,14 @@ def _demo_missing(exc: ModuleNotFoundError) -> ValueError:
                       "'mlflow-mia[demo]'; or audit your own model and data with --target/--data/--population")
 
 
-def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args=None, isolate: bool = True,
-                         kind: str = "masked", **demo_options):
+def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, experiment: str | None = None,
+                         isolate: bool = True, kind: str = "masked", **demo_options):
     """``build_demo`` in its own run and experiment, then back to the audit's experiment.
 
     Under ``mlflow run`` the project run is in ``MLFLOW_RUN_ID``; the demo's training run
     must not resume it, so the variable is hidden while the demo builds. The build
     records into ``mlflow-mia``; the audit then goes back to its own experiment
-    (:func:`~mlflow_mia.tracking.runs.use_experiment`: ``--experiment``, else
+    (:func:`~mlflow_mia.tracking.runs.use_experiment`: ``experiment`` (``--experiment``), else
     ``$MLFLOW_EXPERIMENT_*``, else ``mlflow-mia``).
     ``isolate=False`` (``build-demo``) lets the build record into the project run.
     ``demo_options`` (``data_dir``, ``num_threads``) go to :func:`mlflow_mia.demo.build.build_demo`.
@@ -154,7 +154,7 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, args
             raise _demo_missing(exc) from None
         finally:
             if project_run is None:  # build_demo switches to its own experiment; go back to the audit's
-                use_experiment(blank(getattr(args, "experiment", None)) if args is not None else None)
+                use_experiment(blank(experiment))
 
 
 def demo_shadows_for_audit(args, flat: dict, demo, target_uri) -> dict:
@@ -192,13 +192,76 @@ def demo_shadows_for_audit(args, flat: dict, demo, target_uri) -> dict:
     return out
 
 
-def config_and_inputs(flat: dict, data, demo):
-    """Parse the flat option dict once and load the tables; the demo's default FPRs fit its population size.
+def flat_from_args(args, command: str) -> dict:
+    """The options of a config family given on the command line, as flat keys (what the evaluator takes).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser built with :func:`~mlflow_mia.options.schema.add_arguments`.
+    command : str
+        The subcommand (``audit``, ``compare``, ...): which options it takes.
+
+    Returns
+    -------
+    dict
+        ``{key: value}`` of every option given (a switch such as ``--no-progress`` as False; a
+        repeated option's values joined by commas); command-only options are left out.
+    """
+    flat = {}
+    for e in options_for(command).values():
+        opt = e.field.option
+        if e.family is None or not opt.cli:
+            continue
+        value = getattr(args, dest(e), None)
+        if opt.invert:
+            value = False if value else None
+        elif opt.repeat and value:
+            value = ",".join(v for v in value if v and str(v).strip()) or None
+        if value is not None:
+            flat[e.key] = value
+    return flat
+
+
+def flat_config(args, *, demo=None) -> dict:
+    """CLI options -> flat ``evaluator_config["mia"]`` keys: the ones given, then the demo's models, data and
+    columns, then the CLI's label column ``is_member``."""
+    flat = flat_from_args(args, args.command)
+    if demo is not None:
+        defaults = {"reference_model": demo.reference_uri, "population_data": str(demo.population_path),
+                    "text_column": getattr(demo, "text_column", None),
+                    "label_column": getattr(demo, "label_column", None),
+                    "id_column": getattr(demo, "id_column", None), "group_column": getattr(demo, "group_column", None)}
+        for key, value in defaults.items():
+            if value is not None:
+                flat.setdefault(key, value)
+    flat.setdefault("label_column", "is_member")
+    return flat
+
+
+def audit_settings(args, *, data, demo=None, target_uri=None):
+    """The membership audit's settings from the command line, parsed once: ``(config, options, pool, population)``.
+
+    The flat keys given (:func:`flat_config`, with the demo's models, data and columns), the demo's
+    online shadows with ``--demo-shadows`` (:func:`demo_shadows_for_audit`), ``compare``'s own
+    reference mode (``each`` unless given), then one :func:`~mlflow_mia.options.audit.parse_options`
+    and the tables (:func:`~mlflow_mia.audits.membership.inputs.load_inputs`).
 
     Outside the demo a population too small for an FPR is an error (from ``run_audit``);
     the small demo's 300 population texts cannot resolve FPR 0.001, so when ``--fprs``
-    is not given the demo drops the rates it cannot resolve and says so.
+    is not given the demo drops the rates it cannot resolve (the gate's own are kept) and says so.
+
+    Raises
+    ------
+    ValueError
+        What :func:`~mlflow_mia.options.audit.parse_options`, :func:`demo_shadows_for_audit` and
+        :func:`~mlflow_mia.audits.membership.inputs.load_inputs` raise.
     """
+    flat = flat_config(args, demo=demo)
+    if getattr(args, "demo_shadows", 0):  # the demo's online shadows and their record as the references
+        flat = demo_shadows_for_audit(args, flat, demo, target_uri)
+    if args.command == "compare":
+        flat.setdefault("reference_mode", "each")
     config, options = parse_options(flat)
     pool, population = load_inputs(data, options)
     if demo is not None and "fprs" not in flat:
@@ -206,7 +269,8 @@ def config_and_inputs(flat: dict, data, demo):
         if fprs and len(fprs) < len(config.metrics.fprs):
             print(f"demo ({demo.size}): {len(population)} population texts resolve FPRs down to {min(fprs):g}; "
                   f"reporting fprs {','.join(f'{a:g}' for a in fprs)}")
-            config = with_fprs(config, fprs, options.gate)
+            kept = set(fprs) | set(options.gate.alphas if options.gate is not None else ())
+            config = replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(kept, reverse=True))))
     return config, options, pool, population
 
 

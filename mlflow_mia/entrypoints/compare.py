@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 import mlflow
 
-from mlflow_mia.entrypoints.common import build_demo_for_audit, config_and_inputs, print_links, print_result
+from mlflow_mia.entrypoints.common import audit_settings, build_demo_for_audit, print_links, print_result
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.options.values import blank
 from mlflow_mia.naming import fmt_alpha
@@ -33,7 +33,7 @@ from mlflow_mia.tracking.verdict import audit_verdict, describe_nested, worst_ve
 __all__ = ["compare", "compare_targets", "distinct_curves", "reference_label", "version_label"]
 
 
-def compare(args, flat_config) -> bool:
+def compare(args) -> bool:
     """Run ``mlflow-mia compare`` from parsed CLI ``args``; True when no version failed the release gate or
     left it inconclusive.
 
@@ -41,8 +41,6 @@ def compare(args, flat_config) -> bool:
     ----------
     args : argparse.Namespace
         The ``compare`` options (``models``, ``aliases``, ``data``, ``demo_size``, ``run_name``, ``quiet``, ...).
-    flat_config : callable
-        ``flat_config(args, demo=...)`` -> the flat ``evaluator_config["mia"]`` dict.
 
     Raises
     ------
@@ -53,12 +51,12 @@ def compare(args, flat_config) -> bool:
     aliases = [a.strip().lstrip("@") for a in (blank(args.aliases) or "").split(",") if a.strip()]
     data, demo = blank(args.data), None
     if data is None:  # the demo's data (and target model, unless given)
-        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, args=args)
+        demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, experiment=args.experiment)
         names = names or [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]]
         data = str(demo.pool_path)
     elif not names:
         raise ValueError("--data was given without --models: name the registered model(s) to compare")
-    config, options, pool, population = config_and_inputs(flat_config(args, demo=demo), data, demo)
+    config, options, pool, population = audit_settings(args, data=data, demo=demo)
     targets = compare_targets(names, aliases)
     trust = options.trust_remote_code
     if demo is not None:  # demo:oracle, demo:base, demo:shadows, ... (mlflow_mia.demo.references)
@@ -68,7 +66,7 @@ def compare(args, flat_config) -> bool:
     # One entry per audit of each version: a model, a tuple (a reference set, --reference-mode set) or None.
     references = [tuple(refs) if len(refs) > 1 else refs[0] if refs else None
                   for refs in ([resolve_model(uri, role="reference", trust_remote_code=trust) for uri in uris]
-                               for uris in options.reference_sets("compare"))]
+                               for uris in options.reference_sets)]
     generator = resolve_generator(config, trust_remote_code=trust)
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
     with mlflow_run(blank(args.run_name) or f"compare {', '.join(names)}") as parent:

@@ -22,7 +22,7 @@ from mlflow_mia.audits.ner.report import render_ner_report
 from mlflow_mia.demo.wnut import build_wnut_demo
 from mlflow_mia.entrypoints.common import print_links
 from mlflow_mia.models.ner import resolve_token_classifier
-from mlflow_mia.options.schema import flat_from_args
+from mlflow_mia.entrypoints.common import flat_from_args
 from mlflow_mia.pipeline.ner import ner_audit_and_log
 from mlflow_mia.tracking.artifacts import to_json
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment

@@ -35,7 +35,7 @@ registry version and what a later audit must match to clear a fail.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from mlflow_mia.config import MIN_FPR
@@ -306,6 +306,8 @@ class Gate:
     """
 
     budgets: tuple
+    #: The budgets' FPRs, highest first (set at construction from ``budgets``).
+    alphas: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not self.budgets:
@@ -326,10 +328,7 @@ class Gate:
                                  f"{alpha:g}:{min(5 * alpha, 1.0):g}")
             clean.append((alpha, max_tpr))
         object.__setattr__(self, "budgets", tuple(sorted(set(clean), reverse=True)))
-
-    @property
-    def alphas(self) -> tuple[float, ...]:
-        return tuple(a for a, _ in self.budgets)
+        object.__setattr__(self, "alphas", tuple(a for a, _ in self.budgets))
 
     @classmethod
     def parse(cls, spec) -> "Gate | None":

@@ -13,9 +13,8 @@ FPR, checked against the metrics of a finished audit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
-from dataclasses import replace
 
 from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
@@ -28,7 +27,7 @@ from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.metrics.gate import check_gate_confidence
 import os
 
-__all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "with_fprs"]
+__all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "reference_uris"]
 
 #: How an audit uses several reference models (``reference_mode``).
 REFERENCE_MODES = ("set", "each")
@@ -126,55 +125,46 @@ class MiaOptions(CommonOptions):
     spark_store: str | None = option(None, "Parquet signal store of the spark engine (any path Spark writes); a "
                                      "re-run computes only the texts missing there", metavar="PATH")
 
-    @property
-    def references(self) -> list:
-        """The reference models given, as a list: URIs split at commas (a list or one object kept).
+    #: The reference models given, as a tuple: URIs split at commas (a list or one object kept); set at
+    #: construction from ``reference_model``.
+    references: tuple = field(init=False, repr=False, compare=False)
+    #: The reference sets to audit, one audit each: ``((all references),)`` (mode ``set``, the default),
+    #: ``((r,) for each r)`` (mode ``each``), ``((),)`` without references; set at construction.
+    reference_sets: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        """Derive :attr:`references` and :attr:`reference_sets` once, when the options are built.
 
         >>> MiaOptions(reference_model="models:/a@x, models:/b/2").references
-        ['models:/a@x', 'models:/b/2']
-        >>> MiaOptions().references
-        []
+        ('models:/a@x', 'models:/b/2')
+        >>> MiaOptions(reference_model="a,b").reference_sets
+        (('a', 'b'),)
+        >>> MiaOptions(reference_model="a,b", reference_mode="each").reference_sets
+        (('a',), ('b',))
+        >>> MiaOptions().reference_sets
+        ((),)
         """
-        value = self.reference_model
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return []
-        if isinstance(value, str):
-            return [uri.strip() for uri in value.split(",") if uri.strip()]
-        if isinstance(value, (list, tuple)):
-            return [v.strip() if isinstance(v, str) else v for v in value if not (isinstance(v, str) and not v.strip())]
-        return [value]
+        refs = reference_uris(self.reference_model)
+        object.__setattr__(self, "references", refs)
+        sets = (refs,) if self.reference_mode in (None, "set") or not refs else tuple((r,) for r in refs)
+        object.__setattr__(self, "reference_sets", sets)
 
-    def reference_sets(self, command: str = "audit") -> list[list]:
-        """The reference sets to audit, one audit each: ``[all references]`` (mode set), ``[[r] for each r]``
-        (mode each), ``[[]]`` without references.
 
-        ``command`` picks the default mode: ``each`` for ``compare``, else ``set``.
+def reference_uris(value) -> tuple:
+    """The reference models in ``value``: URIs split at commas, a list's items, or one object; ``()`` for none.
 
-        >>> MiaOptions(reference_model="a,b").reference_sets()
-        [['a', 'b']]
-        >>> MiaOptions(reference_model="a,b").reference_sets("compare")
-        [['a'], ['b']]
-        """
-        refs = self.references
-        mode = self.reference_mode or ("each" if command == "compare" else "set")
-        if not refs:
-            return [[]]
-        return [refs] if mode == "set" else [[r] for r in refs]
-
-    def require_population(self) -> None:
-        """Raise the error that explains how to provide a population set.
-
-        Raises
-        ------
-        ValueError
-            ``population_data`` is missing.
-        """
-        if self.population_data is None or (isinstance(self.population_data, str) and not self.population_data):
-            raise ValueError(
-                "a population set is required: texts from the same distribution as the members, disjoint from "
-                "the audited pool; the attack thresholds are its score quantiles (Mireshghallah et al. 2022, "
-                "Sec. 2.4). Provide it as evaluator_config={'mia': {'population_data': <DataFrame or "
-                ".csv/.jsonl/.parquet path>, ...}} or, on the command line, --population PATH")
+    >>> reference_uris(" models:/a@x, models:/b/2 ")
+    ('models:/a@x', 'models:/b/2')
+    >>> reference_uris(None)
+    ()
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return ()
+    if isinstance(value, str):
+        return tuple(uri.strip() for uri in value.split(",") if uri.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(v.strip() if isinstance(v, str) else v for v in value if not (isinstance(v, str) and not v.strip()))
+    return (value,)
 
 
 def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = None
@@ -212,7 +202,7 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     gate = values.get("max_tpr_at_fpr")
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])
-    n_refs = len(MiaOptions(reference_model=values.get("reference_model")).references)
+    n_refs = len(reference_uris(values.get("reference_model")))
     online = values.get("shadow_record") is not None and n_refs >= 4  # lira_online's least (2 IN, 2 OUT per text)
     if gate is not None:
         # A gate always runs every attack the references allow (docs/results/attacks.md); named attacks add to that set.
@@ -232,12 +222,6 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
                     population_group_column=values.get("population_group_column") or group_column,
                     hash_key=values.get("hash_key_file") or resolve_hash_key())
     return audit_config, options
-
-
-def with_fprs(config: AuditConfig, fprs, gate: "Gate | None" = None) -> AuditConfig:
-    """``config`` with other false-positive rates (the gate's alphas kept), without parsing anything again."""
-    fprs = set(fprs) | set(gate.alphas if gate is not None else ())
-    return replace(config, metrics=replace(config.metrics, fprs=tuple(sorted(fprs, reverse=True))))
 
 
 #: The attacks' own settings declared as options (``min_k_fraction``, ``rmia_gamma``, ...), gathered from the

@@ -15,7 +15,7 @@ from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.metrics.gate import check_gate_confidence
 from mlflow_mia.metrics.gate_record import PLANTED_IN_PATTERN
 from mlflow_mia.option import option, shared_option
-from mlflow_mia.options.audit import MiaOptions
+from mlflow_mia.options.audit import MiaOptions, reference_uris
 from mlflow_mia.options.schema import CommonOptions, build, parse_values, register_family
 from mlflow_mia.options.values import mia_section
 from mlflow_mia.metrics.canary_gate import CanaryGate
@@ -77,9 +77,9 @@ def parse_canary_config(config: Mapping[str, Any] | None, *, targets: str | None
         ``hash_key_file`` does not exist.
     """
     values = parse_values("canaries", mia_section(config))
-    references = MiaOptions(reference_model=values.get("reference_model")).references
+    references = reference_uris(values.get("reference_model"))
     if len(references) > 1:
-        raise ValueError(f"the canary audit takes one reference model, got {len(references)}: {references}")
+        raise ValueError(f"the canary audit takes one reference model, got {len(references)}: {list(references)}")
     cfg = build(CanaryAuditConfig, values)
     options = build(CanaryOptions, values, label_column=values.get("label_column") or targets or "included",
                     hash_key=values.get("hash_key_file") or resolve_hash_key())

@@ -10,7 +10,7 @@ the front-end options (:class:`CommonOptions`, shared by both audits, and its su
 options (:class:`CommandOptions`). From these declarations come:
 
 - the ``argparse`` options of ``mlflow-mia audit | compare | ner-audit | analyze``
-  (:func:`add_arguments`) and the flat dict the commands pass on (:func:`flat_from_args`);
+  (:func:`add_arguments`; :func:`mlflow_mia.entrypoints.common.flat_from_args` reads them back as flat keys);
 - the ``evaluator_config["mia"]`` keys of the methods ``mia`` and ``ner_prompts``, read by
   :func:`parse_values` (an unknown key is an error that lists the valid ones; a bad value
   an error naming the key and the expected form);
@@ -42,7 +42,7 @@ from mlflow_mia.signals.runtime import resolve_device
 
 __all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "surface_order",
            "help_title", "Entry", "entries",
-           "options_for", "parse_values", "build", "add_arguments", "flat_from_args", "key_table",
+           "options_for", "parse_values", "build", "add_arguments", "key_table",
            "mlproject_parameters", "dest"]
 
 _AUDITS = frozenset({"audit", "compare", "ner-audit", "canary-audit", *METHODS})
@@ -389,23 +389,6 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         if metavar and not of.is_bool:
             kwargs["metavar"] = metavar
         group.add_argument(*_flags(e), type=_converter(e), default=default, **kwargs)
-
-
-def flat_from_args(args: argparse.Namespace, command: str) -> dict:
-    """The options of a config family given on the command line, as flat keys (what the evaluator takes)."""
-    flat = {}
-    for e in options_for(command).values():
-        opt = e.field.option
-        if e.family is None or not opt.cli:
-            continue
-        value = getattr(args, dest(e), None)
-        if opt.invert:
-            value = False if value else None
-        elif opt.repeat and value:
-            value = ",".join(v for v in value if v and str(v).strip()) or None
-        if value is not None:
-            flat[e.key] = value
-    return flat
 
 
 def key_table(method: str) -> str:

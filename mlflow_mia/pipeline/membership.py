@@ -188,7 +188,7 @@ def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = T
     """
     config, options = settings
     pool, population = inputs
-    sets = options.reference_sets("audit")
+    sets = options.reference_sets
     if len(sets) > 1:
         raise ValueError("reference_mode='each' runs one audit per reference, and one mlflow.models.evaluate "
                          "call logs one audit: call it once per reference, or use reference_mode='set'")

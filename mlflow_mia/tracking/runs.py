@@ -98,14 +98,15 @@ def use_experiment(name: str | None = None) -> str:
     return experiment_id
 
 
-def setup_tracking(args) -> str:
-    """``--tracking-uri``, then the experiment (:func:`use_experiment` with ``--experiment``); returns its id."""
+def setup_tracking(tracking_uri: str | None = None, experiment: str | None = None) -> str:
+    """The tracking URI (``--tracking-uri``; blank: MLflow's own), then the experiment (:func:`use_experiment`
+    with ``--experiment``); returns its id."""
     import mlflow
 
-    uri = blank(getattr(args, "tracking_uri", None))
+    uri = blank(tracking_uri)
     if uri:
         mlflow.set_tracking_uri(uri)
-    return use_experiment(blank(getattr(args, "experiment", None)))
+    return use_experiment(blank(experiment))
 
 
 @contextlib.contextmanager

@@ -46,7 +46,6 @@ def test_a_bar_replaces_the_lines(caplog):
 
 def test_the_command_line_shows_the_lines_when_bars_are_off_unless_quiet(monkeypatch, capsys):
     """The CLI logs at WARNING: quiet_output lets the per-epoch lines through when stdout is no terminal."""
-    import argparse
     import io
     import sys
 
@@ -62,10 +61,10 @@ def test_the_command_line_shows_the_lines_when_bars_are_off_unless_quiet(monkeyp
     root.addHandler(handler)
     root.setLevel(logging.WARNING)  # as the CLI's logging.basicConfig without --verbose
     try:
-        with quiet_output(argparse.Namespace(quiet=None, no_progress=False)):
+        with quiet_output(None):
             log_epoch("train target", [3.0], 5, 10, 5, 10.0)
         log_epoch("after", [3.0], 5, 10, 5, 10.0)  # level restored: not shown
-        with quiet_output(argparse.Namespace(quiet=True, no_progress=False)):
+        with quiet_output(True):
             log_epoch("quiet", [3.0], 5, 10, 5, 10.0)
     finally:
         root.removeHandler(handler)

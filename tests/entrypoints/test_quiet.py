@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import logging
 import os
@@ -27,9 +26,8 @@ def test_quiet_silences_the_libraries_and_restores_them(monkeypatch):
 
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     level = transformers.utils.logging.get_verbosity()
-    args = argparse.Namespace(quiet=True, no_progress=False)
-    with quiet_output(args) as quiet:
-        assert quiet and args.no_progress
+    with quiet_output(True) as bars_off:
+        assert bars_off
         assert os.environ["TQDM_DISABLE"] == "1"  # every tqdm bar, also in worker processes
         assert transformers.utils.logging.get_verbosity() == transformers.logging.ERROR
         assert datasets.utils.logging.get_verbosity() == datasets.logging.ERROR
@@ -52,15 +50,13 @@ def test_progress_bars_follow_the_terminal(monkeypatch):
 
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     monkeypatch.setattr(sys, "stdout", io.StringIO())
-    args = argparse.Namespace(quiet=None, no_progress=False)
-    with quiet_output(args) as quiet:
-        assert not quiet and args.no_progress  # a log file gets no progress bars, the libraries' neither
+    with quiet_output(None) as bars_off:
+        assert bars_off  # a log file gets no progress bars, the libraries' neither
         assert os.environ["TQDM_DISABLE"] == "1" and not transformers.utils.logging.is_progress_bar_enabled()
         assert transformers.utils.logging.get_verbosity() != transformers.logging.ERROR  # warnings still shown
     monkeypatch.setattr(sys, "stdout", Tty())
-    args = argparse.Namespace(quiet=None, no_progress=False)
-    with quiet_output(args):
-        assert not args.no_progress and "TQDM_DISABLE" not in os.environ
+    with quiet_output(None) as bars_off:
+        assert not bars_off and "TQDM_DISABLE" not in os.environ
         assert transformers.utils.logging.is_progress_bar_enabled()
 
 
@@ -69,14 +65,13 @@ def test_library_notes_nobody_can_act_on_are_dropped_without_quiet():
     import mlflow
     import pandas as pd
 
-    args = argparse.Namespace(quiet=False, no_progress=False)
     note, seen = logging.getLogger("mlflow.transformers"), []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())
     note.addHandler(handler)  # MLflow's loggers do not propagate to the root (pytest's caplog)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every warning recorded, unless the command's own filters drop it
-        with quiet_output(args):
+        with quiet_output(False):
             note.warning("The model card could not be retrieved from the hub due to Repo id must use ...")
             note.warning("Unable to find license information for this model. Please verify permissible usage ...")
             note.warning("a transformers note someone can act on")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mlflow_mia.entrypoints.cli import _flat_config, build_parser, main
+from mlflow_mia.entrypoints.cli import build_parser, main
+from mlflow_mia.entrypoints.common import flat_config as _flat_config
 from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
 from mlflow_mia.options.generate import _BLANK_IN_MLPROJECT
 from mlflow_mia.options.schema import (dest, flag_of, key_table, mlproject_parameters,
@@ -60,7 +61,7 @@ def test_help_evaluator_keys_and_mlproject_agree(command):
     if command == "ner-audit":
         from mlflow_mia.audits.ner.audit import NerAuditConfig
         from mlflow_mia.audits.ner.kind import parse_ner_config
-        from mlflow_mia.options.schema import flat_from_args
+        from mlflow_mia.entrypoints.common import flat_from_args
 
         assert parse_ner_config(flat_from_args(args, command))[0] == NerAuditConfig()
 
@@ -141,7 +142,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert (options.reference_model, options.population_data, options.text_column, options.id_column,
             options.group_column, options.population_text_column, options.population_group_column) == (
         "models:/r/1,models:/r2/1", "p.csv", "t", "i", "g", "pt", "pg")
-    assert options.reference_mode == "each" and options.reference_sets() == [["models:/r/1"], ["models:/r2/1"]]
+    assert options.reference_mode == "each" and options.reference_sets == (("models:/r/1",), ("models:/r2/1",))
     assert (options.tag_model_version, options.clear_gate_fail, options.trust_remote_code) == (False, True, True)
     assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[1]", "s")
 

@@ -15,7 +15,7 @@ from mlflow_mia.audits.membership.result import AttackReport, AuditResult
 from mlflow_mia.audits.membership.run import compute_audit_signals, run_audit
 from mlflow_mia.audits.membership.scoring import score_audit
 from mlflow_mia.engines.audit_signals import AuditExtras, AuditSignals
-from mlflow_mia.engines.local import AuditModels
+from mlflow_mia.engines.models import AuditModels
 from mlflow_mia.engines.registry import ENGINES, get_engine
 from mlflow_mia.naming import fmt_alpha
 

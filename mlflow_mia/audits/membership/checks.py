@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from mlflow_mia.attacks import MODEL_ROLES, reference_roles, required_inputs, required_roles
@@ -181,14 +183,15 @@ def check_data(pool: AuditDataset, population: PopulationSet, config: AuditConfi
     return []
 
 
-def check_signals(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> None:
+def check_signals(signals, pool: AuditDataset, population: PopulationSet, attacks: Sequence[str]) -> None:
     """The signals hold what the attacks need, one row per pool text then one per population text.
 
     Parameters
     ----------
     signals : AuditSignals
     pool, population : the audit's data
-    config : AuditConfig
+    attacks : sequence of str
+        The attacks to score (``AuditConfig.attacks``).
 
     Raises
     ------
@@ -199,8 +202,8 @@ def check_signals(signals, pool: AuditDataset, population: PopulationSet, config
         population's text hashes (the first differing row is named).
     """
     n_pool, n_rows = len(pool), len(pool) + len(population)
-    needs = required_inputs(config.attacks)
-    missing = {name: list(attacks) for name, attacks in needs.items() if name not in signals}
+    needs = required_inputs(attacks)
+    missing = {name: list(by) for name, by in needs.items() if name not in signals}
     if "target" not in signals:
         missing.setdefault("target", ["the sample table"])
     if missing:

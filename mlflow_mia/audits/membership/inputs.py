@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlflow_mia.options.audit import MiaOptions
 from mlflow_mia.data import AuditDataset, PopulationSet
 
-__all__ = ["load_inputs"]
+__all__ = ["load_inputs", "require_population"]
 
 
 def load_inputs(pool_data, options: MiaOptions):
@@ -14,9 +14,9 @@ def load_inputs(pool_data, options: MiaOptions):
     Raises
     ------
     ValueError
-        Missing population set (with how to provide one), missing columns, bad labels.
+        Missing population set (:func:`require_population`), missing columns, bad labels.
     """
-    options.require_population()
+    require_population(options.population_data)
     if not options.label_column:
         raise ValueError("the membership label column is unknown: pass targets='<column>' to "
                          "mlflow.models.evaluate or label_column in evaluator_config['mia']")
@@ -25,3 +25,19 @@ def load_inputs(pool_data, options: MiaOptions):
     population = PopulationSet.from_frame(options.population_data, text_column=options.population_text_column,
                                           group_column=options.population_group_column)
     return pool, population
+
+
+def require_population(population_data) -> None:
+    """Raise the error that explains how to provide a population set, when ``population_data`` is missing.
+
+    Raises
+    ------
+    ValueError
+        ``population_data`` is None or an empty string.
+    """
+    if population_data is None or (isinstance(population_data, str) and not population_data):
+        raise ValueError(
+            "a population set is required: texts from the same distribution as the members, disjoint from "
+            "the audited pool; the attack thresholds are its score quantiles (Mireshghallah et al. 2022, "
+            "Sec. 2.4). Provide it as evaluator_config={'mia': {'population_data': <DataFrame or "
+            ".csv/.jsonl/.parquet path>, ...}} or, on the command line, --population PATH")

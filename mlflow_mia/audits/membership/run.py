@@ -6,10 +6,11 @@ import logging
 import time
 from collections.abc import Sequence
 
-from mlflow_mia.attacks import required_inputs
+from mlflow_mia.attacks import get_attack, required_inputs
 from mlflow_mia.audits.membership.checks import check_audit
 from mlflow_mia.engines.audit_signals import AuditSignals
-from mlflow_mia.engines.local import AuditModels, stage_one
+from mlflow_mia.engines.local import stage_one
+from mlflow_mia.engines.models import AuditModels
 from mlflow_mia.engines.registry import get_engine
 from mlflow_mia.audits.membership.result import AuditResult
 from mlflow_mia.audits.membership.scoring import score_checked
@@ -106,7 +107,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     if isinstance(cache, str):
         cache = SignalCache(cache)
     signals = runner.signals(models, pool, population, config, cache=cache, device=device, progress=progress)
-    result = score_checked(signals, pool, population, config, notes=notes)
+    attacks = {name: get_attack(name, config) for name in config.attacks}  # each with its settings, once
+    result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks)
     result.info["timings"]["total_s"] = round(time.perf_counter() - t0, 3)
     log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
     return result

@@ -196,15 +196,15 @@ def attack_runs(config: AuditConfig, signals) -> list[tuple[str, str, dict]]:
     return runs
 
 
-def _attack_scores(name, signals, pool, population, config, warnings, unscored, *, report_name=None,
+def _attack_scores(attack, signals, pool, population, warnings, unscored, *, report_name=None,
                    replace=None, settings=None):
-    """Pool and population scores of one attack; NaN rows allowed only where the attack says so.
+    """Pool and population scores of one attack (an ``Attack`` with its settings); NaN rows allowed only where
+    the attack says so.
 
-    ``report_name`` (default ``name``) names the report; ``replace`` (``{input: signals}``)
+    ``report_name`` (default the attack's name) names the report; ``replace`` (``{input: signals}``)
     replaces inputs (:func:`attack_runs`); ``settings`` collects what the attack resolved.
     """
-    report_name = report_name or name
-    attack = get_attack(name, config)  # its own settings, read through its declared settings_from_config
+    report_name = report_name or attack.name
     n_pool = len(pool)
     pop_rows = np.arange(n_pool, n_pool + len(population))
     pop_inputs = _replaced(signals.inputs(pop_rows, population.texts, population="self"), pop_rows, replace)
@@ -240,11 +240,11 @@ def _replaced(inputs, rows, replace):
     return AttackInputs(inputs.texts, population=population, **given)
 
 
-def _score_attack(run, signals, pool, population, config, samples, n_tokens, out):
+def _score_attack(run, attack, signals, pool, population, config, samples, n_tokens, out):
     """Scores, sample- and user-level reports, flags and riskiest records of one attack, added to ``out``."""
-    name, attack_name, replace = run
-    scores, pscores = _attack_scores(attack_name, signals, pool, population, config, out["warnings"],
-                                     out["unscored"], report_name=name, replace=replace, settings=out["settings"])
+    name, _, replace = run
+    scores, pscores = _attack_scores(attack, signals, pool, population, out["warnings"], out["unscored"],
+                                     report_name=name, replace=replace, settings=out["settings"])
     y = samples["label"].to_numpy()
     keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
     y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
@@ -327,13 +327,17 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
 
 
 def score_checked(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
-                  notes=()) -> AuditResult:
+                  notes=(), attacks: dict | None = None) -> AuditResult:
     """:func:`score_audit` on data :func:`~mlflow_mia.audits.membership.checks.check_data` has passed (``run_audit``'s stage 2).
 
     Only the signals are checked against the data here (:func:`~mlflow_mia.audits.membership.checks.check_signals`).
+    ``attacks``: ``{name: Attack}`` of every attack of ``config``, built with its settings
+    (:func:`~mlflow_mia.attacks.get_attack`); default: built here from ``config``.
     """
     t0 = time.perf_counter()
-    check_signals(signals, pool, population, config)
+    if attacks is None:
+        attacks = {name: get_attack(name, config) for name in config.attacks}
+    check_signals(signals, pool, population, config.attacks)
     notes = list(notes)
     for note in notes:
         log.warning(note)
@@ -350,11 +354,11 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
            "warnings": notes + ([f"{n_truncated} sample(s) longer than the model limit were truncated"]
                                 if n_truncated else [])}
     for run in attack_runs(config, signals):
-        _score_attack(run, signals, pool, population, config, samples, n_tokens, out)
+        _score_attack(run, attacks[run[1]], signals, pool, population, config, samples, n_tokens, out)
     if pool.groups is not None and population.groups is None:
         out["warnings"].append("user-level thresholds skipped: the population set has no group column")
     metrics = _metrics(out, pool, population, y, n_truncated)
-    attacks, warnings, extras = out["attacks"], out["warnings"], signals.extras
+    reports, warnings, extras = out["attacks"], out["warnings"], signals.extras
     needs, values = required_inputs(config.attacks), target.values[:n_pool]
     examples = None
     if "neighbour_values" in needs:
@@ -362,8 +366,8 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
                                       warnings=warnings)
     if "generator" in required_roles(config.attacks):
         metrics.update(generator_check(extras, pool, values, warnings=warnings))
-    headline = headline_attack(attacks)
-    features = memorization_features(extras, pool, samples, attacks[headline], headline, config, warnings)
+    headline = headline_attack(reports)
+    features = memorization_features(extras, pool, samples, reports[headline], headline, config, warnings)
     record = dict(signals.info.get("models", {}))
     engine = {"engine": signals.info["engine"]} if signals.info.get("engine") else {}
     settings = {"attack_settings": out["settings"]} if out["settings"] else {}
@@ -371,8 +375,8 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
             "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
     riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
         columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])
-    log.info("audit scored: %s", ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in attacks.items()))
-    return AuditResult(config=config, metrics=metrics, samples=samples, attacks=attacks,
+    log.info("audit scored: %s", ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in reports.items()))
+    return AuditResult(config=config, metrics=metrics, samples=samples, attacks=reports,
                        user_attacks=out["user_attacks"], population_scores=out["population_scores"],
                        riskiest=riskiest, info=info, warnings=warnings, memorization_features=features,
                        neighbour_examples=examples, models=record)

@@ -373,7 +373,7 @@ def test_device_is_checked_before_any_model_loads(setup, tmp_path, monkeypatch):
 
 
 def test_engine_and_its_options_are_checked_before_any_model_loads(setup, tmp_path):
-    from mlflow_mia.engines.registry import LocalEngine
+    from mlflow_mia.engines.local import LocalEngine
 
     target, _, pool, population = setup
     missing = str(tmp_path / "no-such-model")  # never opened: every error below comes first
