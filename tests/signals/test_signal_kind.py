@@ -19,6 +19,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from mlflow_mia.audits.membership import run_audit
+from mlflow_mia.audits.membership.report import render_report
 from mlflow_mia.config import AuditConfig, MetricConfig, SignalConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signal_kinds import (SIGNAL_KINDS, SIGNAL_UNITS, register_signal_kind, signal_kind, signal_kinds,
@@ -90,7 +91,11 @@ def models():
     return target, reference, tok
 
 
-def test_the_kind_is_a_choice_of_the_signal_option_only_while_registered(registered):
+def test_the_kind_is_a_choice_of_the_signal_option_only_while_registered(registered, tmp_path):
+    from mlflow_mia.options.generate import generated_files
+
+    reference = generated_files(tmp_path)[tmp_path / "docs/reference/options.md"]
+    assert f"(one of `energy`, `pll`, `causal`, `{KIND}`) |" in reference  # the signal row of the options reference
     assert tuple(SIGNAL_KINDS) == ("energy", "pll", "causal", KIND)
     assert signal_kinds("masked") == ("energy", "pll", KIND) and signal_kinds("causal") == ("causal",)
     assert SIGNAL_UNITS[KIND] == "nats" and SignalConfig(kind=KIND).kind == KIND
@@ -157,6 +162,7 @@ def test_an_audit_with_the_kind_scores_brute_force_values(registered, models):
     np.testing.assert_allclose(res.samples["score_loss"], -e_target, rtol=1e-5)  # score = -energy: higher = member
     np.testing.assert_allclose(res.samples["score_likelihood_ratio"], -(e_target - e_reference), atol=1e-5)
     assert res.config.signal.kind == KIND
+    assert f"| Signal | {KIND} |" in render_report(res)  # not described as the energy's masks or the PLL's
     for attack, scores in (("loss", -e_target), ("likelihood_ratio", e_reference - e_target)):
         assert res.metrics[f"{attack}/auc"] == pytest.approx(roc_auc_score(pool.labels, scores))
 
