@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from mlflow_mia.option import check_options, option, same_option, shared_option
+from mlflow_mia.signal_kinds import SIGNAL_KINDS
 
 __all__ = [
     "SignalConfig",
@@ -28,7 +29,6 @@ __all__ = [
     "record_digest",
 ]
 
-SIGNAL_KINDS = ("energy", "pll", "causal")
 ENERGY_REDUCTIONS = ("sum", "mean")
 DEFAULT_FPRS = (0.1, 0.01, 0.001)
 #: The smallest false-positive rate an audit reads: a threshold at FPR alpha needs ceil(1 / alpha)
@@ -93,14 +93,15 @@ class SignalConfig:
 
     Attributes
     ----------
-    kind : {"energy", "pll", "causal"}
+    kind : {"energy", "pll", "causal"} or another registered kind
         ``"energy"``: Eq. 2 of Mireshghallah et al. (2022), the sum of masked-token
         negative log-likelihoods (nats) over ``ceil(mask_rate * T)`` masked positions,
         averaged over ``num_masks`` random masks. ``"pll"``: the pseudo-log-likelihood
         "normalized energy" of appendix A.3.2, every maskable token masked once, the
         mean NLL per token (nats/token). ``"causal"``: for a causal LM, the mean NLL per
         predicted token, tokens 2..n given those before them (nats/token;
-        :mod:`mlflow_mia.signals.causal`); an audit picks it for a causal target.
+        :mod:`mlflow_mia.signals.causal`); an audit picks it for a causal target. The
+        choices are read from :mod:`mlflow_mia.signal_kinds` (every registered kind).
     num_masks : int
         K, the number of random mask subsets per sample (paper appendix: 10). When
         ``num_masks >= C(T, l)`` every subset is used exactly once, so the energy is

@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import keyed_hash
+from mlflow_mia.signal_kinds import register_signal_kind
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
@@ -259,3 +260,6 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
         finally:
             bar.close()
     return result_from_rows(rows, hashes, "causal")
+
+
+register_signal_kind("causal", model="causal", unit="nats/token", compute=compute_causal_signals)

@@ -1,11 +1,14 @@
-"""Which signal a model gets: the masked signals for a masked LM, the causal signal for a causal LM.
+"""Which signal a model gets: the registered kind's function, checked against the model's kind.
 
-The one place where stage 1 (every engine, the neighbour values, the canary
-audit) chooses between :func:`mlflow_mia.signals.energy.compute_signals` and
-:func:`mlflow_mia.signals.causal.compute_causal_signals`, from the kind of the
-loaded model (:mod:`mlflow_mia.signals.causal_model`): the user names nothing
-extra. :func:`check_model_kinds` refuses an audit whose models are of different
-kinds, before any model runs.
+The one place where stage 1 (every engine, the neighbour values, the canary audit)
+computes signals: it looks ``config.kind`` up in the registry of
+:mod:`mlflow_mia.signal_kinds` (each signal module registers its kinds: ``energy``
+and ``pll`` in :mod:`mlflow_mia.signals.energy`, ``causal`` in
+:mod:`mlflow_mia.signals.causal`) and calls its function. A causal LM given the
+default ``energy`` gets ``causal`` (the user names nothing extra); a kind made for
+the other kind of model (:mod:`mlflow_mia.signals.causal_model`) is refused.
+:func:`check_model_kinds` refuses an audit whose models are of different kinds,
+before any model runs.
 """
 
 from __future__ import annotations
@@ -15,43 +18,51 @@ from typing import Sequence
 import numpy as np
 
 from mlflow_mia.config import SignalConfig
+from mlflow_mia.signal_kinds import signal_kind, signal_kinds
 from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
-from mlflow_mia.signals.causal import compute_causal_signals
-from mlflow_mia.signals.energy import compute_signals as masked_signals, value_settings as settings
+from mlflow_mia.signals.energy import value_settings as settings
 
 __all__ = ["compute_signals", "value_settings", "signal_config_for", "check_model_kinds", "as_language_model",
            "MASKED_ONLY_ATTACKS", "sequence_values"]
 
 #: Attacks that need a masked target (they re-mask its tokens): refused for a causal target.
 MASKED_ONLY_ATTACKS = ("neighbourhood_local",)
+#: The ``signal`` option's default, and the kind a causal LM gets in its place.
+_DEFAULT_KIND = SignalConfig().kind
+_CAUSAL_KIND = "causal"
 
 
 def signal_config_for(lm, config: SignalConfig | None) -> SignalConfig:
-    """``config`` as it applies to ``lm``: ``kind="causal"`` for a causal LM.
+    """``config`` as it applies to ``lm``: ``kind="causal"`` for a causal LM given the default.
 
-    A causal LM gets the causal signal when ``config.kind`` is the default
-    ``"energy"`` or ``"causal"``; a masked LM keeps ``config``.
+    A causal LM gets the causal signal when ``config.kind`` is the default ``"energy"``;
+    otherwise the kind (any registered one) must be made for the model's kind
+    (:attr:`mlflow_mia.signal_kinds.SignalKind.model`).
 
     Raises
     ------
     ValueError
-        ``kind="pll"`` for a causal LM (masking is not defined for it), or
-        ``kind="causal"`` for a masked LM; the message names the model's kind and the fix.
+        ``config.kind`` is not registered (listing the registered kinds); a masked kind
+        (e.g. ``"pll"``) for a causal LM (masking is not defined for it), or a causal kind
+        for a masked LM; the message names the model's kind and the kinds that fit it.
     """
     config = config or SignalConfig()
-    if isinstance(lm, CausalLM):
-        if config.kind == "pll":
-            raise ValueError(f"{lm.name} is a causal LM and signal='pll' masks tokens, which only a masked LM "
-                             "predicts; use signal='causal' (the default picks it for a causal model)")
-        return config if config.kind == "causal" else dataclasses.replace(config, kind="causal")
-    if config.kind == "causal":
-        raise ValueError(f"{getattr(lm, 'name', 'the model')} is a masked LM and signal='causal' needs a causal LM "
-                         "(AutoModelForCausalLM); use signal='energy' or 'pll' for a masked LM")
-    return config
+    wanted = signal_kind(config.kind)
+    model = kind_of(lm)
+    if wanted.model == model:
+        return config
+    fitting = " or ".join(repr(k) for k in signal_kinds(model))
+    if model == "causal":
+        if config.kind == _DEFAULT_KIND:
+            return dataclasses.replace(config, kind=_CAUSAL_KIND)
+        raise ValueError(f"{lm.name} is a causal LM and signal={config.kind!r} masks tokens, which only a masked LM "
+                         f"predicts; use signal={fitting} (the default picks {_CAUSAL_KIND!r} for a causal model)")
+    raise ValueError(f"{getattr(lm, 'name', 'the model')} is a masked LM and signal={config.kind!r} needs a causal LM "
+                     f"(AutoModelForCausalLM); use signal={fitting} for a masked LM")
 
 
 def compute_signals(lm, texts: Sequence[str], config: SignalConfig | None = None, **kwargs):
-    """The signals of ``lm`` on ``texts``: the causal signal for a :class:`CausalLM`, else the masked ones.
+    """The signals of ``lm`` on ``texts``: the function registered for ``config.kind``.
 
     Same parameters and return as :func:`mlflow_mia.signals.energy.compute_signals`
     (``mask_keys`` is ignored for a causal LM: nothing is random there).
@@ -62,10 +73,7 @@ def compute_signals(lm, texts: Sequence[str], config: SignalConfig | None = None
         What :func:`signal_config_for` and the signal function raise.
     """
     config = signal_config_for(lm, config)
-    if isinstance(lm, CausalLM):
-        return compute_causal_signals(lm, texts, config, **kwargs)
-
-    return masked_signals(lm, texts, config, **kwargs)
+    return signal_kind(config.kind).compute(lm, texts, config, **kwargs)
 
 
 def sequence_values(lm, texts: Sequence[str], config: SignalConfig | None = None, **kwargs):

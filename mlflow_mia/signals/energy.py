@@ -54,6 +54,7 @@ from tqdm.auto import tqdm
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import keyed_hash
+from mlflow_mia.signal_kinds import register_signal_kind
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.masking import pll_masks, sample_masks
@@ -71,6 +72,8 @@ log = logging.getLogger(__name__)
 HEAD_POSITIONS = 512
 # How texts become token ids (part of the cache key): special-token strings inside a text are split as text.
 TOKENIZATION = "split_special_tokens"
+# The signal kinds this module computes (registered at the end of the module).
+MASKED_KINDS = ("energy", "pll")
 
 
 def value_settings(lm: MaskedLM, config: SignalConfig) -> dict:
@@ -346,7 +349,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     Raises
     ------
     ValueError
-        A text has no maskable token.
+        A text has no maskable token; ``config.kind`` is neither ``"energy"`` nor ``"pll"``.
 
     References
     ----------
@@ -365,6 +368,9 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     ((1,), [6], True)
     """
     config = config or SignalConfig()
+    if config.kind not in MASKED_KINDS:
+        raise ValueError(f"the masked energy computes signal='energy' or 'pll', got {config.kind!r}: a kind of its "
+                         "own registers its function (mlflow_mia.signals.dispatch.compute_signals picks it)")
     texts = list(texts)
     if config.kind != "energy":
         mask_keys = None  # PLL masks every token once: nothing random to share
@@ -426,3 +432,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         finally:
             bar.close()
     return result_from_rows(rows, hashes, config.kind, stats=stats)
+
+
+register_signal_kind("energy", model="masked", unit="nats", compute=compute_signals)
+register_signal_kind("pll", model="masked", unit="nats/token", compute=compute_signals)

@@ -6,12 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlflow_mia.config import SIGNAL_KINDS
+from mlflow_mia.signal_kinds import SIGNAL_KINDS, SIGNAL_UNITS
 
 __all__ = ["SignalResult", "SIGNAL_UNITS"]
-
-#: Unit of ``SignalResult.values`` for each signal kind.
-SIGNAL_UNITS = {"energy": "nats", "pll": "nats/token", "causal": "nats/token"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,8 @@ class SignalResult:
     truncated : ndarray of shape (n_samples,), dtype bool
         Samples longer than the model limit, scored on their first tokens.
     kind : str
-        What ``values`` holds: ``"energy"`` or ``"pll"`` (see :data:`SIGNAL_UNITS`).
+        What ``values`` holds: ``"energy"``, ``"pll"``, ``"causal"`` or another kind of
+        :mod:`mlflow_mia.signal_kinds` (its unit in :data:`SIGNAL_UNITS`).
     token_mu, token_sigma : tuple of ndarray (float32), length n_samples, or None
         At each scored position of :attr:`token_logprobs` (same order and length per
         sample): the mean (nats, <= 0) and standard deviation (nats, >= 0) of
@@ -83,7 +81,7 @@ class SignalResult:
         token_logprobs : sequence of arrays, optional
             Masked-token log-probs per sample; ``min_k`` and ``min_k_plus_plus`` read them. Default:
             empty arrays (``min_k`` then cannot score).
-        kind : {"energy", "pll", "causal"}
+        kind : {"energy", "pll", "causal"} or another registered kind
         token_mu, token_sigma : sequences of arrays, optional
             Min-K%++'s per-position statistics, each array as long as the sample's
             ``token_logprobs`` array; give both or neither (default: none, and
@@ -92,7 +90,8 @@ class SignalResult:
         Raises
         ------
         ValueError
-            An array is not 1-D or the lengths differ; only one of ``token_mu`` and
+            An array is not 1-D or the lengths differ; a ``kind`` that is not registered
+            (:data:`mlflow_mia.signal_kinds.SIGNAL_KINDS`); only one of ``token_mu`` and
             ``token_sigma``; a statistics array of another length than its log-probs.
         """
         values = np.asarray(values, dtype=np.float64)
@@ -108,7 +107,7 @@ class SignalResult:
             if got != (n,):
                 raise ValueError(f"{name} has shape {got}, expected ({n},): one entry per value")
         if kind not in SIGNAL_KINDS:
-            raise ValueError(f"signal kind must be one of {SIGNAL_KINDS}, got {kind!r}")
+            raise ValueError(f"signal kind must be one of {tuple(SIGNAL_KINDS)} (the registered kinds), got {kind!r}")
         mu, sigma = _token_stats(token_mu, token_sigma, logprobs)
         return cls(values, logprobs, n_tokens, truncated, kind, mu, sigma)
 

@@ -317,7 +317,7 @@ def render_report(result, *, gate=None, title: str | None = None, artifacts=None
     sig = cfg.signal
     per_token = ", per masked token" if getattr(sig, "energy_reduction", "sum") == "mean" else ""
     signal = (f"{sig.kind}{per_token}, {sig.num_masks} random masks at {sig.mask_rate:g} of tokens, seed {sig.seed}"
-              if sig.kind == "energy" else f"{sig.kind} (every token masked once)")
+              if sig.kind == "energy" else f"{sig.kind} (every token masked once)" if sig.kind == "pll" else sig.kind)
     pool = f"{int(metrics.get('n_members', 0))} members, {int(metrics.get('n_non_members', 0))} non-members"
     by = f" by `{group_column}`" if group_column else ""
     if "user/n_members" in metrics:
