@@ -209,10 +209,12 @@ def recall_at_threshold_statistic(threshold: float):
 def precision_at_threshold_statistic(threshold: float):
     """A bootstrap statistic: precision of the decisions ``score > threshold`` (nan when none is flagged).
 
+    The twin of :func:`recall_at_threshold_statistic` (one helper builds both).
+
     Parameters
     ----------
     threshold : float
-        A fixed threshold, e.g. a population threshold.
+        As :func:`recall_at_threshold_statistic`.
 
     Returns
     -------
@@ -223,7 +225,7 @@ def precision_at_threshold_statistic(threshold: float):
     Raises
     ------
     ValueError
-        If ``threshold`` is NaN.
+        As :func:`recall_at_threshold_statistic`.
 
     References
     ----------

@@ -238,12 +238,8 @@ class RocDisplay:
             Membership labels, 1 = member.
         y_score : array-like of shape (n_samples,), float
             Attack scores, higher = more likely a member.
-        name : str, optional
-            Attack name for the legend.
-        ax : matplotlib.axes.Axes, optional
-            Axes to draw on (a new figure when None).
-        log_scale : bool, default False
-            Log-log axes (low-FPR region).
+        name, ax, log_scale
+            As :meth:`from_roc`, which draws the curve.
 
         Returns
         -------

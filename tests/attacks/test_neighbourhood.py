@@ -126,7 +126,7 @@ def test_run_audit_end_to_end(data, tmp_path, monkeypatch):
 
 def test_run_audit_needs_a_generator_before_any_model_runs(data, monkeypatch):
     pool, population = data
-    monkeypatch.setattr("mlflow_mia.signals.dispatch.masked_signals", lambda *a, **k: pytest.fail("a model ran"))
+    monkeypatch.setattr("mlflow_mia.signals.energy.masked_token_logprobs", lambda *a, **k: pytest.fail("a model ran"))
     with pytest.raises(ValueError, match="generator masked LM.*generator_model"):
         run_audit(MaskedLM(*tiny_bert(seed=1)), pool, population, config=_config(), progress=False)
 
