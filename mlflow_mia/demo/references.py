@@ -41,8 +41,9 @@ import numpy as np
 
 from mlflow_mia.config import record_digest
 from mlflow_mia.demo import bbc
-from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, SIZE_TAG, SPLIT_TAG, build_demo,
+from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, SIZE_TAG, SPLIT_TAG, build_demo,
                                    demo_spec)
+from mlflow_mia.demo.build_steps import ROLE_TAG
 from mlflow_mia.demo.registry import register_model, tagged_version, torch_threads
 from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
