@@ -57,7 +57,9 @@ from pathlib import Path
 
 from mlflow_mia.demo import bbc
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
-from mlflow_mia.demo.registry import register_model, torch_threads
+from mlflow_mia.demo.build_steps import ROLE_TAG  # noqa: F401  (re-exported)
+from mlflow_mia.demo.build_steps import reference_tokenizer, register_roles, train_roles
+from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
 __all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
@@ -69,9 +71,6 @@ TARGET_ALIAS = "candidate"
 REFERENCE_ALIAS = "champion"
 SPLIT_TAG = "mlflow_mia.demo.split_digest"
 SIZE_TAG = "mlflow_mia.demo.size"
-ROLE_TAG = "mlflow_mia.demo.role"
-#: ``mlflow_mia.demo.role`` tag values that differ from the role's key.
-ROLE_TAG_VALUES = {"reference": "oracle_reference"}
 
 
 @dataclass(frozen=True)
@@ -394,49 +393,23 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
         mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest})
         mlflow.log_params(_params(size, cfg, split, digest))
 
-        t = time.perf_counter()
-        tokenizer_texts = split.reference_train["text"].tolist() + split.ood_reference_train["text"].tolist()
-        tokenizer = train_tokenizer(tokenizer_texts, vocab_size=cfg.model.vocab_size,
-                                    model_max_length=cfg.model.max_position_embeddings)
-        timings["tokenizer"] = time.perf_counter() - t
-
-        base = new_model(tokenizer, cfg.model, seed=cfg.seed)
-        result = train_mlm(base, tokenizer, split.base_train["text"].tolist(), cfg.base, progress=progress, desc="base (out-of-domain)")
-        _log_training("base", result)
-        timings["train_base"] = result.seconds
+        tokenizer = reference_tokenizer(train_tokenizer, split, cfg.model, timings)
+        training = dict(train=train_mlm, tokenizer=tokenizer, progress=progress, timings=timings)
+        models = train_roles([("base", split.base_train, "base (out-of-domain)")], config=cfg.base,
+                             new_model=lambda: new_model(tokenizer, cfg.model, seed=cfg.seed), **training)
 
         steps = max(1, math.ceil(cfg.finetune.epochs * len(split.target_train) / cfg.finetune.batch_size))
         finetune = replace(cfg.finetune, steps=steps)
         mlflow.log_param("finetune.total_steps", steps)
-        models = {"base": base}
-        for role, frame, desc in (("target", split.target_train, "target (members)"),
-                                  ("reference", split.reference_train, "reference (in-domain)"),
-                                  ("ood_reference", split.ood_reference_train, "reference (out-of-domain)")):
-            model = copy.deepcopy(base)
-            result = train_mlm(model, tokenizer, frame["text"].tolist(), finetune, progress=progress, desc=desc)
-            _log_training(role, result)
-            timings[f"train_{role}"] = result.seconds
-            models[role] = model
+        base = models["base"]
+        models.update(train_roles([("target", split.target_train, "target (members)"),
+                                   ("reference", split.reference_train, "reference (in-domain)"),
+                                   ("ood_reference", split.ood_reference_train, "reference (out-of-domain)")],
+                                  config=finetune, new_model=lambda: copy.deepcopy(base), **training))
 
-        aliases = _aliases()
-        for role, model in models.items():
-            t = time.perf_counter()
-            uri = register_model(model, tokenizer, name=names[role], alias=aliases[role], artifact_name=role,
-                                 tags={SPLIT_TAG: digest, SIZE_TAG: size, ROLE_TAG: ROLE_TAG_VALUES.get(role, role)},
-                                 client=client,
-                                 model_card=_model_card(names[role], role, cfg, 0 if role == "base" else steps),
-                                 metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_role": role})
-            timings[f"log_{role}"] = time.perf_counter() - t
-            logger.info("registered %s as @%s", uri, aliases[role])
-        timings["total"] = time.perf_counter() - started
-        mlflow.log_params({f"timing.{k}_s": round(v, 1) for k, v in timings.items()})
+        register_roles(models, tokenizer, names=names, aliases=_aliases(), tags={SPLIT_TAG: digest, SIZE_TAG: size},
+                       metadata={"mlflow_mia_demo_size": size}, client=client, timings=timings, started=started,
+                       card=lambda role: _model_card(names[role], role, cfg, 0 if role == "base" else steps),
+                       log=logger)
     logger.info("demo %r built in %.0f s", size, timings["total"])
     return replace(spec, run_id=run.info.run_id)
-
-
-def _log_training(role: str, result) -> None:
-    import mlflow
-
-    mlflow.log_params({k: v for k, v in result.to_params(f"result.{role}").items() if not k.endswith(".seconds")})
-    for epoch, loss in enumerate(result.epoch_losses, start=1):
-        mlflow.log_metric(f"{role}/train_loss", loss, step=epoch)

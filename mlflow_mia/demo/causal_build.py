@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import asdict, dataclass, replace
 
 import mlflow
@@ -36,11 +35,11 @@ from huggingface_hub import ModelCard
 from mlflow import MlflowClient
 
 from mlflow_mia.demo import bbc
-from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, ROLE_TAG_VALUES, SIZE_TAG, SPLIT_TAG,
-                                   TARGET_ALIAS, DemoSpec, _build_run, _data_dir, _log_training, _registered_spec,
-                                   _start_build)
+from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, SIZE_TAG, SPLIT_TAG, TARGET_ALIAS, DemoSpec,
+                                   _build_run, _data_dir, _registered_spec, _start_build)
+from mlflow_mia.demo.build_steps import reference_tokenizer, register_roles, train_roles
 from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe_tokenizer, train_causal
-from mlflow_mia.demo.registry import register_model, torch_threads
+from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.train import TrainConfig
 
 __all__ = ["CAUSAL_DEMO_SIZES", "CausalDemoSize", "KIND_TAG", "build_causal_demo", "causal_demo_spec"]
@@ -194,35 +193,17 @@ def build_causal_demo(*, size: str = "default", force: bool = False, progress: b
         params.update({f"train.{k}": v for k, v in asdict(cfg.train).items() if k != "mlm_probability"})
         mlflow.log_params(params)
 
-        t = time.perf_counter()
-        tokenizer = train_bpe_tokenizer(split.reference_train["text"].tolist()
-                                        + split.ood_reference_train["text"].tolist(),
-                                        vocab_size=cfg.model.vocab_size,
-                                        model_max_length=cfg.model.max_position_embeddings)
-        timings["tokenizer"] = time.perf_counter() - t
-        train = replace(cfg.train, steps=steps)
-        models = {}
-        for role, frame, desc in (("target", split.target_train, "causal target (members)"),
-                                  ("reference", split.reference_train, "causal reference (in-domain)")):
-            model = new_causal_model(tokenizer, cfg.model, seed=cfg.seed)
-            result = train_causal(model, tokenizer, frame["text"].tolist(), train, progress=progress, desc=desc)
-            _log_training(role, result)
-            timings[f"train_{role}"] = result.seconds
-            models[role] = model
+        tokenizer = reference_tokenizer(train_bpe_tokenizer, split, cfg.model, timings)
+        models = train_roles([("target", split.target_train, "causal target (members)"),
+                              ("reference", split.reference_train, "causal reference (in-domain)")],
+                             new_model=lambda: new_causal_model(tokenizer, cfg.model, seed=cfg.seed),
+                             train=train_causal, tokenizer=tokenizer, config=replace(cfg.train, steps=steps),
+                             progress=progress, timings=timings)
 
-        aliases = {"target": TARGET_ALIAS, "reference": REFERENCE_ALIAS}
-        for role, model in models.items():
-            t = time.perf_counter()
-            uri = register_model(model, tokenizer, name=names[role], alias=aliases[role], artifact_name=role,
-                                 task="text-generation", client=client,
-                                 tags={SPLIT_TAG: digest, SIZE_TAG: size, KIND_TAG: "causal",
-                                       ROLE_TAG: ROLE_TAG_VALUES.get(role, role)},
-                                 model_card=_model_card(names[role], role, cfg, steps),
-                                 metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_kind": "causal",
-                                           "mlflow_mia_demo_role": role})
-            timings[f"log_{role}"] = time.perf_counter() - t
-            logger.info("registered %s as @%s", uri, aliases[role])
-        timings["total"] = time.perf_counter() - started
-        mlflow.log_params({f"timing.{k}_s": round(v, 1) for k, v in timings.items()})
+        register_roles(models, tokenizer, names=names, aliases={"target": TARGET_ALIAS, "reference": REFERENCE_ALIAS},
+                       tags={SPLIT_TAG: digest, SIZE_TAG: size, KIND_TAG: "causal"},
+                       metadata={"mlflow_mia_demo_size": size, "mlflow_mia_demo_kind": "causal"},
+                       card=lambda role: _model_card(names[role], role, cfg, steps), client=client, timings=timings,
+                       started=started, log=logger, task="text-generation")
     logger.info("causal demo %r built in %.0f s", size, timings["total"])
     return replace(spec, run_id=run.info.run_id)

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
 from mlflow_mia.demo.specs import TrainConfig, TrainResult, check_sizes
-from mlflow_mia.demo.train import _train_steps
+from mlflow_mia.demo.train import _train_steps, seeded_model
 
 __all__ = ["CausalSpec", "END_OF_TEXT", "train_bpe_tokenizer", "new_causal_model", "train_causal"]
 
@@ -71,14 +71,10 @@ def train_bpe_tokenizer(texts: Sequence[str], *, vocab_size: int, min_frequency:
 
     Parameters
     ----------
-    texts : sequence of str
-        Training text (the demo uses text of no target-pool or population article).
+    texts, min_frequency, model_max_length
+        As for :func:`~mlflow_mia.demo.train.train_tokenizer`.
     vocab_size : int
         Vocabulary size including the 256 byte tokens and ``<|endoftext|>``.
-    min_frequency : int
-        Merges need at least this many occurrences.
-    model_max_length : int
-        Written to the tokenizer config (the model's position limit).
 
     Returns
     -------
@@ -107,10 +103,7 @@ def new_causal_model(tokenizer, spec: CausalSpec, *, seed: int = 0):
                         n_layer=spec.num_layers, n_head=spec.num_heads, n_inner=spec.intermediate_size,
                         resid_pdrop=spec.dropout, embd_pdrop=spec.dropout, attn_pdrop=spec.dropout,
                         bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(config)
-    return model
+    return seeded_model(GPT2LMHeadModel, config, seed=seed)
 
 
 def train_causal(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, progress: bool = True,
@@ -129,10 +122,8 @@ def train_causal(model, tokenizer, texts: Sequence[str], config: TrainConfig, *,
         One training example per text (a sentence), truncated to ``config.max_length`` tokens.
     config : TrainConfig
         ``steps`` (or ``epochs``), batch size, learning rate, weight decay, warm-up, seed.
-    progress : bool
-        Show a tqdm bar over steps with the running loss.
-    desc : str
-        Label of the progress bar and log lines.
+    progress, desc : bool, str
+        As for :func:`~mlflow_mia.demo.train.train_mlm`.
 
     Returns
     -------

@@ -58,7 +58,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .train import TrainConfig, TrainResult
+from .train import TrainConfig, TrainResult, mlm_examples
 
 __all__ = ["DPConfig", "DPTrainResult", "train_mlm_dp"]
 
@@ -256,17 +256,9 @@ def train_mlm_dp(model, tokenizer, texts: Sequence[str], config: TrainConfig, dp
         from opacus import PrivacyEngine
     except ImportError as err:
         raise ImportError("DP-SGD training needs opacus: pip install 'mlflow-mia[dp]'") from err
-    from transformers import DataCollatorForLanguageModeling, get_linear_schedule_with_warmup
+    from transformers import get_linear_schedule_with_warmup
 
-    texts = list(texts)
-    if not texts:
-        raise ValueError("train_mlm_dp needs at least one text")
-    if tokenizer.mask_token is None:
-        raise ValueError("the tokenizer has no mask token; masked-LM training needs one")
-    encoded = tokenizer(texts, truncation=True, max_length=config.max_length, return_special_tokens_mask=True)
-    examples = [{"input_ids": ids, "special_tokens_mask": sm}
-                for ids, sm in zip(encoded["input_ids"], encoded["special_tokens_mask"])]
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mlm_probability, seed=config.seed)
+    examples, collator = mlm_examples(tokenizer, texts, config, caller="train_mlm_dp")
     loader = DataLoader(examples, batch_size=config.batch_size, collate_fn=collator)
     steps_per_epoch = len(loader)
     total_steps = config.steps or max(1, math.ceil(config.epochs * steps_per_epoch))

@@ -41,9 +41,10 @@ import numpy as np
 
 from mlflow_mia.config import record_digest
 from mlflow_mia.demo import bbc
-from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, ROLE_TAG, SIZE_TAG, SPLIT_TAG, build_demo,
+from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, SIZE_TAG, SPLIT_TAG, build_demo,
                                    demo_spec)
-from mlflow_mia.demo.registry import register_model, torch_threads
+from mlflow_mia.demo.build_steps import ROLE_TAG
+from mlflow_mia.demo.registry import register_model, tagged_version, torch_threads
 from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.tracking.runs import outside_project_run
@@ -167,17 +168,6 @@ def _shadow_key(*, digest: str, size: str, base_version: str, index: int, articl
                           "articles": record_digest(articles), "settings": settings})
 
 
-def _registered(client, name: str, key: str):
-    """The version behind ``name@champion`` when it carries ``key``, else None."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        version = client.get_model_version_by_alias(name, REFERENCE_ALIAS)
-    except MlflowException:
-        return None
-    return version if (version.tags or {}).get(SHADOW_KEY_TAG) == key else None
-
-
 def _card(name: str, index: int, size, n_articles: int, steps: int):
     from huggingface_hub import ModelCard
 
@@ -251,7 +241,7 @@ def build_references(*, size: str = "default", count: int = SHADOW_COUNT, force:
         articles = sorted(half["article_id"].astype(str).unique())
         key = _shadow_key(digest=digest, size=size, base_version=base_version, index=index, articles=articles,
                           settings=settings)
-        found = None if force else _registered(client, name, key)
+        found = None if force else tagged_version(client, name, REFERENCE_ALIAS, SHADOW_KEY_TAG, key)
         plan.append((index, name, half, settings, key, len(articles), found))
     result = ReferenceSpec(oracle_uri=spec.reference_uri, base_uri=spec.base_uri,
                            shadow_uris=tuple(shadow_uris(size, count)), size=size)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import torch
 
-__all__ = ["pip_requirements", "register_model", "torch_threads"]
+__all__ = ["pip_requirements", "register_model", "tagged_version", "torch_threads"]
 
 
 def pip_requirements() -> list[str]:
@@ -70,6 +70,34 @@ def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill
     for key, value in (tags or {}).items():
         client.set_model_version_tag(name, version, key, str(value))
     return f"models:/{name}/{version}"
+
+
+def tagged_version(client, name: str, alias: str, tag: str, value: str):
+    """The version behind ``name@alias`` when its version tag ``tag`` is ``value``, else None.
+
+    How a build finds a model it registered before from the same inputs (e.g. a shadow
+    reference's key, a digest of its data and settings) and skips training it again.
+
+    Parameters
+    ----------
+    client : mlflow.MlflowClient
+    name, alias : str
+        Registered model name and alias.
+    tag, value : str
+        The version tag and the value it must hold.
+
+    Returns
+    -------
+    mlflow.entities.model_registry.ModelVersion or None
+        None when the alias does not exist (or the registry rejects the lookup) or the tag differs.
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        version = client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+    return version if (version.tags or {}).get(tag) == value else None
 
 
 @contextlib.contextmanager

@@ -42,12 +42,11 @@ from typing import Sequence
 import numpy as np
 from huggingface_hub import ModelCard
 from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
 import mlflow
 
 from mlflow_mia.config import record_digest
 from mlflow_mia.data import text_hash
-from mlflow_mia.demo.registry import register_model, torch_threads
+from mlflow_mia.demo.registry import register_model, tagged_version, torch_threads
 from mlflow_mia.demo.shadow_record import (ShadowRecipe, ShadowRecord, balanced_halves,  # noqa: F401  (re-exported)
                                            shadow_membership)
 from mlflow_mia.demo.train import TrainConfig
@@ -118,15 +117,6 @@ def _candidates(texts, groups):
         raise ValueError(f"{len(groups)} groups for {len(texts)} candidate texts: give one group per text")
     _, unit = np.unique(np.array(groups), return_inverse=True)
     return texts, hashes, unit, groups
-
-
-def _registered(client, name: str, key: str):
-    """The version behind ``name@champion`` when it carries ``key``, else None."""
-    try:
-        version = client.get_model_version_by_alias(name, SHADOW_ALIAS)
-    except MlflowException:
-        return None
-    return version if (version.tags or {}).get(SHADOW_KEY_TAG) == key else None
 
 
 def _card(name: str, index: int, k: int, n_texts: int):
@@ -203,7 +193,8 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     client = MlflowClient()
     names = [f"{name}-{j}" for j in range(count)]
     keys = [record_digest({"set": set_key, "index": j}) for j in range(count)]
-    found = [None if force else _registered(client, n, kj) for n, kj in zip(names, keys)]
+    found = [None if force else tagged_version(client, n, SHADOW_ALIAS, SHADOW_KEY_TAG, kj)
+             for n, kj in zip(names, keys)]
     hmacs = tuple(keyed_hash(h, key) for h in hashes)
     trainer = trainer or _default_trainer
     experiment_id = _experiment(client, experiment)

@@ -31,7 +31,8 @@ from mlflow_mia.demo.progress import log_epoch
 # The specs (demo/specs.py, shared with the causal demo): used here, and importable from here as before
 from mlflow_mia.demo.specs import ModelSpec, TrainConfig, TrainResult
 
-__all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "train_mlm", "heldout_loss"]
+__all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "seeded_model", "mlm_examples",
+           "train_mlm", "heldout_loss"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +98,30 @@ def new_model(tokenizer, spec: ModelSpec, *, seed: int = 0):
         max_position_embeddings=spec.max_position_embeddings, hidden_dropout_prob=spec.dropout,
         attention_probs_dropout_prob=spec.dropout, pad_token_id=tokenizer.pad_token_id,
     )
+    return seeded_model(BertForMaskedLM, config, seed=seed)
+
+
+def seeded_model(model_class, config, *, seed: int):
+    """``model_class(config)``, its weights drawn under ``torch.manual_seed(seed)`` in a forked random state.
+
+    The initialisation of :func:`new_model` and :func:`~mlflow_mia.demo.causal_train.new_causal_model`:
+    same class, config and seed -> identical weights; torch's global random state is left as it was.
+
+    Parameters
+    ----------
+    model_class : type
+        A transformers model class (``BertForMaskedLM``, ``GPT2LMHeadModel``).
+    config : transformers.PretrainedConfig
+    seed : int
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+        Freshly initialised, in training mode (as the class builds it).
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertForMaskedLM(config)
-    return model
+        return model_class(config)
 
 
 def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -210,6 +231,45 @@ def _masked_lm_loss(model, input_ids, attention_mask, labels):
     return torch.nn.functional.cross_entropy(logits.float(), labels[selected])
 
 
+def mlm_examples(tokenizer, texts: Sequence[str], config: TrainConfig, *, caller: str):
+    """The masked-LM training examples of ``texts`` and the collator that masks them (:func:`train_mlm`, DP-SGD).
+
+    Parameters
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase
+        Must define a mask token.
+    texts : sequence of str
+        One example per text, truncated to ``config.max_length`` tokens.
+    config : TrainConfig
+        ``max_length``, ``mlm_probability`` and ``seed`` (the collator's masks) are read.
+    caller : str
+        The training function, named in the error.
+
+    Returns
+    -------
+    (list of dict, transformers.DataCollatorForLanguageModeling)
+        ``{"input_ids", "special_tokens_mask"}`` per text, in order; the collator (15% of the tokens by
+        default, 80/10/10 replacement, seeded with ``config.seed``).
+
+    Raises
+    ------
+    ValueError
+        No texts, or a tokenizer without a mask token.
+    """
+    from transformers import DataCollatorForLanguageModeling
+
+    texts = list(texts)
+    if not texts:
+        raise ValueError(f"{caller} needs at least one text")
+    if tokenizer.mask_token is None:
+        raise ValueError("the tokenizer has no mask token; masked-LM training needs one")
+    encoded = tokenizer(texts, truncation=True, max_length=config.max_length, return_special_tokens_mask=True)
+    examples = [{"input_ids": ids, "special_tokens_mask": sm}
+                for ids, sm in zip(encoded["input_ids"], encoded["special_tokens_mask"])]
+    return examples, DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mlm_probability,
+                                                     seed=config.seed)
+
+
 def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, progress: bool = True,
               desc: str = "train") -> TrainResult:
     """Train ``model`` in place with the masked-LM objective on ``texts``.
@@ -237,19 +297,8 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
     ValueError
         No texts, or a tokenizer without a mask token.
     """
-    from transformers import DataCollatorForLanguageModeling
-
-    texts = list(texts)
-    if not texts:
-        raise ValueError("train_mlm needs at least one text")
-    if tokenizer.mask_token is None:
-        raise ValueError("the tokenizer has no mask token; masked-LM training needs one")
-    encoded = tokenizer(texts, truncation=True, max_length=config.max_length, return_special_tokens_mask=True)
-    examples = [{"input_ids": ids, "special_tokens_mask": sm}
-                for ids, sm in zip(encoded["input_ids"], encoded["special_tokens_mask"])]
+    examples, collator = mlm_examples(tokenizer, texts, config, caller="train_mlm")
     lengths = np.array([len(e["input_ids"]) for e in examples])
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mlm_probability,
-                                               seed=config.seed)
 
     device = next(model.parameters()).device  # batches follow the model (CPU or GPU)
 
