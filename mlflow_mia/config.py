@@ -137,7 +137,8 @@ class SignalConfig:
 
     kind: str = option("energy", "energy: masked energy over num_masks random masks; pll: "
                        "pseudo-log-likelihood, every token masked once; causal: mean NLL per predicted token of a "
-                       "causal LM (picked for causal models)", key="signal", choices=SIGNAL_KINDS)
+                       "causal LM (picked for causal models); any other kind registered with "
+                       "mlflow_mia.signal_kinds (described in its own module)", key="signal", choices=SIGNAL_KINDS)
     num_masks: int = option(10, "K, random masks per text for the energy", ge=1, metavar="K")
     mask_rate: float = option(0.15, "fraction of the maskable tokens masked in each mask", gt=0, le=1, metavar="R")
     seed: int = option(0, "seed of the audit's random draws: the masks and the bootstrap; for the NER audit the "
