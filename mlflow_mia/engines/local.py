@@ -8,6 +8,8 @@ signals, neighbour values, ...), then what the report tables read beyond them
 all as :class:`AuditSignals`. Stage 2 (:func:`mlflow_mia.audits.membership.score_audit`)
 turns signals into scores, metrics and tables and runs no model, so signals
 computed anywhere (a cache, another process, a Spark cluster) can be scored.
+:class:`LocalEngine` (the engine ``"local"`` of :mod:`mlflow_mia.engines.registry`) runs it
+in this process; the Spark engine runs each model's signals on executors and the rest here.
 """
 
 from __future__ import annotations
