@@ -8,7 +8,9 @@ by :attr:`~mlflow_mia.audits.base.Audit.command`.
 
 - :mod:`.membership`: :func:`~.membership.audit_and_log` (evaluator, CLI, ``compare``, ``analyze``);
 - :mod:`.ner`: :func:`~.ner.ner_audit_and_log`;
-- :mod:`.canary`: :func:`~.canary.canary_audit_and_log`.
+- :mod:`.canary`: :func:`~.canary.canary_audit_and_log`;
+- :mod:`.compare`: several registry versions audited with :func:`~.membership.audit_and_log` and compared
+  (``mlflow-mia compare``).
 
 A new audit kind is one folder ``audits/<kind>/`` (its ``Audit``, and its option family registered with
 :func:`~mlflow_mia.options.families.register_family` with ``command=`` and ``summary=``) and one

@@ -77,7 +77,8 @@ def test_compare_two_versions_reference_once(tracking, monkeypatch, capsys):
         resolved.lm.model.base_model.register_forward_pre_hook(hook)
         return resolved
 
-    for where in ("mlflow_mia.entrypoints.compare", "mlflow_mia.pipeline.membership"):  # where it is called
+    for where in ("mlflow_mia.entrypoints.compare", "mlflow_mia.pipeline.compare",
+                  "mlflow_mia.pipeline.membership"):  # where it is called
         monkeypatch.setattr(f"{where}.resolve_model", counting)
     cache = tracking.root / "compare-cache"
     args = ["compare", "--models", "tgt", *tracking.cli_args("--cache-dir", str(cache), "--run-name", "cmp")]
@@ -157,7 +158,7 @@ def test_compare_references_with_a_registered_neighbour_generator(tracking, caps
 
 
 def test_distinct_curves_draws_reference_free_attacks_once():
-    from mlflow_mia.entrypoints.compare import distinct_curves as _distinct_curves
+    from mlflow_mia.pipeline.compare import distinct_curves as _distinct_curves
 
     one, two = "tgt v2 vs ref a", "tgt v2 vs ref b"
     rocs = {"loss": {one: "L1", two: "L2"}, "likelihood_ratio": {one: "R1", two: "R2"}}
