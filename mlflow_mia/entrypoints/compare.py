@@ -18,7 +18,6 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.options.values import blank
 from mlflow_mia.pipeline.compare import audit_versions, compare_gate, compare_targets, log_comparison
-from mlflow_mia.pipeline.membership import resolve_generator
 from mlflow_mia.tracking.runs import mlflow_run
 
 __all__ = ["compare"]
@@ -58,12 +57,11 @@ def compare(args) -> bool:
     references = [tuple(refs) if len(refs) > 1 else refs[0] if refs else None
                   for refs in ([resolve_model(uri, role="reference", trust_remote_code=trust) for uri in uris]
                                for uris in options.reference_sets)]
-    generator = resolve_generator(config, trust_remote_code=trust)
     alpha = 0.01 if 0.01 in config.metrics.fprs else min(config.metrics.fprs)
     run_name = blank(args.run_name) or f"compare {', '.join(names)}"
     with mlflow_run(run_name) as parent:
-        found = audit_versions(targets, references, generator, parent.info.run_id, pool, population, config,
-                               options, on_result=_print_audit)
+        found = audit_versions(targets, references, parent.info.run_id, pool, population, config, options,
+                               on_result=_print_audit)
         log_comparison(found, names, aliases, targets, references, alpha, population, hash_key=options.hash_key)
         overall, verdict = compare_gate(found, parent.info.run_id, run_name)
     gates = [g for g in found["gates"] if g is not None]

@@ -23,7 +23,7 @@ from mlflow.exceptions import MlflowException
 from mlflow_mia.audits.membership.report import render_comparison
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import fmt_alpha
-from mlflow_mia.pipeline.membership import audit_and_log
+from mlflow_mia.pipeline.membership import audit_and_log, resolve_generator
 from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
 from mlflow_mia.tracking.audit_log import audit_params
 from mlflow_mia.tracking.runs import mlflow_run
@@ -33,7 +33,7 @@ __all__ = ["audit_versions", "log_comparison", "compare_gate", "compare_targets"
            "reference_label", "version_label"]
 
 
-def audit_versions(targets, references, generator, parent_run_id: str, pool, population, config, options, *,
+def audit_versions(targets, references, parent_run_id: str, pool, population, config, options, *,
                    on_result=None) -> dict:
     """One nested, logged audit per (version, reference) under the active run; the rows, curves and scores to
     compare them.
@@ -44,8 +44,6 @@ def audit_versions(targets, references, generator, parent_run_id: str, pool, pop
         ``(model name, version, aliases)`` from :func:`compare_targets`.
     references : list
         One entry per audit of each version: a ResolvedModel, a tuple of them (a reference set) or None.
-    generator : ResolvedModel or None
-        The neighbour generator, shared by every audit.
     parent_run_id : str
         Tagged on each nested run as ``mia.compare_parent``.
     pool, population, config, options
@@ -60,6 +58,7 @@ def audit_versions(targets, references, generator, parent_run_id: str, pool, pop
         ``verdicts`` (``(label, Verdict)``) and the last ``result``.
     """
     found = {"rows": [], "rocs": {}, "scores": {}, "gates": [], "result": None, "verdicts": []}
+    generator = resolve_generator(config, trust_remote_code=options.trust_remote_code)  # once, for every audit
     client = mlflow.MlflowClient()
     for name, version, version_aliases in targets:
         target = resolve_model(f"models:/{name}/{version}", role="target",

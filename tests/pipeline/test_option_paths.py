@@ -1,6 +1,6 @@
 """The path each of four settings takes from the command line to its use, measured by tracing a tiny audit.
 
-``mlflow-mia audit`` runs in process under :func:`sys.setprofile`; every call of a package function that
+``mlflow-mia audit`` (and ``mlflow-mia compare``) runs in process under :func:`sys.setprofile`; every call of a package function that
 receives the setting (a parameter of its name or one of its keys, a flat dict holding it, a config or options
 object holding it, up to three levels deep, or the parsed ``Gate``) is recorded with its module, up to the
 first call where the setting is used:
@@ -168,3 +168,19 @@ def test_each_setting_passes_through_each_module_once(tiny_audit):
     # Each path starts at the command line and ends where the setting is used.
     for key, r in rooms.items():
         assert r[0][0].startswith("mlflow_mia.") and _used(key, r[-1][0], r[-1][1][-1].split("(")[0]), key
+
+
+def test_compare_passes_each_setting_through_each_module_once(tracking):
+    """``mlflow-mia compare`` over two registered versions: its first audit's path (the trace stops at each
+    setting's first use) enters each module once too, through ``pipeline.compare``."""
+    from mlflow_mia.entrypoints.cli import main
+
+    argv = ["compare", "--models", "tgt", *tracking.cli_args("--max-tpr-at-fpr", "0.1:0.99", "--run-name", "paths")]
+    codes = []
+    rooms = trace(lambda: codes.append(main(argv)))
+    assert codes[0] in (0, 3)  # the gate may pass or be inconclusive on the tiny pool; its check ran either way
+    paths = "\n".join(f"{key}: " + " -> ".join(m.removeprefix("mlflow_mia.") for m, _ in r) for key, r in rooms.items())
+    assert {key: reentered(r) for key, r in rooms.items()} == {key: [] for key in NAMES}, paths
+    for key, r in rooms.items():
+        modules = [m for m, _ in r]
+        assert "mlflow_mia.pipeline.compare" in modules, paths
