@@ -108,6 +108,26 @@ class GateRecord:
         digest>`` for the likelihood ratio.
     candidates : int or None
         Candidate secrets scored per secret-format template (``--n-candidates``).
+    shadow_record : str or None
+        Digest of the shadow record that decided ``lira_online`` and the OUT shadows of
+        ``lira_offline`` / ``rmia`` (:mod:`mlflow_mia.attacks.shadow_record`); a fail
+        found with one record is cleared only by an audit with the same record.
+    release : bool
+        False for an audit its auditor marked as not a release audit (a canary set drawn
+        from an explicit seed): its pass never clears or lifts anything.
+    loose : tuple of str
+        Budgets the auditor accepted as loose (``0.01:0.9``: a TPR budget above 0.5, an
+        exposure budget above the candidate space's bits), as given on the command line.
+    signal : str or None
+        Digest of the value-relevant signal settings (kind, masks, mask rate, seed): a
+        pass lifts a blocking verdict only with the same settings.
+    contains : tuple of str
+        Keyed pool digests of earlier audits whose pools this audit's pool contains
+        (checked against their logged keyed text hashes when the record was written).
+    key, prev, mac : str or None
+        The check of the key the record is signed under, the previous record of the
+        version's chain (``<run_id>:<mac prefix>``, ``none`` for the first) and the
+        record's MAC (:mod:`mlflow_mia.tracking.gate_seal`).
     """
 
     status: str
@@ -133,6 +153,14 @@ class GateRecord:
     delta: float | None = None
     canary_scores: tuple = ()
     candidates: int | None = None
+    shadow_record: str | None = None
+    release: bool = True
+    loose: tuple = ()
+    signal: str | None = None
+    contains: tuple = ()
+    key: str | None = None
+    prev: str | None = None
+    mac: str | None = None
 
     @property
     def is_canary(self) -> bool:
@@ -177,6 +205,17 @@ class GateRecord:
             parts.append(f"delta {_num(self.delta)}")
         if self.candidates is not None:
             parts.append(f"candidates {self.candidates}")
+        for name in ("shadow_record", "signal"):
+            if getattr(self, name) is not None:
+                parts.append(f"{name} {getattr(self, name)}")
+        if not self.release:
+            parts.append("release 0")
+        for name in ("loose", "contains"):
+            if getattr(self, name):
+                parts.append(f"{name} {','.join(getattr(self, name))}")
+        for name in ("key", "prev", "mac"):  # the seal last: the MAC covers everything before it
+            if getattr(self, name) is not None:
+                parts.append(f"{name} {getattr(self, name)}")
         return "; ".join(parts)
 
     @classmethod
@@ -202,6 +241,9 @@ class GateRecord:
                                       (item.partition(":") for item in _items(found.get("canary_budgets", ""))))
         out["delta"] = float(found["delta"]) if "delta" in found else None
         out["candidates"] = int(found["candidates"]) if "candidates" in found else None
+        out.update({name: found.get(name) for name in ("shadow_record", "signal", "key", "prev", "mac")})
+        out["release"] = found.get("release") != "0"
+        out.update({name: _items(found.get(name, "")) for name in ("loose", "contains")})
         return cls(**out)
 
     def merge(self, other: "GateRecord | None") -> "GateRecord":
