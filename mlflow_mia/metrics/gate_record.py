@@ -18,13 +18,15 @@ References
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import Mapping
 
 from mlflow_mia.metrics.gate import FAIL, GateResult, count_metric, fmt_bound
 
-__all__ = ["GateRecord", "CANARY_BUDGET_OPTIONS", "PLANTED_IN_PATTERN", "RANDOM_KEY"]
+__all__ = ["GateRecord", "signal_digest", "CANARY_BUDGET_OPTIONS", "PLANTED_IN_PATTERN", "RANDOM_KEY"]
 
 _COUNTS = (("members", "n_members", "members"), ("non_members", "n_non_members", "non-members"),
            ("user_members", "user/n_members", "member users"),
@@ -35,6 +37,16 @@ CANARY_BUDGET_OPTIONS = {"canary_exposure": "--max-exposure", "canary_epsilon": 
 RANDOM_KEY = "random"
 #: What a ``planted_in`` value may hold: it is written into a ``;``-separated tag.
 PLANTED_IN_PATTERN = r"[A-Za-z0-9_.:/@+=-]{1,200}"
+
+
+def signal_digest(signal) -> str:
+    """16 hex characters naming the value-relevant settings of a :class:`~mlflow_mia.config.SignalConfig`.
+
+    Two audits with the same digest computed their signals the same way (kind, masks,
+    mask rate, seed, length: :meth:`~mlflow_mia.config.SignalConfig.cache_spec`).
+    """
+    text = json.dumps(signal.cache_spec(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _num(value: float) -> str:
@@ -266,7 +278,11 @@ class GateRecord:
                        planted_in=_union(self.planted_in, other.planted_in),
                        canary_budgets=tuple(_tightest(self.canary_budgets + other.canary_budgets).items()), delta=min(deltas) if deltas else None,
                        canary_scores=_union(self.canary_scores, other.canary_scores),
-                       candidates=max(candidates) if candidates else None)
+                       candidates=max(candidates) if candidates else None,
+                       **{name: ",".join(dict.fromkeys(v for r in (self, other) for v in (getattr(r, name) or "")
+                                                       .split(",") if v)) or None
+                          for name in ("signal", "shadow_record")},
+                       contains=(), key=None, prev=None, mac=None)
 
     def shortfalls(self, required: "GateRecord") -> list[str]:
         """Why this audit is weaker than ``required`` (the fail to clear); empty when it is at least as strong.
@@ -277,7 +293,9 @@ class GateRecord:
         easier to meet); the confidence is as high; every pool is as large; every
         reference of the fail was used (by weights digest: a reference that is the
         target, or a twin of it, makes every attack weak); the pool is the same (by
-        keyed digest).
+        keyed digest) or contains it (``contains``, checked against the earlier audit's
+        logged keyed hashes when this record was written); the signal settings and the
+        shadow record are the same.
         """
         out = []
         missing_refs = [r for r in required.references if r not in self.references]
@@ -285,8 +303,15 @@ class GateRecord:
             out.append(f"reference(s) {','.join(missing_refs)} of the failed audit were not used (this audit used "
                        f"{','.join(self.references) or 'none'}; a fail is cleared only against the same references "
                        "or more)")
-        if required.pool and self.pool not in required.pool.split(","):
-            out.append(f"another pool (keyed digest {self.pool or 'unknown'}, the failed audit's {required.pool})")
+        pools = [p for p in (required.pool or "").split(",") if p and p != self.pool and p not in self.contains]
+        if pools:
+            out.append(f"another pool (keyed digest {self.pool or 'unknown'}; the failed audit's {','.join(pools)}, "
+                       "which this pool neither equals nor contains under the same hash key)")
+        for name, what in (("signal", "signal settings"), ("shadow_record", "shadow record")):
+            need = [v for v in (getattr(required, name) or "").split(",") if v]
+            if any(v != getattr(self, name) for v in need):
+                out.append(f"other {what} (digest {getattr(self, name) or 'none'}, the failed audit's "
+                           f"{','.join(need)}): a blocking verdict is lifted only with the same {what}")
         missing = [a for a in required.attacks if a not in self.attacks]
         if missing:
             out.append(f"attack(s) {','.join(missing)} did not run (the failed audit ran "

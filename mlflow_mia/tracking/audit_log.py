@@ -52,9 +52,10 @@ from mlflow_mia.tracking.artifacts import (SAMPLE_COLUMNS, active_run_id, check_
                                            keyed_table, log_figures, log_files, to_json, write_text)
 from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.log_settings import LogSettings
+from mlflow_mia.metrics.gate_record import GateRecord, signal_digest
 from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
 from mlflow_mia.audits.membership.report import in_brief, render_report
-from mlflow_mia.hashing import HashKey, require_hash_key
+from mlflow_mia.hashing import HashKey, keyed_hash, require_hash_key
 from mlflow_mia.tracking.records import dataset_inputs, model_inputs
 from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
@@ -334,11 +335,15 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
         versions = version_pairs(model_version)
         model_inputs(client, run_id, versions)
         try:
+            record = None if gate is None else GateRecord.of(gate, result.attacks, result.metrics,
+                                                             signal=signal_digest(result.config.signal))
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              clear_gate_fail=clear_gate_fail, weights_id=weights_id,
-                              audit_started=settings.audit_started,
+                              record=record, clear_gate_fail=clear_gate_fail, weights_id=weights_id, hash_key=hash_key,
                               references=reference_digests(result.models),
-                              pool=pool_digest(result.samples["text_hash"], result.samples["label"], hash_key))
+                              pool=pool_digest(result.samples["text_hash"], result.samples["label"], hash_key),
+                              pool_pairs=None if hash_key.is_random else
+                              [(keyed_hash(h, hash_key), int(y))
+                               for h, y in zip(result.samples["text_hash"], result.samples["label"])])
         finally:  # a deleted version raises after the others are tagged: describe those too
             if tag_headline or (gate is not None and not gate.passed):
                 describe_versions(client, versions, verdict=verdict, paragraph=in_brief(result), run_id=run_id)

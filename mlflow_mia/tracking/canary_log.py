@@ -359,7 +359,7 @@ def log_canary_audit(result, run_id: str | None = None, *, settings: LogSettings
         try:
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
                               clear_gate_fail=settings.clear_gate_fail, weights_id=settings.weights_id,
-                              audit_started=settings.audit_started,
+                              hash_key=hash_key,
                               headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
                               scope=CANARY_PREFIX)
         finally:  # a deleted version raises after the others are tagged: describe those too

@@ -1,39 +1,79 @@
-"""The gate verdict of a set of weights, derived from its append-only audit records.
+"""The gate verdict of a set of weights, derived from its sealed, append-only audit records.
 
 Every gated audit appends one record to each registry version it audited
-(``mia.gate.run.<run_id>``: a :class:`~mlflow_mia.metrics.gate_record.GateRecord` with the
-weights digest, the references, the pool's keyed digest and when it was written). The
-headline ``mia.gate`` of a version is never decided by the last writer: it is derived
-from every record of the version's weights, on every version (of any name) that holds
-them, by :func:`derive`:
+(``mia.gate.run.<run_id>``: a :class:`~mlflow_mia.metrics.gate_record.GateRecord`, sealed
+by :mod:`mlflow_mia.tracking.gate_seal`). The headline ``mia.gate`` of a version is never
+decided by the last writer: it is derived by :func:`derive` from the believed records
+(:class:`Entry`) of the version's weights, on every version that holds them:
 
-- records are read in the order they were written;
-- a ``fail`` stands, its requirement merged with earlier standing fails;
-- while a fail stands, only a ``pass`` run to clear it (``clear_gate_fail``), begun
-  after every standing fail was written, and at least as strong
+- records are read in the order their runs began on the tracking server (never by a
+  record's own fields);
+- a ``fail`` or an ``inconclusive`` blocks, its requirement merged with the blocking
+  records before it (a fail is the more severe);
+- a blocking verdict is lifted only by a ``pass`` begun after every blocking record's run
+  ended and at least as strong
   (:meth:`~mlflow_mia.metrics.gate_record.GateRecord.shortfalls`: attacks, budgets,
-  confidence, pool size, the same pool, the same references or more) clears it;
-- otherwise the latest record decides; records that share a parent run (one audit per
-  reference, ``reference_mode=each``) count as one audit, the most severe of them.
+  confidence, pool sizes, the same pool or one that contains it, the same references or
+  more, the same signal settings and shadow record); a ``fail`` also needs the audit to be
+  run to clear it (``clear_gate_fail``);
+- a pass counts only from the version's own registered model and from a release audit; a
+  blocking record on another model with the same weights makes the verdict stricter;
+- records that share a parent run (one audit per reference, ``reference_mode=each``)
+  count as one audit, the most severe of them;
+- a broken chain (a deleted record) sets ``tampered``, lifted like an inconclusive by an
+  audit at least as strong as the verdict that stood (and as every record recovered).
 
 Because the records are only appended, and every writer derives again after its own
-headline write (:func:`settle`), a concurrent pass can never leave a fail hidden: the
-last derivation sees every record written before it.
+headline write, a concurrent pass can never leave a fail hidden.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
+from mlflow_mia.tracking.verdict import TAMPERED  # a version whose record chain is broken
 
-__all__ = ["Derived", "RECORD_PREFIX", "derive", "pool_digest", "records_of", "reference_digests"]
+__all__ = ["Derived", "Entry", "RECORD_PREFIX", "TAMPERED", "BLOCKING", "derive", "pool_digest", "records_of",
+           "reference_digests"]
 
 RECORD_PREFIX = "mia.gate.run."
-_SEVERITY = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
+#: Gate verdicts that block a release.
+BLOCKING = (FAIL, INCONCLUSIVE, TAMPERED)
+_SEVERITY = {PASS: 0, INCONCLUSIVE: 1, TAMPERED: 2, FAIL: 3}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One believed gate record, placed in time by its run.
+
+    Attributes
+    ----------
+    run_id : str
+    record : GateRecord
+    where : str
+        ``name/version`` the record was written for.
+    own : bool
+        ``where`` is a version of the registered model whose verdict is derived.
+    start, end : float
+        The run's start and end on the tracking server (ms since the epoch; end is
+        infinity while the run has not ended).
+    breaks : bool
+        The version's record chain was found broken before this record (it names a
+        previous record that is gone, or its writer saw a break).
+    """
+
+    run_id: str
+    record: GateRecord
+    where: str
+    own: bool = True
+    start: float = 0
+    end: float = 0
+    breaks: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,17 +82,20 @@ class Derived:
 
     Attributes
     ----------
-    status : {"pass", "fail", "inconclusive"}
+    status : {"pass", "fail", "inconclusive", "tampered"}
     run_id : str
-        The audit whose record decides (for a fail: the latest standing fail).
+        The audit whose record decides (while blocking: the latest, most severe blocking record).
     record : GateRecord
         Its record.
     where : str
         ``name/version`` the deciding record was written on.
     required : GateRecord or None
-        While failing: what an audit must match to clear it (every standing fail merged).
-    fail_written : int
-        When the latest standing fail was written (0 when none).
+        While blocking: what an audit must match to lift it (every blocking record merged).
+    fail_written : float
+        While blocking: when the latest blocking record's run ended (infinity while it
+        runs); only a pass begun later lifts it.
+    notes : tuple of str
+        Why records were not counted and where tampering was seen, for the description.
     """
 
     status: str
@@ -60,7 +103,12 @@ class Derived:
     record: GateRecord
     where: str
     required: GateRecord | None = None
-    fail_written: int = 0
+    fail_written: float = 0
+    notes: tuple = ()
+
+    @property
+    def blocking(self) -> bool:
+        return self.status in BLOCKING
 
 
 def records_of(tags: dict, where: str, *, weights: str | None, version_weights: str | None) -> list[tuple]:
@@ -68,8 +116,8 @@ def records_of(tags: dict, where: str, *, weights: str | None, version_weights: 
 
     A record names its weights; one without (an earlier release, or an audit whose
     weights were not checked) belongs to the version's weights tag ``version_weights``
-    as it was before this audit, or to any weights when the version had none (a fail of
-    unknown weights blocks). An unreadable record is skipped.
+    as it was before this audit, or to any weights when the version had none. An
+    unreadable record is skipped.
     """
     out = []
     for key, value in tags.items():
@@ -86,25 +134,74 @@ def records_of(tags: dict, where: str, *, weights: str | None, version_weights: 
     return out
 
 
-def derive(records) -> Derived | None:
-    """The standing verdict of ``records`` (``(run_id, GateRecord, where)``, any order); None when empty."""
+def _block(state: Derived | None, e: Entry) -> Derived:
+    """``state`` after the blocking record ``e``: the requirements merged, the most severe status standing."""
+    end = e.end if e.end else math.inf
+    if state is None or not state.blocking:
+        return Derived(e.record.status, e.run_id, e.record, e.where, e.record, end, state.notes if state else ())
+    worse = _SEVERITY[e.record.status] >= _SEVERITY[state.status]
+    return Derived(e.record.status if worse else state.status, e.run_id if worse else state.run_id,
+                   e.record if worse else state.record, e.where if worse else state.where,
+                   e.record.merge(state.required), max(end, state.fail_written), state.notes)
+
+
+def _lifts(state: Derived, e: Entry) -> bool:
+    """Whether the pass ``e`` lifts the blocking ``state``."""
+    if e.record.parent and state.record.parent == e.record.parent:
+        return False  # a sibling of the same audit: the most severe stands
+    flag = e.record.clear or state.status != FAIL
+    return flag and e.start > state.fail_written and not e.record.shortfalls(state.required)
+
+
+def _tamper(state: Derived | None, since: float, reason: str) -> Derived | None:
+    """``state`` once tampering was seen at ``since``: ``tampered`` unless a fail stands (it stays, noted)."""
+    if state is None:
+        return None
+    notes = (*state.notes, reason)
+    if state.status == FAIL:
+        return Derived(FAIL, state.run_id, state.record, state.where, state.required, state.fail_written, notes)
+    required = state.required if state.blocking else state.record
+    return Derived(TAMPERED, state.run_id, state.record, state.where, required,
+                   max(since, state.fail_written if state.blocking else 0), notes)
+
+
+def derive(entries, *, tampering=(), notes=()) -> Derived | None:
+    """The standing verdict of the believed records ``entries`` (:class:`Entry`, any order); None when none.
+
+    Parameters
+    ----------
+    entries : iterable of Entry
+    tampering : iterable of (float, str)
+        Evidence of a deleted record or chain head not tied to a record: ``(time, reason)``.
+        It is answered by a later record that saw the break (``Entry.breaks``); otherwise
+        the verdict ends ``tampered``.
+    notes : iterable of str
+        Why records were not believed, kept on the result for the description.
+    """
+    ordered = sorted(entries, key=lambda e: (e.start, e.run_id))
     state: Derived | None = None
-    for run_id, record, where in sorted(records, key=lambda r: (r[1].written or 0, r[0])):
-        written = record.written or 0
-        if record.status == FAIL:
-            standing = state is not None and state.status == FAIL
-            required = record.merge(state.required if standing else None)
-            state = Derived(FAIL, run_id, record, where, required, max(written, state.fail_written if standing else 0))
-        elif state is not None and state.status == FAIL:
-            clears = (record.status == PASS and record.clear and (record.started or 0) > state.fail_written
-                      and not record.shortfalls(state.required))
-            if clears:
-                state = Derived(PASS, run_id, record, where)
-        elif (state is not None and record.parent and state.record.parent == record.parent
-              and _SEVERITY[state.status] > _SEVERITY[record.status]):
-            continue  # a sibling of the same audit: the most severe stands
-        else:
-            state = Derived(record.status, run_id, record, where)
+    extra = list(notes)
+    for e in ordered:
+        if e.breaks:
+            state = _tamper(state, e.start - 1, f"the record chain was broken before run {e.run_id}")
+        if e.record.status in (FAIL, INCONCLUSIVE):
+            state = _block(state, e)
+        elif not e.own:
+            extra.append(f"the pass of run {e.run_id} on {e.where} does not count here (another registered model: "
+                         "only its blocking verdicts carry over)")
+        elif not e.record.release:
+            extra.append(f"the pass of run {e.run_id} is not a release audit (release 0)")
+        elif state is None or not state.blocking:
+            state = Derived(PASS, e.run_id, e.record, e.where, notes=state.notes if state else ())
+        elif _lifts(state, e):
+            state = Derived(PASS, e.run_id, e.record, e.where, notes=state.notes)
+    breaks = [e.start for e in ordered if e.breaks]
+    for since, reason in tampering:
+        if not any(b > since for b in breaks):
+            state = _tamper(state, math.inf, reason)
+    if state is not None and extra:
+        state = Derived(state.status, state.run_id, state.record, state.where, state.required, state.fail_written,
+                        (*extra, *state.notes))
     return state
 
 

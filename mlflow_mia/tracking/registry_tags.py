@@ -48,12 +48,15 @@ from __future__ import annotations
 import logging
 import math
 import re
+import tempfile
 import time
 from dataclasses import replace
 
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
-from mlflow_mia.tracking.gate_history import RECORD_PREFIX, derive, records_of
+from mlflow_mia.tracking.gate_history import RECORD_PREFIX, TAMPERED, Entry, derive, records_of
+from mlflow_mia.tracking.gate_seal import (BROKEN, CHAIN_TAG, NO_PREV, RUN_RECORD_TAG, RUN_VERSIONS_TAG, SealKey,
+                                           Verifier, chain_tag, pointer, read_chain, run_record_tag, seal)
 from mlflow_mia.models.resolve import WEIGHTS_TAG
 from mlflow_mia.audits.membership import fmt_alpha
 from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
@@ -67,6 +70,7 @@ GATE_TAG = "mia.gate"
 ATTACKS_TAG, RUN_ID_TAG = f"{GATE_TAG}.attacks", f"{GATE_TAG}.run_id"
 WRITTEN_TAG, REQUIRES_TAG = f"{GATE_TAG}.written_at", f"{GATE_TAG}.requires"
 INHERITED_TAG = f"{GATE_TAG}.inherited_from"
+NOTES_TAG = f"{GATE_TAG}.notes"  # records not counted and tampering seen, for the description
 STALE = "stale"  # mia.verdict of a version whose weights changed since its last audit
 CANARY_PREFIX = "mia.canary."  # headline tags of canary audits (tracking/canary_log.py)
 _KEPT = (GATE_TAG, WEIGHTS_TAG, CANARY_PREFIX)  # prefixes a membership audit never deletes
@@ -177,38 +181,123 @@ def _versions_with(client, weights_id: str | None, name: str, version: str) -> l
     return [(n, v, tags) for (n, v), tags in out.items()]
 
 
-def _derive_for(client, name: str, version: str, weights_id: str | None, legacy: str | None):
-    """The standing verdict of the weights of ``name/version`` over every version holding them, and its tags.
+def _believed(verifier: Verifier, name: str, version: str, weights_id: str | None, legacy: str | None):
+    """The believed records of the weights of ``name/version`` on every version holding them.
 
+    Returns ``(entries by run id, this version's tags, notes)``.
+    """
+    entries: dict = {}
+    notes, mine = [], {}
+    for n, v, tags in _versions_with(verifier.client, weights_id, name, version):
+        own_version = (n, v) == (name, version)
+        if own_version:
+            mine = tags
+        version_weights = legacy if own_version else tags.get(WEIGHTS_TAG)
+        for run_id, record, at in records_of(tags, f"{n}/{v}", weights=weights_id, version_weights=version_weights):
+            origin = record.via or at
+            problem = verifier.problem(run_id, record, origin)
+            if problem:
+                notes.append(f"the record of run {run_id} on {at} is not counted: {problem}")
+                continue
+            if run_id in entries and not record.via:
+                continue  # the original was read already
+            start, end = verifier.times(run_id)
+            entries[run_id] = Entry(run_id, replace(record, via=None), origin,
+                                    own=origin.rpartition("/")[0] == name, start=start, end=end)
+    return entries, mine, notes
+
+
+def _sealed_here(verifier: Verifier, where: str, tags: dict) -> dict:
+    """``{pointer: (run_id, record)}`` of the records on ``where`` sealed under this audit's key (any weights)."""
+    out = {}
+    for key, value in tags.items():
+        if not key.startswith(RECORD_PREFIX):
+            continue
+        try:
+            record = GateRecord.from_tag(value)
+        except (ValueError, TypeError):
+            continue
+        run_id = key[len(RECORD_PREFIX):]
+        if not record.via and record.mac and record.mac == seal(record, run_id=run_id, where=where,
+                                                                key=verifier.key).mac:
+            out[pointer(run_id, record)] = (run_id, record)
+    return out
+
+
+def _chain(verifier: Verifier, name: str, version: str, entries: dict, mine: dict, weights_id: str | None):
+    """Check this version's record chain (under this audit's key); recover deleted records from their runs.
+
+    Returns ``(entries with breaks marked and recovered records added, tampering evidence
+    as (time, reason), the pointer the next record names as its previous one)``.
+    """
+    where = f"{name}/{version}"
+    sealed = _sealed_here(verifier, where, mine)
+    runs = {run_id for run_id, _ in sealed.values()}
+    tampering: list = []
+
+    def recover(run_id: str, why: str) -> None:
+        record = verifier.recover(run_id, where) if run_id else None
+        if record is None or (weights_id and record.weights not in (None, weights_id)):
+            tampering.append((record.started or 0 if record else 0, why))
+            return
+        start, end = verifier.times(run_id)
+        entries.setdefault(run_id, Entry(run_id, record, where, start=start, end=end))
+        tampering.append((start, f"{why}; recovered from its run"))
+
+    for run_id, record in sealed.values():
+        if record.prev == BROKEN or (record.prev not in (None, NO_PREV) and record.prev not in sealed):
+            if run_id in entries:
+                entries[run_id] = replace(entries[run_id], breaks=True)
+            else:
+                tampering.append((record.started or 0, f"the record chain of {where} is broken before run {run_id}"))
+            gone = (record.prev or "").partition(":")[0]
+            if record.prev != BROKEN and gone not in runs and gone not in entries:
+                recover(gone, f"the record of run {gone} on {where} was deleted (run {run_id}'s record names it)")
+    head, problem = read_chain(mine, where, verifier.key)
+    latest = max((r.started or 0 for _, r in sealed.values()), default=0)
+    if sealed and problem:
+        tampering.append((latest, f"{where}: {problem}"))
+    elif sealed and head is None:
+        tampering.append((latest, f"{where} holds sealed records but its record chain tag was deleted"))
+    elif head is not None and head not in sealed:
+        gone = head.partition(":")[0]
+        recover(gone, f"the latest record of {where} (run {gone}) was deleted")
+    for run_id in verifier.runs_naming(where):
+        if run_id not in runs and run_id != verifier.own_run_id and run_id not in entries:
+            recover(run_id, f"the record of run {run_id} on {where} was deleted (the run names the version)")
+    unanswered = [t for t, _ in tampering if not any(e.breaks and e.start > t for e in entries.values())]
+    prev = BROKEN if unanswered or (sealed and (problem or head not in sealed)) else head or NO_PREV
+    return entries, tampering, prev
+
+
+def _derive_for(client, name: str, version: str, weights_id: str | None, legacy: str | None, verifier=None):
+    """The standing verdict of the weights of ``name/version`` over every version holding them.
+
+    Returns ``(Derived or None, this version's tags, the pointer the next record names, entries)``.
     ``legacy``: the weights a record without a digest on this version belongs to (the
     version's weights tag before this audit).
     """
-    records: dict = {}
-    mine: dict = {}
-    for n, v, tags in _versions_with(client, weights_id, name, version):
-        own = (n, v) == (name, version)
-        if own:
-            mine = tags
-        version_weights = legacy if own else tags.get(WEIGHTS_TAG)
-        for run_id, record, where in records_of(tags, f"{n}/{v}", weights=weights_id, version_weights=version_weights):
-            if run_id not in records or (records[run_id][0] and not record.via):  # a copy: keep the original
-                records[run_id] = (bool(record.via), (run_id, replace(record, via=None), where))
-    return derive(entry for _, entry in records.values()), mine
+    verifier = verifier or Verifier(client, SealKey.of())
+    entries, mine, notes = _believed(verifier, name, version, weights_id, legacy)
+    entries, tampering, prev = _chain(verifier, name, version, entries, mine, weights_id)
+    derived = derive(entries.values(), tampering=tampering, notes=notes)
+    return derived, mine, prev, entries
 
 
 def _gate_tags(derived, where: str) -> dict[str, str | None]:
     """The headline gate tags of a derived verdict (None: delete the tag)."""
     if derived is None:
         return {GATE_TAG: None, ATTACKS_TAG: None, RUN_ID_TAG: None, WRITTEN_TAG: None, REQUIRES_TAG: None,
-                INHERITED_TAG: None}
-    failing = derived.status == FAIL
+                INHERITED_TAG: None, NOTES_TAG: None}
+    blocking = derived.blocking and derived.required is not None
     return {GATE_TAG: derived.status, ATTACKS_TAG: ",".join(derived.record.attacks), RUN_ID_TAG: derived.run_id,
             WRITTEN_TAG: str(derived.record.written or 0),
-            REQUIRES_TAG: derived.required.to_tag() if failing else None,
-            INHERITED_TAG: derived.where if failing and derived.where != where else None}
+            REQUIRES_TAG: derived.required.to_tag() if blocking else None,
+            INHERITED_TAG: derived.where if derived.blocking and derived.where != where else None,
+            NOTES_TAG: " | ".join(derived.notes)[:4000] or None}
 
 
-def _settle(client, name: str, version: str, weights_id: str | None, legacy: str | None):
+def _settle(client, name: str, version: str, weights_id: str | None, legacy: str | None, verifier: Verifier):
     """Write the headline gate tags derived from every record, and derive again until they stand.
 
     Each writer derives again after its own write, so the last derivation of any writer
@@ -217,40 +306,49 @@ def _settle(client, name: str, version: str, weights_id: str | None, legacy: str
     where = f"{name}/{version}"
     derived = None
     for _ in range(5):
-        derived, current = _derive_for(client, name, version, weights_id, legacy)
+        derived, current, _, _ = _derive_for(client, name, version, weights_id, legacy, Verifier(
+            client, verifier.key, verifier.own_run_id))
         copy = f"{RECORD_PREFIX}{derived.run_id}" if derived is not None else None
-        if derived is not None and derived.status == FAIL and derived.where != where and copy not in current:
-            # the inherited fail's record, for whoever reads this version's history
+        if derived is not None and derived.blocking and derived.where != where and copy not in current:
+            # the inherited blocking record, for whoever reads this version's history (sealed for its origin)
             _set_tag(client, name, version, copy, replace(derived.record, via=derived.where).to_tag())
         for key, value in _gate_tags(derived, where).items():
             if value is None and key in current:
                 _delete_tag(client, name, version, key)
             elif value is not None and current.get(key) != value:
                 _set_tag(client, name, version, key, value)
-        again, _ = _derive_for(client, name, version, weights_id, legacy)
+        if derived is not None and derived.status == TAMPERED and current.get(VERDICT_TAG) != TAMPERED:
+            _set_tag(client, name, version, VERDICT_TAG, TAMPERED)
+        again = _derive_for(client, name, version, weights_id, legacy,
+                            Verifier(client, verifier.key, verifier.own_run_id))[0]
         if (again and (again.status, again.run_id)) == (derived and (derived.status, derived.run_id)):
             break
     return derived
 
 
 def _explain(where: str, derived, record: GateRecord | None, run_id: str, before) -> None:
-    """Say why this audit's verdict is not the version's (or that it cleared a fail)."""
+    """Say why this audit's verdict is not the version's (or that it lifted a blocking one), and what was not counted."""
+    for note in derived.notes if derived is not None else ():
+        log.warning("%s: %s", where, note)
     if record is None or derived is None:
         return
-    if derived.status == FAIL and derived.run_id != run_id:
-        if record.started is not None and derived.fail_written > record.started:
-            log.warning("%s: mia.gate=fail was written by run %s after this audit began; it is kept (this audit's "
-                        "verdict, %s, is recorded in %s%s only)", where, derived.run_id, record.status,
+    if derived.blocking and derived.run_id != run_id:
+        status = derived.status
+        flag = " (and --clear-gate-fail, clear_gate_fail=True)" if status == FAIL else ""
+        if record.status == PASS and derived.fail_written > (record.started or 0):
+            log.warning("%s: mia.gate=%s was written by run %s, which ended after this audit began (or still runs); it is kept (this audit's "
+                        "verdict, %s, is recorded in %s%s only)", where, status, derived.run_id, record.status,
                         RECORD_PREFIX, run_id)
-        elif record.status == PASS and record.clear:
-            log.warning("%s keeps mia.gate=fail (run %s, %s): --clear-gate-fail (clear_gate_fail=True) needs an audit "
-                        "at least as strong as the one that failed, and this one is weaker: %s", where,
-                        derived.run_id, derived.where, "; ".join(record.shortfalls(derived.required)))
-        elif record.status != FAIL:
-            log.warning("%s keeps mia.gate=fail (run %s, %s): only a passing audit at least as strong, run with "
-                        "--clear-gate-fail (clear_gate_fail=True), clears it", where, derived.run_id, derived.where)
-    elif derived.status == PASS and derived.run_id == run_id and before is not None and before.status == FAIL:
-        log.warning("%s: mia.gate=fail (run %s) cleared by this passing audit", where, before.run_id)
+        elif record.status == PASS and (record.clear or status != FAIL) and derived.required is not None:
+            shortfalls = record.shortfalls(derived.required) or ["it began before the blocking audit ended"]
+            log.warning("%s keeps mia.gate=%s (run %s, %s): lifting it needs an audit at least as strong%s, and this "
+                        "one is weaker: %s", where, status, derived.run_id, derived.where, flag, "; ".join(shortfalls))
+        elif record.status == PASS:
+            log.warning("%s keeps mia.gate=%s (run %s, %s): only a passing audit at least as strong, run with "
+                        "--clear-gate-fail (clear_gate_fail=True), clears it", where, status, derived.run_id,
+                        derived.where)
+    elif derived.status == PASS and derived.run_id == run_id and before is not None and before.blocking:
+        log.warning("%s: mia.gate=%s (run %s) lifted by this passing audit", where, before.status, before.run_id)
 
 
 def _mark_stale(client, name: str, version: str, current: dict, weights_id: str) -> None:
@@ -258,7 +356,7 @@ def _mark_stale(client, name: str, version: str, current: dict, weights_id: str)
     old = current.get(WEIGHTS_TAG)
     reason = (f"the weights of models:/{name}/{version} changed since its last audit (recorded {old}, now "
               f"{weights_id}): earlier verdicts belong to the old weights")
-    for key in (GATE_TAG, ATTACKS_TAG, RUN_ID_TAG, WRITTEN_TAG, REQUIRES_TAG, INHERITED_TAG):
+    for key in (GATE_TAG, ATTACKS_TAG, RUN_ID_TAG, WRITTEN_TAG, REQUIRES_TAG, INHERITED_TAG, NOTES_TAG):
         if key in current:
             _delete_tag(client, name, version, key)
     _set_tag(client, name, version, VERDICT_TAG, STALE)
@@ -271,8 +369,8 @@ def _mark_stale(client, name: str, version: str, current: dict, weights_id: str)
 
 
 def _tag_version(client, name: str, version: str, new: dict, gate, record, *, run_id: str, headline: bool,
-                 weights_id: str | None, scope: str = "mia.") -> dict[str, str]:
-    """Append this audit's record to one version, write its headline tags, and derive its gate verdict."""
+                 weights_id: str | None, verifier: Verifier, scope: str = "mia.") -> dict[str, str]:
+    """Append this audit's sealed record to one version, write its headline tags, and derive its gate verdict."""
     current = dict(client.get_model_version(name, version).tags or {})
     where = f"{name}/{version}"
     legacy = current.get(WEIGHTS_TAG)
@@ -281,23 +379,27 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
         current = dict(client.get_model_version(name, version).tags or {})
         legacy = weights_id
     weights = weights_id or legacy
-    before, _ = _derive_for(client, name, version, weights, legacy)
-    if "mia.verdict" not in current and (headline or (gate is not None and not gate.passed)):  # the version page
-        _set_tag(client, name, version, "mia.verdict", "pending")  # lists tags as first written: the verdict first
+    before, _, prev, _ = _derive_for(client, name, version, weights, legacy, verifier)
+    if VERDICT_TAG not in current and (headline or (gate is not None and not gate.passed)):  # the version page
+        _set_tag(client, name, version, VERDICT_TAG, "pending")  # lists tags as first written: the verdict first
     written = dict(new)
     if record is not None and (headline or gate is None or not gate.passed):  # the record first: append-only
-        _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", record.to_tag())
-        written[f"{RECORD_PREFIX}{run_id}"] = record.to_tag()
+        sealed = seal(replace(record, prev=prev), run_id=run_id, where=where, key=verifier.key)
+        _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", sealed.to_tag())
+        _set_tag(client, name, version, f"{CHAIN_TAG}.{verifier.key.check}",
+                 chain_tag(where, pointer(run_id, sealed), verifier.key))
+        written[f"{RECORD_PREFIX}{run_id}"] = sealed.to_tag()
     if weights_id and (headline or record is not None):
         written[WEIGHTS_TAG] = weights_id
     kept = _KEPT if scope == "mia." else (GATE_TAG, WEIGHTS_TAG)
     stale = [key for key in current if headline and key.startswith(scope) and not key.startswith(kept)
-             and key not in written and not key.startswith("mia.verdict")]  # the headline describes this audit only
+             and key not in written and not key.startswith(VERDICT_TAG)]  # the headline describes this audit only
     for key in stale:
         _delete_tag(client, name, version, key)
     for key, value in written.items():
-        _set_tag(client, name, version, key, value)
-    derived = _settle(client, name, version, weights, legacy)
+        if not key.startswith(RECORD_PREFIX):
+            _set_tag(client, name, version, key, value)
+    derived = _settle(client, name, version, weights, legacy, verifier)
     _explain(f"models:/{where}", derived, record, run_id, before)
     if derived is not None:
         written.update({k: v for k, v in _gate_tags(derived, where).items() if v is not None})
@@ -305,8 +407,9 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
     return written
 
 
-def _propagate(client, weights_id: str | None, record: GateRecord, *, done, source: str, run_id: str) -> None:
-    """Copy this audit's fail to every other version holding the same weights, and derive their verdicts."""
+def _propagate(client, weights_id: str | None, record: GateRecord, *, done, source: str, run_id: str,
+               verifier: Verifier) -> None:
+    """Copy this audit's blocking record to every other version holding the same weights, and derive their verdicts."""
     from mlflow.exceptions import MlflowException
 
     for mv in _same_weights(client, weights_id):
@@ -315,19 +418,45 @@ def _propagate(client, weights_id: str | None, record: GateRecord, *, done, sour
             continue
         try:
             _set_tag(client, name, version, f"{RECORD_PREFIX}{run_id}", replace(record, via=source).to_tag())
-            _settle(client, name, version, weights_id, (mv.tags or {}).get(WEIGHTS_TAG))
+            _settle(client, name, version, weights_id, (mv.tags or {}).get(WEIGHTS_TAG), verifier)
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             continue
-        log.warning("models:/%s/%s holds the same weights (%s): mia.gate=fail recorded there too", name, version,
-                    weights_id)
+        log.warning("models:/%s/%s holds the same weights (%s): mia.gate=%s recorded there too", name, version,
+                    weights_id, record.status)
+
+
+def _contained_pools(client, entries, pool: str | None, pairs) -> tuple:
+    """Keyed digests of the blocking records' pools that the audited pool contains.
+
+    ``pairs``: the audited pool's ``(keyed text hash, label)`` pairs. Each blocking record's
+    own pool is read back from its run's ``tables/samples.csv`` (keyed hashes and labels,
+    logged by every audit): it is contained when every one of its pairs is among ``pairs``.
+    """
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
+
+    out: list = []
+    for e in entries:
+        if e.record.status == PASS or not e.record.pool or e.record.pool in (pool, *out):
+            continue
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                path = client.download_artifacts(e.run_id, "tables/samples.csv", folder)
+                theirs = pd.read_csv(path, usecols=["text_hmac", "label"])
+        except (MlflowException, OSError, ValueError) as exc:
+            log.debug("pool of run %s not read back: %s", e.run_id, exc)
+            continue
+        if set(zip(theirs["text_hmac"], theirs["label"].astype(int))) <= pairs:
+            out.append(e.record.pool)
+    return tuple(out)
 
 
 def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, headline: bool = True,
                       clear_gate_fail: bool = False, weights_id: str | None = None,
-                      audit_started: int | None = None, headline_tags_=None, record=None,
-                      scope: str = "mia.", references=(), pool: str | None = None) -> dict[str, str]:
+                      headline_tags_=None, record=None, scope: str = "mia.", references=(),
+                      pool: str | None = None, pool_pairs=None, hash_key=None) -> dict[str, str]:
     """Tag registry version(s) with an audit's evidence (see the module docstring).
 
     Parameters
@@ -346,9 +475,6 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
         Digest of the audited weights (``sha256:<hex>``), stored as
         ``mia.weights_sha256`` (callers pass it only for versions whose weights they
         loaded or checked); a fail is recorded against it.
-    audit_started : int, optional
-        When the audit began, ms since the epoch; a verdict written later is not
-        overwritten (default: the run's start time).
     headline_tags_, record, scope : optional
         Another audit's headline tags, gate record and tag prefix (the canary audit:
         ``mia.canary.*`` tags, whose stale ones alone it replaces).
@@ -357,6 +483,12 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
         cleared only against the same references or more).
     pool : str, optional
         Keyed digest of the audited pool (:func:`pool_digest`).
+    pool_pairs : iterable of (str, int), optional
+        The pool's ``(keyed text hash, label)`` pairs: an earlier blocking audit's pool that
+        they contain (read back from its run) is recorded in ``contains``.
+    hash_key : HashKey, optional
+        The audit's hash key: records are sealed under a key derived from it when it is
+        kept, else from the account's store key (:class:`~mlflow_mia.tracking.gate_seal.SealKey`).
 
     Returns
     -------
@@ -372,36 +504,57 @@ def tag_model_version(registry, result, *, run_id: str, gate=None, client=None, 
     from mlflow.exceptions import MlflowException
 
     client = client or MlflowClient()
+    verifier = Verifier(client, SealKey.of(hash_key), own_run_id=run_id)
     run = client.get_run(run_id)
-    if audit_started is None:
-        audit_started = run.info.start_time
     new = ((headline_tags(result, run_id=run_id) if headline_tags_ is None else dict(headline_tags_))
            if headline else {})
     if weights_id and headline:
         new[WEIGHTS_TAG] = weights_id
     if record is None and gate is not None:
         record = GateRecord.of(gate, result.attacks, result.metrics)
+    pairs = version_pairs(registry)
     if record is not None:
-        record = replace(record, weights=record.weights or weights_id, started=audit_started, clear=clear_gate_fail,
-                         written=int(time.time() * 1000), parent=run.data.tags.get("mlflow.parentRunId"),
-                         references=record.references or tuple(references), pool=record.pool or pool)
+        record = replace(record, weights=record.weights or weights_id, started=run.info.start_time,
+                         clear=clear_gate_fail, written=int(time.time() * 1000),
+                         parent=run.data.tags.get("mlflow.parentRunId"),
+                         references=record.references or tuple(references), pool=record.pool or pool,
+                         key=verifier.key.check)
+        if pool_pairs:
+            entries = [e for name, version in pairs for e in _entries_of(client, name, version, weights_id, verifier)]
+            record = replace(record, contains=_contained_pools(client, entries, record.pool, set(pool_pairs)))
+        client.set_tag(run_id, RUN_VERSIONS_TAG, "," + ",".join(f"{n}/{v}" for n, v in pairs) + ",")
+        client.set_tag(run_id, RUN_RECORD_TAG, run_record_tag(record, run_id=run_id, key=verifier.key))
+        verifier = Verifier(client, verifier.key, own_run_id=run_id)  # the run's tags changed
     written: dict[str, str] = {}
     done, gone = [], []
-    for name, version in version_pairs(registry):
+    for name, version in pairs:
         try:
             written = _tag_version(client, name, version, new, gate, record, run_id=run_id, headline=headline,
-                                   weights_id=weights_id, scope=scope)
+                                   weights_id=weights_id, scope=scope, verifier=verifier)
             done.append((name, version))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
             gone.append((name, version))
-    if record is not None and record.status == FAIL and weights_id:
-        _propagate(client, weights_id, record, done=set(done) | set(gone), run_id=run_id,
-                   source="/".join((done + gone)[0]))
+    origin = written.get(f"{RECORD_PREFIX}{run_id}")
+    if record is not None and record.status != PASS and weights_id and origin:
+        _propagate(client, weights_id, GateRecord.from_tag(origin), done=set(done) | set(gone), run_id=run_id,
+                   source="/".join(done[-1]), verifier=verifier)
     if gone:
         raise VersionDeletedError(gone, status=gate.status if gate is not None else None, run_id=run_id)
     return written
+
+
+def _entries_of(client, name: str, version: str, weights_id: str | None, verifier: Verifier) -> list:
+    """The believed records of a version's weights (none when the version was deleted)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return list(_derive_for(client, name, version, weights_id, None, verifier)[3].values())
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        return []
 
 
 def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str) -> None:
@@ -439,8 +592,11 @@ def describe_versions(client, versions, *, verdict, paragraph: str, run_id: str)
                 kept, setter = verdict_of(gate_status=standing), tags.get(RUN_ID_TAG) or run_id
                 mine = Verdict(kept.value, f"{kept.reason} (mia.gate={standing} kept from run "
                                            f"{tags.get(RUN_ID_TAG)}; this audit: {verdict.value})")
+            notes = tags.get(NOTES_TAG)
+            text = paragraph if not notes else (f"{paragraph}\n\nGate records not counted, and tampering seen "
+                                                f"(mia.gate.notes): {notes}")
             describe_version(client, name, version, verdict=mine,
-                             description=run_description(mine, paragraph, run_link=link(setter)))
+                             description=run_description(mine, text, run_link=link(setter)))
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise

@@ -50,6 +50,7 @@ VERDICT_TAG = "mia.verdict"
 NOTE_TAG = "mlflow.note.content"  # the run's (and experiment's) description in the MLflow UI
 RUN_NAME_TAG, RUN_KIND_TAG = "mlflow.runName", "mia.run_kind"  # run kind: audit, or failed (mlflow run)
 LEAKS, WITHIN_BUDGET, NO_EVIDENCE = "leaks", "within budget", "no evidence of leakage"
+TAMPERED = "tampered"  # mlflow_mia.tracking.gate_history.TAMPERED: a registry version whose gate records were edited
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def verdict_of(*, gate_status: str | None = None, auc=None, auc_ci=None, attack:
 
     Parameters
     ----------
-    gate_status : {"pass", "fail", "inconclusive"} or None
+    gate_status : {"pass", "fail", "inconclusive", "tampered"} or None
         The release gate's verdict (:class:`mlflow_mia.metrics.gate.GateResult`); None without a gate.
     auc : float, optional
         The headline attack's AUC (for the reason only).
@@ -118,7 +119,10 @@ def verdict_of(*, gate_status: str | None = None, auc=None, auc_ci=None, attack:
         reasons = {FAIL: (LEAKS, "release gate failed: a lower confidence bound of a TPR is over its budget"),
                    PASS: (WITHIN_BUDGET, "release gate passed: every upper bound of the TPR is within its budget"),
                    INCONCLUSIVE: (INCONCLUSIVE, "release gate inconclusive: the audit shows neither that the "
-                                                "budget holds nor that it is exceeded")}
+                                                "budget holds nor that it is exceeded"),
+                   TAMPERED: (TAMPERED, "the version's gate records were tampered with (a record or the chain tag "
+                                        "deleted or edited): an audit at least as strong as the verdict that stood "
+                                        "must run again")}
         if gate_status not in reasons:
             raise ValueError(f"gate_status must be one of {sorted(reasons)} or None, not {gate_status!r}")
         return Verdict(*reasons[gate_status])

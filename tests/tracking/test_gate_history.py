@@ -1,59 +1,124 @@
-"""The gate verdict of a set of weights, derived from its records (mlflow_mia.tracking.gate_history)."""
+"""The gate verdict of a set of weights, derived from its believed records (mlflow_mia.tracking.gate_history)."""
+
+import math
 
 from mlflow_mia.metrics.gate_record import GateRecord
-from mlflow_mia.tracking.gate_history import derive, pool_digest, records_of, reference_digests
+from mlflow_mia.tracking.gate_history import Entry, derive, pool_digest, records_of, reference_digests
 
 W = "sha256:" + "a" * 64
 REF, TWIN = "sha256:" + "1" * 16, "sha256:" + "2" * 16
 
 
-def _record(status, written, **fields) -> GateRecord:
+def _record(status, **fields) -> GateRecord:
     base = {"attacks": ("loss", "likelihood_ratio"), "budgets": ((0.01, 0.05),), "confidence": 0.95,
-            "members": 100, "non_members": 100, "weights": W, "references": (REF,), "pool": "p1",
-            "started": written - 1, "written": written}
+            "members": 100, "non_members": 100, "weights": W, "references": (REF,), "pool": "p1", "signal": "s1"}
     return GateRecord(status, **{**base, **fields})
 
 
+def _entry(run_id, status, start, *, end=None, where="m/1", own=True, breaks=False, **fields) -> Entry:
+    """A record of run ``run_id`` that began at ``start`` and ended at ``end`` (default: ``start + 1``)."""
+    return Entry(run_id, _record(status, **fields), where, own=own, start=start,
+                 end=start + 1 if end is None else end, breaks=breaks)
+
+
 def test_a_fail_stands_against_a_later_pass_that_does_not_clear_it():
-    records = [("a", _record("fail", 10), "m/1"), ("b", _record("pass", 20), "m/1")]
-    derived = derive(records)
+    entries = [_entry("a", "fail", 10), _entry("b", "pass", 20)]
+    derived = derive(entries)
     assert (derived.status, derived.run_id) == ("fail", "a")
-    assert derive([*records, ("c", _record("pass", 30, clear=True), "m/2")]).status == "pass"
+    assert derive([*entries, _entry("c", "pass", 30, clear=True)]).status == "pass"
+
+
+def test_an_inconclusive_is_lifted_only_by_a_pass_at_least_as_strong():
+    """Issue item 3: an inconclusive blocks like a fail; a weaker pass (smaller pool, looser budget) leaves it."""
+    full = _entry("a", "inconclusive", 10, members=1000, non_members=1000, budgets=((0.01, 0.067),))
+    small = _entry("b", "pass", 20, members=200, non_members=200, budgets=((0.1, 0.5),), pool="p2")
+    derived = derive([full, small])
+    assert (derived.status, derived.run_id) == ("inconclusive", "a")
+    assert small.record.shortfalls(derived.required) == [
+        "another pool (keyed digest p2; the failed audit's p1, which this pool neither equals nor contains under "
+        "the same hash key)",
+        "no budget at FPR 0.01 (the failed audit's budget was 0.01:0.067; a budget at another FPR does not show "
+        "the same)",
+        "200 members, fewer than the failed audit's 1000", "200 non-members, fewer than the failed audit's 1000"]
+    # a larger pool that contains the earlier one, at the same budget, lifts it (no --clear-gate-fail needed)
+    larger = _entry("c", "pass", 30, members=2000, non_members=2000, budgets=((0.01, 0.067),), pool="p3",
+                    contains=("p1",))
+    assert derive([full, small, larger]).status == "pass"
+    # other signal settings show something else
+    other_settings = _entry("d", "pass", 30, members=1000, non_members=1000, budgets=((0.01, 0.067),), signal="s2")
+    assert derive([full, other_settings]).status == "inconclusive"
 
 
 def test_a_useless_reference_or_another_pool_cannot_clear_a_fail():
-    fail = ("a", _record("fail", 10), "m/1")
-    twin = _record("pass", 20, clear=True, references=(TWIN,))
-    assert derive([fail, ("b", twin, "m/1")]).status == "fail"
-    assert "reference(s) sha256:1111111111111111 of the failed audit were not used" in twin.shortfalls(
+    fail = _entry("a", "fail", 10)
+    twin = _entry("b", "pass", 20, clear=True, references=(TWIN,))
+    assert derive([fail, twin]).status == "fail"
+    assert "reference(s) sha256:1111111111111111 of the failed audit were not used" in twin.record.shortfalls(
         derive([fail]).required)[0]
-    other_pool = _record("pass", 20, clear=True, pool="p2")
-    assert derive([fail, ("b", other_pool, "m/1")]).status == "fail"
-    superset = _record("pass", 20, clear=True, references=(REF, TWIN))
-    assert derive([fail, ("b", superset, "m/1")]).status == "pass"
+    assert derive([fail, _entry("b", "pass", 20, clear=True, pool="p2")]).status == "fail"
+    assert derive([fail, _entry("b", "pass", 20, clear=True, references=(REF, TWIN))]).status == "pass"
 
 
-def test_a_pass_begun_before_a_fail_was_written_does_not_clear_it():
-    racing = _record("pass", 30, clear=True, started=5)
-    assert derive([("a", _record("fail", 10), "m/1"), ("b", racing, "m/1")]).status == "fail"
+def test_a_pass_begun_before_the_blocking_run_ended_does_not_lift_it():
+    running_fail = _entry("a", "fail", 10, end=math.inf)  # the failing audit has not ended
+    assert derive([running_fail, _entry("b", "pass", 30, clear=True)]).status == "fail"
+    fail = _entry("a", "fail", 10, end=40)
+    assert derive([fail, _entry("b", "pass", 30, clear=True)]).status == "fail"
+    assert derive([fail, _entry("b", "pass", 41, clear=True)]).status == "pass"
 
 
-def test_the_order_is_by_time_written_not_by_who_writes_last():
-    late_fail, early_pass = _record("fail", 50), _record("pass", 40)
-    assert derive([("a", late_fail, "m/1"), ("b", early_pass, "m/1")]).status == "fail"
-    assert derive([("b", early_pass, "m/1"), ("a", late_fail, "m/1")]).status == "fail"
+def test_the_order_is_by_the_runs_start_on_the_server_not_by_the_records_own_fields():
+    """Issue item 2: a record dated 2101 in its own fields is placed by its run's start time."""
+    future = _entry("a", "pass", 10, written=4_133_980_800_000)  # 2101-01-01
+    later_fail = _entry("b", "fail", 20)
+    assert derive([future, later_fail]).status == "fail"
+    assert derive([later_fail, future]).status == "fail"
+
+
+def test_a_pass_on_another_registered_model_never_counts_and_its_blocking_records_do():
+    """Issue item 1: only blocking verdicts cross registered models holding the same weights."""
+    fail_here = _entry("a", "fail", 10)
+    evil_pass = _entry("b", "pass", 20, clear=True, where="evil/1", own=False)
+    derived = derive([fail_here, evil_pass])
+    assert (derived.status, derived.run_id) == ("fail", "a")
+    assert "the pass of run b on evil/1 does not count here" in derived.notes[0]
+    assert derive([evil_pass]) is None
+    evil_fail = _entry("c", "fail", 30, where="evil/1", own=False)
+    derived = derive([_entry("d", "pass", 5), evil_fail])
+    assert (derived.status, derived.where) == ("fail", "evil/1")
+
+
+def test_a_broken_chain_is_tampered_until_an_audit_at_least_as_strong():
+    """Issue item 4: a record after a deleted one breaks the chain; a weaker pass does not mend it."""
+    passing = _entry("a", "pass", 10)
+    weak = _entry("b", "pass", 20, breaks=True, budgets=((0.1, 0.5),))
+    derived = derive([passing, weak])
+    assert derived.status == "tampered" and derived.required.budgets == ((0.01, 0.05),)
+    strong = _entry("c", "pass", 20, breaks=True)
+    assert derive([passing, strong]).status == "pass"
+    # evidence no later record answered (the latest record deleted) ends tampered
+    assert derive([passing], tampering=[(15, "the latest record was deleted")]).status == "tampered"
+    assert derive([passing, strong], tampering=[(15, "deleted")]).status == "pass"
+    # a standing fail stays a fail, with the tampering noted
+    derived = derive([_entry("a", "fail", 10)], tampering=[(15, "the chain tag was deleted")])
+    assert derived.status == "fail" and "the chain tag was deleted" in derived.notes
+
+
+def test_a_seeded_canary_audit_is_not_a_release_audit():
+    derived = derive([_entry("a", "inconclusive", 10), _entry("b", "pass", 20, release=False)])
+    assert derived.status == "inconclusive" and "not a release audit" in derived.notes[0]
 
 
 def test_siblings_of_one_audit_count_as_its_most_severe():
-    children = [("c1", _record("inconclusive", 10, parent="p"), "m/1"), ("c2", _record("pass", 11, parent="p"), "m/1")]
+    children = [_entry("c1", "inconclusive", 10, parent="p"), _entry("c2", "pass", 11, parent="p")]
     assert derive(children).status == "inconclusive"
-    assert derive([*children, ("next", _record("pass", 20), "m/1")]).status == "pass"
+    assert derive([*children, _entry("next", "pass", 20)]).status == "pass"
 
 
 def test_records_belong_to_their_weights():
     other = "sha256:" + "b" * 64
-    tags = {"mia.gate.run.a": _record("fail", 10, weights=other).to_tag(),
-            "mia.gate.run.b": _record("pass", 20).to_tag(),
+    tags = {"mia.gate.run.a": _record("fail", weights=other).to_tag(),
+            "mia.gate.run.b": _record("pass").to_tag(),
             "mia.gate.run.old": GateRecord("fail", attacks=("loss",)).to_tag(),  # an earlier release: no digest
             "mia.gate": "fail"}
     assert [r for r, _, _ in records_of(tags, "m/1", weights=W, version_weights=W)] == ["b", "old"]
