@@ -180,7 +180,7 @@ def derive(entries, *, tampering=(), notes=()) -> Derived | None:
     """
     ordered = sorted(entries, key=lambda e: (e.start, e.run_id))
     state: Derived | None = None
-    extra = list(notes)
+    extra = [*notes, *(reason for _, reason in tampering)]
     for e in ordered:
         if e.breaks:
             state = _tamper(state, e.start - 1, f"the record chain was broken before run {e.run_id}")
@@ -198,7 +198,7 @@ def derive(entries, *, tampering=(), notes=()) -> Derived | None:
     breaks = [e.start for e in ordered if e.breaks]
     for since, reason in tampering:
         if not any(b > since for b in breaks):
-            state = _tamper(state, math.inf, reason)
+            state = _tamper(state, math.inf, f"not answered by a later audit: {reason}")
     if state is not None and extra:
         state = Derived(state.status, state.run_id, state.record, state.where, state.required, state.fail_written,
                         (*extra, *state.notes))

@@ -195,15 +195,18 @@ def _believed(verifier: Verifier, name: str, version: str, weights_id: str | Non
         version_weights = legacy if own_version else tags.get(WEIGHTS_TAG)
         for run_id, record, at in records_of(tags, f"{n}/{v}", weights=weights_id, version_weights=version_weights):
             origin = record.via or at
+            own = origin.rpartition("/")[0] == name
             problem = verifier.problem(run_id, record, origin)
-            if problem:
+            if problem and own and record.status != PASS and verifier.run(run_id) is not None:
+                notes.append(f"the record of run {run_id} on {at} is counted as blocking although {problem} (a "
+                             "blocking record of this model whose run exists can only make the verdict stricter)")
+            elif problem:
                 notes.append(f"the record of run {run_id} on {at} is not counted: {problem}")
                 continue
             if run_id in entries and not record.via:
                 continue  # the original was read already
             start, end = verifier.times(run_id)
-            entries[run_id] = Entry(run_id, replace(record, via=None), origin,
-                                    own=origin.rpartition("/")[0] == name, start=start, end=end)
+            entries[run_id] = Entry(run_id, replace(record, via=None), origin, own=own, start=start, end=end)
     return entries, mine, notes
 
 
