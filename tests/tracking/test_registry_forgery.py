@@ -242,3 +242,24 @@ def test_records_verify_only_under_the_key_they_were_sealed_with(tracking, fresh
         assert tags["mia.gate"] == "fail" and tags["mia.gate.run_id"] == first
         assert f"the record of run {first} on keys-{status}/{version} is counted as blocking although sealed " \
                "under another key" in tags["mia.gate.notes"]
+
+
+def test_a_larger_pool_contains_the_earlier_one_by_its_logged_keyed_hashes(tracking, tmp_path):
+    """A pool contains a blocking audit's pool when every (keyed hash, label) of that run's samples table is in it."""
+    import pandas as pd
+
+    from mlflow_mia.tracking.gate_history import Entry
+    from mlflow_mia.tracking.registry_tags import _contained_pools
+
+    table = tmp_path / "tables" / "samples.csv"
+    table.parent.mkdir()
+    pd.DataFrame({"sample_id": ["s1", "s2"], "text_hmac": ["h1", "h2"], "label": [1, 0]}).to_csv(table, index=False)
+    with mlflow.start_run() as run:
+        mlflow.log_artifact(str(table), "tables")
+    blocking = Entry(run.info.run_id, GateRecord("inconclusive", pool="small"), "m/1")
+    client = MlflowClient()
+    assert _contained_pools(client, [blocking], "large", {("h1", 1), ("h2", 0), ("h3", 1)}) == ("small",)
+    assert _contained_pools(client, [blocking], "large", {("h1", 1), ("h3", 0)}) == ()
+    assert _contained_pools(client, [blocking], "large", {("h1", 1), ("h2", 1)}) == ()  # a label flipped
+    passing = Entry(run.info.run_id, GateRecord("pass", pool="small"), "m/1")
+    assert _contained_pools(client, [passing], "large", {("h1", 1), ("h2", 0)}) == ()  # a pass requires nothing
