@@ -45,10 +45,10 @@ from mlflow_mia.demo.references import build_references
 from mlflow_mia.entrypoints.analyze_cli import cmd_analyze
 from mlflow_mia.entrypoints.canary_cli import cmd_canary_audit
 from mlflow_mia.entrypoints.ner_cli import cmd_ner_audit
-from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.models.resolve import resolve_model, resolve_reference
 from mlflow_mia.pipeline import AUDITS
 from mlflow_mia.pipeline.membership import audit_and_log
-from mlflow_mia.signals.cache import CacheCorruptError
+from mlflow_mia.signals.cache import CacheCorruptError, CacheDiskFullError
 from mlflow_mia.tracking.registry_tags import VersionDeletedError
 from mlflow_mia.tracking.runs import record_project_failure
 from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
@@ -234,7 +234,7 @@ def _cmd_audit(args) -> int:
         raise ValueError("--data was given without --target: name the model to audit")
     config, options, pool, population = audit_settings(args, data=data, demo=demo, target_uri=target_uri)
     target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
-    sets = [[resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code) for uri in refs]
+    sets = [[resolve_reference(uri, target=target, trust_remote_code=options.trust_remote_code) for uri in refs]
             for refs in options.reference_sets]
     params = {"pool_source": os.path.basename(str(data)),
               "population_source": os.path.basename(str(options.population_data))}
@@ -383,6 +383,8 @@ def _run(args) -> tuple[int, str | None]:
         return _command(args), None
     except VersionDeletedError as exc:  # 3: a blocking verdict could not be recorded on the version
         return _error(args, EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE, str(exc))
+    except CacheDiskFullError as exc:  # 1: an environment fault (free space), never a damaged cache to delete
+        return _error(args, EXIT_ERROR, str(exc))
     except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
         return _error(args, EXIT_USAGE, str(exc))
     except mlflow.exceptions.MlflowException as exc:

@@ -27,17 +27,20 @@ tag is a cache, never the proof.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable, NamedTuple
 
 from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder, tracking_unreachable,
                                      unresolved_uri_error)
 from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, wrapper_for
 from mlflow_mia.signals.model import MaskedLM
-from mlflow_mia.signals.identity import refuse_remote_code, weights_digest
+from mlflow_mia.models.adapters import BASE_KEY_MAPPING, adapter_base, adapter_config, attach, is_adapter_folder
+from mlflow_mia.signals.identity import refuse_missing_weights, refuse_remote_code, weights_digest
 
-__all__ = ["ResolvedModel", "resolve_model", "registry_versions_of", "registered_weights_id", "check_model_files",
+__all__ = ["ResolvedModel", "Parts", "resolve_model", "resolve_reference", "registry_versions_of", "registered_weights_id", "check_model_files",
            "tracking_unreachable", "PICKLE_WEIGHTS", "WEIGHTS_TAG"]
 
 #: Registry tag caching a version's weights digest (a cache, never the proof: it is recomputed).
@@ -64,6 +67,9 @@ class ResolvedModel:
         Registered model version.
     also_registered_as : tuple of (str, str)
         Other registry versions pointing at the same logged model (tagged too).
+    base : callable or None
+        For a PEFT adapter: loads its base model alone (``reference_model: base``,
+        :func:`resolve_reference`).
     """
 
     lm: MaskedLM
@@ -72,6 +78,7 @@ class ResolvedModel:
     registered_name: str | None = None
     version: str | None = None
     also_registered_as: tuple = ()
+    base: Callable[[], Parts] | None = None
 
     @property
     def registry(self) -> tuple[str, str] | None:
@@ -92,6 +99,14 @@ class ResolvedModel:
             out[f"{role}_registered_model"] = self.registered_name
             out[f"{role}_model_version"] = str(self.version)
         return out
+
+
+class Parts(NamedTuple):
+    """A loaded model, its tokenizer, and for a PEFT adapter how to load its base alone (``base() -> Parts``)."""
+
+    model: object
+    tokenizer: object
+    base: Callable[[], "Parts"] | None = None
 
 
 def _client():
@@ -207,7 +222,7 @@ def _transformers_class(name: str | None, what: str, uri: str):
         "wrote this model, pass --trust-remote-code (evaluator key trust_remote_code=True)")
 
 
-def _load_components(uri: str, *, trust_remote_code: bool = False):
+def _load_components(uri: str, *, trust_remote_code: bool = False, base_only: bool = False):
     """``(model, tokenizer)`` of the transformers-flavor MLflow model at ``uri`` (URI or local folder).
 
     The model and tokenizer classes are the ones named in the ``MLmodel`` file and
@@ -215,7 +230,13 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
     may map auto classes to shipped code: ``mlflow.transformers.load_model`` would
     turn on ``trust_remote_code`` for such a model, and an audit would run code of
     the model's authors. With ``trust_remote_code=True`` the model is loaded by
-    MLflow's own loader, as its authors intended.
+    MLflow's own loader, as its authors intended (not a PEFT model: see below).
+
+    A model logged from a ``PeftModel`` (the flavor's ``peft_adaptor``) loads as saved:
+    its base from ``model/`` with PEFT's wrapped names mapped back, then the adapter
+    (:mod:`mlflow_mia.models.adapters`), merged; ``base_only`` returns the base alone.
+    Every load must leave no weight missing or of another shape
+    (:func:`~mlflow_mia.signals.identity.refuse_missing_weights`).
 
     Files are read only from inside the artifact: ``model_binary`` in ``MLmodel``
     must be a relative path without ``..``, the model and tokenizer folders must not
@@ -229,7 +250,8 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
         Not a transformers-flavor model, custom code without ``trust_remote_code``,
         no tokenizer saved with the model, a model file outside the artifact, an empty model or
         tokenizer folder (an uploaded symbolic link), no weights file, pickle weights without
-        ``trust_remote_code``, or files transformers cannot read (its ``OSError``, with the URI).
+        ``trust_remote_code``, weights missing from the checkpoint, an adapter that does not fit,
+        or files transformers cannot read (its ``OSError``, with the URI).
     """
     from mlflow.models import Model
 
@@ -241,25 +263,38 @@ def _load_components(uri: str, *, trust_remote_code: bool = False):
         raise ValueError(_NO_TOKENIZER.format(uri=uri))
     model_dir = inside_folder(folder, str(flavor.get("model_binary", "model")), what="model_binary", source=uri)
     tokenizer_dir = inside_folder(folder, os.path.join("components", "tokenizer"), what="tokenizer", source=uri)
-    for sub in (model_dir, tokenizer_dir):  # before anything is read from them
-        check_model_files(sub, root=folder, source=uri, trust_remote_code=trust_remote_code,
-                          weights=sub == model_dir)
-    if trust_remote_code:
+    adapter_dir = (inside_folder(folder, str(flavor["peft_adaptor"]), what="peft_adaptor", source=uri)
+                   if flavor.get("peft_adaptor") else None)
+    for sub in (model_dir, tokenizer_dir, adapter_dir):  # before anything is read from them
+        if sub is not None:
+            check_model_files(sub, root=folder, source=uri, trust_remote_code=trust_remote_code,
+                              weights=sub != tokenizer_dir)
+    if trust_remote_code and adapter_dir is None:
         import mlflow
 
         components = mlflow.transformers.load_model(folder, return_type="components")
         if "tokenizer" not in components:
             raise ValueError(_NO_TOKENIZER.format(uri=uri))
-        return components["model"], components["tokenizer"]
+        return Parts(components["model"], components["tokenizer"])
     model_cls = _transformers_class(flavor.get("pipeline_model_type"), "model", uri)
     tokenizer_cls = _transformers_class(flavor.get("tokenizer_type"), "tokenizer", uri)
-    for sub in (model_dir, tokenizer_dir):
-        refuse_remote_code(sub, source=uri)
+    for sub in (model_dir, tokenizer_dir, adapter_dir):
+        if sub is not None:
+            refuse_remote_code(sub, source=uri)
+    if adapter_dir is not None:
+        adapter_config(adapter_dir, source=uri)
     try:
-        model = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True)
-        return model, tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
+        model, info = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True,
+                                                output_loading_info=True,
+                                                **({"key_mapping": BASE_KEY_MAPPING} if adapter_dir else {}))
+        tokenizer = tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
     except OSError as exc:  # transformers' word for a missing or unreadable file
         raise ValueError(f"{uri}: the model or its tokenizer cannot be loaded from the artifact ({exc})") from None
+    refuse_missing_weights(info, uri)
+    if adapter_dir is None or base_only:
+        return Parts(model, tokenizer)
+    base = functools.partial(_load_components, uri, trust_remote_code=trust_remote_code, base_only=True)
+    return Parts(attach(model, adapter_dir, source=uri), tokenizer, base)
 
 
 _NO_TOKENIZER = ("{uri} was saved without a tokenizer; log the model with "
@@ -293,7 +328,7 @@ def registered_weights_id(name: str, version: str) -> str | None:
     client = _client()
     tagged = (client.get_model_version(name, str(version)).tags or {}).get(WEIGHTS_TAG)
     try:
-        model, _ = _load_components(f"models:/{name}/{version}")
+        model = _load_components(f"models:/{name}/{version}").model
     except (ValueError, OSError, MlflowException) as exc:
         log.warning("cannot load models:/%s/%s to check its weights: %s", name, version, exc)
         return None
@@ -320,7 +355,7 @@ def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
     its registered weights have the same digest, so a folder cannot borrow the
     identity (and the registry tags) of a version it is not.
     """
-    model, tokenizer = lm_parts
+    model, tokenizer = lm_parts[0], lm_parts[1]
     wrapper, weights_id = wrapper_for(wrapper, model=model), None  # a text-generation model becomes a CausalLM
     if claimed and registry:
         weights_id = "sha256:" + weights_digest(model)
@@ -337,10 +372,12 @@ def _resolved(lm_parts, *, requested: str, pinned: str | None, role: str,
         pinned = f"models:/{name}/{version}"
     lm = wrapper(model, tokenizer, model_id=pinned or weights_id, name=f"{role} {pinned or requested}")
     return ResolvedModel(lm=lm, requested=requested, resolved_uri=lm.model_id, registered_name=name,
-                         version=version, also_registered_as=tuple(registry[1:]))
+                         version=version, also_registered_as=tuple(registry[1:]),
+                         base=getattr(lm_parts, "base", None))
 
 
-def resolve_model(model, *, role: str = "target", trust_remote_code: bool = False, wrapper=MaskedLM) -> ResolvedModel:
+def resolve_model(model, *, role: str = "target", trust_remote_code: bool = False, wrapper=MaskedLM,
+                  base_model: str | None = None) -> ResolvedModel:
     """Load ``model`` for an audit role (a masked LM, or a causal LM read from its config) with a pinned identity.
 
     The one loader of every role: target and reference masked or causal LMs, neighbour
@@ -361,6 +398,9 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         :class:`~mlflow_mia.signals.entity_confidence.TokenClassifier`; it must take
         ``(model, tokenizer, model_id=, name=)``, offer ``from_pretrained(path,
         trust_remote_code=)`` and check its own head.
+    base_model : str, optional
+        For a local PEFT adapter folder: its base (a folder or MLflow model URI); default
+        the adapter's own ``base_model_name_or_path`` when that is local.
     Returns
     -------
     ResolvedModel
@@ -398,6 +438,9 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         return _resolved(parts, requested=uri, pinned=pinned, role=role, registry=registry + others,
                          wrapper=wrapper)
     if os.path.isdir(uri):
+        if is_adapter_folder(uri):
+            return _from_adapter_folder(uri, role=role, trust_remote_code=trust_remote_code, wrapper=wrapper,
+                                        base_model=base_model)
         if os.path.exists(os.path.join(uri, "MLmodel")):
             # A saved MLflow model: its MLmodel names the logged model, which may be a registry version
             # (as for a PyFuncModel); otherwise the weights digest keys the cache.
@@ -448,3 +491,50 @@ def _from_pyfunc(model, *, role: str, wrapper=MaskedLM) -> ResolvedModel:
     requested = f"models:/{model_id}" if model_id else f"pyfunc {role} model"
     return _resolved((hf_model, tokenizer), requested=requested, pinned=pinned, role=role, registry=registry,
                      claimed=True, wrapper=wrapper)
+
+
+def _from_adapter_folder(folder: str, *, role: str, trust_remote_code: bool, wrapper, base_model: str | None):
+    """A local PEFT adapter folder on its base (:func:`~mlflow_mia.models.adapters.adapter_base`), merged.
+
+    The identity is the merged weights' digest, so it covers the base's and the
+    adapter's weights; the remote-code and file checks apply to both folders.
+    """
+    check_model_files(folder, source=folder, trust_remote_code=trust_remote_code)
+    refuse_remote_code(folder, source=folder)
+    config = adapter_config(folder, source=folder,
+                            task="token classifier" if wrapper is not MaskedLM else "language model")
+    base_uri = adapter_base(config, source=folder, base_model=base_model)
+
+    def load_base() -> Parts:
+        base = resolve_model(base_uri, role=f"base of {role}", trust_remote_code=trust_remote_code, wrapper=wrapper)
+        return Parts(base.lm.model, base.lm.tokenizer)
+
+    base = load_base()
+    tokenizer = base.tokenizer
+    if os.path.exists(os.path.join(folder, "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    model = attach(base.model, folder, source=folder)
+    return _resolved(Parts(model, tokenizer, load_base), requested=folder, pinned=None, role=role, registry=[],
+                     wrapper=wrapper)
+
+
+def resolve_reference(uri, *, target: ResolvedModel, trust_remote_code: bool = False) -> ResolvedModel:
+    """A reference model: ``"base"`` is the target adapter's own base (the seed paper's pretrained reference).
+
+    Raises
+    ------
+    ValueError
+        ``"base"`` for a target that is not a PEFT adapter.
+    """
+    if isinstance(uri, str) and uri.strip() == "base":
+        if target.base is None:
+            raise ValueError(f"reference 'base' names the base model of a PEFT adapter, but the target "
+                             f"{target.requested} is not an adapter; give a reference model URI or folder "
+                             "(--reference, evaluator key reference_model)")
+        parts, label = target.base(), f"base of {target.resolved_uri}"
+        resolved = _resolved(Parts(parts.model, parts.tokenizer), requested=label, pinned=None, role="reference",
+                             registry=[])
+        return replace(resolved, resolved_uri=label)  # its identity (the cache key) stays the weights digest
+    return resolve_model(uri, role="reference", trust_remote_code=trust_remote_code)

@@ -14,7 +14,7 @@ import time
 from mlflow_mia.tracking.canary_log import gate_points, log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.audits.canary import canary_audit
-from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.models.resolve import resolve_reference
 from mlflow_mia.signals import SignalCache
 
 __all__ = ["canary_audit_and_log", "evaluate_run", "evaluator_metrics"]
@@ -44,8 +44,16 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
     Returns
     -------
     (CanaryAuditResult, CanaryGateResult or None, dict of artifacts)
+
+    Raises
+    ------
+    ValueError
+        Before any signal is computed: a gate over a canary set drawn from an explicit seed
+        without ``allow_seeded_canaries``, or an exposure budget above the set's candidate
+        space without ``allow_loose_budget`` (:meth:`~mlflow_mia.options.canary.CanaryOptions.gate`).
     """
     started = int(time.time() * 1000)
+    gate = options.gate(canaries)  # a seeded set or a budget that states nothing is refused before anything runs
     result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
                           config=config, cache=SignalCache(options.cache_dir), device=options.device,
                           progress=options.progress, hash_key=options.hash_key)
@@ -54,7 +62,6 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
     for role, resolved in (("target", target), ("reference", reference)):
         if resolved is not None:
             result.models[role]["uri"] = resolved.resolved_uri
-    gate = options.gate()
     verdict = None
     if gate is not None:
         points, eps = gate_points(result)
@@ -94,8 +101,8 @@ def evaluate_run(target, canaries, settings, *, run_id=None, log_metrics: bool =
     (CanaryAuditResult, dict of artifacts)
     """
     cfg, options = settings
-    reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=options.trust_remote_code)
-                 if options.reference_model else None)
+    reference = (resolve_reference(options.reference_model, target=target,
+                                   trust_remote_code=options.trust_remote_code) if options.reference_model else None)
     result, _, artifacts = canary_audit_and_log(target, canaries, cfg, options, reference=reference, run_id=run_id,
                                                 log_metrics=log_metrics, notes=notes)
     return result, artifacts

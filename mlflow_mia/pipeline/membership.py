@@ -16,17 +16,19 @@ from functools import partial
 from typing import Sequence
 
 from mlflow_mia.engines.registry import get_engine
+from mlflow_mia.hashing import HashKey
 from mlflow_mia.options.audit import MiaOptions
 from mlflow_mia.attacks import reference_roles, required_roles
 from mlflow_mia.audits.membership import run_audit
-from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.models.resolve import resolve_model, resolve_reference
 from mlflow_mia.signals import SignalCache
 from mlflow_mia.tracking.audit_log import log_audit, mlflow_metrics
+from mlflow_mia.tracking.gate_history import pool_digest
 from mlflow_mia.tracking.log_settings import LogSettings
-from mlflow_mia.attacks.shadow_record import ShadowRecord, shadow_membership
+from mlflow_mia.attacks.shadow_record import ShadowRecord, check_shadow_record, shadow_membership
 
 __all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics",
-           "shadow_reader"]
+           "checked_shadow_record", "shadow_record_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +74,17 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
 
     refs = list(references)
     engine = get_engine(options.engine, spark_master=options.spark_master, store=options.spark_store)
+    record = checked_shadow_record(options, refs, pool=pool)  # before any model runs
+    reader = None if record is None else partial(shadow_membership, record, key=options.hash_key)
     result = run_audit(target, pool, population, references=refs or None, generator=generator, config=config,
                        engine=engine, cache=cache, device=options.device, progress=options.progress,
-                       shadow_membership=shadow_reader(options, refs))
+                       shadow_membership=reader)
     result.models = model_records(result.models, target=target, generator=generator,
                                   **dict(zip(reference_roles(len(refs)), refs)))
+    if record is not None:  # which record decided lira_online and the OUT shadows: in the run and the gate record
+        result.models["shadow_record"] = shadow_record_entry(record, options.shadow_record, pool=pool,
+                                                             key=options.hash_key, result=result)
+        extra_params = {**(extra_params or {}), "shadow_record.digest": record.digest}
     result.warnings.extend(notes)
     gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
             if options.gate is not None else None)
@@ -90,26 +98,32 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     return result, gate, artifacts
 
 
-def shadow_reader(options: MiaOptions, references: Sequence):
-    """The ``shadow_membership`` reader of the record ``options.shadow_record`` names, or None without one.
+def checked_shadow_record(options: MiaOptions, references: Sequence, *, pool) -> ShadowRecord | None:
+    """The shadow record ``options.shadow_record`` names, checked against the key, the references and the pool.
 
     Parameters
     ----------
     options : MiaOptions
         ``shadow_record`` (a path) and ``hash_key`` (the key the shadows' record was written under).
     references : sequence of ResolvedModel
-        The audit's reference models: the record's shadows, in its order.
+        The audit's reference models: the record's shadows, in its order (their ``lm.weights_id`` is checked).
+    pool : AuditDataset
+        The audited pool: its keyed digest (:func:`~mlflow_mia.tracking.gate_history.pool_digest`)
+        must be one the record was made for.
 
     Returns
     -------
-    callable or None
-        ``texts -> bool ndarray (len(texts), k)``
-        (:func:`~mlflow_mia.attacks.shadow_record.shadow_membership` bound to the record and key).
+    ShadowRecord or None
+        None without a record. Read stage 1's input from it with
+        ``functools.partial(shadow_membership, record, key=options.hash_key)``.
 
     Raises
     ------
     ValueError
-        A key that is not the record's, a number or order of references that is not the record's shadows.
+        A key that is not the record's; a number or order of references that is not the
+        record's shadows (by URI when both are known, always by weights digest); a record made
+        for another pool, or one that names neither (written before records were bound:
+        :func:`~mlflow_mia.attacks.shadow_record.check_shadow_record`, with how to re-create it).
     """
     if options.shadow_record is None:
         return None
@@ -125,7 +139,30 @@ def shadow_reader(options: MiaOptions, references: Sequence):
     if len(used) != record.k or (record.uris and all(used) and list(used) != list(record.uris)):
         raise ValueError(f"the shadow record's {record.k} shadows are {list(record.uris)}, but the audit's reference "
                          f"models are {used}: give the record's shadows as the references, in its order")
-    return partial(shadow_membership, record, key=key)
+    check_shadow_record(record, weights=[r.lm.weights_id for r in references],
+                        pool_digest=pool_digest(pool.text_hashes, pool.labels, key), where=str(options.shadow_record))
+    return record
+
+
+def shadow_record_entry(record: ShadowRecord, path, *, pool, key, result=None) -> dict:
+    """``AuditResult.models["shadow_record"]``: which shadow record the audit used, for the run and the gate record.
+
+    Returns
+    -------
+    dict
+        ``digest`` (:func:`~mlflow_mia.attacks.shadow_record.shadow_record_digest`, 32 hex), ``path``,
+        ``pool`` (the audited pool's keyed digest, one of the record's), ``shadows`` (k), ``weights``
+        (the shadows' short weights digests, in order) and, when ``result`` ran the check,
+        ``direction`` (the IN/OUT direction check's figures).
+    """
+    key = key if isinstance(key, HashKey) else HashKey.from_bytes(key, source="argument")
+    out = {"digest": record.digest, "path": None if path is None else str(path),
+           "pool": pool_digest(pool.text_hashes, pool.labels, key), "shadows": record.k,
+           "weights": [str(w)[:23] for w in record.weights]}
+    direction = (result.info.get("shadow_direction") if result is not None else None)
+    if direction is not None:
+        out["direction"] = direction
+    return out
 
 
 def model_records(models: dict, **resolved) -> dict:
@@ -192,7 +229,7 @@ def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = T
     if len(sets) > 1:
         raise ValueError("reference_mode='each' runs one audit per reference, and one mlflow.models.evaluate "
                          "call logs one audit: call it once per reference, or use reference_mode='set'")
-    references = [resolve_model(uri, role="reference", trust_remote_code=options.trust_remote_code)
+    references = [resolve_reference(uri, target=target, trust_remote_code=options.trust_remote_code)
                   for uri in sets[0]]
     result, _, artifacts = audit_and_log(target, pool, population, config, options, references=references,
                                          run_id=run_id, log_metrics=log_metrics, notes=notes)

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SqliteSpecStore, _make_cache_dir, default_cache_dir
-from mlflow_mia.signals.identity import ModelIdentity, refuse_remote_code
+from mlflow_mia.signals.identity import ModelIdentity, refuse_missing_weights, refuse_remote_code
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of, probe_batch
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
@@ -176,10 +176,8 @@ class TokenClassifier(ModelIdentity):
             refuse_remote_code(path)
         model, info = AutoModelForTokenClassification.from_pretrained(path, output_loading_info=True,
                                                                       trust_remote_code=trust_remote_code)
-        missing = [k for k in info.get("missing_keys", ()) if k.startswith("classifier")]
-        if missing:
-            raise ValueError(f"{path!r} has no trained token-classification head (missing {missing}); fine-tune "
-                             "it for NER first")
+        refuse_missing_weights(info, path, head=("classifier",), head_name="token-classification head",
+                               fix="Fine-tune it for NER first")
         return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code),
                    model_id=model_id, name=name or path)
 

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import torch
 
-__all__ = ["ModelIdentity", "weights_digest", "config_digest", "tokenizer_digest", "tokenizer_difference",
+__all__ = ["refuse_missing_weights", "ModelIdentity", "weights_digest", "config_digest", "tokenizer_digest", "tokenizer_difference",
            "refuse_remote_code", "CONFIG_FIELDS_IGNORED"]
 
 
@@ -152,6 +152,47 @@ def _special_tokens(tokenizer) -> dict:
     return out
 
 
+
+def refuse_missing_weights(info: dict, source: str, *, head: tuple = (), head_name: str = "head", fix: str = "",
+                           ignore=None) -> None:
+    """Refuse a load that left weights at random: transformers' ``output_loading_info`` names them.
+
+    Any key in ``missing_keys`` (newly initialised at random) or ``mismatched_keys`` (another
+    shape) makes every signal partly noise, however few: a LoRA adapter's base saved with
+    PEFT's wrapped names (``c_attn.base_layer.weight``) loses its adapted layers this way.
+
+    Parameters
+    ----------
+    info : dict
+        The loading info of ``from_pretrained(..., output_loading_info=True)``.
+    source : str
+        The folder or URI, for the message.
+    head, head_name, fix : optional
+        Key prefixes of the task head, its name (``"masked-LM head"``) and what to do when
+        only the head is missing (``"Train it with a masked-LM objective"``).
+    ignore : callable, optional
+        ``ignore(key) -> bool`` for missing keys that are expected (none by default).
+
+    Raises
+    ------
+    ValueError
+        Naming up to 8 keys of each kind and the fix.
+    """
+    missing = sorted(k for k in info.get("missing_keys", ()) if not (ignore and ignore(k)))
+    mismatched = sorted(str(k[0] if isinstance(k, (tuple, list)) else k) for k in info.get("mismatched_keys", ()))
+    if not missing and not mismatched:
+        return
+    if missing and head and all(k.startswith(head) for k in missing) and not mismatched:
+        raise ValueError(f"{source!r} has no trained {head_name} (missing weights: {missing[:4]}); its predictions "
+                         f"would be random. {fix}")
+    parts = [f"{len(missing)} weight(s) missing from the checkpoint, which transformers would initialise at random "
+             f"({', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''})"] if missing else []
+    if mismatched:
+        parts.append(f"{len(mismatched)} weight(s) of another shape ({', '.join(mismatched[:8])})")
+    raise ValueError(f"{source!r} does not load as saved: {'; '.join(parts)}. An audit of such a model measures "
+                     "random weights. Save the model with save_pretrained (for a PEFT adapter, log the PeftModel "
+                     "itself or pass its folder with --base-model), or load it with the class it was trained as")
+
 @dataclass
 class ModelIdentity:
     """A ``(model, tokenizer)`` pair, its names, and the digests that identify its signals (each computed once).
@@ -270,9 +311,8 @@ class ModelIdentity:
             model, info = auto_model.from_pretrained(path, output_loading_info=True, trust_remote_code=trust, **kwargs)
         except ValueError as exc:
             raise ValueError(f"{path!r} cannot be loaded as a {kind} LM: {exc}") from None
-        missing = sorted(k for k in info.get("missing_keys", ()) if k.startswith(head_prefixes))
-        if missing:
-            raise ValueError(f"{path!r} has no trained {kind}-LM head (missing weights: {missing[:4]}); its "
-                             f"predictions would be random. Train or fine-tune it {objective}")
+        head = (head_prefixes,) if isinstance(head_prefixes, str) else tuple(head_prefixes)
+        refuse_missing_weights(info, path, head=head, head_name=f"{kind}-LM head",
+                               fix=f"Train or fine-tune it {objective}")
         return cls(model, auto_tokenizer.from_pretrained(path, trust_remote_code=trust), model_id=model_id,
                    name=name or path)
