@@ -103,6 +103,12 @@ def wrapper_for(wrapper, *, model=None, folder=None):
     if wrapper is not MaskedLM:
         return wrapper
     kind = model_kind(model) if model is not None else folder_kind(folder) if folder is not None else None
+    config = getattr(model, "config", None)
+    if kind is None and getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) is an encoder-decoder "
+                         "model; the kinds of model an audit supports are masked LMs (AutoModelForMaskedLM: BERT, "
+                         "RoBERTa, DeBERTa-v2, ELECTRA, ModernBERT, ...), causal LMs (AutoModelForCausalLM: GPT-2, "
+                         "Llama, Mistral, Qwen2, Phi-3, Gemma-2, ...) and, for the NER audit, token classifiers")
     return CausalLM if kind == "causal" else wrapper
 
 
