@@ -14,18 +14,23 @@ import torch
 __all__ = ["pip_requirements", "register_model", "tagged_version", "torch_threads"]
 
 
-def pip_requirements() -> list[str]:
-    """Pinned requirements of the logged models: mlflow, torch, transformers, tokenizers."""
+def pip_requirements(*, peft: bool = False) -> list[str]:
+    """Pinned requirements of the logged models: mlflow, torch, transformers, tokenizers (and peft for an adapter)."""
     import mlflow
     import tokenizers
     import transformers
 
-    return [
+    out = [
         f"mlflow=={mlflow.__version__}",
         f"torch=={torch.__version__.split('+')[0]}",
         f"transformers=={transformers.__version__}",
         f"tokenizers=={tokenizers.__version__}",
     ]
+    if peft:
+        import peft as peft_module
+
+        out.append(f"peft=={peft_module.__version__}")
+    return out
 
 
 def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill-mask",
@@ -64,7 +69,7 @@ def register_model(model, tokenizer, *, name: str, alias: str, task: str = "fill
     client = client or MlflowClient()
     info = mlflow.transformers.log_model(
         transformers_model={"model": model, "tokenizer": tokenizer}, name=artifact_name or name, task=task,
-        registered_model_name=name, pip_requirements=pip_requirements(), model_card=model_card, metadata=metadata)
+        registered_model_name=name, pip_requirements=pip_requirements(peft=hasattr(model, "peft_config")), model_card=model_card, metadata=metadata)
     version = info.registered_model_version
     client.set_registered_model_alias(name, alias, version)
     for key, value in (tags or {}).items():

@@ -132,11 +132,14 @@ def build_demo_for_audit(size: str, *, progress: bool, force: bool = False, expe
     ``$MLFLOW_EXPERIMENT_*``, else ``mlflow-mia``).
     ``isolate=False`` (``build-demo``) lets the build record into the project run.
     ``demo_options`` (``data_dir``, ``num_threads``) go to :func:`mlflow_mia.demo.build.build_demo`.
-    ``kind="causal"`` builds the causal demo instead (:func:`mlflow_mia.demo.causal_build.build_causal_demo`).
+    ``kind="causal"`` builds the causal demo instead (:func:`mlflow_mia.demo.causal_build.build_causal_demo`),
+    ``kind="lora"`` the LoRA demo (:func:`mlflow_mia.demo.lora_build.build_lora_demo`).
     """
     try:
         if kind == "causal":
             from mlflow_mia.demo.causal_build import build_causal_demo as build_demo
+        elif kind == "lora":
+            from mlflow_mia.demo.lora_build import build_lora_demo as build_demo
         else:
             from mlflow_mia.demo.build import build_demo
     except ImportError as exc:

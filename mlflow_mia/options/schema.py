@@ -147,8 +147,10 @@ class CommandOptions:
                             "and a first look", choices=("default", "small"),
                             used_by=frozenset({"audit", "compare", "ner-audit", "canary-audit"}))
     demo_kind: str = option("masked", "kind of the built-in BBC News demo audited when no model or data is given: "
-                            "masked (BERT models) or causal (GPT-2 models trained on the same member articles, "
-                            "audited on the same pool; docs/guides/causal.md)", choices=("masked", "causal"),
+                            "masked (BERT models), causal (GPT-2 models trained on the same member articles, "
+                            "audited on the same pool; docs/guides/causal.md) or lora (a LoRA adapter fine-tuned "
+                            "on the members over a causal base, audited against its base; docs/guides/lora.md)",
+                            choices=("masked", "causal", "lora"),
                             used_by=frozenset({"audit"}))
     demo_shadows: int = option(0, "with the built-in demo: train K shadow models of the demo target with its "
                                "recipe on random halves (by article) of the pool, population and reference "

@@ -145,11 +145,19 @@ def audit_verdict(result, gate=None) -> Verdict:
     ----------
     result : AuditResult
     gate : GateResult, optional
+        Its caveats (budgets accepted as loose) follow the reason.
     """
     name = result.headline_attack
     rep = result.attacks[name]
-    return verdict_of(gate_status=None if gate is None else gate.status, auc=rep.roc.auc, auc_ci=rep.ci.get("auc"),
-                      attack=name, confidence=result.config.metrics.confidence)
+    verdict = verdict_of(gate_status=None if gate is None else gate.status, auc=rep.roc.auc,
+                         auc_ci=rep.ci.get("auc"), attack=name, confidence=result.config.metrics.confidence)
+    return _with_caveats(verdict, gate)
+
+
+def _with_caveats(verdict: Verdict, gate) -> Verdict:
+    """``verdict`` with the gate's caveats (loose budgets, not a release audit) after its reason."""
+    said = gate.caveats() if gate is not None and hasattr(gate, "caveats") else ""
+    return Verdict(verdict.value, f"{verdict.reason} ({said})") if said else verdict
 
 
 #: Severity of the verdicts, mildest first: a combination of audits takes the most severe.
@@ -241,7 +249,8 @@ def canary_verdict(metrics: dict, gate=None, *, confidence: float = 0.95) -> Ver
         record-level ``canary/epsilon_lower_bound`` and ``canary/epsilon_max`` (its largest
         possible value), ``canary/r1/auc`` with ``_ci_low`` / ``_ci_high``.
     gate : CanaryGateResult, optional
-        :class:`mlflow_mia.metrics.canary_gate.CanaryGateResult`; when given it decides.
+        :class:`mlflow_mia.metrics.canary_gate.CanaryGateResult`; when given it decides, and its
+        caveats (a loose budget, not a release audit) follow the reason.
     confidence : float
         Level of the bound and of the AUC interval, for the reason.
 
@@ -267,7 +276,7 @@ def canary_verdict(metrics: dict, gate=None, *, confidence: float = 0.95) -> Ver
                                                             f"budget {c['budget']:g}" for c in failed),
                   PASS: f"canary gate passed: every canary budget holds at {level} confidence",
                   INCONCLUSIVE: "canary gate inconclusive: the audit cannot show that the budgets hold"}[gate.status]
-        return Verdict(value, reason)
+        return _with_caveats(Verdict(value, reason), gate)
     eps, ceiling = metrics.get("canary/epsilon_lower_bound"), metrics.get("canary/epsilon_max")
     if is_nan(eps):
         return Verdict(INCONCLUSIVE, "no canary inserted once: no record-level epsilon bound (no gate set)")
@@ -293,14 +302,18 @@ def short_model_name(uri) -> str:
     """A model URI as a run name shows it: ``models:/bbc-target/3`` -> ``bbc-target v3``.
 
     ``models:/name@alias`` stays as ``name@alias``, ``runs:/<id>/<path>`` becomes
-    ``run <first 8 hex>/<path>``, a folder its last component.
+    ``run <first 8 hex>/<path>``, a folder its last component, a PEFT adapter's base ``base``.
 
     >>> short_model_name("models:/bbc-target/3"), short_model_name("models:/bbc-reference@champion")
     ('bbc-target v3', 'bbc-reference@champion')
     >>> short_model_name("runs:/0123456789abcdef/model"), short_model_name("/data/models/my-bert/")
     ('run 01234567/model', 'my-bert')
+    >>> short_model_name("base of models:/bbc-lora-target/1")
+    'base'
     """
     text = str(uri)
+    if text.startswith("base of "):  # mlflow_mia.models.resolve.resolve_reference("base", ...)
+        return "base"
     if text.startswith("models:/"):
         parts = text[len("models:/"):].strip("/").split("/")
         return f"{parts[0]} v{parts[1]}" if len(parts) == 2 and parts[1].isdigit() else "/".join(parts)
