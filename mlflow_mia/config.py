@@ -87,6 +87,10 @@ def record_digest(record, *, length: int = 16) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:length]
 
 
+#: Compute types of :attr:`SignalConfig.dtype` (resolved by :func:`mlflow_mia.signals.runtime.resolve_dtype`).
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 @dataclass(frozen=True)
 class SignalConfig:
     """How per-sample signals are computed from a masked language model.
@@ -120,8 +124,12 @@ class SignalConfig:
         working set (and so peak memory) grows with the budget
         (``benchmarks/bench_energy.py``); 16384 on CUDA, where larger batches keep
         the GPU busy (a starting point, not measured here).
-    half_precision : bool
-        Run the model in float16 on CUDA (ignored on CPU).
+    dtype : {"auto", "float32", "bfloat16", "float16"}
+        The floating-point type the models compute in (``torch.autocast`` over their
+        matrix products; log-softmax and every statistic stay float32). ``"auto"``:
+        bfloat16 on a CUDA device that supports it, else float32 (so CPU values are
+        unchanged). Part of the cache key when it is not float32 on the device used.
+        Replaces ``half_precision`` (float16 on CUDA).
     energy_reduction : {"sum", "mean"}
         How the masked tokens' NLLs of one mask combine (``kind="energy"`` only).
         ``"sum"``: Eq. 2, the sum over the ``l`` masked positions (nats; grows with
@@ -151,7 +159,9 @@ class SignalConfig:
                                       "if memory runs out", ge=16, metavar="N",
                                       default_doc="1024 on CPU, 16384 on CUDA; for the NER audit's confidences "
                                                   "16384 on CPU, 32768 on CUDA")
-    half_precision: bool = option(False, "run the models in float16 on CUDA (ignored on CPU)")
+    dtype: str = option("auto", "floating-point type of the models' matrix products: auto (bfloat16 on a CUDA "
+                        "device that supports it, else float32), float32, bfloat16 or float16; log-softmax stays "
+                        "float32", choices=DTYPES)
     energy_reduction: str = option("sum", "how one mask's energy combines its masked tokens' NLLs: sum (Eq. 2) "
                                    "or mean (per masked token)", choices=ENERGY_REDUCTIONS)
 
@@ -167,8 +177,6 @@ class SignalConfig:
         spec = {"kind": self.kind, "max_length": self.max_length}
         if self.kind == "energy":
             spec.update(num_masks=self.num_masks, mask_rate=self.mask_rate, seed=self.seed)
-        if self.half_precision:  # float16 on CUDA changes the values
-            spec["half_precision"] = True
         if self.kind == "energy" and self.energy_reduction != "sum":  # "sum" keeps the keys of earlier caches
             spec["energy_reduction"] = self.energy_reduction
         return spec

@@ -56,7 +56,8 @@ from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
 from mlflow_mia.signals.energy import _keep_rows, tokenize, value_settings
 from mlflow_mia.signals.model import _blocked_target_logprobs
-from mlflow_mia.signals.runtime import HeapTrimmer, default_token_budget, resolve_device
+from mlflow_mia.signals.runtime import (HeapTrimmer, autocast_for, default_token_budget, dtype_setting,
+                                        resolve_device, resolve_dtype)
 from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 
@@ -91,7 +92,7 @@ def _from_logits(logits: torch.Tensor, targets: torch.Tensor, stats: bool) -> to
 
 
 def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budget: int | None = None, device=None,
-                          half_precision: bool = False, progress=None, stats: bool = True) -> list[np.ndarray]:
+                          dtype: torch.dtype = torch.float32, progress=None, stats: bool = True) -> list[np.ndarray]:
     """``log p(x_t | x_<t)`` for ``t = 2..n`` of each token sequence, from one forward pass per batch.
 
     Parameters
@@ -102,8 +103,9 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
     token_budget : int, optional
         Padded tokens per forward pass; default :func:`~mlflow_mia.signals.runtime.default_token_budget`.
     device : str or torch.device, optional
-    half_precision : bool
-        float16 autocast on CUDA (ignored on CPU).
+    dtype : torch.dtype
+        Compute type of the model's products (``torch.autocast``; float32: none); the
+        log-softmax is taken in float32 whatever it is.
     progress : tqdm or None
         Updated by the number of texts done after each batch.
     stats : bool
@@ -130,8 +132,7 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
     decoder = lm.projection()
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
     out: list = [None] * len(ids)
-    autocast = (torch.autocast(device_type="cuda", dtype=torch.float16)
-                if half_precision and device.type == "cuda" else torch.autocast("cpu", enabled=False))
+    autocast = autocast_for(dtype, device)
     trimmer = HeapTrimmer()
     with torch.inference_mode(), autocast:
         for rows in plan_batches(lengths, token_budget):
@@ -172,7 +173,7 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
     texts : sequence of str, length n_samples
     config : SignalConfig, optional
         ``kind`` must be ``"causal"``; ``max_length``, ``token_budget`` and
-        ``half_precision`` apply, the mask settings do not.
+        ``dtype`` apply, the mask settings do not.
     cache : SignalCache, optional
         Rows found there are not recomputed; new rows are written chunk by chunk.
     device, progress, chunk_size, desc
@@ -221,7 +222,7 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
     hashes = [text_hash(t) for t in texts]
     if text_key is not None:
         hashes = [keyed_hash(h, text_key) for h in hashes]
-    settings = value_settings(lm, config)
+    settings = {**value_settings(lm, config), **dtype_setting(config.dtype, resolve_device(device))}
     spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id, **settings}
     if text_key is not None:
         spec["rows"] = "hmac"
@@ -249,7 +250,7 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
             for start in range(0, len(todo), chunk_size):
                 chunk = range(start, min(start + chunk_size, len(todo)))
                 scored = causal_token_logprobs(lm, [ids[j] for j in chunk], token_budget=config.token_budget,
-                                               device=device, half_precision=config.half_precision, progress=bar)
+                                               device=device, dtype=resolve_dtype(config.dtype, resolve_device(device)), progress=bar)
                 new = {}
                 for j, s in zip(chunk, scored):
                     logprobs = np.ascontiguousarray(s[:, 0])

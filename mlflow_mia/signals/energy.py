@@ -59,8 +59,8 @@ from mlflow_mia.signals.batching import pad_batch, plan_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.model import MaskedLM
-from mlflow_mia.signals.runtime import (HeapTrimmer, default_token_budget, release_free_memory, resolve_device,
-                                        token_limit)
+from mlflow_mia.signals.runtime import (HeapTrimmer, autocast_for, default_token_budget, dtype_setting,
+                                        release_free_memory, resolve_device, resolve_dtype, token_limit)
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
@@ -168,7 +168,7 @@ def _energy(per_mask: Sequence[np.ndarray], flat: np.ndarray, config: SignalConf
 
 
 def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Sequence[tuple[int, np.ndarray]], *,
-                          token_budget: int | None = None, device=None, half_precision: bool = False,
+                          token_budget: int | None = None, device=None, dtype: torch.dtype = torch.float32,
                           progress=None, stats: bool = False) -> list[np.ndarray]:
     """Log-probabilities of the original tokens at the masked positions of each copy.
 
@@ -205,8 +205,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
     mask_id = lm.tokenizer.mask_token_id
     lengths = np.array([len(ids[s]) for s, _ in copies], dtype=np.int64)
     out: list[np.ndarray | None] = [None] * len(copies)
-    autocast = (torch.autocast(device_type="cuda", dtype=torch.float16)
-                if half_precision and device.type == "cuda" else torch.autocast("cpu", enabled=False))
+    autocast = autocast_for(dtype, device)
     trimmer = HeapTrimmer()
     deferred = lm.has_projection()
     pending: list[tuple[np.ndarray, torch.Tensor, torch.Tensor]] = []  # (copies, features, targets) awaiting the head
@@ -292,7 +291,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     texts : sequence of str, length n_samples
     config : SignalConfig, optional
         ``kind``, ``num_masks`` (K), ``mask_rate``, ``seed``, ``max_length``,
-        ``token_budget``, ``half_precision``, ``energy_reduction`` (``"sum"``: Eq. 2;
+        ``token_budget``, ``dtype``, ``energy_reduction`` (``"sum"``: Eq. 2;
         ``"mean"``: per masked token). Defaults: energy, K=10, 0.15, seed 0, sum.
     cache : SignalCache, optional
         Rows found there are not recomputed; new rows are written chunk by chunk.
@@ -375,7 +374,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
     if config.kind != "energy":
         mask_keys = None  # PLL masks every token once: nothing random to share
     hashes, mask_of = _row_keys(texts, mask_keys, text_key)
-    settings = value_settings(lm, config)
+    settings = {**value_settings(lm, config), **dtype_setting(config.dtype, resolve_device(device))}
     max_length = settings["max_length"]
     spec = {"weights": lm.weights_id, "config": lm.config_id, "tokenizer_id": lm.tokenizer_id, **settings}
     if mask_keys is not None:
@@ -417,7 +416,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                 copies = [(i, maskable[i][row]) for i in chunk for row in masks[i]]
                 budget = config.token_budget or default_token_budget(resolve_device(device), config.kind)
                 scored = masked_token_logprobs(lm, ids, copies, token_budget=budget, device=device,
-                                               half_precision=config.half_precision, progress=bar, stats=stats)
+                                               dtype=resolve_dtype(config.dtype, resolve_device(device)),
+                                               progress=bar, stats=stats)
                 new, offset = {}, 0
                 for i in chunk:
                     k = len(masks[i])

@@ -133,8 +133,9 @@ def hidden_at(encoder: torch.nn.Module, last: torch.nn.Module, input_ids: torch.
     slot = torch.empty_like(rows)  # each position's query slot within its row
     slot[order] = torch.arange(len(rows), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows[order]]
     selected = h[rows, cols]
-    q = h.new_zeros(batch, int(counts.max()), heads * size)
-    q[rows, slot] = att.query(selected)
+    queries = att.query(selected)  # under autocast: in the compute type, which k and v share
+    q = queries.new_zeros(batch, int(counts.max()), heads * size)
+    q[rows, slot] = queries
     q = q.view(batch, -1, heads, size).transpose(1, 2)
     k = att.key(h).view(batch, length, heads, size).transpose(1, 2)
     v = att.value(h).view(batch, length, heads, size).transpose(1, 2)

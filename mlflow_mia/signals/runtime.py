@@ -12,7 +12,7 @@ import os
 
 import torch
 
-__all__ = ["resolve_device", "DEVICE_TYPES", "default_token_budget", "TOKEN_BUDGETS", "NEIGHBOUR_TOKEN_BUDGET",
+__all__ = ["resolve_dtype", "autocast_for", "dtype_setting", "resolve_device", "DEVICE_TYPES", "default_token_budget", "TOKEN_BUDGETS", "NEIGHBOUR_TOKEN_BUDGET",
            "token_limit", "release_free_memory", "resident_bytes", "HeapTrimmer"]
 
 
@@ -54,6 +54,39 @@ def resolve_device(device=None) -> torch.device:
         raise ValueError(f"device {device!r} is not one the models run on here; use one of 'cpu', 'cuda', "
                          "'cuda:<index>' or 'mps'")
     return dev
+
+
+def resolve_dtype(name: str | None, device) -> torch.dtype:
+    """The compute type of :attr:`~mlflow_mia.config.SignalConfig.dtype` ``name`` on ``device``.
+
+    ``"auto"`` (or None): bfloat16 on a CUDA device that supports it, else float32.
+
+    Raises
+    ------
+    ValueError
+        An unknown name.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if name in (None, "auto"):
+        bf16 = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float32
+    types = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in types:
+        raise ValueError(f"dtype {name!r} is not one of auto, {', '.join(types)}")
+    return types[name]
+
+
+def autocast_for(dtype: torch.dtype, device: torch.device):
+    """``torch.autocast`` of ``dtype`` on ``device`` (disabled for float32: the models run as they are)."""
+    if dtype == torch.float32:
+        return torch.autocast(device.type if device.type in ("cpu", "cuda") else "cpu", enabled=False)
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def dtype_setting(name: str | None, device) -> dict:
+    """The cache-key part of the compute type: empty for float32 (earlier caches keep their keys)."""
+    dtype = resolve_dtype(name, device)
+    return {} if dtype == torch.float32 else {"dtype": str(dtype).removeprefix("torch.")}
 
 
 # Padded tokens per forward pass when SignalConfig.token_budget is None. On CPU,
