@@ -192,3 +192,36 @@ def registered_names_like(client, name: str, *, tracking_uri: str) -> str:
     shown = [repr(n) for n in close[:5]]
     return "; did you mean " + (" or ".join(shown) if len(shown) <= 2 else ", ".join(shown[:-1]) + " or "
                                 + shown[-1]) + "?" + listing
+
+
+def refuse_quantized(folder: str, *, source: str | None = None) -> None:
+    """Refuse a checkpoint saved quantized (bitsandbytes, GPTQ, AWQ, ...), before it is loaded.
+
+    Its ``config.json`` carries a ``quantization_config``: loading it needs the quantization
+    library and (for most methods) a GPU, and an audit of it measures the quantized weights,
+    not the model that was trained. The fix is named: dequantize and save the model first.
+
+    Raises
+    ------
+    ValueError
+        Naming the method and the fix.
+    """
+    import json
+
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as fh:
+            quant = json.load(fh).get("quantization_config")
+    except (OSError, ValueError):
+        return  # transformers names an unreadable config when it loads it
+    if quant:
+        method = quant.get("quant_method") or ("bitsandbytes" if "load_in_4bit" in quant or "load_in_8bit" in quant
+                                                else "unknown")
+        raise ValueError(f"{source or folder} is a quantized checkpoint ({method}); mlflow-mia audits unquantized "
+                         "weights (an audit of the quantized model would not measure the model that was trained). "
+                         "Dequantize first: load it with its library, call model.dequantize() (transformers) and "
+                         "save_pretrained the result, then audit that folder or log it with "
+                         "mlflow.transformers.log_model")
+

@@ -33,8 +33,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Callable, NamedTuple
 
-from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder, tracking_unreachable,
-                                     unresolved_uri_error)
+from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder, refuse_quantized,
+                                     tracking_unreachable, unresolved_uri_error)
 from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, wrapper_for
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.models.adapters import BASE_KEY_MAPPING, adapter_base, adapter_config, attach, is_adapter_folder
@@ -269,6 +269,7 @@ def _load_components(uri: str, *, trust_remote_code: bool = False, base_only: bo
         if sub is not None:
             check_model_files(sub, root=folder, source=uri, trust_remote_code=trust_remote_code,
                               weights=sub != tokenizer_dir)
+    refuse_quantized(model_dir, source=uri)
     if trust_remote_code and adapter_dir is None:
         import mlflow
 
@@ -450,6 +451,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
                              registry=registry_versions_of(model_id, run_id), claimed=True, wrapper=wrapper)
         if os.path.exists(os.path.join(uri, "config.json")):
             check_model_files(uri, source=uri, trust_remote_code=trust_remote_code)
+            refuse_quantized(uri)
             lm = wrapper_for(wrapper, folder=uri).from_pretrained(uri, trust_remote_code=trust_remote_code)
             lm.name = f"{role} {uri}"
             return ResolvedModel(lm=lm, requested=uri, resolved_uri=lm.model_id)
@@ -486,6 +488,17 @@ def _from_pyfunc(model, *, role: str, wrapper=MaskedLM) -> ResolvedModel:
     metadata = getattr(model, "metadata", None)
     model_id = getattr(metadata, "model_id", None) or getattr(model, "model_id", None)
     run_id = getattr(metadata, "run_id", None)
+    flavor = (getattr(metadata, "flavors", None) or {}).get("transformers") or {}
+    if flavor.get("peft_adaptor") or hasattr(hf_model, "peft_config"):
+        # MLflow's pyfunc loader restores the base of a PEFT model from PEFT's wrapped names, leaving the adapted
+        # layers at random: load the artifact again, as saved (mlflow_mia.models.adapters)
+        if not model_id:
+            raise ValueError(f"the {role} model is a PEFT adapter loaded by MLflow's pyfunc loader, whose adapted "
+                             "layers it initialises at random; pass the model's URI instead (evaluator key "
+                             "target_model with model=None, or mlflow-mia audit --target models:/...)")
+        log.warning("the %s model is a PEFT adapter: MLflow's pyfunc loader left its adapted layers at random; "
+                    "loading models:/%s again as saved (base + adapter)", role, model_id)
+        hf_model, tokenizer = _load_components(f"models:/{model_id}")[:2]
     registry = registry_versions_of(model_id, run_id)
     pinned = None if registry else (f"models:/{model_id}" if model_id else None)
     requested = f"models:/{model_id}" if model_id else f"pyfunc {role} model"

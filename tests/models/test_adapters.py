@@ -189,3 +189,38 @@ def test_a_registered_lora_target_is_audited_against_its_base_through_the_cli_an
         result = mlflow.models.evaluate(model=None, data=pool, targets="is_member", model_type="mia",
                                         evaluators=["mia"], evaluator_config={"mia": config})
     assert 0.0 <= result.metrics["likelihood_ratio/auc"] <= 1.0
+
+
+def test_a_quantized_checkpoint_is_refused_with_the_fix(tmp_path):
+    import json
+
+    from mlflow_mia.models.resolve import resolve_model
+    from mlflow_mia.signals.testing import tiny_gpt2
+
+    model, tok = tiny_gpt2(seed=5)
+    model.save_pretrained(tmp_path / "q")
+    tok.save_pretrained(tmp_path / "q")
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    (tmp_path / "q" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"is a quantized checkpoint \(gptq\).*Dequantize first"):
+        resolve_model(str(tmp_path / "q"))
+
+
+def test_evaluate_with_a_loaded_peft_pyfunc_reloads_the_adapter_as_saved(adapters, caplog):
+    """model="models:/..." hands the evaluator MLflow's pyfunc, whose adapted layers are random: reloaded."""
+    import logging
+
+    import mlflow
+
+    from mlflow_mia.models.adapters import MERGE_TOLERANCE
+    from mlflow_mia.models.resolve import resolve_model
+
+    caplog.set_level(logging.WARNING, logger="mlflow_mia.models.resolve")
+    pyfunc = mlflow.pyfunc.load_model("models:/lora-tgt/1")
+    resolved = resolve_model(pyfunc)
+    assert "MLflow's pyfunc loader left its adapted layers at random" in caplog.text
+    texts, tok = adapters["texts"], adapters["tok"]
+    expected = _logits(adapters["peft"], tok, texts)
+    assert float((_logits(resolved.lm.model, tok, texts) - expected).abs().max()) <= \
+        MERGE_TOLERANCE * float(expected.abs().max())
