@@ -121,4 +121,5 @@ def resolve_target(model, settings: Settings):
         As :func:`~mlflow_mia.models.resolve.resolve_model` (no URI match, no language-model head, code shipped
         with the model and ``trust_remote_code`` off).
     """
-    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code)
+    return models_resolve.resolve_model(model, role="target", trust_remote_code=settings.options.trust_remote_code,
+                                        base_model=getattr(settings.options, "base_model", None))

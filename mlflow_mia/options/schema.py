@@ -91,6 +91,11 @@ class CommonOptions:
     target_model: Any = option(None, "URI of the model to audit when mlflow.models.evaluate(model=None, ...) is "
                                "used (loaded by the audit's own loader, so no model code runs)",
                                used_by=frozenset(METHODS), cli=False)
+    base_model: str | None = option(None, "the base model of a target given as a local PEFT adapter folder "
+                                    "(adapter_config.json): a folder or MLflow model URI; a registered adapter "
+                                    "carries its base, and an adapter records its own when that is a local folder",
+                                    used_by=frozenset({"audit", "canary-audit", "mia", "canaries"}),
+                                    metavar="URI", default_doc="the adapter's base_model_name_or_path when local")
     label_column: str | None = option(None, "membership label column, 1 = member (in the training data), "
                                       "0 = not", used_by=_AUDITS, metavar="NAME",
                                       default_doc="the targets argument of mlflow.models.evaluate, else is_member")

@@ -182,6 +182,11 @@ def test_a_registered_lora_target_is_audited_against_its_base_through_the_cli_an
                  str(root / "cache"), "--quiet", "--no-tag-model-version"])
     out = capsys.readouterr().out
     assert code == 0 and "audit of models:/lora-tgt/1 against base of models:/lora-tgt/1" in out
+    code = main(["audit", "--target", str(root / "adapter"), "--base-model", str(root / "base"), "--reference",
+                 "base", "--data", str(root / "pool.csv"), "--population", str(root / "population.csv"),
+                 "--label-column", "is_member", "--attacks", "loss,likelihood_ratio", "--fprs", "0.1",
+                 "--bootstrap-rounds", "0", "--cache-dir", str(root / "cache"), "--quiet"])
+    assert code == 0 and "against base of sha256:" in capsys.readouterr().out
     config = {"target_model": "models:/lora-tgt/1", "reference_model": "base", "population_data": population,
               "text_column": "text", "attacks": ["loss", "likelihood_ratio"], "fprs": [0.1], "bootstrap_rounds": 0,
               "cache_dir": str(root / "cache"), "progress": False, "tag_model_version": False}
