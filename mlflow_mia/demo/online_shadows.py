@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mlflow_mia.data import AuditDataset
 from mlflow_mia.demo import bbc
 from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
 from mlflow_mia.demo.shadows import demo_recipe, train_shadows
@@ -130,7 +131,9 @@ def build_demo_shadows(count: int, *, size: str = "default", key: HashKey | None
     record_path = str(folder / f"online-shadows-{count}.json")
     built = train_shadows(candidates["text"].tolist(), recipe=recipe, count=count,
                           name=f"{DEMO_SIZES[size].prefix}online-shadow", groups=candidates["article_id"].astype(str),
-                          key=key, record_path=record_path, force=force, progress=progress, num_threads=num_threads)
+                          key=key, record_path=record_path, force=force, progress=progress, num_threads=num_threads,
+                          pools=[AuditDataset(texts=tuple(split.pool["text"]),
+                                              labels=split.pool["is_member"].to_numpy())])  # the record's pool
     return DemoShadows(uris=built.uris, record_path=record_path, key_file=key_file, trained=built.trained,
                        n_candidates=len(candidates), n_groups=int(candidates["article_id"].nunique()),
                        seconds=round(time.perf_counter() - t0, 1))

@@ -61,6 +61,8 @@ from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.engines.audit_signals import AuditSignals
 from mlflow_mia.engines.models import AuditModels
 from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.demo.shadow_binding import check_signals_record, pool_digests, shadow_weights
+from mlflow_mia.pipeline.membership import shadow_record_entry
 
 __all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "balanced_halves",
            "train_shadows", "shadow_membership", "with_shadow_membership", "audit_with_shadows", "demo_recipe"]
@@ -127,7 +129,7 @@ def _card(name: str, index: int, k: int, n_texts: int):
 
 
 def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int, name: str, groups=None,
-                  seed: int = 0, key=None, record_path=None, experiment: str = DEFAULT_EXPERIMENT,
+                  seed: int = 0, key=None, record_path=None, pools=(), experiment: str = DEFAULT_EXPERIMENT,
                   force: bool = False, progress: bool = True, num_threads: int | None = None,
                   trainer=None) -> ShadowSet:
     """Train and register k shadow models with the target's recipe on balanced random halves of ``candidates``.
@@ -154,6 +156,10 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
         The hash key of the record (default ``$MLFLOW_MIA_HASH_KEY``); a random key is refused.
     record_path : path-like, optional
         Where to write the :class:`ShadowRecord` JSON (read it back with :meth:`ShadowRecord.from_json`).
+    pools : sequence of AuditDataset
+        The audited pool(s), each text a candidate: the record is bound to their keyed digests and to
+        the shadows' weights digests (:mod:`mlflow_mia.demo.shadow_binding`); an audit with other
+        shadows or another pool refuses it.
     experiment : str
         MLflow experiment of the shadows' runs (created when missing).
     force : bool
@@ -186,6 +192,7 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     key = _as_key(key)
     texts, hashes, unit, groups = _candidates(candidates, groups)
     candidate_digest = record_digest({"texts": hashes, "groups": groups})
+    bound = pool_digests(pools, hashes, key)  # no pool, or a pool text that is not a candidate: before training
     member = balanced_halves(int(unit.max()) + 1, count, seed=seed)[:, unit]
     base = resolve_model(recipe.base_model, role="shadow base")
     set_key = record_digest({"recipe": recipe.digest, "base_weights": base.lm.weights_id,
@@ -239,7 +246,8 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
         uris.append(uri)
         trained.append(j)
         run_ids.append(run.info.run_id)
-    record = ShadowRecord(hmacs, member, key.check, candidate_digest, recipe.to_dict(), int(seed), tuple(uris))
+    record = ShadowRecord(hmacs, member, key.check, candidate_digest, recipe.to_dict(), int(seed), tuple(uris),
+                          weights=shadow_weights(uris, client=client), pools=bound)
     if record_path is not None:
         record.to_json(record_path)
     return ShadowSet(record=record, uris=tuple(uris), trained=tuple(trained), run_ids=tuple(run_ids))
@@ -288,7 +296,9 @@ def with_shadow_membership(signals, record, key, *, pool, population):
     ValueError
         Signals without the ``references`` input, with another number of references than
         the record has shadows, or (when the signals name their models) references that
-        are not the record's shadows in its order; a key that is not the record's.
+        are not the record's shadows in its order; a key that is not the record's; references
+        whose weights are not the record's shadows', or a pool it was not made for
+        (:func:`~mlflow_mia.demo.shadow_binding.check_signals_record`).
     """
     if not isinstance(record, ShadowRecord):
         record = ShadowRecord.from_json(record)
@@ -303,7 +313,8 @@ def with_shadow_membership(signals, record, key, *, pool, population):
     if record.uris and all(used) and list(used) != list(record.uris):
         raise ValueError(f"the signals' reference models {used} are not the record's shadows {list(record.uris)} in "
                          "its order: column j of the membership must be reference j")
-    member = shadow_membership(record, list(pool.texts) + list(population.texts), key)
+    member = shadow_membership(record, list(pool.texts) + list(population.texts), key)  # the key first
+    check_signals_record(signals, record, key, pool=pool)  # then the record's shadows (weights) and pool
     return AuditSignals({**signals.signals, "shadow_membership": member}, text_hashes=signals.text_hashes,
                         info=signals.info, extras=signals.extras)
 
@@ -336,12 +347,15 @@ def audit_with_shadows(target, pool, population, *, record, key, config=None, ca
     Returns
     -------
     AuditResult
+        ``models["shadow_record"]``: the record's digest, the pool's and the direction check
+        (:func:`~mlflow_mia.pipeline.membership.shadow_record_entry`).
 
     Raises
     ------
     ValueError
         A record without shadow URIs, a key that is not the record's, and every error of the audit.
     """
+    path = None if isinstance(record, ShadowRecord) else record
     if not isinstance(record, ShadowRecord):
         record = ShadowRecord.from_json(record)
     if not record.uris:
@@ -359,7 +373,9 @@ def audit_with_shadows(target, pool, population, *, record, key, config=None, ca
     signals = compute_audit_signals(models, pool, population, stage_config, cache=cache, device=device,
                                     progress=progress)
     signals = with_shadow_membership(signals, record, key, pool=pool, population=population)
-    return score_audit(signals, pool, population, config)
+    result = score_audit(signals, pool, population, config)
+    result.models["shadow_record"] = shadow_record_entry(record, path, pool=pool, key=key, result=result)
+    return result
 
 
 def demo_recipe(size: str = "default") -> ShadowRecipe:

@@ -3,7 +3,8 @@
 A thin front end of :func:`mlflow_mia.demo.shadows.train_shadows`: the recipe from a JSON
 file (:meth:`~mlflow_mia.demo.shadows.ShadowRecipe.from_json`), the candidate texts from a
 table, the hash key from ``--hash-key-file`` (the audits' option) or ``$MLFLOW_MIA_HASH_KEY`` (a random key is
-refused: the record would be unreadable). The record it writes is what ``mlflow-mia audit
+refused: the record would be unreadable), the audited pool from ``--pool`` (the record is bound to it
+and to the shadows' weights). The record it writes is what ``mlflow-mia audit
 --shadow-record`` reads, with the printed shadow URIs as ``--reference``.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from mlflow_mia.data import load_table
+from mlflow_mia.data import AuditDataset, load_table
 from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.options.values import blank
 
@@ -35,6 +36,12 @@ def add_train_shadows_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="PATH", help="where to write the shadow record (JSON of keyed hashes, "
                    "never the texts): give it to mlflow-mia audit --shadow-record")
     p.add_argument("--halves-seed", type=int, default=0, metavar="SEED", help="seed of the halves (default: 0)")
+    p.add_argument("--pool", metavar="PATH", help="the audited pool (.csv, .jsonl, .json or .parquet: texts and "
+                   "member labels, as mlflow-mia audit --data reads it): the record is bound to its keyed digest, "
+                   "and an audit of another pool refuses it; its texts must be candidates")
+    p.add_argument("--pool-text-column", default="text", metavar="NAME", help="text column of --pool (default: text)")
+    p.add_argument("--pool-label-column", default="is_member", metavar="NAME", help="member label column (1/0) of "
+                   "--pool (default: is_member)")
     p.add_argument("--threads", type=int, metavar="N", help="torch CPU threads while training")
     p.add_argument("--force", action="store_true", help="train every shadow even when registered with its key")
 
@@ -45,16 +52,18 @@ def cmd_train_shadows(args) -> int:
     Raises
     ------
     ValueError
-        A missing flag, a missing text or group column, and every error of
-        :func:`~mlflow_mia.demo.shadows.train_shadows` (duplicates, no kept key).
+        A missing flag, a missing text, group or label column, and every error of
+        :func:`~mlflow_mia.demo.shadows.train_shadows` (duplicates, no kept key, a pool text that is not a
+        candidate).
     """
     from mlflow_mia.demo.shadows import ShadowRecipe, train_shadows
 
-    missing = [f"--{f.replace('_', '-')}" for f in ("recipe", "candidates", "name", "record")
-               if not blank(getattr(args, f))]
+    missing = [f"--{f.replace('_', '-')}" for f in ("recipe", "candidates", "name", "record", "pool")
+               if not blank(getattr(args, f, None))]
     if missing:
         raise ValueError(f"train-shadows needs {', '.join(missing)}: e.g. mlflow-mia train-shadows --recipe "
-                         "recipe.json --candidates pool.csv --count 16 --name my-shadow --record shadows.json")
+                         "recipe.json --candidates candidates.csv --count 16 --name my-shadow --record shadows.json "
+                         "--pool pool.csv")
     recipe = ShadowRecipe.from_json(args.recipe)
     table = load_table(args.candidates, what="candidates")
     text_column, group_column = args.candidates_text_column, blank(args.candidates_group_column)
@@ -64,10 +73,12 @@ def cmd_train_shadows(args) -> int:
             raise ValueError(f"the candidates have no column {column!r} (columns: {list(table.columns)}); name it "
                              "with --candidates-text-column / --candidates-group-column")
     groups = table[group_column].astype(str).tolist() if group_column else None
+    pool = AuditDataset.from_frame(args.pool, text_column=args.pool_text_column, label_column=args.pool_label_column)
     key = args.hash_key_file or resolve_hash_key()  # --hash-key-file is read (and checked) when parsed
     built = train_shadows(table[text_column].astype(str).tolist(), recipe=recipe, count=args.count,
                           name=args.name, groups=groups, seed=args.halves_seed, key=key, record_path=args.record,
-                          force=args.force, progress=not getattr(args, "no_progress", False), num_threads=args.threads)
+                          force=args.force, pools=[pool], progress=not getattr(args, "no_progress", False),
+                          num_threads=args.threads)
     print(f"{len(built.uris)} shadows ({len(built.trained)} trained now); record {args.record}")
     print(f"audit with: --reference {','.join(built.uris)} --shadow-record {args.record}")
     return 0

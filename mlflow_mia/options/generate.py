@@ -64,7 +64,10 @@ _EXTRA_PARAMETERS = {"build-demo": {"size": ("string", "default", "--size")},
                          "candidates_text_column": ("string", "text", "--candidates-text-column"),
                          "candidates_group_column": ("string", "", "--candidates-group-column"),
                          "count": ("float", "16", "--count"), "name": ("string", "", "--name"),
-                         "record": ("string", "", "--record"), "halves_seed": ("float", "0", "--halves-seed")}}
+                         "record": ("string", "", "--record"), "halves_seed": ("float", "0", "--halves-seed"),
+                         "pool": ("string", "", "--pool"),
+                         "pool_text_column": ("string", "text", "--pool-text-column"),
+                         "pool_label_column": ("string", "is_member", "--pool-label-column")}}
 
 #: Options left blank ("not given") in MLproject although they have a default: the demo supplies its own when
 #: they are not given (its text column, ``mlflow_mia.entrypoints.cli``; only the FPRs its population resolves,

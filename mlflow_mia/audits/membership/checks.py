@@ -2,7 +2,8 @@
 
 :func:`check_audit` (the models, then the data) runs once per audit, in
 :func:`~mlflow_mia.audits.membership.run_audit` whatever the engine, before any model runs;
-:func:`check_signals` checks signals against the data in stage 2.
+:func:`check_signals` checks signals against the data in stage 2, and :func:`check_shadow_signals`
+the shadow record's IN/OUT direction on them.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from mlflow_mia.attacks import MODEL_ROLES, reference_roles, required_inputs, required_roles
+from mlflow_mia.attacks.shadow_record import check_shadow_direction
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet, invisible_variants, near_duplicates
 from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.signals.identity import tokenizer_difference
 
-__all__ = ["check_audit", "check_models", "check_data", "check_signals"]
+__all__ = ["check_audit", "check_models", "check_data", "check_signals", "check_shadow_signals"]
 
 
 def check_audit(models, pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> list[str]:
@@ -228,3 +230,33 @@ def check_signals(signals, pool: AuditDataset, population: PopulationSet, attack
         raise ValueError(f"signals are not aligned with the data: {len(wrong)} row(s) differ in text hash, first "
                          f"signal row {i} ({where}): signals must list the pool rows, then the population rows, "
                          "in their order")
+
+
+def check_shadow_signals(signals, n_pool: int, population: PopulationSet) -> dict | None:
+    """The shadow record IN/OUT direction check on the population rows of stage 1's signals.
+
+    Parameters
+    ----------
+    signals : AuditSignals
+        With ``shadow_membership`` (from the shadow record) and ``references`` (the shadows' signals).
+    n_pool : int
+        Rows of the pool (the population rows follow).
+    population : PopulationSet
+        Its groups, when given, are the check's units.
+
+    Returns
+    -------
+    dict or None
+        :meth:`~mlflow_mia.attacks.shadow_record.DirectionCheck.to_dict`; None without a shadow membership.
+
+    Raises
+    ------
+    ValueError
+        The IN shadows' statistic resolved below the OUT ones'
+        (:func:`~mlflow_mia.attacks.shadow_record.check_shadow_direction`): a record with IN and OUT swapped.
+    """
+    if "shadow_membership" not in signals or "references" not in signals:
+        return None
+    values = np.asarray(signals["references"].values, dtype=np.float64)[:, n_pool:]
+    member = np.asarray(signals["shadow_membership"], dtype=bool)[n_pool:]
+    return check_shadow_direction(values, member, groups=population.groups).to_dict()

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from mlflow_mia.attacks import get_attack, required_inputs, required_roles
-from mlflow_mia.audits.membership.checks import check_data, check_signals
+from mlflow_mia.audits.membership.checks import check_data, check_shadow_signals, check_signals
 from mlflow_mia.audits.membership.extras import generator_check, memorization_features, neighbour_examples
 from mlflow_mia.audits.membership.result import AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
@@ -318,7 +318,11 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
     ValueError
         Unknown attacks; a pool with one class; a missing, too small or overlapping
         population set; signals missing an input an attack needs, with a row count
-        other than ``n_pool + n_population``, or whose text hashes do not match the data.
+        other than ``n_pool + n_population``, or whose text hashes do not match the data; a
+        ``shadow_membership`` whose IN shadows fit the population texts resolved worse than the OUT
+        ones (the shadow record IN/OUT direction check,
+        :func:`~mlflow_mia.audits.membership.checks.check_shadow_signals`; its figures go to
+        ``info["shadow_direction"]``).
     """
     config = config or AuditConfig()
     required_inputs(config.attacks)  # unknown attacks fail first
@@ -338,6 +342,7 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
     if attacks is None:
         attacks = {name: get_attack(name, config) for name in config.attacks}
     check_signals(signals, pool, population, config.attacks)
+    direction = check_shadow_signals(signals, len(pool), population)  # a swapped shadow record stops here
     notes = list(notes)
     for note in notes:
         log.warning(note)
@@ -371,6 +376,8 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
     record = dict(signals.info.get("models", {}))
     engine = {"engine": signals.info["engine"]} if signals.info.get("engine") else {}
     settings = {"attack_settings": out["settings"]} if out["settings"] else {}
+    if direction is not None:
+        settings["shadow_direction"] = direction
     info = {**_identity_info(record), **engine, **settings, "n_pool": n_pool, "n_population": len(population),
             "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
     riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
