@@ -49,7 +49,7 @@ def test_ner_verdict_takes_the_worst_entity_type():
 
 
 def test_unknown_gate_status_is_an_error():
-    with pytest.raises(ValueError, match=r"gate_status must be one of \['fail', 'inconclusive', 'pass'\] or None, "
+    with pytest.raises(ValueError, match=r"gate_status must be one of \['fail', 'inconclusive', 'pass', 'tampered'\] or None, "
                                          r"not 'ok'"):
         verdict_of(gate_status="ok")
 
