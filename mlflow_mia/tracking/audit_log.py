@@ -335,8 +335,10 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
         versions = version_pairs(model_version)
         model_inputs(client, run_id, versions)
         try:
+            shadows = (result.models or {}).get("shadow_record") or {}
             record = None if gate is None else GateRecord.of(gate, result.attacks, result.metrics,
-                                                             signal=signal_digest(result.config.signal))
+                                                             signal=signal_digest(result.config.signal),
+                                                             shadow_record=shadows.get("digest"))
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
                               record=record, clear_gate_fail=clear_gate_fail, weights_id=weights_id, hash_key=hash_key,
                               references=reference_digests(result.models),

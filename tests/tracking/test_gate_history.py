@@ -132,3 +132,16 @@ def test_digests_of_references_and_pools():
     assert pool_digest(["h1", "h2"], [1, 0], b"k" * 32) == pool_digest(["h2", "h1"], [0, 1], b"k" * 32)
     assert pool_digest(["h1", "h2"], [1, 0], b"k" * 32) != pool_digest(["h1", "h2"], [0, 1], b"k" * 32)
     assert pool_digest(["h1", "h2"], [1, 0], b"k" * 32) != pool_digest(["h1", "h2"], [1, 0], b"j" * 32)
+
+
+def test_a_fail_found_with_one_shadow_record_is_cleared_only_with_the_same_record():
+    """Round four item 5: the record that decided lira_online is part of what a clearing audit must match."""
+    fail = _entry("a", "fail", 10, shadow_record="r1")
+    other = _entry("b", "pass", 20, clear=True, shadow_record="r2")
+    derived = derive([fail, other])
+    assert derived.status == "fail"
+    assert other.record.shortfalls(derived.required) == [
+        "other shadow record (digest r2, the failed audit's r1): a blocking verdict is lifted only with the same "
+        "shadow record"]
+    assert derive([fail, _entry("c", "pass", 20, clear=True, shadow_record="r1")]).status == "pass"
+    assert GateRecord.from_tag(fail.record.to_tag()).shadow_record == "r1"
