@@ -82,8 +82,8 @@ LORA_DEMO_SIZES: dict[str, LoraDemoSize] = {
     "default": LoraDemoSize(
         prefix="bbc-lora-", split=DEMO_SIZES["default"].split,
         model=CausalSpec(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512, vocab_size=8000),
-        base_train=TrainConfig(epochs=3.0, batch_size=32, learning_rate=2e-3),
-        adapter_train=TrainConfig(epochs=15.0, batch_size=32, learning_rate=5e-3),
+        base_train=TrainConfig(epochs=1.0, batch_size=32, learning_rate=2e-3),
+        adapter_train=TrainConfig(epochs=10.0, batch_size=32, learning_rate=5e-3),
     ),
     "small": LoraDemoSize(
         prefix="bbc-small-lora-", split=DEMO_SIZES["small"].split,
