@@ -264,7 +264,9 @@ def make_canaries(m: int, templates=None, *, repetitions=DEFAULT_REPETITIONS, p_
     Python's :mod:`secrets`) unless ``seed`` is given: then from
     ``numpy.random.default_rng(seed)``, reproducible by anyone who knows or can guess the
     seed (a search over small seeds against the logged counts finds it), so a seeded set
-    is for a demo or a test, never for an audit whose canaries must stay secret.
+    is for a demo or a test, never for an audit whose canaries must stay secret: a gated
+    canary audit refuses it unless ``allow_seeded_canaries``, which records it as not a
+    release audit (:meth:`mlflow_mia.options.canary.CanaryOptions.gate`).
 
     Parameters
     ----------

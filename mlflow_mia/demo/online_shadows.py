@@ -133,7 +133,8 @@ def build_demo_shadows(count: int, *, size: str = "default", key: HashKey | None
                           name=f"{DEMO_SIZES[size].prefix}online-shadow", groups=candidates["article_id"].astype(str),
                           key=key, record_path=record_path, force=force, progress=progress, num_threads=num_threads,
                           pools=[AuditDataset(texts=tuple(split.pool["text"]),
-                                              labels=split.pool["is_member"].to_numpy())])  # the record's pool
+                                              labels=split.pool["is_member"].to_numpy())],  # the record's pool
+                          replace_others=True)  # the demo's own names and files: another count or key replaces them
     return DemoShadows(uris=built.uris, record_path=record_path, key_file=key_file, trained=built.trained,
                        n_candidates=len(candidates), n_groups=int(candidates["article_id"].nunique()),
                        seconds=round(time.perf_counter() - t0, 1))

@@ -47,6 +47,8 @@ import mlflow
 from mlflow_mia.config import record_digest
 from mlflow_mia.data import text_hash
 from mlflow_mia.demo.registry import register_model, tagged_version, torch_threads
+from mlflow_mia.demo.shadow_inputs import (SHADOW_NAME_PATTERN, check_record_path, check_shadow_name,  # noqa: F401
+                                           refuse_other_sets)  # SHADOW_NAME_PATTERN, check_shadow_name re-exported
 from mlflow_mia.demo.shadow_record import (ShadowRecipe, ShadowRecord, balanced_halves,  # noqa: F401  (re-exported)
                                            shadow_membership)
 from mlflow_mia.demo.train import TrainConfig
@@ -64,8 +66,9 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.demo.shadow_binding import check_signals_record, pool_digests, shadow_weights
 from mlflow_mia.pipeline.membership import shadow_record_entry
 
-__all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "balanced_halves",
-           "train_shadows", "shadow_membership", "with_shadow_membership", "audit_with_shadows", "demo_recipe"]
+__all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "SHADOW_NAME_PATTERN",
+           "balanced_halves", "check_shadow_name", "train_shadows", "shadow_membership", "with_shadow_membership",
+           "audit_with_shadows", "demo_recipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +133,8 @@ def _card(name: str, index: int, k: int, n_texts: int):
 
 def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int, name: str, groups=None,
                   seed: int = 0, key=None, record_path=None, pools=(), experiment: str = DEFAULT_EXPERIMENT,
-                  force: bool = False, progress: bool = True, num_threads: int | None = None,
-                  trainer=None) -> ShadowSet:
+                  force: bool = False, replace_others: bool = False, progress: bool = True,
+                  num_threads: int | None = None, trainer=None) -> ShadowSet:
     """Train and register k shadow models with the target's recipe on balanced random halves of ``candidates``.
 
     Parameters
@@ -146,7 +149,7 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     count : int
         k, the number of shadow models (even for the balanced design; >= 4 for lira_online).
     name : str
-        Registered names ``<name>-0`` ... ``<name>-<k-1>``.
+        Registered names ``<name>-0`` ... ``<name>-<k-1>`` (:func:`check_shadow_name`).
     groups : sequence, optional
         One group id per text (e.g. the article): the halves are drawn per group, so a
         shadow trains on all or none of a group's texts (the audit's membership unit).
@@ -156,6 +159,9 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
         The hash key of the record (default ``$MLFLOW_MIA_HASH_KEY``); a random key is refused.
     record_path : path-like, optional
         Where to write the :class:`ShadowRecord` JSON (read it back with :meth:`ShadowRecord.from_json`).
+        Checked before any training: its folder must exist and be writable, and an existing
+        file is replaced only when it is this set's record (same candidates, recipe, count,
+        seed and key: a resumed or repeated build) or with ``replace_others``.
     pools : sequence of AuditDataset
         The audited pool(s), each text a candidate: the record is bound to their keyed digests and to
         the shadows' weights digests (:mod:`mlflow_mia.demo.shadow_binding`); an audit with other
@@ -164,6 +170,11 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
         MLflow experiment of the shadows' runs (created when missing).
     force : bool
         Train every shadow even when one is registered with its key.
+    replace_others : bool
+        Move ``champion`` off shadows of another set registered under the same names
+        (another recipe, candidates, count, seed or base: perhaps another user's), and
+        replace a ``record_path`` file that is not this set's record. Without it both are
+        refused before any training (the command: ``--force``).
     progress : bool
     num_threads : int, optional
         Torch CPU threads while training.
@@ -179,7 +190,9 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     Raises
     ------
     ValueError
-        No or duplicate candidates, groups of another length, a bad ``count``, or no kept hash key.
+        No or duplicate candidates, groups of another length, a bad ``count`` or ``name``, no
+        kept hash key; without ``replace_others``: a name whose ``champion`` holds a shadow of
+        another set, a ``record_path`` that is not this set's record. All before any training.
 
     Notes
     -----
@@ -189,10 +202,15 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive int (the number of shadow models), got {count!r}")
+    check_shadow_name(name)
     key = _as_key(key)
     texts, hashes, unit, groups = _candidates(candidates, groups)
     candidate_digest = record_digest({"texts": hashes, "groups": groups})
     bound = pool_digests(pools, hashes, key)  # no pool, or a pool text that is not a candidate: before training
+    if record_path is not None:  # a missing folder or someone else's file fails now, not after training
+        check_record_path(record_path, {"candidate_digest": candidate_digest, "recipe": recipe.to_dict(),
+                                         "seed": int(seed), "key_check": key.check, "k": count},
+                           replace=replace_others)
     member = balanced_halves(int(unit.max()) + 1, count, seed=seed)[:, unit]
     base = resolve_model(recipe.base_model, role="shadow base")
     set_key = record_digest({"recipe": recipe.digest, "base_weights": base.lm.weights_id,
@@ -200,6 +218,8 @@ def train_shadows(candidates: Sequence[str], *, recipe: ShadowRecipe, count: int
     client = MlflowClient()
     names = [f"{name}-{j}" for j in range(count)]
     keys = [record_digest({"set": set_key, "index": j}) for j in range(count)]
+    if not replace_others:
+        refuse_other_sets(client, names, keys, alias=SHADOW_ALIAS, tag=SHADOW_KEY_TAG)
     found = [None if force else tagged_version(client, n, SHADOW_ALIAS, SHADOW_KEY_TAG, kj)
              for n, kj in zip(names, keys)]
     hmacs = tuple(keyed_hash(h, key) for h in hashes)

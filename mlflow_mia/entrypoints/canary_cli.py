@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 
 from mlflow_mia.audits.canary.kind import load_canary_set
 from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
@@ -120,6 +121,7 @@ def cmd_canary_audit(args) -> int:
     if target is None:
         raise ValueError("--canaries was given without --target: name the model fine-tuned with them")
     canaries = load_canary_set(source)  # before the model loads
+    options.gate(canaries)  # a seeded set or a loose exposure budget is refused here, before the model loads
     use_experiment(_blank(args.experiment))
     _, verdict = _audit(target, canaries, cfg, options, run_name=_blank(args.run_name))
     return EXIT_GATE_FAILED if verdict is not None and not verdict.passed else EXIT_OK
@@ -130,6 +132,9 @@ def _demo(args, cfg, options) -> int:
 
     Under ``mlflow run`` the two audits are nested runs of the project run, which is named
     ``canary-audit demo-<size>`` and gets the more severe of their verdicts.
+
+    The demo's canary set is drawn from a fixed seed (it is reproducible by design), so a
+    gated demo audit runs as ``allow_seeded_canaries`` does: recorded as not a release audit.
     """
     import mlflow
 
@@ -141,6 +146,7 @@ def _demo(args, cfg, options) -> int:
         demo = build_canary_demo(size=args.demo_size, progress=options.progress)
     use_experiment(_blank(args.experiment))
     canaries = load_canary_set(demo.canaries_path)
+    options = replace(options, allow_seeded_canaries=True)  # the demo's seeded set: never a release audit
     blocked, verdicts = False, []
     with contextlib.ExitStack() as stack:
         parent = stack.enter_context(mlflow.start_run()) if project_run is not None else None

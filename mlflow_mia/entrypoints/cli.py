@@ -8,7 +8,8 @@ the MLproject entry points and the evaluator plugin share one schema, one parser
 one logging path.
 
 Exit codes: 0 success (gate passed or no gate), 1 the audit broke (a bug or an
-environment fault such as a tracking server that cannot be reached), 2 a usage or
+environment fault such as a tracking server that cannot be reached, or a full disk under the
+signal cache: free space, the cache is kept), 2 a usage or
 input error (bad option, missing column, missing population set), 3 the release gate did not pass: ``fail`` (a lower confidence
 bound shows the model leaks more than its budget) or ``inconclusive`` (the audit shows
 neither that the budget holds nor that it is exceeded), each with its own message; also 3 when the audited registry version was

@@ -27,6 +27,17 @@ Same three verdicts as the membership gate (:mod:`mlflow_mia.metrics.gate`):
 A lower bound within budget is not a privacy guarantee: ``pass`` means this audit found
 no violation it was able to find.
 
+Two budgets state nothing and two sets prove nothing, so the options refuse them unless the
+auditor says otherwise (:meth:`mlflow_mia.options.canary.CanaryOptions.gate`), and the verdict
+and its record carry what was accepted (:attr:`CanaryGate.loose`, :attr:`CanaryGate.release`;
+:mod:`mlflow_mia.metrics.loose`):
+
+- an exposure budget above the candidate space's bits (``log2`` of the largest secret space
+  of the set: no exposure can exceed it, so it never fails): ``allow_loose_budget``;
+- a canary set drawn from an explicit seed (``make_canaries(seed=...)``: whoever knows or
+  guesses the seed regenerates every secret and inclusion bit): ``allow_seeded_canaries``,
+  which marks the audit as not a release audit (``release=False``).
+
 References
 ----------
 .. [1] N. Carlini, C. Liu, U. Erlingsson, J. Kos, D. Song, "The Secret Sharer", USENIX Security 2019, Sec. 4.
@@ -95,7 +106,11 @@ class CanaryGateResult(ThreeStateResult):
         return f"mia.gate={self.status}: " + "; ".join(parts)
 
     def message(self) -> str:
-        """What the verdict means for a release."""
+        """What the verdict means for a release; with the :meth:`~ThreeStateResult.caveats` (loose budgets, not a
+        release audit) in parentheses."""
+        return self.with_caveats(self._message())
+
+    def _message(self) -> str:
         if self.status == PASS:
             return ("release gate passed: every canary budget holds at the audit's confidence (a lower bound within "
                     "budget is not a privacy guarantee: the audit found no violation it could find)")
@@ -122,6 +137,7 @@ class CanaryGateResult(ThreeStateResult):
 
     def to_dict(self) -> dict:
         return nan_to_none({"status": self.status, "confidence": self.confidence, "message": self.message(),
+                            "loose": list(self.loose), "release": self.release,
                             "checks": [dict(c) for c in self.checks]})
 
     def record(self, *, n_included: int, n_excluded: int, canary_set: str | None = None,
@@ -151,7 +167,10 @@ class CanaryGateResult(ThreeStateResult):
         Returns
         -------
         GateRecord
-            ``attacks`` are the gated budget kinds, ``canary_budgets`` their budgets.
+            ``attacks`` are the gated budget kinds, ``canary_budgets`` their budgets;
+            ``release`` and ``loose`` are this verdict's (an audit of a seeded set accepted
+            with ``allow_seeded_canaries`` is not a release audit; the budgets accepted
+            as loose with ``allow_loose_budget``).
         """
         kinds = tuple(dict.fromkeys(c["kind"] for c in self.checks))
         bounds = ",".join(f"{c['metric']} {_fmt(c['value'])}<={c['budget']:g}" for c in self.checks)
@@ -161,7 +180,8 @@ class CanaryGateResult(ThreeStateResult):
                           canary_sets=(canary_set,) if canary_set else (),
                           planted_in=(planted_in,) if planted_in else (), canary_budgets=budgets,
                           delta=None if delta is None else float(delta), canary_scores=(score,) if score else (),
-                          candidates=None if candidates is None else int(candidates))
+                          candidates=None if candidates is None else int(candidates), release=self.release,
+                          loose=tuple(self.loose))
 
 
 @dataclass(frozen=True)
@@ -176,6 +196,13 @@ class CanaryGate:
         headline mean and the rank-based mean (module docstring).
     max_epsilon : float or None
         Budget on the record-level one-run epsilon lower bound (canaries inserted once).
+    loose : tuple of str
+        The budgets accepted as loose (``canary_exposure:<budget>``,
+        :func:`~mlflow_mia.metrics.loose.loose_exposure`),
+        carried into the verdict and its record.
+    release : bool
+        False: not a release audit (the canary set was drawn from an explicit seed and
+        accepted with ``allow_seeded_canaries``); carried into the verdict and its record.
 
     Raises
     ------
@@ -185,6 +212,8 @@ class CanaryGate:
 
     max_exposure: float | None = None
     max_epsilon: float | None = None
+    loose: tuple = ()
+    release: bool = True
 
     def __post_init__(self):
         if self.max_exposure is None and self.max_epsilon is None:
@@ -219,7 +248,8 @@ class CanaryGate:
         Returns
         -------
         CanaryGateResult
-            With ``max_exposure`` and no exposure point (no included secret-format canary),
+            With this gate's ``loose`` and ``release``. With ``max_exposure`` and no exposure
+            point (no included secret-format canary),
             the exposure check is ``inconclusive``, never a pass.
 
         Raises
@@ -256,4 +286,5 @@ class CanaryGate:
                            "budget": float(self.max_epsilon), "status": status, "m": int(epsilon_point["m"]),
                            "unit": "record-level epsilon lower bound, one canary = one record"})
         status = max((c["status"] for c in checks), key=_RANK.get, default=PASS)
-        return CanaryGateResult(status=status, checks=tuple(checks), confidence=confidence)
+        return CanaryGateResult(status=status, checks=tuple(checks), confidence=confidence, loose=tuple(self.loose),
+                                release=self.release)

@@ -40,6 +40,7 @@ from typing import Mapping
 
 from mlflow_mia.config import MIN_FPR
 from mlflow_mia.metrics.binomial import members_needed, per_side_confidence
+from mlflow_mia.metrics.loose import LOOSE_MAX_TPR, caveats, check_loose_budgets, loose_tpr
 from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
 from mlflow_mia.metrics.thresholds import min_population_size
 
@@ -141,16 +142,29 @@ def fmt_bound(value, digits: int = 3) -> str:
 
 @dataclass(frozen=True)
 class ThreeStateResult:
-    """A gate's three-state verdict: ``status`` (pass, fail or inconclusive), its ``checks``, the ``confidence``."""
+    """A gate's three-state verdict: ``status`` (pass, fail or inconclusive), its ``checks``, the ``confidence``;
+    the budgets accepted as ``loose`` and whether it is a ``release`` audit (:mod:`mlflow_mia.metrics.loose`),
+    which its message says and its gate record keeps."""
 
     status: str
     checks: tuple
     confidence: float = 0.95
+    loose: tuple = ()
+    release: bool = True
 
     @property
     def passed(self) -> bool:
         """True only for ``pass``: ``fail`` and ``inconclusive`` both block a release."""
         return self.status == PASS
+
+    def caveats(self) -> str:
+        """:func:`mlflow_mia.metrics.loose.caveats` of this verdict ('' when nothing)."""
+        return caveats(self.loose, self.release)
+
+    def with_caveats(self, text: str) -> str:
+        """``text`` followed by the :meth:`caveats` in parentheses, when there are any."""
+        said = self.caveats()
+        return f"{text} ({said})" if said else text
 
 
 @dataclass(frozen=True)
@@ -229,7 +243,11 @@ class GateResult(ThreeStateResult):
         return out
 
     def message(self) -> str:
-        """What the verdict means for a release, and for ``inconclusive`` what would resolve it."""
+        """What the verdict means for a release, and for ``inconclusive`` what would resolve it; with the
+        :meth:`~ThreeStateResult.caveats` (loose budgets) in parentheses."""
+        return self.with_caveats(self._message())
+
+    def _message(self) -> str:
         if self.status == PASS:
             return (f"release gate passed: every {self.confidence:.0%} upper confidence bound of the TPR is within "
                     "its budget")
@@ -266,6 +284,7 @@ class GateResult(ThreeStateResult):
     def to_dict(self) -> dict:
         """JSON-able form (nan as None) for ``audit_summary.json`` and the report."""
         return nan_to_none({"status": self.status, "confidence": self.confidence, "message": self.message(),
+                            "loose": list(self.loose), "release": self.release,
                             "checks": [{**c, "points": list(c["points"])} for c in self.checks]})
 
 
@@ -295,7 +314,8 @@ class Gate:
     ----------
     budgets : tuple of (float, float)
         ``(alpha, max_tpr)`` pairs, alpha in [:data:`~mlflow_mia.config.MIN_FPR`, 1),
-        ``alpha < max_tpr < 1``.
+        ``alpha < max_tpr < 1``. A ``max_tpr`` above 0.5 is loose (:attr:`loose`,
+        :mod:`mlflow_mia.metrics.loose`): refused by the options unless ``allow_loose_budget``.
 
     Raises
     ------
@@ -329,6 +349,16 @@ class Gate:
             clean.append((alpha, max_tpr))
         object.__setattr__(self, "budgets", tuple(sorted(set(clean), reverse=True)))
         object.__setattr__(self, "alphas", tuple(a for a, _ in self.budgets))
+
+    @property
+    def loose(self) -> tuple:
+        """The budgets above :data:`~mlflow_mia.metrics.loose.LOOSE_MAX_TPR`, as ``ALPHA:MAX`` texts."""
+        return loose_tpr(self.budgets)
+
+    def check_loose(self, *, allowed: bool) -> tuple:
+        """:attr:`loose`, refused (``ValueError``) unless ``allowed`` (``allow_loose_budget``)."""
+        return check_loose_budgets(self.loose, allowed=allowed, why=f"a TPR budget above {LOOSE_MAX_TPR:g} passes a "
+                                   "model whose attacks find every other member")
 
     @classmethod
     def parse(cls, spec) -> "Gate | None":
@@ -393,6 +423,7 @@ class Gate:
         Returns
         -------
         GateResult
+            Its ``loose`` holds :attr:`loose`.
 
         Raises
         ------
@@ -412,4 +443,4 @@ class Gate:
             checks.append({**worst, "alpha": alpha, "max_tpr": max_tpr, "passed": worst["status"] == PASS,
                            "points": points})
             status = max(status, worst["status"], key=_RANK.get)
-        return GateResult(status=status, checks=tuple(checks), confidence=confidence)
+        return GateResult(status=status, checks=tuple(checks), confidence=confidence, loose=self.loose)

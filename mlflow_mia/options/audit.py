@@ -100,6 +100,12 @@ class MiaOptions(CommonOptions):
                                "docs/results/attacks.md); attacks named with attacks are added to them. Needs confidence "
                                ">= 0.95 and MAX < 1",
                                key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
+    allow_loose_budget: bool = option(False, "accept a release budget that states almost nothing: a "
+                                      "max_tpr_at_fpr budget above 0.5 (it passes a model whose attacks find every "
+                                      "other member), or a canary max_exposure above the bits of the canary set's "
+                                      "largest candidate space (no exposure can exceed it). Such a budget is refused "
+                                      "without it; with it, the verdict reason, the report and the gate record "
+                                      "(loose) say which budgets were loose")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (mia.canary.* "
                                      "for the canary audit; a failing gate verdict is written regardless)",
                                      flags=("--no-tag-model-version",), invert=True, mlproject=False,
@@ -133,7 +139,9 @@ class MiaOptions(CommonOptions):
     reference_sets: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        """Derive :attr:`references` and :attr:`reference_sets` once, when the options are built.
+        """Refuse a loose gate budget without ``allow_loose_budget``
+        (:meth:`~mlflow_mia.metrics.gate.Gate.check_loose`); derive :attr:`references` and
+        :attr:`reference_sets` once, when the options are built.
 
         >>> MiaOptions(reference_model="models:/a@x, models:/b/2").references
         ('models:/a@x', 'models:/b/2')
@@ -144,6 +152,8 @@ class MiaOptions(CommonOptions):
         >>> MiaOptions().reference_sets
         ((),)
         """
+        if self.gate is not None:  # a budget above 0.5 (0.01:0.9999) states nothing: only when stated
+            self.gate.check_loose(allowed=self.allow_loose_budget)
         refs = reference_uris(self.reference_model)
         object.__setattr__(self, "references", refs)
         sets = (refs,) if self.reference_mode in (None, "set") or not refs else tuple((r,) for r in refs)
@@ -191,7 +201,8 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     ------
     ValueError
         Unknown keys (the message lists the valid ones) or invalid values (the message
-        names the key and the expected form).
+        names the key and the expected form); a gate budget above 0.5 TPR without
+        ``allow_loose_budget`` (:meth:`~mlflow_mia.metrics.gate.Gate.check_loose`).
     FileNotFoundError
         ``hash_key_file`` does not exist.
     """

@@ -7,12 +7,14 @@ these declarations (:mod:`mlflow_mia.options.schema`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.metrics.gate import check_gate_confidence
+from mlflow_mia.metrics.loose import check_loose_budgets, loose_exposure
 from mlflow_mia.metrics.gate_record import PLANTED_IN_PATTERN
 from mlflow_mia.option import option, shared_option
 from mlflow_mia.options.audit import MiaOptions, reference_uris
@@ -47,15 +49,61 @@ class CanaryOptions(CommonOptions):
                                     "names the same", pattern=PLANTED_IN_PATTERN,
                                     pattern_doc="of letters, digits and _.:/@+=- (at most 200)", metavar="ID",
                                     default_doc="not stated")
+    allow_seeded_canaries: bool = option(False, "let a gated canary audit use a canary set drawn from an explicit "
+                                         "seed (make_canaries(seed=...)), as a test: whoever knows or guesses the "
+                                         "seed regenerates its secrets and inclusion bits, so the audit is recorded "
+                                         "as not a release audit (gate record release 0; its pass clears nothing). "
+                                         "Without it such a set is refused when a budget is set")
+    allow_loose_budget: bool = shared_option(MiaOptions, "allow_loose_budget")
     tag_model_version: bool = shared_option(MiaOptions, "tag_model_version")
     clear_gate_fail: bool = shared_option(MiaOptions, "clear_gate_fail")
     trust_remote_code: bool = shared_option(MiaOptions, "trust_remote_code")
 
-    def gate(self):
-        """The :class:`~mlflow_mia.metrics.canary_gate.CanaryGate` of the budgets, or None without one."""
+    def gate(self, canaries=None):
+        """The :class:`~mlflow_mia.metrics.canary_gate.CanaryGate` of the budgets, or None without one.
+
+        Parameters
+        ----------
+        canaries : CanarySet, optional
+            The set to audit. With it the gate is checked against the set and carries
+            what was accepted: ``release=False`` for a set drawn from an explicit seed
+            (allowed by ``allow_seeded_canaries`` only), and ``loose`` for an exposure
+            budget above the bits of the set's largest candidate space (allowed by
+            ``allow_loose_budget`` only).
+
+        Raises
+        ------
+        ValueError
+            A budget out of range; with ``canaries``: a seeded set without
+            ``allow_seeded_canaries``, a loose exposure budget without ``allow_loose_budget``.
+        """
         if self.max_exposure is None and self.max_epsilon_lower_bound is None:
             return None
-        return CanaryGate(max_exposure=self.max_exposure, max_epsilon=self.max_epsilon_lower_bound)
+        gate = CanaryGate(max_exposure=self.max_exposure, max_epsilon=self.max_epsilon_lower_bound)
+        if canaries is None:
+            return gate
+        if canaries.seed is not None and not self.allow_seeded_canaries:
+            raise ValueError("the canary set was drawn from an explicit seed (make_canaries(seed=...)): whoever knows "
+                             "or guesses the seed regenerates every secret and inclusion bit (a search over small "
+                             "seeds against the logged counts finds it), so a gated audit of it cannot back a "
+                             "release. Draw the set without a seed (make_canaries(m, templates): secrets from "
+                             "Python's secrets module), plant it and audit that; or, for a test, give "
+                             "--allow-seeded-canaries (evaluator key allow_seeded_canaries): the audit is then "
+                             "recorded as not a release audit")
+        bits, template = _largest_space(canaries)
+        loose = check_loose_budgets(
+            loose_exposure(self.max_exposure, bits), allowed=self.allow_loose_budget,
+            why=f"a mean exposure budget above {bits or 0:.2f} bits, the largest candidate space of this canary set "
+                f"(template {template!r}), can never be exceeded")
+        return replace(gate, loose=loose, release=canaries.seed is None)
+
+
+def _largest_space(canaries) -> tuple:
+    """``(log2 of the largest candidate space, its template id)`` among the set's secret-format canaries, or
+    ``(None, None)`` when it has none: no canary's exposure can exceed those bits."""
+    used = {tid for tid, secret in zip(canaries.template_ids, canaries.secrets) if secret is not None}
+    spaces = [(math.log2(t.space_size), t.id) for t in canaries.templates if t.is_secret_format and t.id in used]
+    return max(spaces) if spaces else (None, None)
 
 
 def is_canary_config(config) -> bool:

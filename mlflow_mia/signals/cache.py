@@ -14,16 +14,21 @@ carries ``HMAC-SHA256`` of its table, key, text hash and values under a secret k
 outside the cache folder (:mod:`mlflow_mia.signals.store_key`). A row whose MAC
 does not verify (changed by someone without the key, or written under another key)
 is dropped and recomputed, never used. A file SQLite cannot read raises
-:class:`CacheCorruptError` naming the file and the fix.
+:class:`CacheCorruptError` naming the file and the fix. A full disk (SQLite's
+``database or disk is full``, an ``OSError`` ENOSPC or EDQUOT, a write I/O error with no
+space left) raises :class:`CacheDiskFullError` instead: the file is healthy, and the fix
+is to free space, never to delete the cache.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import shutil
 import sqlite3
 import stat
 import threading
@@ -34,7 +39,8 @@ import numpy as np
 from mlflow_mia.config import record_digest
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "default_cache_dir", "check_cache_dir"]
+__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "CacheDiskFullError", "default_cache_dir",
+           "check_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +105,58 @@ def _make_cache_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
+        if _disk_full(exc, path):
+            raise CacheDiskFullError(_full_message(f"the cache folder {path}", path, exc)) from None
         raise ValueError(f"cache folder {path!r} cannot be created ({exc.strerror}); set --cache-dir / cache_dir "
                          "(or $MLFLOW_MIA_CACHE) to a folder you can write") from None
 
 
 class CacheCorruptError(RuntimeError):
     """A cache file that SQLite cannot read, or that holds another spec under a key."""
+
+
+class CacheDiskFullError(RuntimeError):
+    """The disk (or quota) holding a cache file is full: the file is healthy; free space, never delete it."""
+
+
+#: Free bytes under which a write I/O error is taken for a full disk.
+_LOW_SPACE = 1 << 20
+
+
+def _free_bytes(path: str) -> int | None:
+    """Free bytes on the disk holding ``path`` (or its nearest existing parent); None when unknown."""
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _disk_full(exc: BaseException, path: str) -> bool:
+    """``exc`` says that the disk or quota is full: ENOSPC / EDQUOT, SQLite's SQLITE_FULL, or an SQLite I/O
+    error while under 1 MiB is free on the disk holding ``path``."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc):
+        return True
+    io_error = (code is not None and code & 0xFF == sqlite3.SQLITE_IOERR) or "disk I/O error" in str(exc)
+    free = _free_bytes(path) if io_error else None
+    return free is not None and free < _LOW_SPACE
+
+
+def _full_message(what: str, path: str, exc: BaseException) -> str:
+    """What to do when the disk holding ``path`` (``what``, in words) is full: free space, keep the cache."""
+    free = _free_bytes(path)
+    room = "" if free is None else f", {free / 2 ** 20:.1f} MiB free"
+    return (f"the disk holding {what} is full ({exc}{room}): free space on it, or set --cache-dir / cache_dir "
+            "(or $MLFLOW_MIA_CACHE) to a folder on a disk with room, and run again. The cache is not damaged: "
+            "keep it (what it holds is reused; rows are committed chunk by chunk, so nothing computed before is "
+            "lost)")
 
 
 def _stored(value):
@@ -144,8 +196,13 @@ class SqliteSpecStore:
         self.path = path
         self._lock = threading.Lock()
         self._conn = None
-        self._mac_key = derive_key(load_store_key(store_dir=os.path.dirname(os.path.abspath(path))),
-                                   f"sqlite/{self.table}")
+        try:
+            store_key = load_store_key(store_dir=os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:  # creating the store key on a full disk
+            if _disk_full(exc, path):
+                raise CacheDiskFullError(_full_message(f"the cache file {path}", path, exc)) from None
+            raise
+        self._mac_key = derive_key(store_key, f"sqlite/{self.table}")
         with self._guard():
             self._conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -164,15 +221,22 @@ class SqliteSpecStore:
 
     @contextlib.contextmanager
     def _guard(self):
-        """Turn SQLite's read errors (not a busy lock) into :class:`CacheCorruptError` naming the file."""
+        """Turn SQLite's errors (not a busy lock) into :class:`CacheDiskFullError` when the disk is full (free
+        space; the file is healthy), else :class:`CacheCorruptError` naming the file."""
         try:
             yield
         except sqlite3.DatabaseError as exc:
             if "locked" in str(exc):
                 raise
+            if _disk_full(exc, self.path):
+                raise CacheDiskFullError(_full_message(f"the cache file {self.path}", self.path, exc)) from None
             raise CacheCorruptError(
                 f"the cache file {self.path} is damaged ({exc}); delete it (what it held is recomputed) or use "
                 "another --cache-dir / cache_dir") from None
+        except OSError as exc:
+            if _disk_full(exc, self.path):
+                raise CacheDiskFullError(_full_message(f"the cache file {self.path}", self.path, exc)) from None
+            raise
 
     def register(self, spec: Mapping) -> str:
         """Store ``spec`` under its key (atomically: concurrent first uses agree) and return the key.

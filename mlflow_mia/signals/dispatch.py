@@ -5,8 +5,9 @@ computes signals: it looks ``config.kind`` up in the registry of
 :mod:`mlflow_mia.signal_kinds` (each signal module registers its kinds: ``energy``
 and ``pll`` in :mod:`mlflow_mia.signals.energy`, ``causal`` in
 :mod:`mlflow_mia.signals.causal`) and calls its function. A causal LM given the
-default ``energy`` gets ``causal`` (the user names nothing extra); a kind made for
-the other kind of model (:mod:`mlflow_mia.signals.causal_model`) is refused.
+default ``energy`` gets ``causal`` (the user names nothing extra), and the audit says so
+once (:func:`signal_note`, a warning in its report); a kind made for the other kind of
+model (:mod:`mlflow_mia.signals.causal_model`) is refused.
 :func:`check_model_kinds` refuses an audit whose models are of different kinds,
 before any model runs.
 """
@@ -22,8 +23,8 @@ from mlflow_mia.signal_kinds import signal_kind, signal_kinds
 from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
 from mlflow_mia.signals.energy import value_settings as settings
 
-__all__ = ["compute_signals", "value_settings", "signal_config_for", "check_model_kinds", "as_language_model",
-           "MASKED_ONLY_ATTACKS", "sequence_values"]
+__all__ = ["compute_signals", "value_settings", "signal_config_for", "signal_note", "check_model_kinds",
+           "as_language_model", "MASKED_ONLY_ATTACKS", "sequence_values"]
 
 #: Attacks that need a masked target (they re-mask its tokens): refused for a causal target.
 MASKED_ONLY_ATTACKS = ("neighbourhood_local",)
@@ -59,6 +60,31 @@ def signal_config_for(lm, config: SignalConfig | None) -> SignalConfig:
                          f"predicts; use signal={fitting} (the default picks {_CAUSAL_KIND!r} for a causal model)")
     raise ValueError(f"{getattr(lm, 'name', 'the model')} is a masked LM and signal={config.kind!r} needs a causal LM "
                      f"(AutoModelForCausalLM); use signal={fitting} for a masked LM")
+
+
+def signal_note(lm, kind: str) -> str | None:
+    """The warning an audit gives once when ``lm`` gets its causal signal in place of the masked ``kind`` asked for.
+
+    A causal LM asked for ``energy`` (the membership audit: :func:`signal_config_for`) or any
+    masked kind (the canary audit's ranking: :func:`sequence_values`) is scored with its causal
+    signal, since masking is not defined for it; the audit says so in one warning (its log and
+    its report) rather than silently. None when ``lm`` is not a causal LM or ``kind`` is a causal one.
+
+    Parameters
+    ----------
+    lm : CausalLM, MaskedLM or None
+    kind : str
+        The signal kind asked for (``--signal``, evaluator key ``signal``).
+
+    Returns
+    -------
+    str or None
+    """
+    if not isinstance(lm, CausalLM) or signal_kind(kind).model == "causal":
+        return None
+    return (f"{lm.name} is a causal LM: signal={kind!r} masks tokens, which only a masked LM predicts, so its causal "
+            f"signal ({_CAUSAL_KIND!r}: the negative log-likelihood of each token given the tokens before it) is "
+            f"used instead; give --signal {_CAUSAL_KIND} (evaluator key signal) to ask for it by name")
 
 
 def compute_signals(lm, texts: Sequence[str], config: SignalConfig | None = None, **kwargs):

@@ -131,3 +131,25 @@ def test_audit_of_a_causal_target_records_the_causal_signal(audit_set):
     config = AuditConfig(attacks=("loss",), metrics=MetricConfig(fprs=(0.1,), bootstrap_rounds=0))
     result = run_audit(target, pool, population, config=config, progress=False)
     assert result.config.signal.kind == "causal"
+
+
+def test_energy_on_a_causal_target_becomes_causal_and_the_audit_says_so_once(audit_set, caplog):
+    """``--signal energy`` (also the default) on a causal LM: the causal signal, and one warning saying so."""
+    import logging
+
+    target, _, pool, population = audit_set
+    metrics = MetricConfig(fprs=(0.1,), bootstrap_rounds=0)
+    caplog.set_level(logging.WARNING)
+    result = run_audit(target, pool, population, config=AuditConfig(attacks=("loss", "zlib", "min_k"),
+                                                                    signal=SignalConfig(kind="energy"),
+                                                                    metrics=metrics), progress=False)
+    note = ("target is a causal LM: signal='energy' masks tokens, which only a masked LM predicts, so its causal "
+            "signal ('causal': the negative log-likelihood of each token given the tokens before it) is used "
+            "instead; give --signal causal (evaluator key signal) to ask for it by name")
+    assert result.config.signal.kind == "causal"
+    assert [w for w in result.warnings if "is a causal LM" in w] == [note]
+    assert [r.getMessage() for r in caplog.records if "is a causal LM" in r.getMessage()] == [note]  # once
+    caplog.clear()
+    named = run_audit(target, pool, population, config=AuditConfig(attacks=("loss",), signal=SignalConfig(
+        kind="causal"), metrics=metrics), progress=False)
+    assert not any("is a causal LM" in w for w in named.warnings) and "is a causal LM" not in caplog.text

@@ -24,7 +24,7 @@ TEMPLATES = ["the patient record is zq{digits:8}", "the doctor saw {name} on {ph
 def canary_file(tmp_path):
     secret_dir = tmp_path / "secret"
     secret_dir.mkdir()
-    cs = make_canaries(40, TEMPLATES, repetitions=(1, 4), seed=2)
+    cs = make_canaries(40, TEMPLATES, repetitions=(1, 4))  # drawn as an auditor would: secrets, no seed
     return cs, cs.save(secret_dir / "canaries.json")
 
 
@@ -313,3 +313,87 @@ def test_canary_demo_under_mlflow_run_nests_one_run_per_target(tracking, canary_
     worst = max((c.data.tags["mia.verdict"] for c in children), key=severity.index)
     assert parent.data.tags["mia.verdict"] == worst
     assert "One nested run per demo target:" in parent.data.tags["mlflow.note.content"]
+
+
+def _record_of(name: str, version: str, run_id: str):
+    from mlflow_mia.metrics.gate_record import GateRecord
+
+    return GateRecord.from_tag(MlflowClient().get_model_version(name, version).tags[f"mia.gate.run.{run_id}"])
+
+
+def test_a_gated_audit_of_a_seeded_canary_set_is_refused_unless_allowed_and_then_is_no_release_audit(
+        tracking, fresh_weights, tmp_path, capsys):
+    """The red team regenerated a ``seed=1234`` set from the logged counts (5 candidate seeds, 4 s)."""
+    seeded = make_canaries(40, TEMPLATES, repetitions=(1, 4), seed=1234)
+    path = seeded.save(tmp_path / "seeded" / "canaries.json")
+    name = "canary-seeded"
+    version = fresh_weights("tgt/2", name)
+    argv = ["canary-audit", "--target", f"models:/{name}/{version}",
+            *_args(tracking, path, "--max-epsilon-lower-bound", "5")]
+    runs_before = len(mlflow.search_runs(output_format="list"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the canary set was drawn from an explicit seed (make_canaries(seed=...))" in err
+    assert "give --allow-seeded-canaries (evaluator key allow_seeded_canaries)" in err and "1234" not in err
+    assert len(mlflow.search_runs(output_format="list")) == runs_before  # refused before any model loads
+    # accepted as a test: recorded as not a release audit, said in the verdict reason and the report
+    assert main(argv + ["--allow-seeded-canaries"]) == 3
+    run = _last_run()
+    assert run.data.params["canary.set_drawn_from"] == "seed"
+    assert "not a release audit: its canary set was drawn from an explicit seed" in run.data.tags["mia.verdict.reason"]
+    record = _record_of(name, version, run.info.run_id)
+    assert record.release is False and "release 0" in record.to_tag()
+    report = Path(MlflowClient().download_artifacts(run.info.run_id, "report.md")).read_text(encoding="utf-8")
+    assert "not a release audit" in report
+    # the evaluator refuses it the same way, before the model loads
+    with pytest.raises(ValueError, match="drawn from an explicit seed"):
+        mlflow.models.evaluate(model=None, data=seeded.id_frame(), model_type="mia", evaluators=["mia"],
+                               evaluator_config={"mia": {"method": "canaries", "target_model": "models:/tgt@champion",
+                                                         "canaries": str(path), "max_exposure": 4}})
+
+
+def test_an_exposure_budget_above_the_candidate_space_is_refused_unless_allowed_and_then_recorded_loose(
+        tracking, fresh_weights, canary_file, capsys):
+    """``--max-exposure 1e308`` can never fail: the largest space here is 10**8 secrets, 26.58 bits."""
+    _, path = canary_file
+    name = "canary-loose"
+    version = fresh_weights("tgt/2", name)
+    argv = ["canary-audit", "--target", f"models:/{name}/{version}", *_args(tracking, path, "--max-exposure", "1e308")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert ("loose release budget(s) canary_exposure:1e+308: a mean exposure budget above 26.58 bits, the largest "
+            "candidate space of this canary set (template 'user_0'), can never be exceeded") in err
+    assert "--allow-loose-budget (evaluator key allow_loose_budget)" in err
+    assert main(argv + ["--allow-loose-budget"]) in (0, 3)
+    run = _last_run()
+    assert "loose budget(s) canary_exposure:1e+308 accepted with --allow-loose-budget" in \
+        run.data.tags["mia.verdict.reason"]
+    record = _record_of(name, version, run.info.run_id)
+    assert record.loose == ("canary_exposure:1e+308",) and record.release is True
+
+
+def test_a_full_disk_under_the_cache_says_free_space_and_never_to_delete_the_healthy_cache(
+        tracking, canary_file, tmp_path, monkeypatch, capsys):
+    """SQLite's 'database or disk is full' (here: the file may not grow) is an environment fault, exit 1."""
+    from mlflow_mia.signals.cache import SignalCache, SqliteSpecStore
+
+    _, path = canary_file
+    monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "k" * 32)  # canary rows are cached under a kept key only
+    cache = tmp_path / "cache"
+    real = SqliteSpecStore.put_rows
+
+    def on_a_full_disk(self, key, rows):
+        self._conn.execute("PRAGMA max_page_count = 1")  # clamped to the file's size: it cannot grow (SQLITE_FULL)
+        return real(self, key, rows)
+
+    monkeypatch.setattr(SqliteSpecStore, "put_rows", on_a_full_disk)
+    argv = ["canary-audit", "--target", "models:/tgt@champion", "--canaries", str(path), "--n-candidates", "50",
+            "--bootstrap-rounds", "20", "--cache-dir", str(cache), "--quiet", "--no-tag-model-version"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"the disk holding the cache file {cache / 'signals.sqlite'} is full (database or disk is full" in err
+    assert "free space on it, or set --cache-dir" in err and "The cache is not damaged: keep it" in err
+    assert "damaged (" not in err and "delete it" not in err
+    monkeypatch.setattr(SqliteSpecStore, "put_rows", real)
+    assert SignalCache(cache).count() == 0  # the file opens and reads: healthy, nothing half-written
+    assert main(argv) == 0  # space freed: the same command runs

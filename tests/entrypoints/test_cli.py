@@ -49,10 +49,10 @@ def test_usage_errors_exit_2(tracking, capsys):
 def test_audit_gate_pass_and_fail(tracking, capsys):
     passing = ["audit", "--target", "models:/tgt@champion", *tracking.cli_args()]  # random weights
     args = ["audit", "--target", "models:/tgt@candidate", *tracking.cli_args()]  # trained on the members
-    assert main([*passing, "--max-tpr-at-fpr", "0.1:0.9", "--run-name", "gate-pass"]) == 0
+    assert main([*passing, "--max-tpr-at-fpr", "0.1:0.9", "--allow-loose-budget", "--run-name", "gate-pass"]) == 0
     out = capsys.readouterr().out
     assert "mia.gate=pass" in out
-    assert main([*args, "--max-tpr-at-fpr", "0.1:0.5", "--max-tpr-at-fpr", "0.2:0.99",
+    assert main([*args, "--max-tpr-at-fpr", "0.1:0.5", "--max-tpr-at-fpr", "0.2:0.99", "--allow-loose-budget",
                  "--run-name", "gate-fail"]) == 3
     out = capsys.readouterr().out
     assert "mia.gate=fail" in out and "OVER BUDGET" in out and "release gate failed" in out
@@ -229,7 +229,7 @@ def test_mlflow_run_audit_env_manager_local(tracking):
            "-P", "target=models:/tgt/1", "-P", "reference=models:/ref/1", "-P", f"data={tracking.pool_path}",
            "-P", f"population={tracking.population_path}", "-P", "group_column=article_id", "-P", "num_masks=2",
            "-P", "fprs=0.1,0.05", "-P", "bootstrap_rounds=0", "-P", f"cache_dir={tracking.cache_dir}",
-           "-P", "max_tpr_at_fpr=0.1:0.9"]
+           "-P", "max_tpr_at_fpr=0.1:0.9", "-P", "allow_loose_budget=true"]
     # The entry point calls the `mlflow-mia` console script, installed next to this interpreter.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)

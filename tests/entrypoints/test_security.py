@@ -101,6 +101,7 @@ def test_a_folder_cannot_claim_a_registry_identity(tracking, tmp_path, capsys):
 
     before = _version_tags("tgt", "2")
     code = main(["audit", "--target", str(fake), *tracking.cli_args("--max-tpr-at-fpr", "0.1:0.9",
+                                                                     "--allow-loose-budget",
                                                                      "--run-name", "fake-folder")])
     assert code == 0  # the random weights pass
     assert "audit of models:/tgt/2" not in capsys.readouterr().out
@@ -143,14 +144,15 @@ def test_a_weaker_passing_audit_does_not_flip_a_fail(tracking, gated_version):
     name, version = gated_version
     assert _audit(tracking, name, version, "--attacks", "loss,likelihood_ratio", "--max-tpr-at-fpr", "0.1:0.5") == 3
     # Naming one attack cannot choose a pass: the gate still runs every attack the reference allows.
-    assert _audit(tracking, name, version, "--attacks", "loss", "--max-tpr-at-fpr", "0.1:0.99") == 3
+    assert _audit(tracking, name, version, "--attacks", "loss", "--max-tpr-at-fpr", "0.1:0.99",
+                  "--allow-loose-budget") == 3
     tags = _version_tags(name, version)
     assert tags["mia.gate"] == "fail"
     history = {k: v for k, v in tags.items() if k.startswith("mia.gate.run.")}
     assert all(not v.startswith("pass") for v in history.values())
     assert all("likelihood_ratio" in v.split("; attacks ")[1].split(";")[0] for v in history.values())
     assert _audit(tracking, name, version, "--attacks", "loss", "--max-tpr-at-fpr", "0.1:0.99",
-                  "--clear-gate-fail") == 3
+                  "--allow-loose-budget", "--clear-gate-fail") == 3
     assert _version_tags(name, version)["mia.gate"] == "fail"
 
 
@@ -260,7 +262,7 @@ def test_a_registered_version_with_model_binary_outside_is_refused_and_left_unta
         mlflow.log_artifacts(str(folder), "model")
     name = f"leaky-binary-{tmp_path.name[-12:]}"
     version = mlflow.register_model(f"runs:/{run.info.run_id}/model", name).version
-    code = _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.9")
+    code = _audit(tracking, name, version, "--max-tpr-at-fpr", "0.1:0.9", "--allow-loose-budget")
     assert code == 2
     assert "model_binary path" in capsys.readouterr().err
     assert not any(k.startswith("mia.") for k in _version_tags(name, version))

@@ -184,3 +184,22 @@ def test_fails_on_two_canary_sets_merge_into_a_requirement_no_single_audit_meets
     assert both.canary_sets == (SET_A, SET_B) and both.canary_budgets == (("canary_epsilon", 0.4),)
     assert len(_record(0.1, budget=0.4).shortfalls(both)) == 1
     assert len(_record(0.1, budget=0.4, canary_set=SET_B).shortfalls(both)) == 1
+
+
+def test_a_seeded_set_and_a_loose_budget_accepted_are_carried_into_the_verdict_and_its_record():
+    """What ``--allow-seeded-canaries`` and ``--allow-loose-budget`` accepted stays visible: message and record."""
+    from mlflow_mia.metrics.gate_record import GateRecord
+
+    gate = CanaryGate(max_exposure=1e308, loose=("canary_exposure:1e+308",), release=False)
+    res = gate.check([_expo(2.0, 2.5)], None, confidence=0.95)
+    assert res.status == "pass" and (res.loose, res.release) == (("canary_exposure:1e+308",), False)
+    assert ("(loose budget(s) canary_exposure:1e+308 accepted with --allow-loose-budget: a pass shows almost nothing "
+            "about the model; not a release audit: its canary set was drawn from an explicit seed "
+            "(--allow-seeded-canaries)") in res.message()
+    assert res.to_dict()["release"] is False and res.to_dict()["loose"] == ["canary_exposure:1e+308"]
+    record = res.record(n_included=10, n_excluded=10, canary_set=SET_A)
+    assert (record.release, record.loose) == (False, ("canary_exposure:1e+308",))
+    assert "; release 0; loose canary_exposure:1e+308" in record.to_tag()
+    assert GateRecord.from_tag(record.to_tag()) == record
+    plain = CanaryGate(max_exposure=4.0).check([_expo(2.0, 2.5)], None, confidence=0.95)
+    assert plain.caveats() == "" and plain.record(n_included=10, n_excluded=10).release is True

@@ -135,3 +135,25 @@ def test_a_gate_needs_confidence_of_at_least_95_percent(confidence):
         check_gate_confidence(confidence)
     with pytest.raises(ValueError, match="confidence"):
         Gate.parse("0.01:0.2").check({"loss/tpr_at_fpr_0.01": 0.0}, confidence=confidence)
+
+
+def test_a_loose_tpr_budget_is_refused_unless_allowed_then_carried_by_the_verdict_and_its_record():
+    """``0.01:0.9999`` passes a model whose attacks find nearly every member: it is accepted only when stated."""
+    from mlflow_mia.metrics.gate_record import GateRecord
+
+    gate = Gate.parse("0.01:0.9999,0.01:0.05")
+    assert gate.loose == ("0.01:0.9999",) and Gate.parse("0.01:0.5").loose == ()
+    with pytest.raises(ValueError, match=r"loose release budget\(s\) 0.01:0.9999: a TPR budget above 0.5 .* "
+                                         r"--allow-loose-budget \(evaluator key allow_loose_budget\)"):
+        gate.check_loose(allowed=False)
+    assert gate.check_loose(allowed=True) == ("0.01:0.9999",)
+    rng = np.random.default_rng(0)
+    y = np.r_[np.ones(300, dtype=int), np.zeros(300, dtype=int)]
+    metrics = _audit_metrics(y, rng.normal(size=600), rng.normal(size=500), rounds=50)
+    res = gate.check(metrics)
+    assert res.loose == ("0.01:0.9999",) and res.release is True and res.to_dict()["loose"] == ["0.01:0.9999"]
+    assert res.message().endswith("(loose budget(s) 0.01:0.9999 accepted with --allow-loose-budget: a pass shows "
+                                  "almost nothing about the model)")
+    assert Gate.parse("0.01:0.05").check(metrics).caveats() == ""  # a budget that says something: nothing added
+    record = GateRecord.of(res, ("loss",), metrics, loose=res.loose, release=res.release)
+    assert "; loose 0.01:0.9999" in record.to_tag() and GateRecord.from_tag(record.to_tag()).loose == res.loose

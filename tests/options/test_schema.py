@@ -103,7 +103,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     key.write_text("k" * 32)
     key.chmod(0o600)
     argv = ["audit", "--attacks", "loss", "--signal", "energy", "--num-masks", "3", "--mask-rate", "0.2",
-            "--seed", "4", "--max-length", "64", "--token-budget", "32", "--half-precision", "--energy-reduction",
+            "--seed", "4", "--max-length", "64", "--token-budget", "32", "--dtype", "bfloat16", "--energy-reduction",
             "mean", "--allow-tokenizer-mismatch", "false", "--num-neighbours", "5", "--neighbour-generator",
             "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.99",
             "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
@@ -114,7 +114,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
             "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",
             "--no-tag-model-version", "--clear-gate-fail", "--trust-remote-code", "--engine", "spark",
             "--spark-master", "local[1]", "--spark-store", "s"]
-    argv += ["--min-k-plus-plus-fraction", "0.4"]
+    argv += ["--min-k-plus-plus-fraction", "0.4", "--allow-loose-budget", "--base-model", "models:/b/1"]
     record = tmp_path / "shadows.json"
     record.write_text("{}")
     argv += ["--shadow-record", str(record), "--lira-online-per-text-variance-min", "8",
@@ -126,8 +126,8 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     s, m, n = config.signal, config.metrics, config.neighbourhood
     assert config.attacks == ("loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline", "rmia")
     assert config.allow_tokenizer_mismatch is False
-    assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.half_precision,
-            s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, True, "mean")
+    assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.dtype,
+            s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, "bfloat16", "mean")
     assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
     assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
         (0.2, 0.1, 0.05, 0.01), 0, 0.99, 0.3, 5, 1e-4, 4)
@@ -144,6 +144,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
         "models:/r/1,models:/r2/1", "p.csv", "t", "i", "g", "pt", "pg")
     assert options.reference_mode == "each" and options.reference_sets == (("models:/r/1",), ("models:/r2/1",))
     assert (options.tag_model_version, options.clear_gate_fail, options.trust_remote_code) == (False, True, True)
+    assert options.allow_loose_budget is True and options.base_model == "models:/b/1"
     assert (options.engine, options.spark_master, options.spark_store) == ("spark", "local[1]", "s")
 
 
@@ -359,3 +360,67 @@ def test_canary_budgets_must_be_finite_and_the_gate_confident(config, match):
 
     with pytest.raises(ValueError, match=match):
         parse_canary_config({"method": "canaries", **config})
+
+
+def test_a_tpr_budget_above_one_half_is_refused_unless_allowed_and_is_then_carried_as_loose(capsys):
+    """``0.01:0.9999`` passes a model whose attacks find nearly every member: it states nothing."""
+    from mlflow_mia.options.canary import parse_canary_config
+
+    with pytest.raises(ValueError, match=r"loose release budget\(s\) 0.01:0.9999: a TPR budget above 0.5 passes a "
+                                         r"model whose attacks find every other member, so a pass shows almost "
+                                         r"nothing about the model; give a tighter budget, or accept it with "
+                                         r"--allow-loose-budget \(evaluator key allow_loose_budget\)"):
+        parse_options({"max_tpr_at_fpr": "0.01:0.05,0.01:0.9999"})
+    _, options = parse_options({"max_tpr_at_fpr": "0.01:0.05,0.001:0.9999", "allow_loose_budget": True})
+    assert options.allow_loose_budget and options.gate.loose == ("0.001:0.9999",)
+    assert parse_options({"max_tpr_at_fpr": "0.01:0.5"})[1].gate.loose == ()  # 0.5 itself is not loose
+    # the command refuses it at parse time (exit 2), before any data or model is read
+    assert main(["audit", "--target", "nowhere", "--data", "missing.csv", "--max-tpr-at-fpr", "0.01:0.9999"]) == 2
+    assert "loose release budget(s) 0.01:0.9999" in capsys.readouterr().err
+    # one declaration, on every surface with a gate: --help, evaluator keys, MLproject, the options reference
+    reference = (REPO / "docs" / "reference" / "options.md").read_text(encoding="utf-8")
+    assert "| `allow_loose_budget` | `--allow-loose-budget` | `audit`, `compare`, `canary-audit`, `mia`, `canaries` |" \
+        in reference
+    for command in ("audit", "compare", "canary-audit"):
+        assert "--allow-loose-budget" in _subparser(command).format_help()
+        assert mlproject_parameters(command)["allow_loose_budget"] == ("string", "false")
+    assert {"allow_loose_budget", "allow_seeded_canaries"} <= set(options_for("canaries"))
+    assert parse_canary_config({"method": "canaries", "max_exposure": 1e308, "allow_loose_budget": "true"}
+                               )[1].allow_loose_budget
+
+
+def test_a_seeded_canary_set_or_an_exposure_budget_above_its_space_is_refused_with_a_gate_unless_allowed():
+    """The red team found ``seed=1234`` among 5 candidates in 4 s; ``--max-exposure 1e308`` can never fail."""
+    from mlflow_mia.canaries import make_canaries
+    from mlflow_mia.options.canary import parse_canary_config
+
+    templates = ["my pin is {digits:4}", "call {name}"]  # the largest candidate space: 10**4, 13.29 bits
+    seeded = make_canaries(20, templates, seed=1234)
+    drawn = make_canaries(20, templates)
+
+    def options(**keys):
+        return parse_canary_config({"method": "canaries", **keys})[1]
+
+    with pytest.raises(ValueError, match=r"the canary set was drawn from an explicit seed \(make_canaries\(seed=...\)\)"
+                                         r": whoever knows or guesses the seed regenerates every secret and inclusion "
+                                         r"bit .* give --allow-seeded-canaries \(evaluator key allow_seeded_canaries\): "
+                                         r"the audit is then recorded as not a release audit"):
+        options(max_exposure=4).gate(seeded)
+    assert "1234" not in _message(lambda: options(max_exposure=4).gate(seeded))  # the seed is never printed
+    assert options().gate(seeded) is None  # no gate: a seeded set is a demo or a test, audited as such
+    allowed = options(max_exposure=4, allow_seeded_canaries=True).gate(seeded)
+    assert (allowed.release, allowed.loose) == (False, ())
+    assert options(max_exposure=4).gate(drawn).release is True
+    with pytest.raises(ValueError, match=r"loose release budget\(s\) canary_exposure:1e\+308: a mean exposure budget "
+                                         r"above 13.29 bits, the largest candidate space of this canary set \(template "
+                                         r"'user_0'\), can never be exceeded, .* --allow-loose-budget"):
+        options(max_exposure=1e308).gate(drawn)
+    assert options(max_exposure=13.2).gate(drawn).loose == ()
+    loose = options(max_exposure=1e308, allow_loose_budget=True).gate(drawn)
+    assert (loose.loose, loose.release) == (("canary_exposure:1e+308",), True)
+
+
+def _message(call) -> str:
+    with pytest.raises(ValueError) as info:
+        call()
+    return str(info.value)

@@ -159,3 +159,47 @@ def test_nan_energy_round_trips(tmp_path):
     cache.put_many(key, {"h": (float("nan"), 0, False, np.zeros(0, dtype=np.float32))})
     energy, n, truncated, lp, stats = cache.get_many(key, ["h"])["h"]
     assert np.isnan(energy) and n == 0 and lp.size == 0 and stats is None
+
+
+def test_a_full_disk_says_free_space_and_keeps_the_healthy_cache(tmp_path, monkeypatch):
+    """SQLITE_FULL, ENOSPC and an I/O error with no space left are a full disk, never a cache to delete."""
+    import errno
+
+    import mlflow_mia.signals.cache as cache_module
+    from mlflow_mia.signals.cache import CacheDiskFullError
+
+    key, rows = _filled_cache(tmp_path / "c", n_rows=20)
+    cache = SignalCache(tmp_path / "c")
+    cache._conn.execute("PRAGMA max_page_count = 1")  # clamped to the file's size: it cannot grow (SQLITE_FULL)
+    more = {f"{i:064x}": (1.0, 400, False, np.zeros(400, dtype=np.float32)) for i in range(100, 300)}
+    with pytest.raises(CacheDiskFullError) as info:
+        cache.put_many(key, more)
+    message = str(info.value)
+    assert message.startswith(f"the disk holding the cache file {tmp_path / 'c' / 'signals.sqlite'} is full "
+                              "(database or disk is full")
+    assert "free space on it" in message and "The cache is not damaged: keep it" in message
+    assert "delete" not in message and not isinstance(info.value, CacheCorruptError)
+    cache.close()
+    kept = SignalCache(tmp_path / "c")  # the file is healthy: every row written before is there
+    assert set(kept.get_many(key, rows)) == set(rows) and kept.count() == len(rows)
+    # an I/O error is a full disk only when the disk has no room left; otherwise the file is suspect
+    with pytest.raises(CacheCorruptError, match="delete it"):
+        with kept._guard():
+            raise sqlite3.OperationalError("disk I/O error")
+    monkeypatch.setattr(cache_module, "_free_bytes", lambda path: 4096)
+    with pytest.raises(CacheDiskFullError, match=r"is full \(disk I/O error, 0.0 MiB free\): free space"):
+        with kept._guard():
+            raise sqlite3.OperationalError("disk I/O error")
+    # ENOSPC while making the cache folder or the store key: the same advice, not a bare OSError
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def no_space(*args, **kwargs):
+        raise full
+
+    monkeypatch.setattr(cache_module.os, "makedirs", no_space)
+    with pytest.raises(CacheDiskFullError, match=r"the disk holding the cache folder .*new is full \(\[Errno 28\]"):
+        SignalCache(tmp_path / "new")
+    monkeypatch.undo()
+    monkeypatch.setattr(cache_module, "load_store_key", no_space)
+    with pytest.raises(CacheDiskFullError, match=r"the disk holding the cache file .*signals.sqlite is full"):
+        SignalCache(tmp_path / "c")

@@ -64,3 +64,18 @@ def test_a_reference_of_the_other_kind_is_refused_before_any_model_runs(digit_gp
         canary_audit(digit_gpt, canaries, reference=masked, config=config)
     with pytest.raises(ValueError, match=r"^the target is a masked LM but the reference model is a causal LM"):
         canary_audit(masked, canaries, reference=digit_gpt, config=config)
+
+
+def test_a_masked_signal_asked_of_a_causal_canary_target_is_replaced_and_said_once(digit_gpt, caplog):
+    import logging
+
+    from mlflow_mia.signals.dispatch import signal_note
+
+    caplog.set_level(logging.WARNING)
+    canaries = make_canaries(8, TEMPLATES, repetitions=(1,), seed=0)
+    result = canary_audit(digit_gpt, canaries, config=CanaryAuditConfig(signal="energy", n_candidates=10,
+                                                                       bootstrap_rounds=0))
+    note = signal_note(digit_gpt, "energy")
+    assert note.startswith("tiny-gpt is a causal LM: signal='energy' masks tokens") and "--signal causal" in note
+    assert result.warnings.count(note) == 1 and caplog.text.count("tiny-gpt is a causal LM") == 1
+    assert signal_note(digit_gpt, "causal") is None

@@ -51,6 +51,7 @@ from mlflow_mia.metrics.one_run import OneRunBound, one_run_audit, sparse_guess_
 from mlflow_mia.metrics.roc import RocResult, auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import unresolved_reason
 from mlflow_mia.naming import fmt_alpha
+from mlflow_mia.signals.dispatch import signal_note
 
 __all__ = ["CanaryAuditResult", "canary_audit", "score_canaries", "centre_by_template"]
 
@@ -298,7 +299,12 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
     _check_both_classes(canaries.included.astype(np.int64))  # before any model runs
     signals = canary_signals(target, canaries, reference=reference, config=config, cache=cache, device=device,
                              progress=progress, hash_key=hash_key)
-    return score_canaries(signals, canaries, config)
+    result = score_canaries(signals, canaries, config)
+    note = signal_note(target, (config or CanaryAuditConfig()).signal)  # a causal target ranks by its own signal
+    if note:
+        log.warning(note)
+        result.warnings.append(note)
+    return result
 
 
 def score_canaries(signals: CanarySignals, canaries: CanarySet, config: CanaryAuditConfig | None = None

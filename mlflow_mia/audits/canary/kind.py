@@ -53,13 +53,15 @@ def load_canary_inputs(frame, settings: Settings) -> CanarySet:
     Raises
     ------
     ValueError
-        No canary set named, or ``frame`` is not the set's id table.
+        No canary set named, or ``frame`` is not the set's id table; a gate the set refuses
+        (:meth:`~mlflow_mia.options.canary.CanaryOptions.gate`: a seeded set, a loose exposure budget).
     """
     canaries = load_canary_set(settings.options.canaries)
     if not isinstance(frame, pd.DataFrame) or "canary_id" not in frame or list(frame["canary_id"]) != list(
             canaries.ids):
         raise ValueError("method='canaries' takes data=canary_set.id_frame() (the set's canary ids in order, no texts "
                          "or bits), for the set named by the 'canaries' key")
+    settings.options.gate(canaries)  # before the model loads
     return canaries
 
 

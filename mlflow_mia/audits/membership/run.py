@@ -17,6 +17,7 @@ from mlflow_mia.audits.membership.scoring import score_checked
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import SignalCache
+from mlflow_mia.signals.dispatch import signal_note
 
 __all__ = ["run_audit", "compute_audit_signals"]
 
@@ -102,8 +103,11 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
     models = AuditModels.build(target, references=references, generator=generator, config=config,
                                load=runner.load, shadow_membership=shadow_membership)
+    asked = config.signal.kind
     config = models.config_for(config)  # a causal target records signal="causal"
     notes = check_audit(models, pool, population, config)
+    if config.signal.kind != asked:  # said once, in the log and the report (score_checked logs the notes)
+        notes = [*notes, signal_note(models.target, asked)]
     if isinstance(cache, str):
         cache = SignalCache(cache)
     signals = runner.signals(models, pool, population, config, cache=cache, device=device, progress=progress)
