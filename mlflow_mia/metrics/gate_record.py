@@ -183,11 +183,14 @@ class GateRecord:
     def of(cls, gate: GateResult, attacks, metrics: Mapping, **provenance) -> "GateRecord":
         """The record of a finished gated audit (``attacks``: its sample-level attack names).
 
-        ``provenance``: ``weights``, ``references``, ``pool``, ``started``, ``clear``, ``parent``.
+        ``provenance``: ``weights``, ``references``, ``pool``, ``started``, ``clear``, ``parent``, ``signal``,
+        ``shadow_record``; ``loose`` defaults to the gate's loose budgets.
         """
         bounds = ",".join(f"{c['alpha']:g}:{fmt_bound(c['upper'], 4)} {c['bound'] or 'unresolvable'}"
                           for c in gate.checks)
         counts = {name: count_metric(metrics, key) for name, key, _ in _COUNTS}
+        provenance.setdefault("loose", tuple(getattr(gate, "loose", ()) or ()))
+        provenance.setdefault("release", bool(getattr(gate, "release", True)))
         return cls(status=gate.status, attacks=tuple(attacks),
                    budgets=tuple((c["alpha"], c["max_tpr"]) for c in gate.checks), confidence=gate.confidence,
                    bounds=bounds, **counts, **provenance)

@@ -145,3 +145,16 @@ def test_a_fail_found_with_one_shadow_record_is_cleared_only_with_the_same_recor
         "shadow record"]
     assert derive([fail, _entry("c", "pass", 20, clear=True, shadow_record="r1")]).status == "pass"
     assert GateRecord.from_tag(fail.record.to_tag()).shadow_record == "r1"
+
+
+def test_the_record_carries_the_gates_loose_budgets_and_release_flag():
+    from dataclasses import replace
+
+    from mlflow_mia.metrics.gate import Gate
+
+    metrics = {"loss/tpr_at_fpr_0.1": 0.0, "loss/tpr_at_fpr_0.1_upper_binomial": 0.0,
+               "loss/tpr_at_fpr_0.1_lower_binomial": 0.0, "n_members": 80, "n_non_members": 80}
+    gate = replace(Gate.parse("0.1:0.9").check(metrics), loose=("0.1:0.9",), release=False)
+    record = GateRecord.of(gate, ("loss",), metrics)
+    assert (record.loose, record.release) == (("0.1:0.9",), False)
+    assert GateRecord.from_tag(record.to_tag()) == record
