@@ -123,7 +123,7 @@ def test_demo_kind_parses_and_refuses_other_values(capsys):
     assert parser.parse_args(["audit", "--demo-kind", "causal"]).demo_kind == "causal"
     with pytest.raises(SystemExit):
         parser.parse_args(["audit", "--demo-kind", "gpt"])
-    assert "argument --demo-kind: demo_kind must be one of 'masked', 'causal', got 'gpt'" in capsys.readouterr().err
+    assert "argument --demo-kind: demo_kind must be one of 'masked', 'causal', 'lora', got 'gpt'" in capsys.readouterr().err
 
 
 def test_the_bpe_tokenizer_is_deterministic_and_keeps_case():
