@@ -27,7 +27,7 @@ from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.options.values import blank as _blank
 from mlflow_mia.entrypoints.common import print_links
-from mlflow_mia.models.resolve import resolve_model
+from mlflow_mia.models.resolve import resolve_model, resolve_reference
 from mlflow_mia.naming import fmt_number, fmt_alpha
 from mlflow_mia.options.canary import parse_canary_config
 from mlflow_mia.entrypoints.common import flat_from_args
@@ -97,8 +97,8 @@ def _audit(target_uri, canaries, cfg, options, *, run_name: str | None = None, n
     import mlflow
 
     trust = options.trust_remote_code
-    target = resolve_model(target_uri, role="target", trust_remote_code=trust)
-    reference = (resolve_model(options.reference_model, role="reference", trust_remote_code=trust)
+    target = resolve_model(target_uri, role="target", trust_remote_code=trust, base_model=options.base_model)
+    reference = (resolve_reference(options.reference_model, target=target, trust_remote_code=trust)
                  if options.reference_model else None)
     name = run_name or f"canary-audit {short_model_name(target.resolved_uri)}"
     with mlflow.start_run(run_name=name, nested=nested) as run:

@@ -234,7 +234,8 @@ def _cmd_audit(args) -> int:
     elif target_uri is None:
         raise ValueError("--data was given without --target: name the model to audit")
     config, options, pool, population = audit_settings(args, data=data, demo=demo, target_uri=target_uri)
-    target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code)
+    target = resolve_model(target_uri, role="target", trust_remote_code=options.trust_remote_code,
+                           base_model=options.base_model)
     sets = [[resolve_reference(uri, target=target, trust_remote_code=options.trust_remote_code) for uri in refs]
             for refs in options.reference_sets]
     params = {"pool_source": os.path.basename(str(data)),
