@@ -31,11 +31,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Callable
 
+from mlflow_mia.model_kinds import model_kinds
+
+
+class _ModelKindsView(Sequence):
+    """The registered model kinds' names, read live (a kind registered later shows)."""
+
+    def __getitem__(self, index):
+        return model_kinds()[index]
+
+    def __len__(self) -> int:
+        return len(model_kinds())
+
+    def __repr__(self) -> str:
+        return repr(model_kinds())
+
 __all__ = ["SignalKind", "register_signal_kind", "unregister_signal_kind", "signal_kind", "signal_kinds",
            "SIGNAL_KINDS", "SIGNAL_UNITS", "BUILTIN_SIGNAL_KINDS", "MODEL_KINDS"]
 
-#: The kinds of language model a signal is defined for (:func:`mlflow_mia.signals.causal_model.kind_of`).
-MODEL_KINDS = ("masked", "causal")
+#: The kinds of language model a signal may be defined for: a live view of :mod:`mlflow_mia.model_kinds`.
+MODEL_KINDS = _ModelKindsView()
 #: The package's own kinds, registered by ``signals/energy.py`` (energy, pll) and ``signals/causal.py``
 #: (causal); named here so a config naming one validates before those modules are imported.
 BUILTIN_SIGNAL_KINDS = ("energy", "pll", "causal")
@@ -102,8 +117,9 @@ def register_signal_kind(name: str, *, model: str, unit: str, compute: Callable,
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"signal kind name must match [a-z][a-z0-9_]* (it is an option value and a cache-key "
                          f"part), got {name!r}")
-    if model not in MODEL_KINDS:
-        raise ValueError(f"model of signal kind {name!r} must be one of {MODEL_KINDS}, got {model!r}")
+    if model not in model_kinds():
+        raise ValueError(f"model of signal kind {name!r} must be one of {model_kinds()} (mlflow_mia.model_kinds), "
+                         f"got {model!r}")
     if not callable(compute):
         raise TypeError(f"compute of signal kind {name!r} must be callable, got {type(compute).__name__}")
     old = _KINDS.get(name)

@@ -30,7 +30,7 @@ ROOT = Path(mlflow_mia.__file__).parent
 #: Bottom to top. Top-level modules of the package count as the bottom layer.
 LAYERS = ("core", "canaries", "signals", "attacks", "metrics", "plots", "options", "models", "engines", "audits", "tracking",
           "pipeline", "demo", "analyze", "entrypoints")
-CORE = {"__init__", "config", "data", "hashing", "naming", "option", "signal_kinds"}
+CORE = {"__init__", "config", "data", "hashing", "naming", "option", "signal_kinds", "model_kinds"}
 #: The house rule on file length.
 MAX_LINES = 450
 
@@ -216,7 +216,7 @@ OPTIONAL_IMPORTS = {
 #: A module off that path imports them at module level.
 STARTUP_HEAVY_IMPORTS = {name: "keeps `mlflow-mia --help` and usage errors fast: loads when a command runs"
                          for name in ("mlflow", "transformers", "tokenizers", "datasets", "huggingface_hub",
-                                      "matplotlib", "pydantic", "requests")}
+                                      "matplotlib", "pydantic", "requests", "peft")}
 _COMMAND = ("entrypoints.cli loads a command's module when the command runs; at start-up it would "
             "load mlflow (compare, models.files import it at module level)")
 _DEMO_GUARD = ("inside the ImportError guard that turns a missing demo extra into a usage error naming the fix; "
@@ -228,6 +228,7 @@ IN_FUNCTION_IMPORTS = {
     ("mlflow_mia.entrypoints.canary_cli", "mlflow_mia.demo.canary"): _DEMO_GUARD,
     ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.build"): _DEMO_GUARD,
     ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.causal_build"): _DEMO_GUARD,
+    ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.lora_build"): _DEMO_GUARD,
     ("mlflow_mia.entrypoints.common", "mlflow_mia.demo.online_shadows"):
         "entrypoints.common is on mlflow-mia --help's start-up path; the demo's modules import mlflow and "
         "transformers at module level, so the shadow builder loads when --demo-shadows is given",

@@ -22,12 +22,15 @@ and returns at once.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from dataclasses import asdict, dataclass, replace
 
 import mlflow
 import pandas as pd
+import torch
+from peft import LoraConfig, get_peft_model
 from huggingface_hub import ModelCard
 from mlflow import MlflowClient
 
@@ -128,11 +131,6 @@ def _model_card(name: str, role: str, size: LoraDemoSize):
 
 def _lora(base, size: LoraDemoSize):
     """A trainable LoRA adapter over a frozen copy of ``base`` (``peft``)."""
-    import copy
-
-    import torch
-    from peft import LoraConfig, get_peft_model
-
     torch.manual_seed(size.seed)
     config = LoraConfig(r=size.rank, lora_alpha=size.alpha, target_modules=["c_attn", "c_fc"], lora_dropout=0.0,
                         task_type="CAUSAL_LM", fan_in_fan_out=True)

@@ -27,7 +27,7 @@ def pip_requirements(*, peft: bool = False) -> list[str]:
         f"tokenizers=={tokenizers.__version__}",
     ]
     if peft:
-        import peft as peft_module
+        import peft as peft_module  # it imports transformers: kept off mlflow-mia --help's start-up path
 
         out.append(f"peft=={peft_module.__version__}")
     return out

@@ -25,7 +25,7 @@ from mlflow_mia.engines.models import AuditModels
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import MaskedLM, SignalCache, tokenize
-from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, as_language_model
+from mlflow_mia.signals.causal_model import as_language_model, language_models
 from mlflow_mia.signals.dispatch import check_model_kinds
 from mlflow_mia.signals.runtime import resolve_device, token_limit
 from mlflow_mia.signals.generator_quality import measure_generator
@@ -146,7 +146,7 @@ class LocalEngine:
     def load(self, model, *, role: str) -> MaskedLM:
         """A MaskedLM or CausalLM, a ``(model, tokenizer)`` pair, a local folder, or a resolved model (its ``lm``)."""
         lm = getattr(model, "lm", None)  # a ResolvedModel of the integrations carries the loaded model
-        return as_language_model(lm if isinstance(lm, LANGUAGE_MODELS) else model, role=role)
+        return as_language_model(lm if isinstance(lm, language_models()) else model, role=role)
 
     def signals(self, models: AuditModels, pool, population, config, *, cache=None, device=None,
                 progress: bool = True) -> AuditSignals:

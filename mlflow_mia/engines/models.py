@@ -16,7 +16,7 @@ from mlflow_mia.attacks import required_roles
 from mlflow_mia.attacks.inputs import reference_roles
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.signals import MaskedLM
-from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, as_language_model
+from mlflow_mia.signals.causal_model import as_language_model, language_models
 from mlflow_mia.signals.dispatch import check_model_kinds, signal_config_for
 from mlflow_mia.signals.neighbours import choose_generator
 
@@ -129,7 +129,7 @@ class AuditModels:
         roles += list(zip(reference_roles(len(self.references)), self.references))
         roles.append(("generator", self.generator))
         for role, lm in roles:
-            if isinstance(lm, LANGUAGE_MODELS):
+            if isinstance(lm, language_models()):
                 out[role] = {"identity": lm.model_id, "name": lm.name, "weights": lm.weights_id}
             elif lm is not None:
                 out[role] = {"identity": str(lm), "name": None}

@@ -34,7 +34,8 @@ from mlflow_mia.entrypoints.common import flat_from_args
 from mlflow_mia.pipeline.canary import canary_audit_and_log
 from mlflow_mia.tracking.canary_log import auc_text, exposure_text, headline_repetitions
 from mlflow_mia.tracking.runs import use_experiment, outside_project_run
-from mlflow_mia.tracking.verdict import short_model_name, canary_verdict, describe_nested
+from mlflow_mia.tracking.descriptions import short_model_name
+from mlflow_mia.tracking.verdict import canary_verdict, describe_nested
 
 if __doc__:
     __doc__ += key_table("canaries") + "\n"

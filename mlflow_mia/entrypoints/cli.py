@@ -52,7 +52,8 @@ from mlflow_mia.pipeline.membership import audit_and_log
 from mlflow_mia.signals.cache import CacheCorruptError, CacheDiskFullError
 from mlflow_mia.tracking.registry_tags import VersionDeletedError
 from mlflow_mia.tracking.runs import record_project_failure
-from mlflow_mia.tracking.verdict import audit_run_name, audit_verdict, describe_nested, references_label
+from mlflow_mia.tracking.descriptions import audit_run_name, references_label
+from mlflow_mia.tracking.verdict import audit_verdict, describe_nested
 from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_train_shadows
 
 __all__ = ["main", "build_parser", "generic_front_end"]

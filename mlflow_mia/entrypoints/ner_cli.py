@@ -27,7 +27,8 @@ from mlflow_mia.pipeline.ner import ner_audit_and_log
 from mlflow_mia.tracking.artifacts import to_json
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 from mlflow_mia.naming import fmt_number
-from mlflow_mia.tracking.verdict import describe_nested, fmt_interval, ner_verdict, short_model_name, worst_verdict
+from mlflow_mia.tracking.descriptions import short_model_name
+from mlflow_mia.tracking.verdict import describe_nested, fmt_interval, ner_verdict, worst_verdict
 
 __all__ = ["cmd_ner_audit"]
 

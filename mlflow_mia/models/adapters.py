@@ -104,12 +104,10 @@ def attach(base, folder: str, *, source: str, merge: bool = True):
     Raises
     ------
     ValueError
-        The adapter does not fit the base model, or ``peft`` is not installed.
+        The adapter does not fit the base model.
     """
-    try:
-        from peft import PeftModel
-    except ImportError:  # pragma: no cover - peft comes with the package's dependencies
-        raise ValueError(f"{source} is a PEFT adapter: install peft (pip install peft)") from None
+    from peft import PeftModel  # peft imports transformers: not on mlflow-mia --help's start-up path
+
     try:
         model = PeftModel.from_pretrained(base, folder, is_trainable=False)
     except (RuntimeError, KeyError, ValueError) as exc:

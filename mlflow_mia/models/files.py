@@ -18,6 +18,7 @@ folder being audited, so the weights whose digest becomes the model's identity
 from __future__ import annotations
 
 import difflib
+import json
 import os
 
 __all__ = ["PICKLE_WEIGHTS", "inside_folder", "check_model_files", "tracking_unreachable", "unresolved_uri_error",
@@ -206,8 +207,6 @@ def refuse_quantized(folder: str, *, source: str | None = None) -> None:
     ValueError
         Naming the method and the fix.
     """
-    import json
-
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         return

@@ -27,18 +27,18 @@ tag is a cache, never the proof.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, inside_folder, refuse_quantized,
+from mlflow_mia.models.files import (PICKLE_WEIGHTS, check_model_files, refuse_quantized,
                                      tracking_unreachable, unresolved_uri_error)
-from mlflow_mia.signals.causal_model import LANGUAGE_MODELS, wrapper_for
+from mlflow_mia.signals.causal_model import language_models, wrapper_for
 from mlflow_mia.signals.model import MaskedLM
-from mlflow_mia.models.adapters import BASE_KEY_MAPPING, adapter_base, adapter_config, attach, is_adapter_folder
-from mlflow_mia.signals.identity import refuse_missing_weights, refuse_remote_code, weights_digest
+from mlflow_mia.models.adapters import adapter_base, adapter_config, attach, is_adapter_folder
+from mlflow_mia.models.artifact import Parts, load_components, logged_model_id
+from mlflow_mia.signals.identity import refuse_remote_code, weights_digest
 
 __all__ = ["ResolvedModel", "Parts", "resolve_model", "resolve_reference", "registry_versions_of", "registered_weights_id", "check_model_files",
            "tracking_unreachable", "PICKLE_WEIGHTS", "WEIGHTS_TAG"]
@@ -99,14 +99,6 @@ class ResolvedModel:
             out[f"{role}_registered_model"] = self.registered_name
             out[f"{role}_model_version"] = str(self.version)
         return out
-
-
-class Parts(NamedTuple):
-    """A loaded model, its tokenizer, and for a PEFT adapter how to load its base alone (``base() -> Parts``)."""
-
-    model: object
-    tokenizer: object
-    base: Callable[[], "Parts"] | None = None
 
 
 def _client():
@@ -195,125 +187,6 @@ def _pin_registry_uri(uri: str):
     return f"models:/{mv.name}/{mv.version}", mv.name, str(mv.version), model_id
 
 
-def _tracking_uri() -> str:
-    import mlflow
-
-    return mlflow.get_tracking_uri()
-
-
-def _local_copy(uri: str) -> str:
-    """A local folder holding the MLflow model at ``uri`` (downloaded unless it is a folder already)."""
-    if os.path.isdir(uri):
-        return uri
-    import mlflow
-
-    return mlflow.artifacts.download_artifacts(artifact_uri=uri)
-
-
-def _transformers_class(name: str | None, what: str, uri: str):
-    """The transformers class called ``name``; a name transformers does not define means custom code."""
-    import transformers
-
-    if name and hasattr(transformers, name):
-        return getattr(transformers, name)
-    raise ValueError(
-        f"{uri} declares the {what} class {name!r}, which is not part of transformers: loading it would run "
-        "Python code shipped with the model. mlflow-mia never does that by default; if you trust the people who "
-        "wrote this model, pass --trust-remote-code (evaluator key trust_remote_code=True)")
-
-
-def _load_components(uri: str, *, trust_remote_code: bool = False, base_only: bool = False):
-    """``(model, tokenizer)`` of the transformers-flavor MLflow model at ``uri`` (URI or local folder).
-
-    The model and tokenizer classes are the ones named in the ``MLmodel`` file and
-    must be transformers classes, and no ``config.json`` / ``tokenizer_config.json``
-    may map auto classes to shipped code: ``mlflow.transformers.load_model`` would
-    turn on ``trust_remote_code`` for such a model, and an audit would run code of
-    the model's authors. With ``trust_remote_code=True`` the model is loaded by
-    MLflow's own loader, as its authors intended (not a PEFT model: see below).
-
-    A model logged from a ``PeftModel`` (the flavor's ``peft_adaptor``) loads as saved:
-    its base from ``model/`` with PEFT's wrapped names mapped back, then the adapter
-    (:mod:`mlflow_mia.models.adapters`), merged; ``base_only`` returns the base alone.
-    Every load must leave no weight missing or of another shape
-    (:func:`~mlflow_mia.signals.identity.refuse_missing_weights`).
-
-    Files are read only from inside the artifact: ``model_binary`` in ``MLmodel``
-    must be a relative path without ``..``, the model and tokenizer folders must not
-    be symbolic links, no link inside them may resolve outside the artifact
-    (:func:`check_model_files`), and weights must be safetensors unless
-    ``trust_remote_code`` is on. All of it is checked before any file is loaded.
-
-    Raises
-    ------
-    ValueError
-        Not a transformers-flavor model, custom code without ``trust_remote_code``,
-        no tokenizer saved with the model, a model file outside the artifact, an empty model or
-        tokenizer folder (an uploaded symbolic link), no weights file, pickle weights without
-        ``trust_remote_code``, weights missing from the checkpoint, an adapter that does not fit,
-        or files transformers cannot read (its ``OSError``, with the URI).
-    """
-    from mlflow.models import Model
-
-    folder = _local_copy(uri)
-    flavor = Model.load(folder).flavors.get("transformers")
-    if flavor is None:
-        raise ValueError(f"{uri} is not a transformers-flavor MLflow model; log it with mlflow.transformers.log_model")
-    if "tokenizer" not in flavor.get("components", ()):
-        raise ValueError(_NO_TOKENIZER.format(uri=uri))
-    model_dir = inside_folder(folder, str(flavor.get("model_binary", "model")), what="model_binary", source=uri)
-    tokenizer_dir = inside_folder(folder, os.path.join("components", "tokenizer"), what="tokenizer", source=uri)
-    adapter_dir = (inside_folder(folder, str(flavor["peft_adaptor"]), what="peft_adaptor", source=uri)
-                   if flavor.get("peft_adaptor") else None)
-    for sub in (model_dir, tokenizer_dir, adapter_dir):  # before anything is read from them
-        if sub is not None:
-            check_model_files(sub, root=folder, source=uri, trust_remote_code=trust_remote_code,
-                              weights=sub != tokenizer_dir)
-    refuse_quantized(model_dir, source=uri)
-    if trust_remote_code and adapter_dir is None:
-        import mlflow
-
-        components = mlflow.transformers.load_model(folder, return_type="components")
-        if "tokenizer" not in components:
-            raise ValueError(_NO_TOKENIZER.format(uri=uri))
-        return Parts(components["model"], components["tokenizer"])
-    model_cls = _transformers_class(flavor.get("pipeline_model_type"), "model", uri)
-    tokenizer_cls = _transformers_class(flavor.get("tokenizer_type"), "tokenizer", uri)
-    for sub in (model_dir, tokenizer_dir, adapter_dir):
-        if sub is not None:
-            refuse_remote_code(sub, source=uri)
-    if adapter_dir is not None:
-        adapter_config(adapter_dir, source=uri)
-    try:
-        model, info = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True,
-                                                output_loading_info=True,
-                                                **({"key_mapping": BASE_KEY_MAPPING} if adapter_dir else {}))
-        tokenizer = tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
-    except OSError as exc:  # transformers' word for a missing or unreadable file
-        raise ValueError(f"{uri}: the model or its tokenizer cannot be loaded from the artifact ({exc})") from None
-    refuse_missing_weights(info, uri)
-    if adapter_dir is None or base_only:
-        return Parts(model, tokenizer)
-    base = functools.partial(_load_components, uri, trust_remote_code=trust_remote_code, base_only=True)
-    return Parts(attach(model, adapter_dir, source=uri), tokenizer, base)
-
-
-_NO_TOKENIZER = ("{uri} was saved without a tokenizer; log the model with "
-                 "transformers_model={{'model': model, 'tokenizer': tokenizer}}")
-
-
-def _logged_model_id(uri: str) -> tuple[str | None, str | None]:
-    """``(model_id, run_id)`` from the MLmodel file of ``uri`` (None when unknown)."""
-    try:
-        from mlflow.models import get_model_info
-
-        info = get_model_info(uri)
-        return getattr(info, "model_id", None), getattr(info, "run_id", None)
-    except Exception as exc:  # noqa: BLE001 - identity is best effort; weights digest is the fallback
-        log.debug("no MLmodel info for %s: %s", uri, exc)
-        return None, None
-
-
 def registered_weights_id(name: str, version: str) -> str | None:
     """``weights_id`` of registry version ``name/version``, computed from its registered artifacts.
 
@@ -329,7 +202,7 @@ def registered_weights_id(name: str, version: str) -> str | None:
     client = _client()
     tagged = (client.get_model_version(name, str(version)).tags or {}).get(WEIGHTS_TAG)
     try:
-        model = _load_components(f"models:/{name}/{version}").model
+        model = load_components(f"models:/{name}/{version}").model
     except (ValueError, OSError, MlflowException) as exc:
         log.warning("cannot load models:/%s/%s to check its weights: %s", name, version, exc)
         return None
@@ -416,7 +289,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
     """
     if isinstance(model, ResolvedModel):
         return model
-    if isinstance(model, LANGUAGE_MODELS if wrapper is MaskedLM else wrapper):
+    if isinstance(model, language_models() if wrapper is MaskedLM else wrapper):
         return ResolvedModel(lm=model, requested=model.name or model.model_id, resolved_uri=model.model_id)
     if isinstance(model, tuple) and len(model) == 2:
         return _resolved(model, requested=f"in-memory {role} model", pinned=None, role=role, registry=[],
@@ -431,7 +304,7 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
     uri = model.strip()
     if uri.startswith("models:/"):
         pinned, name, version, model_id = _pin_registry_uri(uri)
-        parts = _load_components(pinned, trust_remote_code=trust_remote_code)
+        parts = load_components(pinned, trust_remote_code=trust_remote_code)
         registry = [(name, version)] if name else []
         others = [r for r in registry_versions_of(model_id) if r not in registry]
         if name is None and others:
@@ -445,8 +318,8 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         if os.path.exists(os.path.join(uri, "MLmodel")):
             # A saved MLflow model: its MLmodel names the logged model, which may be a registry version
             # (as for a PyFuncModel); otherwise the weights digest keys the cache.
-            parts = _load_components(uri, trust_remote_code=trust_remote_code)
-            model_id, run_id = _logged_model_id(uri)
+            parts = load_components(uri, trust_remote_code=trust_remote_code)
+            model_id, run_id = logged_model_id(uri)
             return _resolved(parts, requested=uri, pinned=None, role=role,
                              registry=registry_versions_of(model_id, run_id), claimed=True, wrapper=wrapper)
         if os.path.exists(os.path.join(uri, "config.json")):
@@ -458,8 +331,8 @@ def resolve_model(model, *, role: str = "target", trust_remote_code: bool = Fals
         raise ValueError(f"{role} model folder {uri!r} holds neither an MLmodel file (an MLflow model) nor a "
                          "config.json (a Hugging Face model)")
     if "://" in uri or uri.startswith("runs:/"):
-        parts = _load_components(uri, trust_remote_code=trust_remote_code)
-        model_id, run_id = _logged_model_id(uri)
+        parts = load_components(uri, trust_remote_code=trust_remote_code)
+        model_id, run_id = logged_model_id(uri)
         registry = registry_versions_of(model_id, run_id)
         # A registry version keys the cache when one exists, so every URI form of these weights shares it.
         pinned = uri if uri.startswith("runs:/") and not registry else None
@@ -498,7 +371,7 @@ def _from_pyfunc(model, *, role: str, wrapper=MaskedLM) -> ResolvedModel:
                              "target_model with model=None, or mlflow-mia audit --target models:/...)")
         log.warning("the %s model is a PEFT adapter: MLflow's pyfunc loader left its adapted layers at random; "
                     "loading models:/%s again as saved (base + adapter)", role, model_id)
-        hf_model, tokenizer = _load_components(f"models:/{model_id}")[:2]
+        hf_model, tokenizer = load_components(f"models:/{model_id}")[:2]
     registry = registry_versions_of(model_id, run_id)
     pinned = None if registry else (f"models:/{model_id}" if model_id else None)
     requested = f"models:/{model_id}" if model_id else f"pyfunc {role} model"

@@ -21,14 +21,14 @@ from typing import ClassVar
 
 import torch
 
+from mlflow_mia.model_kinds import describe_kinds, detect_kind, model_kinds
+from mlflow_mia.model_kinds import model_kind as model_kind_entry, register_model_kind
 from mlflow_mia.signals.identity import ModelIdentity
 from mlflow_mia.signals.model import MaskedLM, _as_wrapped, _input_of
 
-__all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "LANGUAGE_MODELS",
+__all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "language_models",
            "kind_of", "wrapper_for"]
 
-#: The wrapped model classes an audit accepts as target or reference.
-LANGUAGE_MODELS = (MaskedLM,)  # CausalLM is appended below
 
 
 def _mapping_names(mapping) -> set[str]:
@@ -75,62 +75,90 @@ def config_kind(config) -> str | None:
     return None
 
 
-def model_kind(model) -> str | None:
-    """``"causal"``, ``"masked"`` or None for a loaded transformers model (its class, then its config)."""
+def _builtin_kind(obj) -> str | None:
+    """``"causal"``, ``"masked"`` or None for a loaded model (its class, then its config), a config or a dict."""
+    if isinstance(obj, dict) or not hasattr(obj, "config"):
+        return config_kind(obj or {})
     causal, masked, _, _ = _class_names()
-    name = type(model).__name__
+    name = type(obj).__name__
     if name in masked:
         return "masked"
     if name in causal:
         return "causal"
-    return config_kind(getattr(model, "config", None) or {})
+    return config_kind(getattr(obj, "config", None) or {})
+
+
+def model_kind(model) -> str | None:
+    """The registered kind (:mod:`mlflow_mia.model_kinds`) of a loaded model, a config or a ``config.json`` dict."""
+    kind = detect_kind(model)
+    return kind.name if kind is not None else None
 
 
 def folder_kind(path: str | os.PathLike) -> str | None:
-    """The kind (:func:`config_kind`) of the Hugging Face folder ``path`` from its ``config.json``, or None."""
+    """The kind (:func:`model_kind`) of the Hugging Face folder ``path`` from its ``config.json``, or None."""
     config = os.path.join(os.fspath(path), "config.json")
     if not os.path.exists(config):
         return None
     with open(config, encoding="utf-8") as fh:
-        return config_kind(json.load(fh))
+        return model_kind(json.load(fh))
+
+
+def language_models() -> tuple:
+    """The wrapper classes of every registered model kind: what an audit accepts as target or reference."""
+    return tuple(model_kind_entry(name).wrapper for name in model_kinds() if _registered(name))
+
+
+def _registered(name: str) -> bool:
+    try:
+        model_kind_entry(name)
+    except ValueError:
+        return False
+    return True
 
 
 def wrapper_for(wrapper, *, model=None, folder=None):
-    """:class:`CausalLM` when ``wrapper`` is the default :class:`MaskedLM` and the model (or folder) is causal.
+    """The wrapper of the registered kind the model (or folder) is, when ``wrapper`` is the default :class:`MaskedLM`.
 
-    Any other ``wrapper`` (e.g. the NER audit's token classifier) is returned as given.
-    """
-    if wrapper is not MaskedLM:
-        return wrapper
-    kind = model_kind(model) if model is not None else folder_kind(folder) if folder is not None else None
-    config = getattr(model, "config", None)
-    if kind is None and getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) is an encoder-decoder "
-                         "model; the kinds of model an audit supports are masked LMs (AutoModelForMaskedLM: BERT, "
-                         "RoBERTa, DeBERTa-v2, ELECTRA, ModernBERT, ...), causal LMs (AutoModelForCausalLM: GPT-2, "
-                         "Llama, Mistral, Qwen2, Phi-3, Gemma-2, ...) and, for the NER audit, token classifiers")
-    return CausalLM if kind == "causal" else wrapper
-
-
-def kind_of(lm) -> str:
-    """``"causal"`` for a :class:`CausalLM`, else ``"masked"`` (a :class:`MaskedLM` or anything else)."""
-    return "causal" if isinstance(lm, CausalLM) else "masked"
-
-
-def as_language_model(obj, *, role: str = "model"):
-    """A :class:`CausalLM` or :class:`MaskedLM`, whichever the model is, from a wrapped model, a pair or a folder.
+    Any other ``wrapper`` (e.g. the NER audit's token classifier) is returned as given. A model
+    no kind recognises falls back to :class:`MaskedLM`, which checks its own head; an
+    encoder-decoder model is refused with the kinds that exist.
 
     Raises
     ------
     ValueError
-        The model is of neither kind, or what the wrapper raises.
+        An encoder-decoder model (no registered kind takes it), naming the registered kinds.
+    """
+    if wrapper is not MaskedLM:
+        return wrapper
+    name = model_kind(model) if model is not None else folder_kind(folder) if folder is not None else None
+    if name is not None:
+        return model_kind_entry(name).wrapper
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) is an encoder-decoder "
+                         f"model; the kinds of model an audit supports are: {describe_kinds()}; and, for the NER "
+                         "audit, token classifiers")
+    return wrapper
+
+
+def kind_of(lm) -> str:
+    """The kind of a wrapped model (its wrapper's ``kind``; ``"masked"`` for anything else)."""
+    return getattr(lm, "kind", None) or "masked"
+
+
+def as_language_model(obj, *, role: str = "model"):
+    """The wrapper of the model's registered kind, from a wrapped model, a pair or a folder.
+
+    Raises
+    ------
+    ValueError
+        The model is of no registered kind, or what the wrapper raises.
     TypeError
         ``obj`` is of another type.
     """
-    return _as_wrapped(obj, role, LANGUAGE_MODELS,
-                       lambda model: CausalLM if model_kind(model) == "causal" else MaskedLM,
-                       lambda folder: CausalLM if folder_kind(folder) == "causal" else MaskedLM,
-                       "a MaskedLM, a CausalLM")
+    return _as_wrapped(obj, role, language_models(), lambda model: wrapper_for(MaskedLM, model=model),
+                       lambda folder: wrapper_for(MaskedLM, folder=folder),
+                       "a " + ", a ".join(w.__name__ for w in language_models()))
 
 
 @dataclass
@@ -233,4 +261,8 @@ def capture_projection_input(model, decoder, input_ids: torch.Tensor, attention_
     return captured
 
 
-LANGUAGE_MODELS = (MaskedLM, CausalLM)
+register_model_kind("causal", CausalLM, lambda obj: _builtin_kind(obj) == "causal", order=10,
+                    description="causal LMs (AutoModelForCausalLM: GPT-2, Llama, Mistral, Qwen2, Phi-3, Gemma-2, ...)")
+register_model_kind("masked", MaskedLM, lambda obj: _builtin_kind(obj) == "masked", order=20,
+                    description="masked LMs (AutoModelForMaskedLM: BERT, RoBERTa, DeBERTa-v2, ELECTRA, ModernBERT, "
+                                "...)")

@@ -53,6 +53,9 @@ def signal_config_for(lm, config: SignalConfig | None) -> SignalConfig:
     if wanted.model == model:
         return config
     fitting = " or ".join(repr(k) for k in signal_kinds(model))
+    if model not in ("masked", "causal"):  # a registered kind of its own (mlflow_mia.model_kinds)
+        raise ValueError(f"{getattr(lm, 'name', 'the model')} is a {model} model and signal={config.kind!r} is "
+                         f"defined for {wanted.model} models; use signal={fitting or 'a kind registered for it'}")
     if model == "causal":
         if config.kind == _DEFAULT_KIND:
             return dataclasses.replace(config, kind=_CAUSAL_KIND)

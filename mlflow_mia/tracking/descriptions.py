@@ -8,7 +8,7 @@ quote under :data:`OWN_TEXT_HEADING`.
 from __future__ import annotations
 
 __all__ = ["DESCRIPTION_START", "FAILURE_START", "OWN_TEXT_HEADING", "VERDICTS", "own_text", "with_own_text",
-           "named_with_verdict", "name_without_verdict"]
+           "named_with_verdict", "name_without_verdict", "short_model_name", "audit_run_name", "references_label"]
 
 #: The four verdicts (:mod:`mlflow_mia.tracking.verdict`), mildest first.
 VERDICTS = ("within budget", "no evidence of leakage", "inconclusive", "leaks")
@@ -115,3 +115,60 @@ def name_without_verdict(name: str) -> str:
         if name.startswith(f"[{known}] "):
             return name[len(known) + 3:]
     return name
+
+
+def short_model_name(uri) -> str:
+    """A model URI as a run name shows it: ``models:/bbc-target/3`` -> ``bbc-target v3``.
+
+    ``models:/name@alias`` stays as ``name@alias``, ``runs:/<id>/<path>`` becomes
+    ``run <first 8 hex>/<path>``, a folder its last component, a PEFT adapter's base ``base``.
+
+    >>> short_model_name("models:/bbc-target/3"), short_model_name("models:/bbc-reference@champion")
+    ('bbc-target v3', 'bbc-reference@champion')
+    >>> short_model_name("runs:/0123456789abcdef/model"), short_model_name("/data/models/my-bert/")
+    ('run 01234567/model', 'my-bert')
+    >>> short_model_name("base of models:/bbc-lora-target/1")
+    'base'
+    """
+    text = str(uri)
+    if text.startswith("base of "):  # mlflow_mia.models.resolve.resolve_reference("base", ...)
+        return "base"
+    if text.startswith("models:/"):
+        parts = text[len("models:/"):].strip("/").split("/")
+        return f"{parts[0]} v{parts[1]}" if len(parts) == 2 and parts[1].isdigit() else "/".join(parts)
+    if text.startswith("runs:/"):
+        run_id, _, path = text[len("runs:/"):].partition("/")
+        return f"run {run_id[:8]}/{path}".rstrip("/")
+    stripped = text.rstrip("/\\")
+    return stripped.replace("\\", "/").rsplit("/", 1)[-1] or text
+
+
+def audit_run_name(target, reference=None) -> str:
+    """``audit <target> vs <reference>`` (or ``audit <target>``), with :func:`short_model_name`.
+
+    >>> audit_run_name("models:/bbc-target/3", "models:/bbc-reference/1")
+    'audit bbc-target v3 vs bbc-reference v1'
+    """
+    name = f"audit {short_model_name(target)}"
+    return f"{name} vs {short_model_name(reference)}" if reference else name  # a short name stays as it is
+
+
+#: The MLflow 3 UI's query parameter that opens a page in its "Model training" view (not the GenAI one).
+
+
+def references_label(references) -> str | None:
+    """The references of one audit as a run name shows them: one name, or the first and how many more.
+
+    Parameters
+    ----------
+    references : sequence of ResolvedModel or str
+        Resolved models (their ``resolved_uri``) or URIs; empty: None.
+
+    >>> references_label(["models:/r/1"]), references_label(["models:/r/1", "models:/s/2", "models:/t/1"])
+    ('r v1', 'r v1 +2 more')
+    """
+    uris = [getattr(r, "resolved_uri", r) for r in references or ()]
+    if not uris:
+        return None
+    first = short_model_name(uris[0])
+    return first if len(uris) == 1 else f"{first} +{len(uris) - 1} more"

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from mlflow_mia.metrics.gate import PASS
 from mlflow_mia.metrics.gate_record import GateRecord
+from mlflow_mia.signals.store_key import derive_key, load_store_key
 
 __all__ = ["SealKey", "Verifier", "seal", "pointer", "run_record_tag", "chain_tag", "read_chain",
            "RUN_RECORD_TAG", "RUN_VERSIONS_TAG", "CHAIN_TAG", "NO_PREV", "BROKEN"]
@@ -79,8 +80,6 @@ class SealKey:
     @classmethod
     def of(cls, hash_key=None) -> "SealKey":
         """The seal key of an audit with ``hash_key`` (a :class:`~mlflow_mia.hashing.HashKey` or None)."""
-        from mlflow_mia.signals.store_key import derive_key, load_store_key
-
         if hash_key is not None and not hash_key.is_random:
             secret, source = hash_key.key, "hash key"
         else:

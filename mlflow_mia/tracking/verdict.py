@@ -40,7 +40,7 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
-           "describe_nested", "short_model_name", "audit_run_name", "references_label", "run_description",
+           "describe_nested", "run_description",
            "describe_run", "describe_version", "run_url",
            "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
 
@@ -298,62 +298,7 @@ def canary_verdict(metrics: dict, gate=None, *, confidence: float = 0.95) -> Ver
                                 "not a proof of privacy")
 
 
-def short_model_name(uri) -> str:
-    """A model URI as a run name shows it: ``models:/bbc-target/3`` -> ``bbc-target v3``.
-
-    ``models:/name@alias`` stays as ``name@alias``, ``runs:/<id>/<path>`` becomes
-    ``run <first 8 hex>/<path>``, a folder its last component, a PEFT adapter's base ``base``.
-
-    >>> short_model_name("models:/bbc-target/3"), short_model_name("models:/bbc-reference@champion")
-    ('bbc-target v3', 'bbc-reference@champion')
-    >>> short_model_name("runs:/0123456789abcdef/model"), short_model_name("/data/models/my-bert/")
-    ('run 01234567/model', 'my-bert')
-    >>> short_model_name("base of models:/bbc-lora-target/1")
-    'base'
-    """
-    text = str(uri)
-    if text.startswith("base of "):  # mlflow_mia.models.resolve.resolve_reference("base", ...)
-        return "base"
-    if text.startswith("models:/"):
-        parts = text[len("models:/"):].strip("/").split("/")
-        return f"{parts[0]} v{parts[1]}" if len(parts) == 2 and parts[1].isdigit() else "/".join(parts)
-    if text.startswith("runs:/"):
-        run_id, _, path = text[len("runs:/"):].partition("/")
-        return f"run {run_id[:8]}/{path}".rstrip("/")
-    stripped = text.rstrip("/\\")
-    return stripped.replace("\\", "/").rsplit("/", 1)[-1] or text
-
-
-def audit_run_name(target, reference=None) -> str:
-    """``audit <target> vs <reference>`` (or ``audit <target>``), with :func:`short_model_name`.
-
-    >>> audit_run_name("models:/bbc-target/3", "models:/bbc-reference/1")
-    'audit bbc-target v3 vs bbc-reference v1'
-    """
-    name = f"audit {short_model_name(target)}"
-    return f"{name} vs {short_model_name(reference)}" if reference else name  # a short name stays as it is
-
-
-#: The MLflow 3 UI's query parameter that opens a page in its "Model training" view (not the GenAI one).
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
-
-
-def references_label(references) -> str | None:
-    """The references of one audit as a run name shows them: one name, or the first and how many more.
-
-    Parameters
-    ----------
-    references : sequence of ResolvedModel or str
-        Resolved models (their ``resolved_uri``) or URIs; empty: None.
-
-    >>> references_label(["models:/r/1"]), references_label(["models:/r/1", "models:/s/2", "models:/t/1"])
-    ('r v1', 'r v1 +2 more')
-    """
-    uris = [getattr(r, "resolved_uri", r) for r in references or ()]
-    if not uris:
-        return None
-    first = short_model_name(uris[0])
-    return first if len(uris) == 1 else f"{first} +{len(uris) - 1} more"
 
 
 def run_url(run_id: str, experiment_id: str, *, tracking_uri: str | None = None, path: str | None = None) -> str:

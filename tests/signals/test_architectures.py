@@ -147,6 +147,6 @@ def test_an_unknown_architecture_is_refused_with_the_kinds_supported():
     tokenizer = tiny_bert_tokenizer()
     model = T5ForConditionalGeneration(T5Config(vocab_size=len(tokenizer), d_model=16, d_ff=32, num_layers=1,
                                                 num_heads=2, d_kv=8))
-    with pytest.raises(ValueError, match="is an encoder-decoder model; the kinds of model an audit supports are "
-                                         "masked LMs"):
+    with pytest.raises(ValueError, match="is an encoder-decoder model; the kinds of model an audit supports are: "
+                                         "causal LMs .*; masked LMs"):
         resolve_model((model, tokenizer))

@@ -249,7 +249,7 @@ def test_a_larger_pool_contains_the_earlier_one_by_its_logged_keyed_hashes(track
     import pandas as pd
 
     from mlflow_mia.tracking.gate_history import Entry
-    from mlflow_mia.tracking.registry_tags import _contained_pools
+    from mlflow_mia.tracking.gate_chain import contained_pools
 
     table = tmp_path / "tables" / "samples.csv"
     table.parent.mkdir()
@@ -258,8 +258,8 @@ def test_a_larger_pool_contains_the_earlier_one_by_its_logged_keyed_hashes(track
         mlflow.log_artifact(str(table), "tables")
     blocking = Entry(run.info.run_id, GateRecord("inconclusive", pool="small"), "m/1")
     client = MlflowClient()
-    assert _contained_pools(client, [blocking], "large", {("h1", 1), ("h2", 0), ("h3", 1)}) == ("small",)
-    assert _contained_pools(client, [blocking], "large", {("h1", 1), ("h3", 0)}) == ()
-    assert _contained_pools(client, [blocking], "large", {("h1", 1), ("h2", 1)}) == ()  # a label flipped
+    assert contained_pools(client, [blocking], "large", {("h1", 1), ("h2", 0), ("h3", 1)}) == ("small",)
+    assert contained_pools(client, [blocking], "large", {("h1", 1), ("h3", 0)}) == ()
+    assert contained_pools(client, [blocking], "large", {("h1", 1), ("h2", 1)}) == ()  # a label flipped
     passing = Entry(run.info.run_id, GateRecord("pass", pool="small"), "m/1")
-    assert _contained_pools(client, [passing], "large", {("h1", 1), ("h2", 0)}) == ()  # a pass requires nothing
+    assert contained_pools(client, [passing], "large", {("h1", 1), ("h2", 0)}) == ()  # a pass requires nothing

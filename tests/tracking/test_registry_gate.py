@@ -329,11 +329,11 @@ def test_a_weights_swap_marks_the_verdict_stale_and_inherits_the_new_weights_fai
 
 def test_a_pass_written_while_a_fail_lands_cannot_hide_it(tracking, fresh_weights, audit_result, monkeypatch):
     """Forced interleaving: another writer's fail lands between this writer's derivation and its headline write."""
-    import mlflow_mia.tracking.registry_tags as registry_tags
+    import mlflow_mia.tracking.gate_chain as gate_chain
 
     version = fresh_weights("tgt/1", "race-forced")
     weights = "sha256:" + "4" * 64
-    real, landed, calls = registry_tags._derive_for, [], []
+    real, landed, calls = gate_chain.derive_for, [], []
 
     def derive_then_a_fail_lands(*args, **kwargs):
         out = real(*args, **kwargs)
@@ -349,7 +349,7 @@ def test_a_pass_written_while_a_fail_lands_cannot_hide_it(tracking, fresh_weight
 
     passing = _gated(audit_result, "0.1:0.9", loss_0_1=0.0, likelihood_ratio_0_1=0.0, user__loss_0_1=0.0,
                      user__likelihood_ratio_0_1=0.0)
-    monkeypatch.setattr(registry_tags, "_derive_for", derive_then_a_fail_lands)
+    monkeypatch.setattr(gate_chain, "derive_for", derive_then_a_fail_lands)
     _tag("race-forced", version, audit_result, passing, weights=weights)
     assert calls[1][0].status == "pass"  # what this writer derived before its headline write
     tags = _tags("race-forced", version)
