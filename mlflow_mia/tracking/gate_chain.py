@@ -19,9 +19,8 @@ from dataclasses import replace
 import pandas as pd
 
 from mlflow_mia.metrics.gate import PASS
-from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.models.resolve import WEIGHTS_TAG
-from mlflow_mia.tracking.gate_history import RECORD_PREFIX, Entry, derive, records_of
+from mlflow_mia.tracking.gate_history import Entry, derive, parsed_records, records_of
 from mlflow_mia.tracking.gate_seal import BROKEN, NO_PREV, SealKey, Verifier, pointer, read_chain, seal
 
 __all__ = ["derive_for", "contained_pools", "entries_of", "same_weights"]
@@ -84,14 +83,7 @@ def _believed(verifier: Verifier, name: str, version: str, weights_id: str | Non
 def _sealed_here(verifier: Verifier, where: str, tags: dict) -> dict:
     """``{pointer: (run_id, record)}`` of the records on ``where`` sealed under this audit's key (any weights)."""
     out = {}
-    for key, value in tags.items():
-        if not key.startswith(RECORD_PREFIX):
-            continue
-        try:
-            record = GateRecord.from_tag(value)
-        except (ValueError, TypeError):
-            continue
-        run_id = key[len(RECORD_PREFIX):]
+    for run_id, record in parsed_records(tags):
         if not record.via and record.mac and record.mac == seal(record, run_id=run_id, where=where,
                                                                 key=verifier.key).mac:
             out[pointer(run_id, record)] = (run_id, record)

@@ -38,7 +38,7 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.tracking.verdict import TAMPERED  # a version whose record chain is broken
 
-__all__ = ["Derived", "Entry", "RECORD_PREFIX", "TAMPERED", "BLOCKING", "derive", "pool_digest", "records_of",
+__all__ = ["Derived", "Entry", "parsed_records", "RECORD_PREFIX", "TAMPERED", "BLOCKING", "derive", "pool_digest", "records_of",
            "reference_digests"]
 
 RECORD_PREFIX = "mia.gate.run."
@@ -120,18 +120,23 @@ def records_of(tags: dict, where: str, *, weights: str | None, version_weights: 
     unreadable record is skipped.
     """
     out = []
+    for run_id, record in parsed_records(tags):
+        belongs = (record.weights == weights if record.weights
+                   else weights is None or version_weights is None or version_weights == weights)
+        if belongs and record.status in _SEVERITY:
+            out.append((run_id, record, where))
+    return out
+
+
+def parsed_records(tags: dict):
+    """``(run_id, GateRecord)`` of each readable ``mia.gate.run.<run_id>`` tag in ``tags`` (unreadable ones skipped)."""
     for key, value in tags.items():
         if not key.startswith(RECORD_PREFIX):
             continue
         try:
-            record = GateRecord.from_tag(value)
+            yield key[len(RECORD_PREFIX):], GateRecord.from_tag(value)
         except (ValueError, TypeError):
             continue
-        belongs = (record.weights == weights if record.weights
-                   else weights is None or version_weights is None or version_weights == weights)
-        if belongs and record.status in _SEVERITY:
-            out.append((key[len(RECORD_PREFIX):], record, where))
-    return out
 
 
 def _block(state: Derived | None, e: Entry) -> Derived:
