@@ -2,7 +2,7 @@
 
 Every config serialises with :func:`dataclasses.asdict` and is rebuilt with
 ``from_dict``, which rejects unknown keys (a typo is an error, not a silent
-default). Definitions and defaults follow ``docs/method.md`` and
+default). Definitions and defaults follow ``docs/explanations/method.md`` and
 Mireshghallah et al. (2022), "Quantifying Privacy Risks of Masked Language
 Models Using Membership Inference Attacks", EMNLP.
 """

@@ -233,7 +233,7 @@ def epsilon_lower_bound_from_counts(tp, fp, *, n_members: int, n_non_members: in
     at random, independently). The bound is therefore on the epsilon of the
     unit whose inclusion was randomised: pass group counts (one trial per
     article or user) when membership was decided per group; sample counts
-    then bound group-level epsilon at best (``docs/method.md``).
+    then bound group-level epsilon at best (``docs/explanations/epsilon_lower_bound.md``).
 
     References
     ----------

@@ -2,7 +2,7 @@
 
 A budget "TPR at FPR alpha <= b" is checked for every attack at sample level and
 (when groups are given) at user level, and gives one of three verdicts
-(``docs/method.md``, "Intervals and the release gate"):
+(``docs/guides/release-gate.md``: the rule of a pass as a reviewer can quote it):
 
 - ``pass``: the one-sided upper confidence bound of every TPR is <= b: the audit
   shows that the budget holds;
@@ -17,7 +17,9 @@ audit's confidence (:func:`~mlflow_mia.audits.membership.scoring.attack_report` 
 
 - **binomial** (``..._upper_binomial`` / ``..._lower_binomial``): Clopper-Pearson on
   the member units at a threshold placed by a Clopper-Pearson bound on the non-member
-  units, the two Bonferroni-combined (:func:`~mlflow_mia.metrics.binomial.tpr_bounds_at_fpr`).
+  units, the two Bonferroni-combined (:func:`~mlflow_mia.metrics.binomial.tpr_bounds_at_fpr`);
+  member groups of unequal size count as Kish's effective number of groups,
+  ``(sum n_i) ** 2 / sum n_i ** 2`` (:func:`~mlflow_mia.metrics.binomial.kish_effective_units`).
   It holds with few members, where a percentile bootstrap collapses to the observed
   value (3 members, 0 caught: bootstrap bound 0, binomial 0.71), and it carries the
   threshold's noise without a bootstrap;

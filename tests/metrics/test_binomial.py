@@ -1,13 +1,14 @@
 """Clopper-Pearson bounds and the TPR bounds that include the threshold's noise (mlflow_mia.metrics.binomial)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-from mlflow_mia.metrics.binomial import (clopper_pearson_lower, clopper_pearson_upper, members_needed,
-                                         per_side_confidence, tpr_bounds_at_fpr)
+from mlflow_mia.metrics.binomial import (clopper_pearson_lower, clopper_pearson_upper, kish_effective_units,
+                                         members_needed, per_side_confidence, tpr_bounds_at_fpr)
 
 
 @pytest.mark.parametrize("k,n", [(0, 5), (3, 10), (10, 10), (7, 985)])
@@ -64,6 +65,49 @@ def test_groups_are_the_trials():
     assert by_group.upper > by_sample.upper and by_group.lower < by_sample.lower
 
 
+@pytest.mark.parametrize("n_groups,size", [(1, 1), (7, 1), (50, 10), (300, 13), (1000, 3)])
+def test_kish_effective_units_equal_the_group_count_for_equal_sizes(n_groups, size):
+    assert kish_effective_units(np.full(n_groups, size)) == n_groups
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kish_effective_units_equal_the_brute_force_formula_on_skewed_sizes(seed):
+    sizes = np.maximum(1, np.round(5 * np.exp(np.random.default_rng(seed).normal(scale=1.5, size=300)))).astype(int)
+    total = squares = 0
+    for n in sizes.tolist():  # (sum n) ** 2 / sum n ** 2, one unit at a time, in exact integers
+        total, squares = total + n, squares + n * n
+    assert kish_effective_units(sizes) == pytest.approx(total ** 2 / squares, rel=1e-12)
+    assert 1 <= kish_effective_units(sizes) < 0.5 * sizes.size  # sigma 1.5: far fewer effective units than articles
+    assert kish_effective_units([1, 1, 1, 9]) == pytest.approx(144 / 84)
+
+
+def test_the_member_bound_counts_kish_effective_groups_and_equal_sizes_keep_the_group_count():
+    """Trials of the member bound: floor(Kish) of the member groups; the non-member side keeps one trial per group."""
+    rng = np.random.default_rng(1)
+    sizes = np.r_[np.full(40, 2), [60, 80]]  # 42 member articles, two of them large: Kish 220 ** 2 / 10_160 = 4.76
+    y = np.r_[np.ones(sizes.sum(), dtype=int), np.zeros(400, dtype=int)]
+    groups = np.r_[np.repeat(np.arange(42), sizes), 42 + np.arange(400)]
+    s = rng.normal(size=y.size) + y
+    b = tpr_bounds_at_fpr(y, s, alpha=0.1, groups=groups)
+    assert (b.n_member_units, b.n_member_trials, b.n_non_member_units) == (42, 4, 400)
+    side = per_side_confidence(0.95)
+    assert b.upper == pytest.approx(clopper_pearson_upper(b.upper_tpr * 4, 4, confidence=side, whole=False))
+    assert b.lower == pytest.approx(clopper_pearson_lower(b.lower_tpr * 4, 4, confidence=side, whole=False))
+    # Equal sizes: the trials are the groups, as before; without groups: the samples.
+    equal = np.repeat(np.arange(100), 10)
+    y_eq = np.repeat([1, 0], 500)
+    b_eq = tpr_bounds_at_fpr(y_eq, rng.normal(size=1000) + y_eq, alpha=0.1, groups=equal)
+    assert b_eq.n_member_trials == b_eq.n_member_units == 50
+    assert b_eq.upper == pytest.approx(clopper_pearson_upper(b_eq.upper_tpr * 50, 50, confidence=side, whole=False))
+    assert tpr_bounds_at_fpr(y_eq, rng.normal(size=1000) + y_eq, alpha=0.1).n_member_trials == 500
+
+
+def test_kish_effective_units_refuse_sizes_that_are_not_counts():
+    for bad in ([], [0, 3], [1.5, 2], [[1, 2]]):
+        with pytest.raises(ValueError, match="size"):
+            kish_effective_units(bad)
+
+
 def test_bounds_cover_the_true_tpr_with_few_members():
     """Seeded simulation: TPR at 1 % FPR is 0.2 (Gaussian scores); the bounds miss it at most ~2.5 % each side."""
     rng = np.random.default_rng(7)
@@ -75,6 +119,18 @@ def test_bounds_cover_the_true_tpr_with_few_members():
         over += b.upper < 0.2
         under += b.lower > 0.2
     assert over / 300 <= 0.05 and under / 300 <= 0.05
+
+
+def test_a_lower_bound_at_1_percent_fpr_and_95_percent_needs_368_non_member_units():
+    """The smallest n with 1 - 0.025 ** (1 / n) <= 0.01 is 368 (log(0.025) / log(0.99) = 367.04); the guide says so."""
+    assert math.ceil(math.log(0.025) / math.log(0.99)) == 368
+    for n_non_members, resolvable in ((367, False), (368, True)):
+        y = np.r_[np.ones(20, dtype=int), np.zeros(n_non_members, dtype=int)]
+        s = np.r_[np.arange(1000.0, 1020.0), np.arange(float(n_non_members))]  # every member above every non-member
+        b = tpr_bounds_at_fpr(y, s, alpha=0.01, confidence=0.95)
+        assert (b.lower > 0) == resolvable and math.isnan(b.lower_fpr) != resolvable
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "release-gate.md"
+    assert "368 at 1 % FPR and 95 %" in " ".join(guide.read_text().split())
 
 
 def test_members_needed_is_the_smallest_pool_that_brings_the_bound_under_the_budget():

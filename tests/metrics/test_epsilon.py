@@ -201,7 +201,8 @@ def test_every_bound_carries_its_ceiling_and_trial_counts():
     assert (b.n_members, b.n_non_members) == (985, 985)
     assert b.max_certifiable == max_certifiable_epsilon(985, 985, delta=1e-5, confidence=0.95, n_thresholds=3)
     assert b.epsilon <= b.max_certifiable
-    beta = 0.05 / 6  # the demo's 985 sentences per class certify about 5.3, whatever the attack (docs/method.md)
+    # The demo's 985 sentences per class certify about 5.3 whatever the attack (explanations/epsilon_lower_bound.md).
+    beta = 0.05 / 6
     assert b.max_certifiable == pytest.approx(math.log(985 / math.log(1 / beta)), abs=0.02)
     perfect = epsilon_lower_bound_from_counts([985] * 3, [0] * 3, n_members=985, n_non_members=985)
     assert perfect.epsilon == pytest.approx(perfect.max_certifiable, rel=1e-12)

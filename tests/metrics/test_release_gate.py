@@ -8,7 +8,7 @@ from scipy.stats import norm
 
 from mlflow_mia.audits.membership.scoring import attack_report
 from mlflow_mia.config import AuditConfig, MetricConfig
-from mlflow_mia.metrics.binomial import clopper_pearson_upper
+from mlflow_mia.metrics.binomial import clopper_pearson_upper, per_side_confidence, tpr_bounds_at_fpr
 from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, Gate, check_gate_confidence
 from mlflow_mia.metrics.aggregate import group_scores
 
@@ -42,6 +42,29 @@ def _simulate(n_members, mu, rng, *, grouped, rounds=200, n_non_members=500):
     return _audit_metrics(y, s, rng.normal(size=500), groups=groups, rounds=rounds, seed=int(rng.integers(1 << 30)))
 
 
+def _skewed_articles(mu, rng, *, icc, n_articles=300, n_non_members=20_000, sigma=1.5, median=5):
+    """Member articles of log-normal sizes sharing an effect (intra-class correlation ``icc``), independent non-members.
+
+    Article sizes: ``round(median * exp(N(0, sigma)))``, at least 1 (sigma 1.5: Kish's effective number of 300
+    articles is about 50). A member sample scores ``mu + sqrt(icc) * article effect + sqrt(1 - icc) * noise``, a
+    non-member N(0, 1), so the sample-level TPR at 1 % FPR is ``1 - Phi(z_0.99 - mu)`` at any ICC. Returns
+    ``(y, scores, groups, sizes)``.
+    """
+    sizes = np.maximum(1, np.round(median * np.exp(rng.normal(scale=sigma, size=n_articles)))).astype(int)
+    article = np.repeat(np.arange(n_articles), sizes)
+    members = (mu + math.sqrt(icc) * rng.normal(size=n_articles)[article]
+               + math.sqrt(1.0 - icc) * rng.normal(size=article.size))
+    y = np.r_[np.ones(article.size, dtype=int), np.zeros(n_non_members, dtype=int)]
+    groups = np.r_[article, n_articles + np.arange(n_non_members)]
+    return y, np.r_[members, rng.normal(size=n_non_members)], groups, sizes
+
+
+def _simulate_skewed(mu, rng, *, icc, rounds=200, **sizes):
+    """One audit's metrics (:func:`_audit_metrics`) of :func:`_skewed_articles`."""
+    y, s, groups, _ = _skewed_articles(mu, rng, icc=icc, **sizes)
+    return _audit_metrics(y, s, rng.normal(size=500), groups=groups, rounds=rounds, seed=int(rng.integers(1 << 30)))
+
+
 @pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("n_members", [1, 3, 10, 30, 300])
 def test_at_the_budget_the_gate_passes_and_fails_at_most_5_percent(n_members, grouped):
@@ -61,6 +84,27 @@ def test_without_a_bootstrap_the_binomial_bounds_alone_are_still_valid():
         status = [gate.check(_simulate(n_members, MU_AT_BUDGET, rng, grouped=False, rounds=0)).status
                   for _ in range(100)]
         assert status.count(PASS) <= 12 and status.count(FAIL) <= 12
+
+
+def test_skewed_article_sizes_at_high_icc_pass_at_most_5_percent_at_the_budget():
+    """300 member articles of log-normal sizes (sigma 1.5), ICC 0.99, 5,000 non-members, true TPR at the budget.
+
+    200 seeded audits (about 5 s). The member bound counts Kish's effective number of articles (about 50): it passes
+    at most 10 of them (5 %; 0 here). Counting each article as one trial, as before, passes more than 10 of the same
+    audits (about 10 %), so the simulation can tell the two apart.
+    """
+    rng = np.random.default_rng(66)
+    n_sims, side = 200, per_side_confidence(0.95)
+    kish = per_article = 0
+    for _ in range(n_sims):
+        y, s, groups, sizes = _skewed_articles(MU_AT_BUDGET, rng, icc=0.99, n_non_members=5_000)
+        b = tpr_bounds_at_fpr(y, s, alpha=0.01, confidence=0.95, groups=groups)
+        assert b.n_member_units == 300 and b.n_member_trials == sizes.sum() ** 2 // (sizes ** 2).sum()
+        kish += b.upper <= BUDGET
+        g1 = b.n_member_units
+        per_article += clopper_pearson_upper(min(b.upper_tpr * g1, g1), g1, confidence=side, whole=False) <= BUDGET
+    assert kish <= 0.05 * n_sims
+    assert per_article > 0.05 * n_sims
 
 
 def test_clearly_under_the_budget_with_300_members_it_passes_most_audits():

@@ -168,7 +168,7 @@ def _bounds(y_true, y_score, alpha, confidence, groups, boot) -> dict:
     ``upper`` is the larger of the two upper bounds, ``lower`` the smaller of the two
     lower bounds (the binomial ones alone without a bootstrap); the keys ending in
     ``_fpr`` / ``_tpr`` are the pool's rates at the threshold the binomial upper bound is
-    read at (``docs/method.md``, "Intervals and the release gate").
+    read at (``docs/guides/release-gate.md``, which lists these metrics).
     """
     b = tpr_bounds_at_fpr(y_true, y_score, alpha=alpha, confidence=confidence, groups=groups)
     low_boot, up_boot = boot if boot is not None else (math.nan, math.nan)
