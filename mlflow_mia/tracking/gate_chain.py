@@ -20,7 +20,7 @@ import pandas as pd
 
 from mlflow_mia.metrics.gate import PASS
 from mlflow_mia.models.resolve import WEIGHTS_TAG
-from mlflow_mia.tracking.gate_history import Entry, derive, parsed_records, records_of
+from mlflow_mia.tracking.gate_history import RECORD_PREFIX, Entry, derive, parsed_records, records_of
 from mlflow_mia.tracking.gate_seal import BROKEN, NO_PREV, SealKey, Verifier, pointer, read_chain, seal
 
 __all__ = ["derive_for", "contained_pools", "entries_of", "same_weights"]
@@ -129,7 +129,8 @@ def _chain(verifier: Verifier, name: str, version: str, entries: dict, mine: dic
         gone = head.partition(":")[0]
         recover(gone, f"the latest record of {where} (run {gone}) was deleted")
     for run_id in verifier.runs_naming(where):
-        if run_id not in runs and run_id != verifier.own_run_id and run_id not in entries:
+        present = f"{RECORD_PREFIX}{run_id}" in mine  # a record there, of any key (another key's is no deletion)
+        if not present and run_id != verifier.own_run_id and run_id not in entries and verifier.sealed_here(run_id):
             recover(run_id, f"the record of run {run_id} on {where} was deleted (the run names the version)")
     unanswered = [t for t, _ in tampering if not any(e.breaks and e.start > t for e in entries.values())]
     prev = BROKEN if unanswered or (sealed and (problem or head not in sealed)) else head or NO_PREV

@@ -204,6 +204,14 @@ class Verifier:
             return None
         return replace(record, mac=None)
 
+    def sealed_here(self, run_id: str) -> bool:
+        """Whether the run's own record (``mia.gate.record``) was sealed under this audit's key."""
+        run = self.run(run_id)
+        try:
+            return run is not None and GateRecord.from_tag(run.data.tags.get(RUN_RECORD_TAG, "")).key == self.key.check
+        except (ValueError, TypeError):
+            return False
+
     def runs_naming(self, where: str) -> list[str]:
         """Ids of the finished audit runs whose ``mia.gate.versions`` names ``where`` (any experiment)."""
         from mlflow.entities import ViewType

@@ -234,6 +234,7 @@ def test_records_verify_only_under_the_key_they_were_sealed_with(tracking, fresh
                           weights_id=weights, headline_tags_={}, hash_key=resolve_hash_key(), pool="p1",
                           record=GateRecord.of(gate, ("loss",), {"n_members": 80, "n_non_members": 80}))
     tags = _tags(f"keys-{status}", version)
+    assert "was deleted" not in tags.get("mia.gate.notes", "")  # another key's record is there, not deleted
     if status == "pass":
         assert tags["mia.gate"] == "pass" and tags["mia.gate.run_id"] == run.info.run_id
         assert (f"the record of run {first} on keys-{status}/{version} is not counted: sealed under another key"
