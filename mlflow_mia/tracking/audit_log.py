@@ -230,6 +230,24 @@ def _table_files(result, *, log_texts: bool, texts, hash_key, log_samples: bool 
     return files
 
 
+def _gate_record(result, gate):
+    """The gate record of a membership audit: its verdict, attacks, signal settings and shadow record (None ungated)."""
+    if gate is None:
+        return None
+    shadows = (result.models or {}).get("shadow_record") or {}
+    return GateRecord.of(gate, result.attacks, result.metrics, signal=signal_digest(result.config.signal),
+                         shadow_record=shadows.get("digest"))
+
+
+def _pool_provenance(result, hash_key) -> dict:
+    """What identifies the audited pool and references in the gate record: their digests, and the pool's keyed pairs
+    (to show that it contains an earlier audit's pool; none under a random key, whose hashes match nothing)."""
+    texts, labels = result.samples["text_hash"], result.samples["label"]
+    pairs = None if hash_key.is_random else [(keyed_hash(h, hash_key), int(y)) for h, y in zip(texts, labels)]
+    return {"references": reference_digests(result.models), "pool": pool_digest(texts, labels, hash_key),
+            "pool_pairs": pairs}
+
+
 def log_audit(result, run_id: str | None = None, *, settings: LogSettings, client=None) -> dict:
     """Log an audit to an MLflow run.
 
@@ -335,17 +353,9 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
         versions = version_pairs(model_version)
         model_inputs(client, run_id, versions)
         try:
-            shadows = (result.models or {}).get("shadow_record") or {}
-            record = None if gate is None else GateRecord.of(gate, result.attacks, result.metrics,
-                                                             signal=signal_digest(result.config.signal),
-                                                             shadow_record=shadows.get("digest"))
             tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              record=record, clear_gate_fail=clear_gate_fail, weights_id=weights_id, hash_key=hash_key,
-                              references=reference_digests(result.models),
-                              pool=pool_digest(result.samples["text_hash"], result.samples["label"], hash_key),
-                              pool_pairs=None if hash_key.is_random else
-                              [(keyed_hash(h, hash_key), int(y))
-                               for h, y in zip(result.samples["text_hash"], result.samples["label"])])
+                              record=_gate_record(result, gate), clear_gate_fail=clear_gate_fail,
+                              weights_id=weights_id, hash_key=hash_key, **_pool_provenance(result, hash_key))
         finally:  # a deleted version raises after the others are tagged: describe those too
             if tag_headline or (gate is not None and not gate.passed):
                 describe_versions(client, versions, verdict=verdict, paragraph=in_brief(result), run_id=run_id)
