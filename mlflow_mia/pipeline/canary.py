@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
 from mlflow_mia.tracking.canary_log import gate_points, log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
@@ -52,7 +51,6 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
         without ``allow_seeded_canaries``, or an exposure budget above the set's candidate
         space without ``allow_loose_budget`` (:meth:`~mlflow_mia.options.canary.CanaryOptions.gate`).
     """
-    started = int(time.time() * 1000)
     gate = options.gate(canaries)  # a seeded set or a budget that states nothing is refused before anything runs
     result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
                           config=config, cache=SignalCache(options.cache_dir), device=options.device,
@@ -69,7 +67,7 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
         log.info(verdict.verdict())
     logged = LogSettings.from_options(options, gate=verdict, log_metrics=log_metrics, params=extra_params,
                                         model_version=target.registry_versions or None,
-                                        weights_id=target.lm.weights_id, audit_started=started, run_name=run_name,
+                                        weights_id=target.lm.weights_id, run_name=run_name,
                                         canaries=canaries)
     artifacts = log_canary_audit(result, run_id, settings=logged)
     return result, verdict, artifacts

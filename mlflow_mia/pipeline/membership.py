@@ -11,7 +11,6 @@ model came from; :func:`evaluate_run` and :func:`evaluator_metrics` are the part
 from __future__ import annotations
 
 import logging
-import time
 from functools import partial
 from typing import Sequence
 
@@ -68,7 +67,6 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     -------
     (AuditResult, GateResult or None, dict of artifacts)
     """
-    started = int(time.time() * 1000)  # a registry verdict written after this is not overwritten
     generator = generator or resolve_generator(config, trust_remote_code=options.trust_remote_code)
     cache = SignalCache(options.cache_dir)  # None -> default_cache_dir()
 
@@ -90,7 +88,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
             if options.gate is not None else None)
     logged = LogSettings.from_options(
         options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
-        log_metrics=log_metrics, params=extra_params, population=population, gate=gate, audit_started=started,
+        log_metrics=log_metrics, params=extra_params, population=population, gate=gate,
         run_name=run_name, sources=sources)
     artifacts = log_audit(result, run_id, settings=logged)
     if gate is not None:

@@ -51,8 +51,6 @@ class LogSettings:
         The audited weights' digest (``mia.weights_sha256``); a fail is recorded against it.
     params : dict, optional
         Extra params (e.g. the requested model URIs).
-    audit_started : int, optional
-        When the audit began (ms since the epoch): a registry verdict written after it is kept.
     run_name : str, optional
         New name of the run (also renames the run ``mlflow run`` created).
     sources : dict, optional
@@ -78,7 +76,6 @@ class LogSettings:
     model_version: Any = None
     weights_id: str | None = None
     params: dict | None = None
-    audit_started: int | None = None
     run_name: str | None = None
     sources: dict | None = None
     planted_in: str | None = None
