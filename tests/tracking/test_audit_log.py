@@ -145,19 +145,23 @@ def test_neighbour_examples_only_with_log_texts(tracking, audit):
     assert artifacts["neighbour_examples"].content["text"].tolist() == ["secret"]
 
 
-def test_model_version_tags(tracking, audit):
+def test_model_version_tags(tracking, audit, fresh_weights):
+    """On a version of its own: the session's tgt/1 holds other tests' verdicts (an inconclusive stays until an audit
+    at least as strong lifts it)."""
     result, _, _ = audit
+    name, version = "audit-log-tags", fresh_weights("tgt/1", "audit-log-tags")
     gate = Gate.parse("0.05:0.5").check(result.metrics)
     with mlflow.start_run() as run:
-        log_audit(result, settings=LogSettings(hash_key=KEY, model_version=("tgt", "1"), gate=gate, log_metrics=False))
-    tags = MlflowClient().get_model_version("tgt", "1").tags
+        log_audit(result, settings=LogSettings(hash_key=KEY, model_version=(name, version), gate=gate,
+                                               log_metrics=False))
+    tags = MlflowClient().get_model_version(name, version).tags
     assert tags["mia.audit_run_id"] == run.info.run_id
     assert tags["mia.gate"] == gate.status
     assert float(tags["mia.likelihood_ratio.auc"]) == pytest.approx(result.metrics["likelihood_ratio/auc"], abs=1e-4)
     assert {"mia.loss.tpr_at_fpr_0.05", "mia.likelihood_ratio.tpr_at_fpr_0.1", "mia.user.loss.auc"} <= set(tags)
     with mlflow.start_run() as later:  # a later audit without a gate replaces the numbers, never the verdict
-        log_audit(result, settings=LogSettings(hash_key=KEY, model_version=("tgt", "1"), log_metrics=False))
-    tags = MlflowClient().get_model_version("tgt", "1").tags
+        log_audit(result, settings=LogSettings(hash_key=KEY, model_version=(name, version), log_metrics=False))
+    tags = MlflowClient().get_model_version(name, version).tags
     assert tags["mia.gate"] == gate.status and tags["mia.gate.run_id"] == run.info.run_id
     assert tags["mia.audit_run_id"] == later.info.run_id
 
