@@ -7,23 +7,12 @@ that the adapter changes every adapted layer (a fresh LoRA has B = 0 and changes
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 import torch
-
-from mlflow_mia.signals.testing import WORDS
+from registered_models import _texts  # the session store's random word sentences
 
 N_POOL, N_POPULATION = 40, 30
-
-
-def _texts(n, seed=0):
-    rng = random.Random(seed)
-    words = [w for w in WORDS if w.isalpha()]
-    out: dict = {}
-    while len(out) < n:
-        out[" ".join(rng.choice(words) for _ in range(rng.randint(6, 12)))] = None
-    return list(out)
 
 
 def _lora(base, *, seed: int = 3, task_type: str = "CAUSAL_LM", targets=("c_attn", "c_fc")):
