@@ -50,6 +50,7 @@ from mlflow_mia.models.resolve import resolve_model, resolve_reference
 from mlflow_mia.pipeline import AUDITS
 from mlflow_mia.pipeline.membership import audit_and_log
 from mlflow_mia.signals.cache import CacheCorruptError, CacheDiskFullError
+from mlflow_mia.signals.placement import loading
 from mlflow_mia.tracking.registry_tags import VersionDeletedError
 from mlflow_mia.tracking.runs import record_project_failure
 from mlflow_mia.tracking.descriptions import audit_run_name, references_label
@@ -383,7 +384,8 @@ def _run(args) -> tuple[int, str | None]:
     import mlflow
 
     try:
-        return _command(args), None
+        with loading(getattr(args, "device_map", None) or None):  # every model the command loads
+            return _command(args), None
     except VersionDeletedError as exc:  # 3: a blocking verdict could not be recorded on the version
         return _error(args, EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE, str(exc))
     except CacheDiskFullError as exc:  # 1: an environment fault (free space), never a damaged cache to delete

@@ -43,6 +43,7 @@ import pandas as pd
 
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.pipeline import audit_for
+from mlflow_mia.signals.placement import loading
 
 if __doc__:  # the key table, from the declarations
     __doc__ += key_table("mia") + "\n"
@@ -148,11 +149,13 @@ class MiaEvaluator(ModelEvaluator):
         audit = audit_for(evaluator_config)
         settings = audit.parse(evaluator_config, targets=getattr(dataset, "targets_name", None))
         inputs = audit.load_inputs(_pool_frame(dataset), settings)
-        target, warning = evaluator_target(model, settings.options.target_model,
-                                           resolve=lambda m: audit.resolve(m, settings),
-                                           command=f"{audit.command} {audit.target_flag}")
-        # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
-        # logging them here too would duplicate every metric's history.
-        result, artifacts = audit.run(target, inputs, settings, run_id=run_id,
-                                      log_metrics=kwargs.get("model_id") is None, notes=[warning] if warning else [])
+        with loading(getattr(settings.options, "device_map", None)):  # every model the audit loads
+            target, warning = evaluator_target(model, settings.options.target_model,
+                                               resolve=lambda m: audit.resolve(m, settings),
+                                               command=f"{audit.command} {audit.target_flag}")
+            # mlflow.models.evaluate logs the returned metrics itself when it knows a model_id;
+            # logging them here too would duplicate every metric's history.
+            result, artifacts = audit.run(target, inputs, settings, run_id=run_id,
+                                          log_metrics=kwargs.get("model_id") is None,
+                                          notes=[warning] if warning else [])
         return EvaluationResult(metrics=audit.metrics(result, settings), artifacts=artifacts, run_id=run_id)

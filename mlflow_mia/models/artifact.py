@@ -17,6 +17,7 @@ from typing import Callable, NamedTuple
 from mlflow_mia.models.adapters import BASE_KEY_MAPPING, adapter_config, attach
 from mlflow_mia.models.files import check_model_files, inside_folder, refuse_quantized
 from mlflow_mia.signals.identity import refuse_missing_weights, refuse_remote_code
+from mlflow_mia.signals.placement import load_kwargs
 
 __all__ = ["Parts", "load_components", "logged_model_id"]
 
@@ -116,7 +117,7 @@ def load_components(uri: str, *, trust_remote_code: bool = False, base_only: boo
         adapter_config(adapter_dir, source=uri)
     try:
         model, info = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True,
-                                                output_loading_info=True,
+                                                output_loading_info=True, **load_kwargs(),
                                                 **({"key_mapping": BASE_KEY_MAPPING} if adapter_dir else {}))
         tokenizer = tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
     except OSError as exc:  # transformers' word for a missing or unreadable file

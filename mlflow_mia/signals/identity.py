@@ -17,6 +17,8 @@ from typing import ClassVar
 
 import torch
 
+from mlflow_mia.signals.placement import load_kwargs, state_items
+
 __all__ = ["refuse_missing_weights", "ModelIdentity", "weights_digest", "config_digest", "tokenizer_digest", "tokenizer_difference",
            "refuse_remote_code", "CONFIG_FIELDS_IGNORED"]
 
@@ -49,8 +51,8 @@ def refuse_remote_code(folder: str | os.PathLike, *, source: str | None = None) 
 def weights_digest(model: torch.nn.Module) -> str:
     """Hex sha256 over parameter and buffer names, dtypes, shapes and bytes (sorted by name)."""
     h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
+    for name, tensor in state_items(model):  # offloaded weights (device_map) are read one module at a time
+        t = tensor.contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
@@ -308,7 +310,8 @@ class ModelIdentity:
         if not trust and os.path.isdir(path):
             refuse_remote_code(path)
         try:
-            model, info = auto_model.from_pretrained(path, output_loading_info=True, trust_remote_code=trust, **kwargs)
+            model, info = auto_model.from_pretrained(path, output_loading_info=True, trust_remote_code=trust,
+                                                     **{**load_kwargs(), **kwargs})
         except ValueError as exc:
             raise ValueError(f"{path!r} cannot be loaded as a {kind} LM: {exc}") from None
         head = (head_prefixes,) if isinstance(head_prefixes, str) else tuple(head_prefixes)

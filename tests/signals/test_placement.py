@@ -1,0 +1,76 @@
+"""Models placed by accelerate's device_map (signals/placement.py): loaded in place, same digest, same signals.
+
+A CPU-only machine has one device, so the tests place a tiny GPT-2 with an explicit map that offloads a
+block to disk: its weights sit on the meta device between forward passes, as those of a model too big
+for its GPUs do, and accelerate's hooks bring them in. What must hold: nothing moves such a model, its
+weights digest (the cache key) equals the plain model's, and its signals equal the plain model's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mlflow_mia.signals.causal_model import CausalLM
+from mlflow_mia.signals.identity import weights_digest
+from mlflow_mia.signals.placement import is_dispatched, load_kwargs, loading, place_model, state_items
+from mlflow_mia.signals.testing import tiny_gpt2
+
+#: Every module of the tiny GPT-2 on CPU but its second block, offloaded to disk.
+OFFLOAD_MAP = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.drop": "cpu",
+               "transformer.h.0": "cpu", "transformer.h.1": "disk", "transformer.ln_f": "cpu", "lm_head": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    model, tokenizer = tiny_gpt2(seed=5)
+    path = tmp_path_factory.mktemp("tiny_gpt2")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def plain_and_offloaded(folder):
+    plain = CausalLM.from_pretrained(folder)
+    with loading(OFFLOAD_MAP):
+        offloaded = CausalLM.from_pretrained(folder)
+        yield plain, offloaded  # the offload folder lives as long as the block
+
+
+def test_loading_sets_the_from_pretrained_arguments_only_inside_its_block():
+    assert load_kwargs() == {}
+    with loading("auto"):
+        kwargs = load_kwargs()
+        assert kwargs["device_map"] == "auto" and kwargs["offload_folder"]
+        with loading(None):
+            assert load_kwargs() == {}
+    assert load_kwargs() == {}
+    with pytest.raises(ValueError, match="device_map 'balanced' is not one of auto"):
+        with loading("balanced"):
+            pass
+
+
+def test_offloaded_model_is_dispatched_and_left_where_accelerate_put_it(plain_and_offloaded):
+    plain, offloaded = plain_and_offloaded
+    assert not is_dispatched(plain.model) and is_dispatched(offloaded.model)
+    meta = [name for name, t in offloaded.model.state_dict().items() if t.device.type == "meta"]
+    assert meta and all(name.startswith("transformer.h.1.") for name in meta)
+    assert place_model(offloaded.model, torch.device("cpu")) == torch.device("cpu")
+    assert is_dispatched(offloaded.model)  # not moved: .to() would have failed on its meta weights
+
+
+def test_weights_digest_of_offloaded_model_equals_the_plain_models(plain_and_offloaded):
+    plain, offloaded = plain_and_offloaded
+    assert weights_digest(offloaded.model) == weights_digest(plain.model)
+    names = [name for name, _ in state_items(offloaded.model)]
+    assert names == sorted(plain.model.state_dict())
+    assert all(t.device.type == "cpu" for _, t in state_items(offloaded.model))
+
+
+def test_cli_refuses_an_unknown_device_map(capsys):
+    from mlflow_mia.entrypoints.cli import main
+
+    assert main(["audit", "--device-map", "balanced", "--data", "x.csv", "--target", "y"]) == 2
+    assert "device_map 'balanced' is not one of auto" in capsys.readouterr().err
