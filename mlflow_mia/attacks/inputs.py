@@ -169,6 +169,9 @@ class StageOne:
     token_quantities : dict
         ``{input: (quantity, ...)}``: the optional per-token quantities the audit's attacks
         declare (:func:`mlflow_mia.attacks.base.required_token_quantities`); absent: none.
+    n_pool : int or None
+        How many of ``texts`` are pool texts (the population texts follow); None: not known
+        (an input that needs the population, e.g. ReCaLL's prefix, then refuses).
     """
 
     models: Any
@@ -180,6 +183,7 @@ class StageOne:
     neighbours: Any = None
     computed: dict = field(default_factory=dict)
     token_quantities: dict = field(default_factory=dict)
+    n_pool: int | None = None
 
 
 @dataclass(frozen=True)

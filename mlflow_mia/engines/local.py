@@ -88,7 +88,8 @@ def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet
         recipe = NeighbourRecipe.for_audit(models.generator, config, target=models.target, cache=cache,
                                            device=device, progress=progress)
     stage = StageOne(models=models, texts=texts, config=config, cache=cache, device=device, progress=progress,
-                     neighbours=recipe, token_quantities=required_token_quantities(config.attacks))
+                     neighbours=recipe, token_quantities=required_token_quantities(config.attacks),
+                     n_pool=len(pool))
     timings, signals = {}, {}
     for name in INPUTS:
         if name in given:
