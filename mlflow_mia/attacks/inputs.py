@@ -63,7 +63,9 @@ MODEL_ROLES = {
 #: (``Attack.token_quantities``); the log-probs themselves come with every signal.
 TOKEN_QUANTITIES = {
     "token_stats": "Min-K%++'s mu and sigma of log p under the model's own distribution at each scored position "
-                   "(nats; SignalResult.token_mu, token_sigma); one more pair of sums over the vocabulary head",
+                   "(nats; SignalResult.token_mu, token_sigma) and whether the scored token is its top-1 prediction "
+                   "(SignalResult.token_top1, EZ-MIA's error positions); one more pair of sums and a running argmax "
+                   "over the vocabulary head",
 }
 
 

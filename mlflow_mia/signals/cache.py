@@ -122,6 +122,10 @@ class CacheDiskFullError(RuntimeError):
 #: Free bytes under which a write I/O error is taken for a full disk.
 _LOW_SPACE = 1 << 20
 
+#: Rows of a stored ``token_stats`` array: ``mu``, ``sigma``, ``top1`` (the columns of
+#: :data:`mlflow_mia.signals.token_stats.STATS_COLUMNS` after the log-prob).
+N_TOKEN_STATS = 3
+
 
 def _free_bytes(path: str) -> int | None:
     """Free bytes on the disk holding ``path`` (or its nearest existing parent); None when unknown."""
@@ -327,10 +331,11 @@ class SignalCache(SqliteSpecStore):
     -----
     A stored row holds ``energy`` (float64), ``n_tokens`` (int), ``truncated``
     (bool), the masked-token log-probs (float32 bytes) and ``token_stats``:
-    Min-K%++'s ``mu`` then ``sigma`` of each masked token (float32 bytes, twice as
-    long as the log-probs). Rows of caches written before ``token_stats`` existed
-    read with it None (:func:`~mlflow_mia.signals.energy.compute_signals` recomputes
-    them). Extra per-sample arrays (e.g. neighbour energies) use the same table
+    Min-K%++'s ``mu``, then ``sigma``, then EZ-MIA's ``top1`` flag (1.0 where the
+    token is the model's argmax) of each scored token (float32 bytes, three times as
+    long as the log-probs). Rows of caches written before ``token_stats`` existed, or
+    with only ``mu`` and ``sigma`` (before ``top1``), read with it None (the signal
+    functions recompute them when the statistics are asked for). Extra per-sample arrays (e.g. neighbour energies) use the same table
     under their own spec.
     """
 
@@ -354,15 +359,17 @@ class SignalCache(SqliteSpecStore):
         """Cached rows of ``text_hashes`` under ``key`` (missing or damaged hashes are absent).
 
         Each row is ``(energy, n_tokens, truncated, logprobs, token_stats)``:
-        ``logprobs`` float32 of shape (n,), ``token_stats`` float32 of shape (2, n)
-        (Min-K%++'s ``mu`` and ``sigma`` per token), or None in a row written before
-        it was stored.
+        ``logprobs`` float32 of shape (n,), ``token_stats`` float32 of shape
+        (:data:`N_TOKEN_STATS`, n) (Min-K%++'s ``mu`` and ``sigma`` and the ``top1`` flag
+        per token), or None in a row written before it was stored in full.
         """
         out = {}
         for h, (energy, n_tokens, truncated, blob, stats) in self.get_rows(key, text_hashes).items():
             logprobs = np.frombuffer(blob, dtype=np.float32).copy()
             if stats is not None:
-                stats = np.frombuffer(stats, dtype=np.float32).copy().reshape(2, len(logprobs))
+                stats = np.frombuffer(stats, dtype=np.float32).copy()
+                stats = stats.reshape(N_TOKEN_STATS, len(logprobs)) if stats.size == N_TOKEN_STATS * len(
+                    logprobs) else None  # (2, n): mu and sigma only, from before top1
             out[h] = (float("nan") if energy is None else energy, int(n_tokens), bool(truncated), logprobs, stats)
         return out
 
@@ -372,7 +379,7 @@ class SignalCache(SqliteSpecStore):
         Raises
         ------
         ValueError
-            ``token_stats`` not of shape (2, len(logprobs)).
+            ``token_stats`` not of shape (N_TOKEN_STATS, len(logprobs)).
         """
         payload = {}
         for h, (e, n, t, lp, *rest) in rows.items():
@@ -380,9 +387,9 @@ class SignalCache(SqliteSpecStore):
             stats = rest[0] if rest else None
             if stats is not None:
                 stats = np.asarray(stats, dtype=np.float32)
-                if stats.shape != (2, lp.size):
-                    raise ValueError(f"token_stats of {h} has shape {stats.shape}, expected (2, {lp.size}): mu and "
-                                     "sigma of each masked token")
+                if stats.shape != (N_TOKEN_STATS, lp.size):
+                    raise ValueError(f"token_stats of {h} has shape {stats.shape}, expected ({N_TOKEN_STATS}, "
+                                     f"{lp.size}): mu, sigma and top1 of each scored token")
                 stats = stats.tobytes()
             payload[h] = (float(e), int(n), int(bool(t)), lp.tobytes(), stats)
         self.put_rows(key, payload)

@@ -58,7 +58,7 @@ from mlflow_mia.signals.energy import _keep_rows, tokenize, value_settings
 from mlflow_mia.signals.model import _blocked_target_logprobs
 from mlflow_mia.signals.runtime import (HeapTrimmer, autocast_for, default_token_budget, dtype_setting,
                                         resolve_device, resolve_dtype)
-from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
+from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", "VOCAB_BLOCK"]
@@ -72,8 +72,9 @@ VOCAB_BLOCK = 4096
 
 
 def _head(features: torch.Tensor, decoder: torch.nn.Linear, targets: torch.Tensor, stats: bool) -> torch.Tensor:
-    """``(log p, mu, sigma)`` (stats) or ``log p`` of each row of ``features``, HEAD_POSITIONS rows at a time."""
-    out = torch.empty((len(features), 3) if stats else len(features), dtype=torch.float32, device=features.device)
+    """``(log p, mu, sigma, top1)`` (stats) or ``log p`` of each row of ``features``, HEAD_POSITIONS rows at a time."""
+    out = torch.empty((len(features), len(STATS_COLUMNS)) if stats else len(features), dtype=torch.float32,
+                      device=features.device)
     kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
     for start in range(0, len(features), HEAD_POSITIONS):
         stop = start + HEAD_POSITIONS
@@ -83,7 +84,8 @@ def _head(features: torch.Tensor, decoder: torch.nn.Linear, targets: torch.Tenso
 
 def _from_logits(logits: torch.Tensor, targets: torch.Tensor, stats: bool) -> torch.Tensor:
     """The fallback head: rows of full logits, HEAD_POSITIONS at a time, in float32."""
-    out = torch.empty((len(logits), 3) if stats else len(logits), dtype=torch.float32, device=logits.device)
+    out = torch.empty((len(logits), len(STATS_COLUMNS)) if stats else len(logits), dtype=torch.float32,
+                      device=logits.device)
     for start in range(0, len(logits), HEAD_POSITIONS):
         stop = start + HEAD_POSITIONS
         res = logprob_stats_of_logits(logits[start:stop], targets[start:stop])
@@ -109,13 +111,15 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
     progress : tqdm or None
         Updated by the number of texts done after each batch.
     stats : bool
-        Also return Min-K%++'s ``mu`` and ``sigma`` of each position (default True).
+        Also return Min-K%++'s ``mu`` and ``sigma`` and EZ-MIA's ``top1`` flag of each position
+        (default True).
 
     Returns
     -------
     list of ndarray (float32), one per text
-        Shape (n_i - 1,) of log-probs in nats; with ``stats``, shape (n_i - 1, 3):
-        columns ``log p``, ``mu``, ``sigma`` (nats).
+        Shape (n_i - 1,) of log-probs in nats; with ``stats``, shape (n_i - 1, 4):
+        columns ``log p``, ``mu``, ``sigma`` (nats) and ``top1`` (1.0 where ``x_t`` is the
+        model's argmax at ``t``).
 
     Raises
     ------

@@ -196,8 +196,9 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
     -------
     list of ndarray (float32), one per copy
         ``log p(s_i | s_{\\I})`` in nats for each masked position, in ``positions`` order:
-        shape (n_positions,); with ``stats``, shape (n_positions, 3), columns
-        ``log p``, ``mu``, ``sigma`` (nats).
+        shape (n_positions,); with ``stats``, shape (n_positions, 4), columns
+        ``log p``, ``mu``, ``sigma`` (nats) and ``top1`` (1.0 where the original token is
+        the model's argmax there).
     """
     device = resolve_device(device)
     token_budget = token_budget or default_token_budget(device)
@@ -421,7 +422,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                 new, offset = {}, 0
                 for i in chunk:
                     k = len(masks[i])
-                    per_mask = scored[offset:offset + k]  # (l,) each, or (l, 3) with stats: log p, mu, sigma
+                    per_mask = scored[offset:offset + k]  # (l,) each, or (l, 4) with stats: log p, mu, sigma, top1
                     offset += k
                     flat = np.concatenate(per_mask)
                     logprobs = np.ascontiguousarray(flat[:, 0] if stats else flat)

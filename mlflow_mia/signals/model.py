@@ -20,7 +20,7 @@ import torch
 
 from mlflow_mia.signals.identity import ModelIdentity
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
-from mlflow_mia.signals.token_stats import blocked_logprob_stats, logprob_stats_of_logits
+from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
 
 __all__ = ["MaskedLM", "as_masked_lm"]
 
@@ -141,9 +141,10 @@ class MaskedLM(ModelIdentity):
                            vocab_block: int = 2048, stats: bool = False) -> torch.Tensor:
         """``log p(targets[i] | input)`` at positions ``(rows[i], cols[i])``, shape (n_positions,), float32.
 
-        With ``stats=True``, shape (n_positions, 3): ``log p(target)``, and the mean and
+        With ``stats=True``, shape (n_positions, 4): ``log p(target)``, the mean and
         standard deviation of ``log p`` under the model's own distribution at the
-        position (Min-K%++; :mod:`mlflow_mia.signals.token_stats`), from the same logits.
+        position (Min-K%++) and whether the target is its argmax (1.0/0.0, EZ-MIA;
+        :mod:`mlflow_mia.signals.token_stats`), from the same logits.
 
         Same numbers as ``log_softmax(logits_at(...))`` at the targets (to float32
         rounding), computed as ``logit[target] - logsumexp(logits)`` without ever
@@ -196,7 +197,7 @@ class MaskedLM(ModelIdentity):
                                     vocab_block: int = 2048, stats: bool = False) -> torch.Tensor:
         """``log_softmax(projection(features))[i, targets[i]]``, shape (n,), float32.
 
-        ``stats=True``: shape (n, 3), with Min-K%++'s ``mu`` and ``sigma`` of each row
+        ``stats=True``: shape (n, 4), with Min-K%++'s ``mu`` and ``sigma`` and the ``top1`` flag of each row
         (:func:`~mlflow_mia.signals.token_stats.blocked_logprob_stats`) in the same pass.
 
         The vocabulary projection runs ``vocab_block`` words at a time for
@@ -210,7 +211,8 @@ class MaskedLM(ModelIdentity):
         self._require_projection()
         decoder = self._projection
         kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
-        out = torch.empty((len(features), 3) if stats else len(features), dtype=torch.float32, device=features.device)
+        out = torch.empty((len(features), len(STATS_COLUMNS)) if stats else len(features), dtype=torch.float32,
+                          device=features.device)
         for start in range(0, len(features), chunk_rows):
             stop = start + chunk_rows
             out[start:stop] = kernel(features[start:stop], decoder.weight, decoder.bias, targets[start:stop],
@@ -221,7 +223,8 @@ class MaskedLM(ModelIdentity):
     def _target_logprobs_from_logits(logits_of, rows, cols, targets, chunk_rows: int,
                                      stats: bool = False) -> torch.Tensor:
         """The fallback of :meth:`target_logprobs_at`: full logits rows, log-sum-exp in place."""
-        out = torch.empty((len(rows), 3) if stats else len(rows), dtype=torch.float32, device=rows.device)
+        out = torch.empty((len(rows), len(STATS_COLUMNS)) if stats else len(rows), dtype=torch.float32,
+                          device=rows.device)
         for start in range(0, len(rows), chunk_rows):
             stop = start + chunk_rows
             logits = logits_of(rows[start:stop], cols[start:stop]).float()

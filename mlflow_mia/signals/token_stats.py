@@ -1,4 +1,4 @@
-"""Per-position statistics of the masked LM's own distribution, for Min-K%++.
+"""Per-position statistics of the model's own distribution, for Min-K%++ and EZ-MIA.
 
 Zhang et al. (2024), "Min-K%++: Improved Baseline for Detecting Pre-Training Data
 from Large Language Models", Sec. 3 (the Min-K%++ score): at a scored position with
@@ -8,9 +8,12 @@ model distribution ``p = softmax(z)`` over the vocabulary,
     sigma^2 = Var_{v~p}[log p(v)]     (nats^2)
 
 and the token score is ``(log p(x) - mu) / sigma``. The functions here return
-``(log p(target), mu, sigma)`` for each row of logits, from the same logits the
+``(log p(target), mu, sigma, top1)`` for each row of logits, from the same logits the
 energy already reduces: no extra forward pass, one more pair of sums over the
-vocabulary.
+vocabulary. ``top1`` is 1.0 where the target is the row's argmax (the first one on a
+tie, as ``torch.argmax``), else 0.0: EZ-MIA's error positions are those where it is 0
+(Ilić et al. 2026, arXiv:2601.12104; :mod:`mlflow_mia.attacks.ez_mia`). The running
+argmax rides on the running maximum the log-sum-exp keeps anyway.
 
 Since ``log p(v) = z_v - logsumexp(z)``, ``mu = E_p[z] - logsumexp(z)`` and
 ``sigma^2 = Var_p[z]``. :func:`blocked_logprob_stats` computes both while the
@@ -33,12 +36,13 @@ import torch
 
 __all__ = ["blocked_logprob_stats", "logprob_stats_of_logits", "STATS_COLUMNS"]
 
-#: Columns of the (n, 3) tensors these functions return.
-STATS_COLUMNS = ("logprob", "mu", "sigma")
+#: Columns of the (n, 4) tensors these functions return.
+STATS_COLUMNS = ("logprob", "mu", "sigma", "top1")
 
 
-def _finish(logprob: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
-    """``(log p(target), mu, sigma)`` as an (n, 3) float32 tensor from the moments about the running maximum.
+def _finish(logprob: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, s2: torch.Tensor,
+            top1: torch.Tensor) -> torch.Tensor:
+    """``(log p(target), mu, sigma, top1)`` as an (n, 4) float32 tensor from the moments about the running maximum.
 
     ``logprob`` comes in float32, computed exactly as the log-probs without statistics
     are (``target - top - log(sum exp(z - top))`` in float32), so a signal's log-probs
@@ -48,12 +52,12 @@ def _finish(logprob: torch.Tensor, s0: torch.Tensor, s1: torch.Tensor, s2: torch
     mean_d = s1 / s0
     var = (s2 / s0 - mean_d * mean_d).clamp_min_(0.0)
     mu = mean_d - log_s0  # E_p[z] - logsumexp(z) = (m + E_p[d]) - (m + log S_0)
-    return torch.stack([logprob, mu.float(), var.sqrt().float()], dim=1)
+    return torch.stack([logprob, mu.float(), var.sqrt().float(), top1.float()], dim=1)
 
 
 def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                           targets: torch.Tensor, block: int) -> torch.Tensor:
-    """``log p(targets[i])``, ``mu_i`` and ``sigma_i`` of ``softmax(features @ weight.T + bias)``.
+    """``log p(targets[i])``, ``mu_i``, ``sigma_i`` and ``top1_i`` of ``softmax(features @ weight.T + bias)``.
 
     The vocabulary projection runs ``block`` words at a time (rows of ``weight``), so
     no full row of logits is held; see the module docstring for the streaming moments.
@@ -71,22 +75,26 @@ def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: to
 
     Returns
     -------
-    Tensor of shape (n, 3), float32
+    Tensor of shape (n, 4), float32
         Columns :data:`STATS_COLUMNS`: ``log p(target)`` (nats, <= 0), ``mu`` (nats,
-        <= 0) and ``sigma`` (nats, >= 0).
+        <= 0), ``sigma`` (nats, >= 0) and ``top1`` (1.0 where ``targets[i]`` is the
+        row's argmax, the first on a tie; else 0.0).
 
     References
     ----------
-    Zhang et al. (2024), Min-K%++, Sec. 3.
+    Zhang et al. (2024), Min-K%++, Sec. 3; Ilić et al. (2026), EZ-MIA (error positions).
     """
     n = features.shape[0]
     top = torch.full((n,), float("-inf"), dtype=torch.float32, device=features.device)
     s0, s1, s2 = (torch.zeros(n, dtype=torch.float64, device=features.device) for _ in range(3))
     total = torch.zeros(n, dtype=torch.float32, device=features.device)  # float32 S_0, as without statistics
+    arg = torch.zeros(n, dtype=torch.long, device=features.device)  # running argmax (first on a tie)
     for start in range(0, weight.shape[0], block):
         z = torch.nn.functional.linear(features, weight[start:start + block],
                                        None if bias is None else bias[start:start + block]).float()
-        new = torch.maximum(top, z.amax(dim=1))
+        block_top, block_arg = z.max(dim=1)
+        arg = torch.where(block_top > top, block_arg + start, arg)  # strict: an earlier block keeps a tie
+        new = torch.maximum(top, block_top)
         delta = (top - new).double()  # <= 0; -inf on the first block, where the sums are still 0
         delta = torch.where(torch.isfinite(delta), delta, torch.zeros_like(delta))
         scale = delta.exp()
@@ -105,11 +113,11 @@ def blocked_logprob_stats(features: torch.Tensor, weight: torch.Tensor, bias: to
     target = (features.float() * weight[targets].float()).sum(dim=1)
     if bias is not None:
         target += bias[targets].float()
-    return _finish(target - top - total.log(), s0, s1, s2)
+    return _finish(target - top - total.log(), s0, s1, s2, arg == targets)
 
 
 def logprob_stats_of_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``(log p(target), mu, sigma)`` of full rows of logits, shape (n, 3), float32.
+    """``(log p(target), mu, sigma, top1)`` of full rows of logits, shape (n, 4), float32.
 
     For heads that do not end in a separable projection (the full logits are at
     hand). Same quantities as :func:`blocked_logprob_stats`.
@@ -128,4 +136,5 @@ def logprob_stats_of_logits(logits: torch.Tensor, targets: torch.Tensor) -> torc
     wd = w.mul_(d)
     s1 = wd.sum(dim=1).double()
     s2 = wd.mul_(d).sum(dim=1).double()
-    return _finish(z.gather(1, targets[:, None]).squeeze(1) - top - total.log(), s0, s1, s2)
+    return _finish(z.gather(1, targets[:, None]).squeeze(1) - top - total.log(), s0, s1, s2,
+                   z.argmax(dim=1) == targets)

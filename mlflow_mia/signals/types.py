@@ -43,6 +43,12 @@ class SignalResult:
         ``log p(v)`` for ``v`` drawn from the model's own distribution there, the
         normalisers of Min-K%++ (Zhang et al. 2024, Sec. 3). None when the signals
         were made without them (e.g. :meth:`from_arrays` without them).
+    token_top1 : tuple of ndarray (bool), length n_samples, or None
+        At each scored position of :attr:`token_logprobs`: True where the scored token
+        is the model's top-1 prediction there (its argmax, the first on a tie).
+        EZ-MIA's error positions are the False ones (Ilić et al. 2026). Computed with
+        ``token_mu``/``token_sigma`` from the same logits; None when the signals were
+        made without it.
     """
 
     values: np.ndarray
@@ -52,6 +58,7 @@ class SignalResult:
     kind: str = "energy"
     token_mu: tuple | None = None
     token_sigma: tuple | None = None
+    token_top1: tuple | None = None
 
     @property
     def has_token_stats(self) -> bool:
@@ -67,7 +74,7 @@ class SignalResult:
 
     @classmethod
     def from_arrays(cls, values, *, n_tokens, truncated=None, token_logprobs=None,
-                    kind: str = "energy", token_mu=None, token_sigma=None) -> "SignalResult":
+                    kind: str = "energy", token_mu=None, token_sigma=None, token_top1=None) -> "SignalResult":
         """A SignalResult from plain arrays, e.g. signals computed on a cluster.
 
         Parameters
@@ -86,6 +93,10 @@ class SignalResult:
             Min-K%++'s per-position statistics, each array as long as the sample's
             ``token_logprobs`` array; give both or neither (default: none, and
             ``min_k_plus_plus`` cannot score).
+        token_top1 : sequence of arrays, optional
+            Per scored token, whether it is the model's top-1 prediction (bool; EZ-MIA's
+            error positions are the False ones), each array as long as the sample's
+            ``token_logprobs`` array (default: none, and ``ez_mia`` cannot score).
 
         Raises
         ------
@@ -109,7 +120,8 @@ class SignalResult:
         if kind not in SIGNAL_KINDS:
             raise ValueError(f"signal kind must be one of {tuple(SIGNAL_KINDS)} (the registered kinds), got {kind!r}")
         mu, sigma = _token_stats(token_mu, token_sigma, logprobs)
-        return cls(values, logprobs, n_tokens, truncated, kind, mu, sigma)
+        top1 = None if token_top1 is None else _aligned("token_top1", token_top1, logprobs, bool)
+        return cls(values, logprobs, n_tokens, truncated, kind, mu, sigma, top1)
 
     def take(self, index) -> "SignalResult":
         """Rows ``index`` (an int array), keeping all fields aligned."""
@@ -122,6 +134,7 @@ class SignalResult:
             kind=self.kind,
             token_mu=None if self.token_mu is None else tuple(self.token_mu[i] for i in index),
             token_sigma=None if self.token_sigma is None else tuple(self.token_sigma[i] for i in index),
+            token_top1=None if self.token_top1 is None else tuple(self.token_top1[i] for i in index),
         )
 
 
@@ -131,17 +144,20 @@ def _token_stats(token_mu, token_sigma, logprobs: tuple) -> tuple[tuple | None, 
         return None, None
     if token_mu is None or token_sigma is None:
         raise ValueError("give token_mu and token_sigma together (Min-K%++ needs both), or neither")
-    out = []
-    for name, arrays in (("token_mu", token_mu), ("token_sigma", token_sigma)):
-        arrays = tuple(np.asarray(x, dtype=np.float32) for x in arrays)
-        if len(arrays) != len(logprobs):
-            raise ValueError(f"{name} has {len(arrays)} rows, expected {len(logprobs)}: one array per value")
-        bad = next((i for i, (a, lp) in enumerate(zip(arrays, logprobs)) if a.shape != lp.shape), None)
-        if bad is not None:
-            raise ValueError(f"{name}[{bad}] has shape {arrays[bad].shape}, but token_logprobs[{bad}] has shape "
-                             f"{logprobs[bad].shape}: one statistic per scored token")
-        out.append(arrays)
-    return out[0], out[1]
+    return (_aligned("token_mu", token_mu, logprobs, np.float32),
+            _aligned("token_sigma", token_sigma, logprobs, np.float32))
+
+
+def _aligned(name: str, arrays, logprobs: tuple, dtype) -> tuple:
+    """``arrays`` as a tuple of ``dtype`` arrays, each of its row's ``logprobs`` shape (else ValueError)."""
+    arrays = tuple(np.asarray(x, dtype=dtype) for x in arrays)
+    if len(arrays) != len(logprobs):
+        raise ValueError(f"{name} has {len(arrays)} rows, expected {len(logprobs)}: one array per value")
+    bad = next((i for i, (a, lp) in enumerate(zip(arrays, logprobs)) if a.shape != lp.shape), None)
+    if bad is not None:
+        raise ValueError(f"{name}[{bad}] has shape {arrays[bad].shape}, but token_logprobs[{bad}] has shape "
+                         f"{logprobs[bad].shape}: one statistic per scored token")
+    return arrays
 
 
 def result_from_rows(rows: dict, hashes, kind: str, *, stats: bool = True) -> SignalResult:
@@ -152,13 +168,13 @@ def result_from_rows(rows: dict, hashes, kind: str, *, stats: bool = True) -> Si
     rows : dict
         Text hash -> ``(value, n_tokens, truncated, logprobs, token_stats)``: ``value`` a float,
         ``n_tokens`` an int, ``truncated`` a bool, ``logprobs`` a float ``(l,)`` array and
-        ``token_stats`` a float ``(2, l)`` array (mu, sigma rows) or ``None`` without ``stats``.
+        ``token_stats`` a float ``(3, l)`` array (mu, sigma, top1 rows) or ``None`` without ``stats``.
     hashes : sequence of str
         The texts' hashes, one per text, in output order; each must be a key of ``rows``.
     kind : str
         The signal kind stored in the result.
     stats : bool
-        Whether to fill ``token_mu`` and ``token_sigma`` from the rows' ``token_stats``.
+        Whether to fill ``token_mu``, ``token_sigma`` and ``token_top1`` from the rows' ``token_stats``.
 
     Returns
     -------
@@ -177,4 +193,5 @@ def result_from_rows(rows: dict, hashes, kind: str, *, stats: bool = True) -> Si
         kind=kind,
         token_mu=tuple(rows[h][4][0] for h in hashes) if stats else None,
         token_sigma=tuple(rows[h][4][1] for h in hashes) if stats else None,
+        token_top1=tuple(rows[h][4][2] > 0.5 for h in hashes) if stats else None,
     )

@@ -34,20 +34,22 @@ def brute_force(lm, text):
     p = logp.exp()
     mu = (p * logp).sum(-1)
     sigma = ((p * logp ** 2).sum(-1) - mu ** 2).sqrt()
-    return target.numpy(), mu.numpy(), sigma.numpy()
+    top1 = logp.argmax(-1) == torch.tensor(ids[1:])
+    return target.numpy(), mu.numpy(), sigma.numpy(), top1.numpy()
 
 
 def test_signal_equals_brute_force_per_token_log_probs_and_moments(lm):
     res = compute_causal_signals(lm, TEXTS, CAUSAL, progress=False)
     assert res.kind == "causal" and res.has_token_stats
     for i, text in enumerate(TEXTS):
-        logp, mu, sigma = brute_force(lm, text)
+        logp, mu, sigma, top1 = brute_force(lm, text)
         n = len(lm.tokenizer(text)["input_ids"])
         assert res.token_logprobs[i].shape == (n - 1,)  # the first token is not scored, nothing prepended
         assert res.n_tokens[i] == n
         np.testing.assert_allclose(res.token_logprobs[i], logp, atol=1e-5)
         np.testing.assert_allclose(res.token_mu[i], mu, atol=1e-5)
         np.testing.assert_allclose(res.token_sigma[i], sigma, atol=1e-5)
+        np.testing.assert_array_equal(res.token_top1[i], top1)  # EZ-MIA's error positions are the False ones
         assert res.values[i] == pytest.approx(-logp.mean(), abs=1e-6)  # mean NLL per predicted token
 
 
@@ -56,7 +58,7 @@ def test_padded_length_sorted_batches_equal_batch_size_one(lm):
     one = causal_token_logprobs(lm, ids, token_budget=1)  # every text alone
     packed = causal_token_logprobs(lm, ids, token_budget=4096)  # all texts in one right-padded batch
     for a, b in zip(one, packed):
-        assert a.shape == b.shape and a.shape[1] == 3
+        assert a.shape == b.shape and a.shape[1] == 4
         np.testing.assert_allclose(a, b, atol=2e-6)
     loss_only = causal_token_logprobs(lm, ids, token_budget=4096, stats=False)
     for a, b in zip(loss_only, packed):
@@ -144,6 +146,6 @@ def test_a_token_the_tokenizer_adds_itself_is_context_not_scored():
     ids = lm.tokenizer(text)["input_ids"]
     assert ids[0] == bos and len(ids) == 4  # Llama-style: the tokenizer prepends its BOS
     res = compute_causal_signals(lm, [text], CAUSAL, progress=False)
-    logp, _, _ = brute_force(lm, text)
+    logp = brute_force(lm, text)[0]
     assert res.token_logprobs[0].shape == (3,) and res.n_tokens[0] == 3  # every word scored, given the BOS
     np.testing.assert_allclose(res.token_logprobs[0], logp, atol=1e-5)

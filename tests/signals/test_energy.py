@@ -469,10 +469,12 @@ def test_blocked_logprob_stats_equal_torch(bias, block):
     b = torch.randn(64, generator=gen) * 5 if bias else None
     targets = torch.randint(0, 64, (9,), generator=gen)
     logits = torch.nn.functional.linear(features.double(), weight.double(), None if b is None else b.double())
+    targets[:4] = logits.argmax(-1)[:4]  # some targets at the row's mode (top1 = 1), the others mostly not
     logp = torch.log_softmax(logits, dim=-1)
     mu = (logp.exp() * logp).sum(-1)
     var = (logp.exp() * (logp - mu[:, None]) ** 2).sum(-1)
-    expected = torch.stack([logp[torch.arange(9), targets], mu, var.sqrt()], dim=1).float()
+    top1 = (logits.argmax(-1) == targets).double()
+    expected = torch.stack([logp[torch.arange(9), targets], mu, var.sqrt(), top1], dim=1).float()
     torch.testing.assert_close(blocked_logprob_stats(features, weight, b, targets, block), expected,
                                rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logprob_stats_of_logits(logits.float(), targets), expected, rtol=1e-5, atol=1e-5)
@@ -482,7 +484,7 @@ def test_token_stats_of_the_full_head_equal_the_blocked_head(lm, monkeypatch):
     fast = compute_signals(lm, TEXTS, SignalConfig(num_masks=3), progress=False)
     monkeypatch.setattr(MaskedLM, "split_head", lambda self: None)
     full = compute_signals(lm, TEXTS, SignalConfig(num_masks=3), progress=False)
-    for name in ("token_logprobs", "token_mu", "token_sigma"):
+    for name in ("token_logprobs", "token_mu", "token_sigma", "token_top1"):
         for a, b in zip(getattr(fast, name), getattr(full, name)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
@@ -511,7 +513,7 @@ def test_token_stats_cost_no_second_forward_pass(lm):
     finally:
         handle.remove()
     for a, b in zip(plain, with_stats):
-        assert b.shape == (len(a), 3)
+        assert b.shape == (len(a), 4)
         np.testing.assert_allclose(b[:, 0], a, rtol=1e-5, atol=1e-6)
 
 
@@ -526,6 +528,18 @@ def test_token_stats_round_trip_through_the_cache(tmp_path):
     for name in ("token_logprobs", "token_mu", "token_sigma"):
         for a, b in zip(getattr(first, name), getattr(again, name)):
             np.testing.assert_array_equal(a, b)
+
+
+def test_cached_statistics_without_top1_read_as_absent_and_are_recomputed(tmp_path):
+    cache = SignalCache(tmp_path)
+    lp = np.array([-1.0, -2.0], np.float32)
+    # a row as written before EZ-MIA's top1 flag: mu and sigma only, (2, n)
+    cache.put_rows("k", {"h": (3.0, 2, 0, lp.tobytes(), np.ones((2, 2), np.float32).tobytes())})
+    assert cache.get_many("k", ["h"])["h"][4] is None  # compute_signals recomputes it when statistics are asked for
+    cache.put_many("k", {"h": (3.0, 2, False, lp, np.array([[-1, -1], [1, 1], [1, 0]], np.float32))})
+    np.testing.assert_array_equal(cache.get_many("k", ["h"])["h"][4][2], [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"expected \(3, 2\): mu, sigma and top1"):
+        cache.put_many("k", {"h": (3.0, 2, False, lp, np.ones((2, 2), np.float32))})
 
 
 def _old_cache_rows(path, lm, config, rows):
