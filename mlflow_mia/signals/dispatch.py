@@ -24,10 +24,12 @@ from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
 from mlflow_mia.signals.energy import value_settings as settings
 
 __all__ = ["compute_signals", "value_settings", "signal_config_for", "signal_note", "check_model_kinds",
-           "as_language_model", "MASKED_ONLY_ATTACKS", "sequence_values"]
+           "as_language_model", "MASKED_ONLY_ATTACKS", "CAUSAL_ONLY_ATTACKS", "sequence_values"]
 
 #: Attacks that need a masked target (they re-mask its tokens): refused for a causal target.
 MASKED_ONLY_ATTACKS = ("neighbourhood_local",)
+#: Attacks whose definition needs a causal target (a text's likelihood after a prefix): refused for a masked one.
+CAUSAL_ONLY_ATTACKS = ("recall",)
 #: The ``signal`` option's default, and the kind a causal LM gets in its place.
 _DEFAULT_KIND = SignalConfig().kind
 _CAUSAL_KIND = "causal"
@@ -149,7 +151,8 @@ def check_model_kinds(target, references=(), *, attacks: Sequence[str] = (), gen
     ------
     ValueError
         A reference of another kind than the target (naming both kinds and the fix),
-        a causal target with an attack of :data:`MASKED_ONLY_ATTACKS`, or a causal
+        a causal target with an attack of :data:`MASKED_ONLY_ATTACKS`, a masked target with one of
+        :data:`CAUSAL_ONLY_ATTACKS`, or a causal
         model as neighbour generator.
     """
     if target is None:
@@ -170,6 +173,11 @@ def check_model_kinds(target, references=(), *, attacks: Sequence[str] = (), gen
     if kind == "causal" and bad:
         raise ValueError(f"attack(s) {bad} re-mask the target's tokens and need a masked LM target; the target is a "
                          "causal LM: use 'neighbourhood' (neighbours scored by the causal target's loss) instead")
+    causal_only = [a for a in attacks if a in CAUSAL_ONLY_ATTACKS]
+    if kind == "masked" and causal_only:
+        raise ValueError(f"attack(s) {causal_only} need a causal LM target: ReCaLL's LL(x | P) is the left-to-right "
+                         "likelihood of a text read after a prefix (Xie et al. 2024, Sec. 3), which a masked LM does "
+                         "not define; the target is a masked LM: leave them out")
     if isinstance(generator, CausalLM):
         raise ValueError("the neighbour generator must be a masked LM (Mattern et al. 2023 propose neighbours with "
                          "BERT); the one given is a causal LM. Pass a masked LM as generator / neighbour_generator")
