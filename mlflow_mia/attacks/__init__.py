@@ -9,6 +9,7 @@ from mlflow_mia.attacks import (likelihood_ratio, loss, min_k, neighbourhood,  #
 from mlflow_mia.attacks import min_k_plus_plus  # noqa: F401  (register)
 from mlflow_mia.attacks import lira_offline, lira_online, rmia  # noqa: F401  (register: attacks over a reference set)
 from mlflow_mia.attacks import dc_pdd, grad_norm, recall  # noqa: F401  (register: MIMIR's newer attacks)
+from mlflow_mia.attacks import ez_mia, wbc  # noqa: F401  (register: LeakPro's attacks against a pretrained reference)
 from mlflow_mia.attacks.base import (ATTACKS, Attack, NoSettings, check_attack_names, gate_attacks, get_attack,
                                      register_attack, required_inputs, required_roles,
                                      required_token_quantities)
