@@ -40,7 +40,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from shadow_scaling import unpack  # noqa: E402  (this folder is on sys.path when run as a script)
 from mlflow_mia.attacks import ReferenceSignals  # noqa: E402
 from mlflow_mia.audits.membership import score_audit  # noqa: E402
-from mlflow_mia.config import AuditConfig, MetricConfig  # noqa: E402
+from mlflow_mia.config import AuditConfig  # noqa: E402
 from mlflow_mia.data import AuditDataset, PopulationSet  # noqa: E402
 from mlflow_mia.engines.audit_signals import AuditSignals  # noqa: E402
 from mlflow_mia.metrics.bootstrap import tpr_at_fpr_statistic  # noqa: E402
@@ -72,10 +72,9 @@ def load(signals_dir: Path, split_path: Path):
     return pool, population, models, design, membership, k_done
 
 
-def _score(pool, population, signals: dict, attacks, rounds: int, **metric_settings):
+def _score(pool, population, signals: dict, attacks, rounds: int, **attack_options):
     fprs = (0.1,) + ALPHAS
-    config = AuditConfig(attacks=tuple(attacks), metrics=MetricConfig(fprs=fprs, bootstrap_rounds=rounds,
-                                                                      **metric_settings))
+    config = AuditConfig(attacks=tuple(attacks), metrics={"fprs": fprs, "bootstrap_rounds": rounds, **attack_options})
     hashes = tuple(pool.text_hashes) + tuple(population.text_hashes)
     return score_audit(AuditSignals(signals, text_hashes=hashes), pool, population, config)
 

@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from mlflow_mia.option import check_options, option, same_option, shared_option
+from mlflow_mia.attack_settings import attack_option_owners, build_attack_settings, with_carried
+from mlflow_mia.option import check_options, declared_options, option, same_option, shared_option
 from mlflow_mia.signal_kinds import SIGNAL_KINDS
 
 __all__ = [
@@ -243,15 +244,6 @@ class MetricConfig:
         bound is computed against, in [0, 1) (default 1e-5).
     length_bins : tuple of (int, int)
         Half-open token-length bins ``[lo, hi)`` of the length breakdown (paper Table 3).
-    min_k_fraction, min_k_plus_plus_fraction, rmia_offline_a, rmia_gamma : float (rmia_offline_a: or None)
-        The values of the attacks' options of these keys (also ``lira_online_per_text_variance_min``,
-        int, and ``lira_online_per_mask_queries``, bool, of :mod:`~mlflow_mia.attacks.lira_online`).
-        Each is declared (help, range,
-        default) on its attack's ``Settings`` (:mod:`mlflow_mia.attacks.min_k`,
-        :mod:`~mlflow_mia.attacks.min_k_plus_plus`, :mod:`~mlflow_mia.attacks.rmia`; the option
-        schema gathers them from ``ATTACKS``); the parser checks a given value against it, and
-        the attack's ``Settings`` check the value again when the attack is built
-        (``Attack.from_config``). The defaults here are the declared ones (a test compares them).
     top_records : int
         How many riskiest member records to report.
     seed : int
@@ -268,16 +260,10 @@ class MetricConfig:
     confidence: float = option(0.95, "two-sided confidence level of the intervals, and the confidence of the "
                                "epsilon lower bound (and of a release gate's bounds)", gt=0, lt=1)
     length_bins: tuple[tuple[int, int], ...] = ((10, 20), (20, 60))
-    min_k_fraction: float = same_option("min_k_fraction", 0.2)
-    min_k_plus_plus_fraction: float = same_option("min_k_plus_plus_fraction", 0.2)
     top_records: int = option(20, "riskiest member records listed per attack", ge=0, metavar="N")
     seed: int = same_option("seed", 0)
     delta: float = option(1e-5, "delta of the (eps, delta)-DP guarantee behind the empirical epsilon lower bound",
                           ge=0, lt=1, metavar="D")
-    rmia_offline_a: float | None = same_option("rmia_offline_a", None)
-    rmia_gamma: float = same_option("rmia_gamma", 1.0)
-    lira_online_per_text_variance_min: int = same_option("lira_online_per_text_variance_min", 64)
-    lira_online_per_mask_queries: bool = same_option("lira_online_per_mask_queries", False)
 
     def __post_init__(self):
         if isinstance(self.fprs, (list, tuple)) and all(isinstance(a, (int, float)) and not isinstance(a, bool)
@@ -314,6 +300,13 @@ class AuditConfig:
         is a mean NLL per token of each model's own tokenisation, roughly comparable
         across tokenizers (still not exactly: the ratio then also measures how the
         tokenizers split the text). The audit warns when it runs this way.
+    attack_settings : mapping of str to Settings
+        The settings of every registered attack that declares options (:data:`mlflow_mia.attack_settings.ATTACK_SETTINGS`), by
+        attack name: ``{"min_k": MinKSettings(fraction=0.2), ...}``. Give an attack's ``Settings`` or a
+        dict of its fields (``{"rmia": {"gamma": 2.0}}``); the others take their declared defaults. A
+        ``metrics`` dict may also carry them by option key (``{"min_k_fraction": 0.5}``), as
+        :meth:`to_dict` writes them. A ``Settings`` field declared with ``same_option(key, ...)``
+        carries this config's value of the option ``key`` (:meth:`option_value`).
     """
 
     attacks: tuple[str, ...] = option(("loss", "likelihood_ratio"), "attacks to run, by registry name (see "
@@ -324,8 +317,13 @@ class AuditConfig:
     allow_tokenizer_mismatch: bool = option(False, "run attacks that need a reference whose tokenizer differs "
                                             "from the target's (else an error); requires signal 'pll', whose "
                                             "per-token energies are roughly comparable across tokenizers")
+    attack_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        flat, owners = {}, attack_option_owners()
+        if isinstance(self.metrics, Mapping):  # the attacks' options by key, as to_dict writes them
+            flat = {k: v for k, v in self.metrics.items() if k in owners}
+            object.__setattr__(self, "metrics", {k: v for k, v in self.metrics.items() if k not in owners})
         if isinstance(self.attacks, str):
             object.__setattr__(self, "attacks", (self.attacks,))
         attacks = tuple(dict.fromkeys(str(a) for a in self.attacks))
@@ -340,6 +338,7 @@ class AuditConfig:
             elif not isinstance(value, typ):
                 raise TypeError(f"{name} must be a {typ.__name__} or a dict, got {type(value).__name__}")
         check_options(self)
+        object.__setattr__(self, "attack_settings", build_attack_settings(self.attack_settings, flat, self.option_value))
         if self.allow_tokenizer_mismatch and self.signal.kind != "pll":
             raise ValueError("allow_tokenizer_mismatch=True requires signal='pll': energies summed over masked "
                              "tokens of two different tokenisations are not comparable; per-token PLLs roughly are")
@@ -348,8 +347,38 @@ class AuditConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> "AuditConfig":
         return _from_dict(cls, data)
 
+    def option_value(self, key: str):
+        """This config's value of the option ``key``: ``"mask_rate"`` -> ``self.signal.mask_rate``.
+
+        Raises
+        ------
+        KeyError
+            No part of the audit config (itself, ``signal``, ``metrics``, ``neighbourhood``) declares ``key``.
+        """
+        for part in (self, self.signal, self.metrics, self.neighbourhood):
+            of = declared_options(type(part)).get(key)
+            if of is not None:
+                return getattr(part, of.name)
+        raise KeyError(f"{key!r} is not an option of AuditConfig, SignalConfig, MetricConfig or NeighbourhoodConfig")
+
+    def settings_for(self, name: str, settings_cls: type):
+        """The settings of attack ``name``: its :attr:`attack_settings` entry, else ``settings_cls``'s defaults
+        with this config's carried values (an attack that declares no option)."""
+        held = self.attack_settings.get(name)
+        return held if isinstance(held, settings_cls) else with_carried(settings_cls(), self.option_value)
+
+    def attack_options(self) -> dict:
+        """``{option key: value}`` of every attack's options: ``{"min_k_fraction": 0.2, ...}``."""
+        return {key: getattr(s, of.name) for s in self.attack_settings.values()
+                for key, of in declared_options(type(s)).items()}
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain data; the attacks' options sit under ``metrics`` by key (the run params ``metrics.min_k_fraction``,
+        ..., named so since before the attacks declared them); :meth:`from_dict` reads them back."""
+        out = dataclasses.asdict(dataclasses.replace(self, attack_settings={}))
+        out.pop("attack_settings")
+        out["metrics"].update(self.attack_options())
+        return out
 
 
 #: What an entity type may be called: it names metrics (``ner/<type>/...``), so MLflow's name characters.

@@ -7,20 +7,18 @@ Energies and losses are "lower = member", so attacks built on them negate them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import ClassVar, Mapping
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from mlflow_mia.attack_settings import ATTACK_SETTINGS
 from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, TOKEN_QUANTITIES, AttackInputs
-from mlflow_mia.config import AuditConfig
+from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
+from mlflow_mia.option import declared_options, same_option_fields
 
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
            "check_attack_names", "gate_attacks", "required_inputs", "required_roles"]
-
-#: Reference-free attacks, weakest to strongest on the default demo (docs/results/attacks.md).
-REFERENCE_FREE_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")
-
 
 @dataclass(frozen=True)
 class NoSettings:
@@ -33,7 +31,14 @@ class Attack:
     An attack receives only its own settings: an instance of its ``Settings``
     dataclass (``MinKAttack(MinKSettings(fraction=0.2))``, or the fields as keywords,
     ``MinKAttack(fraction=0.2)``), never the whole audit config. In an audit,
-    :meth:`from_config` builds them through the declared ``settings_from_config``.
+    :meth:`from_config` takes them from ``AuditConfig.attack_settings``.
+
+    A new attack is its file plus one import line in :mod:`mlflow_mia.attacks`: its
+    ``Settings`` fields declared with :func:`~mlflow_mia.option.option` (a key unique among
+    the audit options, default, help, range) become options of the membership audit's
+    command line, evaluator config, MLproject entry points and options reference, and
+    ``AuditConfig.attack_settings[name]`` holds their values; ``gate_min_references`` puts it
+    in a release gate's attacks (:func:`gate_attacks`).
 
     Attributes
     ----------
@@ -50,10 +55,18 @@ class Attack:
         True when a NaN score marks a sample the attack cannot score (left out of
         its metrics and counted); False makes a NaN score an error.
     Settings : type
-        A frozen dataclass of the attack's settings (default :class:`NoSettings`).
-    settings_from_config : mapping of str to str
-        ``{settings field: attribute path in AuditConfig}``, e.g.
-        ``{"fraction": "metrics.min_k_fraction"}``: where :meth:`from_config` reads each field.
+        A frozen dataclass of the attack's settings (default :class:`NoSettings`). Fields
+        declared with :func:`~mlflow_mia.option.option` are user options; a field declared
+        with ``same_option(key, default)`` carries the audit config's value of the option
+        ``key`` (``same_option("mask_rate", 0.15)``: the signal's mask rate).
+    gate_min_references : int or None
+        When a release gate runs the attack unasked (:func:`gate_attacks`): None never
+        (default); k when the audit has at least k reference models (0: always), and
+        the shadow membership where the attack requires it.
+    gate_order : float
+        The attack's place in a gate's list (ascending, ties in registration order; the
+        built-in ones weakest to strongest on the default demo, docs/results/attacks.md).
+        Default: after them.
     settings : Settings
         This instance's settings.
     token_quantities : tuple of str
@@ -74,7 +87,8 @@ class Attack:
     higher_is_member: ClassVar[bool] = True
     allows_nan: ClassVar[bool] = False
     Settings: ClassVar[type] = NoSettings
-    settings_from_config: ClassVar[Mapping[str, str]] = {}
+    gate_min_references: ClassVar[int | None] = None
+    gate_order: ClassVar[float] = 1000.0
     per_reference: ClassVar[bool] = False
     token_quantities: ClassVar[tuple[str, ...]] = ()
 
@@ -91,11 +105,9 @@ class Attack:
 
     @classmethod
     def from_config(cls, config) -> "Attack":
-        """The attack with its settings read from an :class:`~mlflow_mia.config.AuditConfig`.
-
-        The fields go in as keywords (``cls(**fields)``), so an attack without settings is ``cls()``.
-        """
-        return cls(**{f: _read(config, path) for f, path in cls.settings_from_config.items()})
+        """The attack with its settings from an :class:`~mlflow_mia.config.AuditConfig`:
+        ``config.attack_settings[cls.name]``, else the defaults with the config's carried values."""
+        return cls(config.settings_for(cls.name, cls.Settings))
 
     def score(self, inputs: AttackInputs) -> np.ndarray:
         """Return scores of shape (n_samples,), dtype float64, higher = member."""
@@ -119,16 +131,13 @@ class Attack:
         return scores
 
 
-def _read(config, path: str):
-    """``config.<path>`` for a dotted attribute path such as ``"metrics.min_k_fraction"``."""
-    value = config
-    for part in path.split("."):
-        value = getattr(value, part)
-    return value
+#: The audit config's own options (an attack option may not reuse their keys; ``same_option`` fields read them).
+_AUDIT_KEYS = frozenset(k for cls in (AuditConfig, SignalConfig, MetricConfig, NeighbourhoodConfig)
+                        for k in declared_options(cls))
 
 
 def _check_declaration(c: type[Attack]) -> None:
-    """Raise when an attack requires an undeclared input or maps settings that do not exist."""
+    """Raise when an attack requires an undeclared input or declares settings the audit config cannot hold."""
     for need in c.requires:
         if need not in INPUTS:
             raise ValueError(f"attack {c.name!r} requires {need!r}, which is not a declared input; declared inputs: "
@@ -137,17 +146,26 @@ def _check_declaration(c: type[Attack]) -> None:
     if undeclared:
         raise ValueError(f"attack {c.name!r} declares token quantities {undeclared}; declared ones: "
                          f"{list(TOKEN_QUANTITIES)}")
-    names = {f.name for f in fields(c.Settings)}
-    unknown = sorted(set(c.settings_from_config) - names)
+    if "settings_from_config" in vars(c):
+        raise ValueError(f"attack {c.name!r} declares settings_from_config, which is gone: declare each option on "
+                         f"{c.Settings.__name__} with mlflow_mia.option.option(default, help, key=...), and a value "
+                         "of the audit config with same_option(key, default)")
+    taken = {k: n for n, cls in ATTACK_SETTINGS.items() if n != c.name and cls is not c.Settings
+             for k in declared_options(cls)}
+    for key in declared_options(c.Settings):
+        if key in _AUDIT_KEYS or key in taken:
+            raise ValueError(f"attack {c.name!r} declares the option {key!r}, which "
+                             + (f"attack {taken[key]!r} declares" if key in taken else "is an audit config option")
+                             + f"; give {c.Settings.__name__}'s option another key (e.g. {c.name}_{key})")
+    unknown = sorted(k for k in same_option_fields(c.Settings).values() if k not in _AUDIT_KEYS)
     if unknown:
-        raise ValueError(f"attack {c.name!r} maps {unknown} from the audit config, but {c.Settings.__name__} has "
-                         f"fields {sorted(names)}")
-    for path in c.settings_from_config.values():
-        try:
-            _read(AuditConfig(), path)
-        except AttributeError:
-            raise ValueError(f"attack {c.name!r} reads settings from {path!r}, which is not an AuditConfig "
-                             "attribute") from None
+        raise ValueError(f"attack {c.name!r}: {c.Settings.__name__} carries {unknown}, which are not options of the "
+                         f"audit config; its options: {sorted(_AUDIT_KEYS)}")
+    if c.gate_min_references is not None and (isinstance(c.gate_min_references, bool)
+                                              or not isinstance(c.gate_min_references, int)
+                                              or c.gate_min_references < 0):
+        raise ValueError(f"attack {c.name!r}: gate_min_references must be None or an int >= 0, got "
+                         f"{c.gate_min_references!r}")
 
 
 ATTACKS: dict[str, type[Attack]] = {}
@@ -160,8 +178,9 @@ def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
     ------
     ValueError
         The name is already registered and ``force`` is False; ``requires`` names an
-        undeclared input; ``settings_from_config`` maps a field ``Settings`` lacks or
-        an ``AuditConfig`` attribute that does not exist.
+        undeclared input; ``Settings`` declares an option key another attack or the audit
+        config has, or carries (``same_option``) a key the audit config lacks; a stale
+        ``settings_from_config``; ``gate_min_references`` not None or an int >= 0.
     """
 
     def deco(c: type[Attack]) -> type[Attack]:
@@ -169,6 +188,9 @@ def register_attack(cls: type[Attack] | None = None, *, force: bool = False):
         if not force and c.name in ATTACKS and ATTACKS[c.name] is not c:
             raise ValueError(f"an attack named {c.name!r} is already registered; pass force=True to replace it")
         ATTACKS[c.name] = c
+        ATTACK_SETTINGS.pop(c.name, None)
+        if declared_options(c.Settings):  # the audit config holds its settings (mlflow_mia.attack_settings)
+            ATTACK_SETTINGS[c.name] = c.Settings
         return c
 
     return deco(cls) if cls is not None else deco
@@ -179,11 +201,13 @@ def gate_attacks(n_references: int, *, shadow_membership: bool = False) -> tuple
 
     A gate is only as strong as the strongest attack it runs, and it covers every attack
     that ran (each one's confidence bound is checked), so a gated audit runs them all:
-    the reference-free ones always, ``likelihood_ratio`` and ``rmia`` with one reference or
-    more, and ``lira_offline`` with two or more (with one it ranks as the likelihood
-    ratio). On the default demo the strongest at 1 % FPR were ``lira_offline`` with 4
-    shadow references, the likelihood ratio with one, ``min_k_plus_plus`` with none
-    (``docs/results/attacks.md``, ``benchmarks/attacks_table.py``).
+    each registered attack whose ``gate_min_references`` is at most ``n_references`` (and
+    that has the shadow membership, when it requires it), in ``gate_order``. Built in: the
+    reference-free ones always, ``likelihood_ratio`` and ``rmia`` with one reference or
+    more, ``lira_offline`` with two or more (with one it ranks as the likelihood ratio),
+    ``lira_online`` with 4 shadows of known halves. On the default demo the strongest at
+    1 % FPR were ``lira_offline`` with 4 shadow references, the likelihood ratio with one,
+    ``min_k_plus_plus`` with none (``docs/results/attacks.md``, ``benchmarks/attacks_table.py``).
 
     Parameters
     ----------
@@ -191,8 +215,7 @@ def gate_attacks(n_references: int, *, shadow_membership: bool = False) -> tuple
         Reference models of the audit (>= 0).
     shadow_membership : bool
         The references are shadow models whose training halves are known (the
-        ``shadow_membership`` input): with 4 or more (two IN and two OUT of each text, the
-        least its global spreads need), ``lira_online`` joins the set, last.
+        ``shadow_membership`` input): the attacks that require it may join.
 
     Returns
     -------
@@ -215,11 +238,10 @@ def gate_attacks(n_references: int, *, shadow_membership: bool = False) -> tuple
     """
     if n_references < 0:
         raise ValueError(f"n_references must be >= 0, got {n_references}")
-    if n_references == 0:
-        return REFERENCE_FREE_ATTACKS
-    with_set = ("likelihood_ratio", "lira_offline", "rmia") if n_references >= 2 else ("likelihood_ratio", "rmia")
-    online = ("lira_online",) if shadow_membership and n_references >= 4 else ()
-    return REFERENCE_FREE_ATTACKS + with_set + online
+    eligible = [c for c in ATTACKS.values() if c.gate_min_references is not None
+                and c.gate_min_references <= n_references
+                and (shadow_membership or "shadow_membership" not in c.requires)]
+    return tuple(c.name for c in sorted(eligible, key=lambda c: c.gate_order))
 
 
 def check_attack_names(names) -> tuple[str, ...]:
@@ -309,7 +331,7 @@ def get_attack(name: str, config=None, **settings) -> Attack:
     ----------
     name : str
     config : AuditConfig, optional
-        Read through the attack's ``settings_from_config``.
+        Its ``attack_settings`` (:meth:`Attack.from_config`).
     **settings
         The fields of the attack's ``Settings`` (without ``config``).
 

@@ -40,6 +40,8 @@ class LikelihoodRatioAttack(Attack):
     name = "likelihood_ratio"
     citation = "Mireshghallah et al. 2022, Eq. 1-2"
     requires = ("target", "reference")
+    gate_min_references = 1
+    gate_order = 50
     per_reference = True  # with several references: one report per reference
 
     def score(self, inputs):

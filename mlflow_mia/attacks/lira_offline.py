@@ -30,6 +30,7 @@ import numpy as np
 from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.lira_online import _MIN_SPREAD, pooled_spread, split_in_out
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
+from mlflow_mia.option import same_option
 
 __all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread", "out_values"]
 
@@ -51,8 +52,8 @@ class LiraOfflineSettings:
         one Gaussian per (text, mask), the z-values averaged per text, as LiRA averages
         over augmentations. Default off until measured (issue 35, item 4). Energy only.
     mask_rate, energy_reduction : float, str
-        The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (read from the
-        config in an audit), to split the token log-probs into masks.
+        The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (carried from the
+        config in an audit: ``same_option``), to split the token log-probs into masks.
 
     Raises
     ------
@@ -62,8 +63,8 @@ class LiraOfflineSettings:
 
     per_sample_spread_min: int = 64
     per_mask_queries: bool = False
-    mask_rate: float = 0.15
-    energy_reduction: str = "sum"
+    mask_rate: float = same_option("mask_rate", 0.15)
+    energy_reduction: str = same_option("energy_reduction", "sum")
 
     def __post_init__(self):
         if int(self.per_sample_spread_min) != self.per_sample_spread_min or self.per_sample_spread_min < 2:
@@ -219,7 +220,8 @@ class LiraOfflineAttack(Attack):
     requires = ("target", "references")
     Settings = LiraOfflineSettings
 
-    settings_from_config = {"mask_rate": "signal.mask_rate", "energy_reduction": "signal.energy_reduction"}
+    gate_min_references = 2
+    gate_order = 60
 
     def _spread(self, inputs):
         refs = inputs.references

@@ -41,7 +41,7 @@ from scipy.stats import norm
 
 from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
-from mlflow_mia.option import option
+from mlflow_mia.option import option, same_option
 
 __all__ = ["LiraOnlineAttack", "LiraOnlineSettings", "lira_online_scores", "pooled_spread", "split_in_out"]
 
@@ -60,7 +60,7 @@ class LiraOnlineSettings:
         (ddof=1 over the text's IN and OUT shadows); below it one global spread each
         (:func:`pooled_spread`). Default 64, after Carlini et al. (2022), Sec. IV-C.
         The option ``lira_online_per_text_variance_min`` (an audit carries it in
-        ``MetricConfig.lira_online_per_text_variance_min``).
+        ``AuditConfig.attack_settings["lira_online"]``).
 
     per_mask_queries : bool
         Keep each mask's energy as a separate query (:mod:`mlflow_mia.attacks.queries`):
@@ -68,10 +68,10 @@ class LiraOnlineSettings:
         text, as the paper averages over augmentations. Default off: on the default demo
         with 4 to 32 shadows it resolved no gain over averaging the masks first
         (docs/results/shadows.md, "Per-mask queries"). Energy only. The option ``lira_online_per_mask_queries``
-        (``MetricConfig.lira_online_per_mask_queries``).
+        (held in ``AuditConfig.attack_settings["lira_online"]``).
     mask_rate, energy_reduction : float, str
-        The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (read from the
-        config in an audit), to split the token log-probs into masks.
+        The audit's ``SignalConfig.mask_rate`` and ``energy_reduction`` (carried from the
+        config in an audit: ``same_option``), to split the token log-probs into masks.
 
     Raises
     ------
@@ -87,8 +87,8 @@ class LiraOnlineSettings:
                                     "Gaussians per text and mask, the log likelihood ratios averaged per text, as "
                                     "the paper averages augmentations); energy signal only",
                                     key="lira_online_per_mask_queries")
-    mask_rate: float = 0.15
-    energy_reduction: str = "sum"
+    mask_rate: float = same_option("mask_rate", 0.15)
+    energy_reduction: str = same_option("energy_reduction", "sum")
 
     def __post_init__(self):
         value = self.per_text_variance_min
@@ -254,9 +254,8 @@ class LiraOnlineAttack(Attack):
     citation = "Carlini et al. 2022, Sec. IV, Algorithm 1 (online)"
     requires = ("target", "references", "shadow_membership")
     Settings = LiraOnlineSettings
-    settings_from_config = {"mask_rate": "signal.mask_rate", "energy_reduction": "signal.energy_reduction",
-                            "per_text_variance_min": "metrics.lira_online_per_text_variance_min",
-                            "per_mask_queries": "metrics.lira_online_per_mask_queries"}
+    gate_min_references = 4
+    gate_order = 80
 
     def _spreads(self, inputs):
         if inputs.references.k >= self.settings.per_text_variance_min:

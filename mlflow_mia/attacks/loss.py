@@ -32,6 +32,8 @@ class LossAttack(Attack):
     name = "loss"
     citation = "Yeom et al. 2018; Jagannatha et al. 2021"
     requires = ("target",)
+    gate_min_references = 0
+    gate_order = 10
 
     def score(self, inputs):
         return -inputs.target.values  # energy, PLL or causal mean NLL: lower for members; negate so higher = member

@@ -35,7 +35,7 @@ class MinKSettings:
     ----------
     fraction : float
         k of the min-k% attack, in (0, 1] (default 0.2). The option ``min_k_fraction``
-        (an audit carries its value in ``MetricConfig.min_k_fraction``).
+        (an audit holds it in ``AuditConfig.attack_settings["min_k"]``).
 
     Raises
     ------
@@ -63,7 +63,7 @@ class MinKAttack(Attack):
     here ``ceil(k n)``, at least one, and the mean itself (higher = member).
 
     Settings: :class:`MinKSettings` (``MinKAttack(fraction=0.2)``), read in an audit
-    from ``AuditConfig.metrics.min_k_fraction``.
+    from ``AuditConfig.attack_settings["min_k"]`` (the option ``min_k_fraction``).
 
     Examples
     --------
@@ -78,7 +78,8 @@ class MinKAttack(Attack):
     citation = "Shi et al. 2024"
     requires = ("target",)
     Settings = MinKSettings
-    settings_from_config = {"fraction": "metrics.min_k_fraction"}
+    gate_min_references = 0
+    gate_order = 30
 
     def score(self, inputs):
         return np.array([min_k_mean(lp, self.settings.fraction) for lp in inputs.target.token_logprobs])

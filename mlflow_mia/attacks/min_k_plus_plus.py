@@ -66,7 +66,7 @@ class MinKPlusPlusSettings(MinKSettings):
         k, the fraction of lowest token scores averaged, in (0, 1] (default 0.2, as
         for min-k%; Zhang et al. report Min-K%++ robust to k). The option
         ``min_k_plus_plus_fraction`` (an audit carries its value in
-        ``MetricConfig.min_k_plus_plus_fraction``). ``ceil(k n)`` scores, at least one.
+        ``AuditConfig.attack_settings["min_k_plus_plus"]``). ``ceil(k n)`` scores, at least one.
 
     Raises
     ------
@@ -132,7 +132,8 @@ class MinKPlusPlusAttack(Attack):
     requires = ("target",)
     token_quantities = ("token_stats",)  # stage 1 computes mu and sigma only for this attack
     Settings = MinKPlusPlusSettings
-    settings_from_config = {"fraction": "metrics.min_k_plus_plus_fraction"}
+    gate_min_references = 0
+    gate_order = 40
 
     def score(self, inputs):
         target = inputs.target

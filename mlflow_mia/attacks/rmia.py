@@ -30,7 +30,7 @@ known training halves (the ``shadow_membership`` input, :mod:`mlflow_mia.attacks
 runs it: the first reference is the stand-in target, the population rows the samples.
 Otherwise an audit does not know which texts its reference models were trained on, so it
 cannot run that procedure itself; it takes
-``a`` from ``MetricConfig.rmia_offline_a`` and by default uses ``a = 1``
+``a`` from the option ``rmia_offline_a`` and by default uses ``a = 1``
 (``Pr(x) = Pr_OUT(x)``, no correction for the missing IN models). That default suits
 per-token probabilities of an MLM, which are far below 1: with ``a < 1`` the constant
 ``(1 - a) / 2`` dominates ``Pr(x)`` and removes the reference calibration. The ``a``
@@ -289,10 +289,10 @@ class RmiaSettings:
         ``a`` of the offline ``Pr(x)``, in [0, 1]; None: fitted by the paper's procedure
         when the references are shadow models with known training halves (the
         ``shadow_membership`` input), else 1 (see the module docstring).
-        The option ``rmia_offline_a`` (an audit carries it in ``MetricConfig.rmia_offline_a``).
+        The option ``rmia_offline_a`` (an audit holds it in ``AuditConfig.attack_settings["rmia"]``).
     gamma : float
         The pairwise threshold gamma > 0 (paper: 1). The option ``rmia_gamma`` (an audit carries
-        it in ``MetricConfig.rmia_gamma``).
+        it in ``AuditConfig.attack_settings["rmia"]``).
 
     Raises
     ------
@@ -347,7 +347,8 @@ class RmiaAttack(Attack):
     citation = "Zarifzadeh, Liu, Shokri 2024, ICML, Sec. 3 (offline)"
     requires = ("target", "references")
     Settings = RmiaSettings
-    settings_from_config = {"offline_a": "metrics.rmia_offline_a", "gamma": "metrics.rmia_gamma"}
+    gate_min_references = 1
+    gate_order = 70
 
     def _a(self, inputs) -> tuple[float, str]:
         """``a`` and where it came from: the setting; else fitted on shadows with known halves; else 1."""

@@ -31,6 +31,8 @@ class ZlibAttack(Attack):
     name = "zlib"
     citation = "Carlini et al. 2021"
     requires = ("target",)
+    gate_min_references = 0
+    gate_order = 20
 
     def score(self, inputs):
         lengths = np.array([zlib_length(t) for t in inputs.texts], dtype=np.float64)

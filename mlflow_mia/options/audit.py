@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from mlflow_mia.attack_settings import ATTACK_SETTINGS
 from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.metrics.gate import Gate, GateResult  # re-exported: the gate lives in .gate
 from mlflow_mia.options.schema import CommonOptions, build, options_for, parse_values, register_family
 from mlflow_mia.options.values import mia_section
-from mlflow_mia.option import declared_options, option
+from mlflow_mia.option import option
 from mlflow_mia.attacks import check_attack_names, gate_attacks
 from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.metrics.gate import check_gate_confidence
@@ -214,18 +215,22 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     if "attacks" in values:
         values["attacks"] = check_attack_names(values["attacks"])
     n_refs = len(reference_uris(values.get("reference_model")))
-    online = values.get("shadow_record") is not None and n_refs >= 4  # lira_online's least (2 IN, 2 OUT per text)
+    shadows = values.get("shadow_record") is not None  # the references' training halves are known
+    # The attacks the shadow membership enables (lira_online with 4+ shadows: 2 IN, 2 OUT per text).
+    online = tuple(a for a in gate_attacks(n_refs, shadow_membership=shadows)
+                   if "shadow_membership" in ATTACKS[a].requires)
     if gate is not None:
         # A gate always runs every attack the references allow (docs/results/attacks.md); named attacks add to that set.
-        values["attacks"] = tuple(dict.fromkeys(gate_attacks(n_refs, shadow_membership=online)
+        values["attacks"] = tuple(dict.fromkeys(gate_attacks(n_refs, shadow_membership=shadows)
                                                 + tuple(values.get("attacks", ()))))
         check_gate_confidence(values.get("confidence", MetricConfig.confidence), option="confidence")
         # every gate alpha is reported
         values["fprs"] = tuple(sorted(set(values.get("fprs", MetricConfig.fprs)) | set(gate.alphas), reverse=True))
     elif online:  # a shadow record is given to run online LiRA: it joins the attacks named (or the default ones)
-        values["attacks"] = tuple(dict.fromkeys(values.get("attacks", AuditConfig.attacks) + ("lira_online",)))
+        values["attacks"] = tuple(dict.fromkeys(values.get("attacks", AuditConfig.attacks) + online))
     audit_config = build(AuditConfig, values, signal=build(SignalConfig, values),
-                         metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values))
+                         metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values),
+                         attack_settings={name: build(cls, values) for name, cls in ATTACK_SETTINGS.items()})
     text_column = values.get("text_column", MiaOptions.text_column)
     group_column = values.get("group_column")
     options = build(MiaOptions, values, label_column=values.get("label_column") or targets,
@@ -235,12 +240,15 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
     return audit_config, options
 
 
-#: The attacks' own settings declared as options (``min_k_fraction``, ``rmia_gamma``, ...), gathered from the
-#: registry: each attack's ``Settings`` declares them; ``MetricConfig`` carries the values given.
-ATTACK_SETTINGS = tuple(dict.fromkeys(a.Settings for a in ATTACKS.values() if declared_options(a.Settings)))
+def _mia_classes() -> tuple:
+    """The membership audit's config classes, with the ``Settings`` of every attack registered so far: each
+    attack declares its options (``min_k_fraction``, ``rmia_gamma``, ...) there, and ``AuditConfig.attack_settings``
+    holds their values (:mod:`mlflow_mia.attack_settings`). Read each time, so an attack registered later counts."""
+    return (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, *dict.fromkeys(ATTACK_SETTINGS.values()),
+            MiaOptions)
 
-register_family("mia", (AuditConfig, SignalConfig, NeighbourhoodConfig, MetricConfig, *ATTACK_SETTINGS, MiaOptions),
-                frozenset({"audit", "compare", "mia"}))
+
+register_family("mia", _mia_classes, frozenset({"audit", "compare", "mia"}))
 
 #: The ``evaluator_config["mia"]`` keys of the membership audit and their help, derived from the declarations.
 CONFIG_KEYS = {key: e.field.option.help for key, e in options_for("mia").items()}

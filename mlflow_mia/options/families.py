@@ -34,9 +34,10 @@ class Family(NamedTuple):
 
     Attributes
     ----------
-    classes : tuple of type
+    classes : iterable of type
         The frozen config dataclasses the audit's options are declared on (with
-        :func:`~mlflow_mia.option.option`) or held by (:func:`~mlflow_mia.option.shared_option`).
+        :func:`~mlflow_mia.option.option`) or held by (:func:`~mlflow_mia.option.shared_option`);
+        a family registered with a function lists what it returns when read.
     surfaces : frozenset of str
         The commands and evaluator methods that take these options.
     command : str or None
@@ -52,6 +53,19 @@ class Family(NamedTuple):
     summary: str | None = None
 
 
+class _Classes:
+    """A family's config classes read from a function each time they are iterated."""
+
+    def __init__(self, read):
+        self.read = read
+
+    def __iter__(self):
+        return iter(self.read())
+
+    def __repr__(self):
+        return f"{self.read.__qualname__}() -> {tuple(self)!r}"
+
+
 #: Config families, a registry: ``{name: Family}``. ``mlflow_mia.options`` imports the built-in audits' options
 #: modules, which register theirs; an audit kind's own folder registers its family when imported.
 FAMILIES: dict[str, Family] = {}
@@ -65,8 +79,10 @@ def register_family(name: str, classes: tuple, surfaces: frozenset, *, command: 
     ----------
     name : str
         The family's name (an audit kind's: its evaluator ``method``).
-    classes : tuple of type
-        The config dataclasses holding the options.
+    classes : tuple of type, or a function returning one
+        The config dataclasses holding the options. A function is called each time the
+        classes are read: the membership audit's grow with the attacks registered (each
+        attack's ``Settings``).
     surfaces : iterable of str
         The commands and evaluator methods taking them.
     command : str, optional
@@ -85,7 +101,7 @@ def register_family(name: str, classes: tuple, surfaces: frozenset, *, command: 
     if command is not None and (command not in surfaces or not summary):
         raise ValueError(f"option family {name!r}: its command {command!r} must be one of its surfaces "
                          f"{sorted(surfaces)} and come with a summary (the MLproject comment)")
-    FAMILIES[name] = Family(tuple(classes), surfaces, command, summary)
+    FAMILIES[name] = Family(_Classes(classes) if callable(classes) else tuple(classes), surfaces, command, summary)
     return FAMILIES[name]
 
 

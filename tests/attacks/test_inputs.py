@@ -1,4 +1,4 @@
-"""Attack inputs declared once (``attacks/inputs.py``), and attack settings read through a declared mapping."""
+"""Attack inputs declared once (``attacks/inputs.py``), and attack settings held by the audit config."""
 
 import doctest
 import random
@@ -88,9 +88,11 @@ def test_missing_input_error_comes_from_the_declaration():
         get_attack("likelihood_ratio")(AttackInputs(("a",), target=_sig([1.0])))
 
 
-def test_min_k_receives_its_own_settings_through_the_declared_mapping():
-    assert min_k.MinKAttack.settings_from_config == {"fraction": "metrics.min_k_fraction"}
+def test_min_k_receives_its_own_settings_from_the_audit_config():
     config = AuditConfig(metrics={"min_k_fraction": 0.5})
+    assert config.attack_settings["min_k"] == MinKSettings(fraction=0.5)
+    assert AuditConfig(attack_settings={"min_k": {"fraction": 0.5}}) == config
+    assert AuditConfig(attack_settings={"min_k": MinKSettings(fraction=0.5)}) == config
     attack = get_attack("min_k", config)
     assert attack.settings == MinKSettings(fraction=0.5)
     assert get_attack("min_k").settings == MinKSettings(fraction=0.2)
@@ -103,27 +105,83 @@ def test_min_k_receives_its_own_settings_through_the_declared_mapping():
     assert attack(AttackInputs(("a",), target=sig)).tolist() == [min_k_mean(np.array([-1.0, -5.0, -2.0, -4.0]), 0.5)]
 
 
-def test_settings_mapping_is_checked_at_registration():
+def test_attack_settings_round_trip_under_their_option_keys_and_carry_the_signal_values():
+    """to_dict writes each attack option under metrics by key (the params metrics.min_k_fraction, ...);
+    from_dict reads it back; a same_option field carries the signal's value; bad entries are named."""
+    from mlflow_mia.attacks.lira_offline import LiraOfflineSettings
+    from mlflow_mia.attacks.lira_online import LiraOnlineSettings
+
+    config = AuditConfig(signal=SignalConfig(mask_rate=0.3, energy_reduction="mean"),
+                         attack_settings={"rmia": {"gamma": 2.0}})
+    data = config.to_dict()
+    assert "attack_settings" not in data and data["metrics"]["rmia_gamma"] == 2.0
+    assert data["metrics"]["min_k_fraction"] == 0.2 and data["metrics"]["rmia_offline_a"] is None
+    assert AuditConfig.from_dict(data) == config and hash(AuditConfig.from_dict(data)) == hash(config)
+    assert config.attack_settings["lira_online"] == LiraOnlineSettings(mask_rate=0.3, energy_reduction="mean")
+    # lira_offline declares no option: not held, its carried fields still come from the config
+    assert "lira_offline" not in config.attack_settings
+    assert get_attack("lira_offline", config).settings == LiraOfflineSettings(mask_rate=0.3, energy_reduction="mean")
+    with pytest.raises(ValueError, match=r"attacks with settings: \[.*'lira_online', 'min_k', 'min_k_plus_plus', "
+                                         r".*'rmia'.*\], got \{'loss': \{\}\}"):
+        AuditConfig(attack_settings={"loss": {}})
+    with pytest.raises(TypeError, match=r"attack_settings\['rmia'\] must be a RmiaSettings or a dict of its fields, "
+                                        "got MinKSettings"):
+        AuditConfig(attack_settings={"rmia": MinKSettings()})
+    with pytest.raises(ValueError, match=r"^rmia_gamma must be a finite number > 0, got inf$"):
+        AuditConfig(metrics={"rmia_gamma": float("inf")})
+
+
+def test_settings_declarations_are_checked_at_registration():
+    from mlflow_mia.option import option, same_option
+
     @dataclass(frozen=True)
     class Width:
-        width: int = 3
+        width: int = option(3, "a width", key="min_k_fraction")
 
-    class Wrong(Attack):
-        name = "wrong_settings"
+    class Taken(Attack):
+        name = "taken_key"
         Settings = Width
-        settings_from_config = {"height": "metrics.top_records"}
 
-    with pytest.raises(ValueError, match=r"maps \['height'\] from the audit config, but Width has fields \['width'\]"):
-        register_attack(Wrong)
+    with pytest.raises(ValueError, match=r"declares the option 'min_k_fraction', which attack 'min_k' declares; "
+                                         r"give Width's option another key \(e.g. taken_key_min_k_fraction\)"):
+        register_attack(Taken)
+
+    @dataclass(frozen=True)
+    class Seed:
+        seed: int = option(3, "a seed")
+
+    class Clash(Attack):
+        name = "clash_key"
+        Settings = Seed
+
+    with pytest.raises(ValueError, match="declares the option 'seed', which is an audit config option"):
+        register_attack(Clash)
+
+    @dataclass(frozen=True)
+    class Carried:
+        rate: float = same_option("no_such_option", 0.1)
 
     class Nowhere(Attack):
-        name = "wrong_path"
-        Settings = Width
-        settings_from_config = {"width": "metrics.no_such_field"}
+        name = "carries_nothing"
+        Settings = Carried
 
-    with pytest.raises(ValueError, match=r"reads settings from 'metrics.no_such_field', which is not an AuditConfig"):
+    with pytest.raises(ValueError, match=r"Carried carries \['no_such_option'\], which are not options of the audit"):
         register_attack(Nowhere)
-    assert "wrong_settings" not in ATTACKS and "wrong_path" not in ATTACKS
+
+    class Stale(Attack):
+        name = "stale_mapping"
+        settings_from_config = {"width": "metrics.top_records"}
+
+    with pytest.raises(ValueError, match="declares settings_from_config, which is gone"):
+        register_attack(Stale)
+
+    class BadGate(Attack):
+        name = "bad_gate"
+        gate_min_references = -1
+
+    with pytest.raises(ValueError, match="gate_min_references must be None or an int >= 0, got -1"):
+        register_attack(BadGate)
+    assert not {"taken_key", "clash_key", "carries_nothing", "stale_mapping", "bad_gate"} & set(ATTACKS)
 
 
 def test_a_new_input_is_one_declaration_plus_its_computation():

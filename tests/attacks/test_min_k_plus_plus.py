@@ -108,7 +108,7 @@ def test_registered_with_its_settings_from_the_audit_config():
     with pytest.raises(ValueError, match=r"^min_k_plus_plus_fraction must be a number in \(0, 1\], got 0$"):
         parse_options({"min_k_plus_plus_fraction": 0})
     with pytest.raises(ValueError, match=r"min_k_plus_plus fraction must be in \(0, 1\], got 0"):
-        get_attack("min_k_plus_plus", AuditConfig(metrics=MetricConfig(min_k_plus_plus_fraction=0)))
+        AuditConfig(attack_settings={"min_k_plus_plus": {"fraction": 0}})
 
 
 def test_cli_accepts_the_attack_and_its_k():

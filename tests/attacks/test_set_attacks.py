@@ -11,7 +11,7 @@ from mlflow_mia.attacks import ATTACKS, AttackInputs, ReferenceSignals, get_atta
 from mlflow_mia.attacks.lira_offline import LiraOfflineSettings, global_spread, lira_offline_scores
 from mlflow_mia.attacks.rmia import (RmiaSettings, choose_offline_a, log_likelihood_ratio, per_token_loglik,
                                      rmia_scores, rmia_tie_break)
-from mlflow_mia.config import AuditConfig, MetricConfig
+from mlflow_mia.config import AuditConfig
 from mlflow_mia.metrics.roc import roc, tpr_at_fpr_from_roc
 from mlflow_mia.signals.types import SignalResult
 
@@ -207,7 +207,7 @@ def test_choose_offline_a_is_the_grid_value_of_the_best_auc():
 
 
 def test_rmia_settings_are_read_from_the_audit_config_and_checked():
-    attack = get_attack("rmia", AuditConfig(metrics=MetricConfig(rmia_offline_a=0.25, rmia_gamma=2.0)))
+    attack = get_attack("rmia", AuditConfig(attack_settings={"rmia": {"offline_a": 0.25, "gamma": 2.0}}))
     assert attack.settings == RmiaSettings(offline_a=0.25, gamma=2.0)
     with pytest.raises(ValueError, match=r"rmia offline_a must be in \[0, 1\]"):
         RmiaSettings(offline_a=1.5)

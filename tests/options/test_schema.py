@@ -129,11 +129,13 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert (s.kind, s.num_masks, s.mask_rate, s.seed, s.max_length, s.token_budget, s.dtype,
             s.energy_reduction) == ("energy", 3, 0.2, 4, 64, 32, "bfloat16", "mean")
     assert (n.num_neighbours, n.generator_model) == (5, "models:/g/1")
-    assert (m.fprs, m.bootstrap_rounds, m.confidence, m.min_k_fraction, m.top_records, m.delta, m.seed) == (
-        (0.2, 0.1, 0.05, 0.01), 0, 0.99, 0.3, 5, 1e-4, 4)
-    assert m.min_k_plus_plus_fraction == 0.4
-    assert (m.rmia_offline_a, m.rmia_gamma) == (0.4, 2.0)
-    assert (m.lira_online_per_text_variance_min, m.lira_online_per_mask_queries) == (8, True)
+    assert (m.fprs, m.bootstrap_rounds, m.confidence, m.top_records, m.delta, m.seed) == (
+        (0.2, 0.1, 0.05, 0.01), 0, 0.99, 5, 1e-4, 4)
+    a = config.attack_settings
+    assert (a["min_k"].fraction, a["min_k_plus_plus"].fraction) == (0.3, 0.4)
+    assert (a["rmia"].offline_a, a["rmia"].gamma) == (0.4, 2.0)
+    assert (a["lira_online"].per_text_variance_min, a["lira_online"].per_mask_queries) == (8, True)
+    assert (a["lira_online"].mask_rate, a["lira_online"].energy_reduction) == (0.2, "mean")  # carried from the signal
     assert options.shadow_record == str(record)  # 2 references: too few for lira_online, not added
     assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
     assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,

@@ -48,7 +48,9 @@ def test_a_shadow_record_that_is_not_a_file_is_refused_with_the_fix(tmp_path):
 
 def test_lira_online_settings_are_options_carried_to_the_attack():
     config, _ = parse_options({"lira_online_per_text_variance_min": "8", "lira_online_per_mask_queries": "true"})
-    assert config.metrics.lira_online_per_text_variance_min == 8 and config.metrics.lira_online_per_mask_queries
+    held = config.attack_settings["lira_online"]
+    assert held.per_text_variance_min == 8 and held.per_mask_queries
+    assert config.to_dict()["metrics"]["lira_online_per_text_variance_min"] == 8  # the param's name
     attack = get_attack("lira_online").from_config(config)
     assert isinstance(attack, LiraOnlineAttack)
     assert attack.settings == LiraOnlineSettings(per_text_variance_min=8, per_mask_queries=True)
