@@ -51,13 +51,13 @@ from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.signal_kinds import register_signal_kind
-from mlflow_mia.signals.batching import pad_batch, plan_batches
+from mlflow_mia.signals.batching import bucket_width, pad_batch, plan_batches, run_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
 from mlflow_mia.signals.energy import _keep_rows, tokenize, value_settings
 from mlflow_mia.signals.model import _blocked_target_logprobs
-from mlflow_mia.signals.runtime import (HeapTrimmer, autocast_for, default_token_budget, dtype_setting,
-                                        resolve_device, resolve_dtype)
+from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for, default_token_budget,
+                                        dtype_setting, resolve_device, resolve_dtype, to_device, uses_length_buckets)
 from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 
@@ -94,7 +94,8 @@ def _from_logits(logits: torch.Tensor, targets: torch.Tensor, stats: bool) -> to
 
 
 def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budget: int | None = None, device=None,
-                          dtype: torch.dtype = torch.float32, progress=None, stats: bool = True) -> list[np.ndarray]:
+                          dtype: torch.dtype = torch.float32, progress=None, stats: bool = True,
+                          buckets: bool | None = None) -> list[np.ndarray]:
     """``log p(x_t | x_<t)`` for ``t = 2..n`` of each token sequence, from one forward pass per batch.
 
     Parameters
@@ -103,7 +104,9 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
     ids : sequence of ndarray (int64), each of length n_i >= 2
         Token ids of each text (with the tokenizer's own special tokens).
     token_budget : int, optional
-        Padded tokens per forward pass; default :func:`~mlflow_mia.signals.runtime.default_token_budget`.
+        Padded tokens per forward pass; default :func:`~mlflow_mia.signals.runtime.default_token_budget`
+        (on CUDA sized to the device's free memory). A batch that runs out of memory is
+        halved and retried (:func:`~mlflow_mia.signals.batching.run_batches`).
     device : str or torch.device, optional
     dtype : torch.dtype
         Compute type of the model's products (``torch.autocast``; float32: none); the
@@ -113,6 +116,11 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
     stats : bool
         Also return Min-K%++'s ``mu`` and ``sigma`` and EZ-MIA's ``top1`` flag of each position
         (default True).
+    buckets : bool, optional
+        Pad each batch to a length bucket (:func:`~mlflow_mia.signals.batching.bucket_width`);
+        default :func:`~mlflow_mia.signals.runtime.uses_length_buckets` (on CUDA). Right
+        padding comes after every real token, so the values do not depend on it (to float
+        rounding). The scores stay on the device until the end and come back in one copy.
 
     Returns
     -------
@@ -131,37 +139,45 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
         raise ValueError(f"text {short} has {len(ids[short])} token(s); a causal LM scores tokens 2..n, so each "
                          "text needs at least 2 tokens: drop or lengthen it")
     device = resolve_device(device)
-    token_budget = token_budget or default_token_budget(device)
     lm.model.to(device)
     decoder = lm.projection()
+    token_budget = token_budget or default_token_budget(device, model=lm.model, dtype=dtype,
+                                                        vocab_logits=decoder is None)
+    buckets = uses_length_buckets(device) if buckets is None else buckets
+    width = (lambda n: bucket_width(n, lm.max_length)) if buckets else None
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
     out: list = [None] * len(ids)
-    autocast = autocast_for(dtype, device)
     trimmer = HeapTrimmer()
-    with torch.inference_mode(), autocast:
-        for rows in plan_batches(lengths, token_budget):
-            batch, attention = pad_batch([ids[i] for i in rows], lm.pad_id)
-            n_scored = lengths[rows] - 1
-            row_idx = np.repeat(np.arange(len(rows)), n_scored)
-            col_idx = np.concatenate([np.arange(n) for n in n_scored])
-            targets = torch.from_numpy(batch[row_idx, col_idx + 1]).to(device)
-            inputs = torch.from_numpy(batch).to(device), torch.from_numpy(attention).to(device)
-            r, c = torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device)
-            if decoder is not None:
-                hidden = capture_projection_input(lm.model, decoder, *inputs)
-                scored = _head(hidden[r, c], decoder, targets, stats)
-            else:
-                logits = lm.model(input_ids=inputs[0], attention_mask=inputs[1]).logits
-                scored = _from_logits(logits[r, c], targets, stats)
-                del logits
-            scored = scored.cpu().numpy()
-            offset = 0
-            for i, n in zip(rows, n_scored):
-                out[i] = scored[offset:offset + n]
-                offset += n
-            if progress is not None:
-                progress.update(len(rows))
-            trimmer.after_batch(batch.shape)
+    results = DeviceResults(device)  # each batch's scores, copied to the host once at the end
+
+    def step(rows: np.ndarray) -> None:
+        batch, attention = pad_batch([ids[i] for i in rows], lm.pad_id,
+                                     width(int(lengths[rows].max())) if width else None)
+        n_scored = lengths[rows] - 1
+        row_idx = np.repeat(np.arange(len(rows)), n_scored)
+        col_idx = np.concatenate([np.arange(n) for n in n_scored])
+        targets = to_device(batch[row_idx, col_idx + 1], device)
+        inputs = to_device(batch, device), to_device(attention, device)
+        r, c = to_device(row_idx, device), to_device(col_idx, device)
+        if decoder is not None:
+            hidden = capture_projection_input(lm.model, decoder, *inputs)
+            scored = _head(hidden[r, c], decoder, targets, stats)
+        else:
+            logits = lm.model(input_ids=inputs[0], attention_mask=inputs[1]).logits
+            scored = _from_logits(logits[r, c], targets, stats)
+            del logits
+        results.add((rows, n_scored), scored)
+        if progress is not None:
+            progress.update(len(rows))
+        trimmer.after_batch(batch.shape)
+
+    with torch.inference_mode(), autocast_for(dtype, device):
+        run_batches(plan_batches(lengths, token_budget, width=width), lengths, step, width=width, device=device)
+    for (rows, n_scored), scored in results.to_host():
+        offset = 0
+        for i, n in zip(rows, n_scored):
+            out[i] = scored[offset:offset + n]
+            offset += n
     return out
 
 

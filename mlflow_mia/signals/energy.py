@@ -55,12 +55,13 @@ from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.signal_kinds import register_signal_kind
-from mlflow_mia.signals.batching import pad_batch, plan_batches
+from mlflow_mia.signals.batching import bucket_width, pad_batch, plan_batches, run_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.model import MaskedLM
-from mlflow_mia.signals.runtime import (HeapTrimmer, autocast_for, default_token_budget, dtype_setting,
-                                        release_free_memory, resolve_device, resolve_dtype, token_limit)
+from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for, default_token_budget,
+                                        dtype_setting, release_free_memory, resolve_device, resolve_dtype, to_device,
+                                        token_limit, uses_length_buckets)
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 
 __all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
@@ -169,7 +170,8 @@ def _energy(per_mask: Sequence[np.ndarray], flat: np.ndarray, config: SignalConf
 
 def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Sequence[tuple[int, np.ndarray]], *,
                           token_budget: int | None = None, device=None, dtype: torch.dtype = torch.float32,
-                          progress=None, stats: bool = False) -> list[np.ndarray]:
+                          progress=None, stats: bool = False, buckets: bool | None = None,
+                          kind: str = "energy") -> list[np.ndarray]:
     """Log-probabilities of the original tokens at the masked positions of each copy.
 
     With ``stats=True`` each position also gets Min-K%++'s ``mu`` and ``sigma``
@@ -186,11 +188,15 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
         ``positions`` (int64 array) are absolute positions into ``ids[sample_index]``
         replaced by the mask token in this copy.
     token_budget : int, optional
-        Padded tokens per forward pass; default :func:`default_token_budget` of the device.
+        Padded tokens per pass; default :func:`default_token_budget` of ``kind`` (on CUDA sized to its memory).
     progress : tqdm or None
         Updated by the number of copies done after each batch.
     stats : bool
         Also return ``mu`` and ``sigma`` of each position (default False).
+    buckets : bool, optional
+        Pad batches to length buckets (default on CUDA; :mod:`~mlflow_mia.signals.batching`).
+
+    A batch that runs out of memory is halved and retried; the log-probs come back in one copy.
 
     Returns
     -------
@@ -201,52 +207,58 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
         the model's argmax there).
     """
     device = resolve_device(device)
-    token_budget = token_budget or default_token_budget(device)
     lm.model.to(device)
+    token_budget = token_budget or default_token_budget(device, kind, model=lm.model, dtype=dtype,
+                                                        vocab_logits=lm.split_head() is None)
+    buckets = uses_length_buckets(device) if buckets is None else buckets
+    width = (lambda n: bucket_width(n, lm.max_length)) if buckets else None
     mask_id = lm.tokenizer.mask_token_id
     lengths = np.array([len(ids[s]) for s, _ in copies], dtype=np.int64)
     out: list[np.ndarray | None] = [None] * len(copies)
-    autocast = autocast_for(dtype, device)
     trimmer = HeapTrimmer()
     deferred = lm.has_projection()
     pending: list[tuple[np.ndarray, torch.Tensor, torch.Tensor]] = []  # (copies, features, targets) awaiting the head
-
-    def store(rows, logp: np.ndarray) -> None:
-        offset = 0
-        for c in rows:
-            n = len(copies[c][1])
-            out[c] = logp[offset:offset + n]
-            offset += n
+    results = DeviceResults(device)  # each head's (or batch's) log-probs, copied to the host once at the end
 
     def run_head() -> None:
         features, targets = torch.cat([f for _, f, _ in pending]), torch.cat([t for _, _, t in pending])
-        logp = lm.target_logprobs_of_features(features, targets, chunk_rows=HEAD_POSITIONS,
-                                              stats=stats).cpu().numpy()
-        store([c for rows, _, _ in pending for c in rows], logp)
+        results.add([c for rows, _, _ in pending for c in rows],
+                    lm.target_logprobs_of_features(features, targets, chunk_rows=HEAD_POSITIONS, stats=stats))
         pending.clear()
 
-    with torch.inference_mode(), autocast:
-        for rows in plan_batches(lengths, token_budget):
-            batch, attention = pad_batch([ids[copies[c][0]] for c in rows], lm.tokenizer.pad_token_id)
-            row_idx = np.concatenate([np.full(len(copies[c][1]), r, dtype=np.int64) for r, c in enumerate(rows)])
-            col_idx = np.concatenate([copies[c][1] for c in rows])
-            targets = torch.from_numpy(batch[row_idx, col_idx]).to(device)
-            batch[row_idx, col_idx] = mask_id
-            inputs = (torch.from_numpy(batch).to(device), torch.from_numpy(attention).to(device),
-                      torch.from_numpy(row_idx).to(device), torch.from_numpy(col_idx).to(device))
-            if deferred:
-                # the head waits until HEAD_POSITIONS masked positions (of several batches) are ready:
-                # its (positions x vocabulary) products run faster on a few hundred rows than on one batch's
-                pending.append((rows, lm.features_at(*inputs), targets))
-                if sum(len(t) for _, _, t in pending) >= HEAD_POSITIONS:
-                    run_head()
-            else:
-                store(rows, lm.target_logprobs_at(*inputs, targets, stats=stats).cpu().numpy())
-            if progress is not None:
-                progress.update(len(rows))
-            trimmer.after_batch(batch.shape)  # freed blocks of other shapes would pile up in the heap
+    def step(rows: np.ndarray) -> None:
+        # the head waits for HEAD_POSITIONS masked positions (of several batches): its (positions x vocabulary)
+        # products run faster on a few hundred rows; run first, so a step that runs out of memory keeps nothing
+        if deferred and sum(len(t) for _, _, t in pending) >= HEAD_POSITIONS:
+            run_head()
+        longest = int(lengths[rows].max())
+        batch, attention = pad_batch([ids[copies[c][0]] for c in rows], lm.tokenizer.pad_token_id,
+                                     width(longest) if width else None)
+        row_idx = np.concatenate([np.full(len(copies[c][1]), r, dtype=np.int64) for r, c in enumerate(rows)])
+        col_idx = np.concatenate([copies[c][1] for c in rows])
+        targets = to_device(batch[row_idx, col_idx], device)
+        batch[row_idx, col_idx] = mask_id
+        inputs = (to_device(batch, device), to_device(attention, device), to_device(row_idx, device),
+                  to_device(col_idx, device))
+        if deferred:
+            most = max(len(copies[c][1]) for c in rows)  # known here: the device need not be asked
+            pending.append((rows, lm.features_at(*inputs, max_per_row=most), targets))
+        else:
+            results.add(rows, lm.target_logprobs_at(*inputs, targets, stats=stats))
+        if progress is not None:
+            progress.update(len(rows))
+        trimmer.after_batch(batch.shape)  # freed blocks of other shapes would pile up in the heap
+
+    with torch.inference_mode(), autocast_for(dtype, device):
+        run_batches(plan_batches(lengths, token_budget, width=width), lengths, step, width=width, device=device)
         if pending:
             run_head()
+        for rows, logp in results.to_host():
+            offset = 0
+            for c in rows:
+                n = len(copies[c][1])
+                out[c] = logp[offset:offset + n]
+                offset += n
     return out  # type: ignore[return-value]
 
 
@@ -415,10 +427,9 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
             for start in range(0, len(order), chunk_size):
                 chunk = order[start:start + chunk_size]
                 copies = [(i, maskable[i][row]) for i in chunk for row in masks[i]]
-                budget = config.token_budget or default_token_budget(resolve_device(device), config.kind)
-                scored = masked_token_logprobs(lm, ids, copies, token_budget=budget, device=device,
+                scored = masked_token_logprobs(lm, ids, copies, token_budget=config.token_budget, device=device,
                                                dtype=resolve_dtype(config.dtype, resolve_device(device)),
-                                               progress=bar, stats=stats)
+                                               progress=bar, stats=stats, kind=config.kind)
                 new, offset = {}, 0
                 for i in chunk:
                     k = len(masks[i])

@@ -38,10 +38,12 @@ import torch
 from tqdm.auto import tqdm
 
 from mlflow_mia.data import canonical_text
-from mlflow_mia.signals.batching import pad_batch, plan_batches
+from mlflow_mia.signals.batching import bucket_width, pad_batch, plan_batches, run_batches
 from mlflow_mia.signals.cache import SqliteSpecStore, _make_cache_dir, default_cache_dir
 from mlflow_mia.signals.identity import ModelIdentity, refuse_missing_weights, refuse_remote_code
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of, probe_batch
+from mlflow_mia.signals.runtime import (DeviceResults, autocast_for, default_token_budget, dtype_setting,
+                                        resolve_device, resolve_dtype, to_device, uses_length_buckets)
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
            "TOKEN_BUDGETS", "SLOT", "fill", "split_prompt", "short"]
@@ -182,7 +184,7 @@ class TokenClassifier(ModelIdentity):
                    model_id=model_id, name=name or path)
 
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                  cols: torch.Tensor) -> torch.Tensor:
+                  cols: torch.Tensor, *, max_per_row: int | None = None) -> torch.Tensor:
         """Tag logits at positions ``(rows[i], cols[i])`` of a padded batch, shape (n_positions, n_tags).
 
         Equal to ``model(input_ids, attention_mask).logits[rows, cols]``. When the model
@@ -197,13 +199,15 @@ class TokenClassifier(ModelIdentity):
         ----------
         input_ids, attention_mask : Tensor (int64), shape (batch, length)
         rows, cols : Tensor (int64), shape (n_positions,)
+        max_per_row : int, optional: the most positions read in one row, when known on the host
         """
         if self._fast is None:
             self._fast = _fast_head(self.model) or False
         if self._fast is False:
             return self.model(input_ids=input_ids, attention_mask=attention_mask).logits[rows, cols]
         last, head = self._fast
-        return head(hidden_at(self.model.base_model, last, input_ids, attention_mask, rows, cols))
+        return head(hidden_at(self.model.base_model, last, input_ids, attention_mask, rows, cols,
+                              max_per_row=max_per_row))
 
     @property
     def label2id(self) -> dict:
@@ -325,29 +329,41 @@ def _encode(clf: TokenClassifier, prompts, names, subword: str):
 
 
 @torch.inference_mode()
-def _score(clf: TokenClassifier, ids, positions, tag_pairs, *, token_budget: int, device, bar) -> np.ndarray:
-    """C(e) of each encoded sentence; ``tag_pairs[k] = (B id, I id)``."""
-    out = np.empty(len(ids), dtype=np.float64)
-    for batch in plan_batches([len(x) for x in ids], token_budget):
-        input_ids, mask = pad_batch([ids[k] for k in batch], clf.tokenizer.pad_token_id)
+def _score(clf: TokenClassifier, ids, positions, tag_pairs, *, token_budget: int, device, bar,
+           dtype: torch.dtype = torch.float32, buckets: bool | None = None) -> np.ndarray:
+    """C(e) of each encoded sentence; ``tag_pairs[k] = (B id, I id)``.
+
+    Per-token ``max(P(B), P(I))`` stays on the device until one copy at the end; means in float64 on the host.
+    """
+    out, lengths = np.empty(len(ids), dtype=np.float64), np.array([len(x) for x in ids], dtype=np.int64)
+    buckets = uses_length_buckets(device) if buckets is None else buckets
+    width = (lambda n: bucket_width(n, clf.max_length)) if buckets else None
+    results = DeviceResults(device)
+
+    def step(batch: np.ndarray) -> None:
+        input_ids, mask = pad_batch([ids[k] for k in batch], clf.tokenizer.pad_token_id,
+                                    width(int(lengths[batch].max())) if width else None)
         rows = np.concatenate([np.full(len(positions[k]), r, dtype=np.int64) for r, k in enumerate(batch)])
         cols = np.concatenate([np.asarray(positions[k], dtype=np.int64) for k in batch])
-        logits = clf.logits_at(torch.from_numpy(input_ids).to(device), torch.from_numpy(mask).to(device),
-                               torch.from_numpy(rows).to(device), torch.from_numpy(cols).to(device))
-        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
-        b = np.concatenate([np.full(len(positions[k]), tag_pairs[k][0]) for k in batch])
-        i = np.concatenate([np.full(len(positions[k]), tag_pairs[k][1]) for k in batch])
-        per_token = np.maximum(probs[np.arange(len(b)), b], probs[np.arange(len(i)), i])
+        tags = np.concatenate([np.tile(np.int64(tag_pairs[k]), (len(positions[k]), 1)) for k in batch])
+        logits = clf.logits_at(to_device(input_ids, device), to_device(mask, device), to_device(rows, device),
+                               to_device(cols, device), max_per_row=max(len(positions[k]) for k in batch))
+        probs = torch.softmax(logits.float(), dim=-1)  # max(P(B), P(I)) at each of the name's tokens:
+        results.add((batch, rows), probs.gather(1, to_device(tags, device)).amax(dim=1))
+        bar.update(len(batch))
+
+    with autocast_for(dtype, device):
+        run_batches(plan_batches(lengths, token_budget, width=width), lengths, step, width=width, device=device)
+    for (batch, rows), per_token in results.to_host():
         sums = np.bincount(rows, weights=per_token, minlength=len(batch))
         out[batch] = sums / np.bincount(rows, minlength=len(batch))
-        bar.update(len(batch))
     return out
 
 
 def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Sequence[str],
                       entity_types: Sequence[str], *, subword: str = "first", token_budget: int | None = None,
                       device=None, cache: ConfidenceCache | None = None, progress: bool = True,
-                      desc: str | None = None, batch_size: int | None = None) -> np.ndarray:
+                      desc: str | None = None, batch_size: int | None = None, dtype: str | None = "auto") -> np.ndarray:
     """Entity confidence ``C(e)`` of each ``(prompt, name, type)`` triple.
 
     Parameters
@@ -360,7 +376,7 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
     subword : {"first", "mean"}
         Tokens read per name (module docstring).
     token_budget : int, optional
-        Padded tokens per forward pass (default :data:`TOKEN_BUDGETS`: 16384 on CPU, 32768 on CUDA).
+        Padded tokens per forward pass (default :data:`TOKEN_BUDGETS`: 16384 on CPU; on CUDA sized to its memory).
     batch_size : int, optional
         Sentences per forward pass instead: sets the budget to ``batch_size`` times the
         longest sentence of each chunk of 4,096 sentences (overrides ``token_budget``).
@@ -370,6 +386,8 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
         Rows already cached are not recomputed; new rows are committed every 4,096 sentences.
     progress : bool
         tqdm bar over sentences.
+    dtype : {"auto", "float32", "bfloat16", "float16"}
+        Compute type of the products (:func:`~mlflow_mia.signals.runtime.resolve_dtype`); softmax in float32.
 
     Returns
     -------
@@ -397,13 +415,16 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
                          "(zero-width, format or default-ignorable code points, combining marks): it has no letters "
                          "for the model to tag; drop it")
     tags = {t: entity_tag_ids(clf.label2id, t) for t in dict.fromkeys(entity_types)}
-    device = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(device)
+    compute_type = resolve_dtype(dtype, device)
     clf.model.to(device)
-    budget = int(token_budget or TOKEN_BUDGETS.get(device.type, TOKEN_BUDGETS["cpu"]))
+    budget = int(token_budget or default_token_budget(device, model=clf.model, dtype=compute_type,
+                                                      table=TOKEN_BUDGETS))
     spec = {"signal": "ner_entity_confidence", "version": 1, "weights": clf.weights_id, "config": clf.config_id,
             "tokenizer": clf.tokenizer_id, "label2id": sorted(clf.label2id.items()), "subword": subword,
             "max_length": clf.max_length}
     spec["tokenization"] = "split_special_tokens"  # special-token strings in names and prompts are text
+    spec.update(dtype_setting(dtype, device))  # float32 on CPU adds nothing: earlier caches keep their keys
     key = cache.register(spec) if cache is not None else None
     items = [_item_hash(t, p, n) for p, n, t in zip(prompts, names, entity_types)]
     values = np.full(len(items), np.nan)
@@ -421,7 +442,7 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
             if batch_size:
                 budget = int(batch_size) * max(len(x) for x in ids)
             scored = _score(clf, ids, positions, [tags[entity_types[k]] for k in part], token_budget=budget,
-                            device=device, bar=bar)
+                            device=device, bar=bar, dtype=compute_type)
             values[part] = scored
             if cache is not None:
                 cache.put_many(key, {items[k]: (v, len(p)) for k, v, p in zip(part, scored, positions)})

@@ -112,7 +112,8 @@ def _last_layer_input(encoder: torch.nn.Module, last: torch.nn.Module, input_ids
 
 
 def hidden_at(encoder: torch.nn.Module, last: torch.nn.Module, input_ids: torch.Tensor,
-              attention_mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+              attention_mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, *,
+              max_per_row: int | None = None) -> torch.Tensor:
     """``encoder(...).last_hidden_state[rows, cols]``, shape (n_positions, d), with the last layer at those rows only.
 
     Parameters
@@ -123,18 +124,23 @@ def hidden_at(encoder: torch.nn.Module, last: torch.nn.Module, input_ids: torch.
         A padded batch; ``attention_mask`` is 1 at real tokens.
     rows, cols : Tensor (int64), shape (n_positions,)
         The selected positions, in any order.
+    max_per_row : int, optional
+        The most positions selected in one row, when the caller knows it (from the host
+        arrays it built ``rows`` from): reading it from the device would make the host
+        wait for the GPU at every batch.
     """
     h = _last_layer_input(encoder, last, input_ids, attention_mask)
     att = last.attention.self
     batch, length, _ = h.shape
     heads, size = att.num_attention_heads, att.attention_head_size
-    counts = torch.bincount(rows, minlength=batch)
+    # per-row counts by index_add_ (torch.bincount on CUDA reads the input's maximum back to the host)
+    counts = torch.zeros(batch, dtype=rows.dtype, device=rows.device).index_add_(0, rows, torch.ones_like(rows))
     order = torch.argsort(rows, stable=True)
     slot = torch.empty_like(rows)  # each position's query slot within its row
     slot[order] = torch.arange(len(rows), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows[order]]
     selected = h[rows, cols]
     queries = att.query(selected)  # under autocast: in the compute type, which k and v share
-    q = queries.new_zeros(batch, int(counts.max()), heads * size)
+    q = queries.new_zeros(batch, int(counts.max()) if max_per_row is None else max_per_row, heads * size)
     q[rows, slot] = queries
     q = q.view(batch, -1, heads, size).transpose(1, 2)
     k = att.key(h).view(batch, length, heads, size).transpose(1, 2)

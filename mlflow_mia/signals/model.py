@@ -172,7 +172,7 @@ class MaskedLM(ModelIdentity):
         return self._projection is not False
 
     def features_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                    cols: torch.Tensor) -> torch.Tensor:
+                    cols: torch.Tensor, *, max_per_row: int | None = None) -> torch.Tensor:
         """Inputs of the vocabulary projection at positions ``(rows[i], cols[i])``, shape (n_positions, d).
 
         The encoder runs on the whole batch but its last layer, which (BERT-like layers,
@@ -181,7 +181,8 @@ class MaskedLM(ModelIdentity):
         transform (dense, activation, layer norm) runs only there too. Requires
         :meth:`has_projection`.
         Features of several batches can be concatenated for one
-        :meth:`target_logprobs_of_features` call.
+        :meth:`target_logprobs_of_features` call. ``max_per_row``: the most positions in
+        one row, when known on the host (saves a device-to-host read per batch).
         """
         self._require_projection()
         encoder, head = self.split_head()
@@ -189,7 +190,8 @@ class MaskedLM(ModelIdentity):
             self._last_layer = last_layer_of(encoder) or False
         if self._last_layer is not False:
             return _input_of(self._projection, head,
-                             hidden_at(encoder, self._last_layer, input_ids, attention_mask, rows, cols))
+                             hidden_at(encoder, self._last_layer, input_ids, attention_mask, rows, cols,
+                                       max_per_row=max_per_row))
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return _input_of(self._projection, head, hidden[rows, cols])
 
