@@ -1,0 +1,69 @@
+"""``benchmarks/gpu_bench.py`` end to end on the CPU with tiny shapes: every workload, its anchor, the JSON it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+_BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def gpu_bench():
+    sys.path.insert(0, str(_BENCH))
+    spec = importlib.util.spec_from_file_location("gpu_bench", _BENCH / "gpu_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    sys.path.remove(str(_BENCH))
+
+
+def test_without_a_gpu_it_says_why_and_exits_0(gpu_bench, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_bench.main([]) == 0
+    assert "no CUDA device on this machine: nothing to measure" in capsys.readouterr().out
+
+
+def test_the_result_file_is_named_after_the_gpu(gpu_bench):
+    assert gpu_bench.result_path("NVIDIA H100 80GB HBM3").name == "gpu_nvidia_h100_80gb_hbm3.json"
+
+
+def test_an_unknown_workload_is_refused_by_name(gpu_bench, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit):
+        gpu_bench.main(["--only", "energy,banana"])
+    assert "unknown workload(s) banana; choose from energy, pll, ner, causal, llama_7b" in capsys.readouterr().err
+
+
+def test_every_workload_runs_on_cpu_with_tiny_shapes(gpu_bench, tmp_path, capsys):
+    out = tmp_path / "gpu_cpu.json"
+    threads = torch.get_num_threads()
+    try:
+        assert gpu_bench.main(["--device", "cpu", "--tiny", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    result = json.loads(out.read_text())
+    assert result["device_type"] == "cpu" and result["tiny"] and result["matmul_bf16_tflops"] > 0
+    expected = {"energy_fp32", "energy_bf16", "pll_fp32", "pll_bf16", "ner", "gpt2_fp32", "gpt2_bf16", "llama_1b5"}
+    assert set(result["cases"]) == expected and result["skipped"] == []
+    for name, row in result["cases"].items():
+        assert row["ratio"] > 0 and row["ours_texts_per_s"] > 0 and row["anchor_best"].startswith("batch"), name
+        assert len(row["ratios"]) == 1  # one alternated pair in the tiny run
+    for name in expected - {"ner"}:
+        assert 0 < result["cases"][name]["share_of_matmul"] < 1, name
+    # the anchors compute the same values: float32 to float rounding, bfloat16 within its precision
+    assert result["cases"]["energy_fp32"]["max_abs_diff"] < 1e-4
+    assert result["cases"]["pll_fp32"]["max_abs_diff"] < 1e-5
+    assert result["cases"]["gpt2_fp32"]["max_abs_diff"] < 1e-5
+    assert result["cases"]["energy_bf16"]["max_abs_diff"] < 0.5
+    assert result["cases"]["energy_fp32"]["paper_loop"]["texts"] == 2
+    assert result["cases"]["energy_bf16"]["limit"]["bare_forward_s"] > 0
+    assert result["cases"]["llama_1b5"]["limit"]["ours_over_bare"] > 0
+    assert result["memory_7b"]["texts"] == 3 and result["memory_7b"]["peak_gib"] is None  # no device memory on CPU
+    assert result["cases"]["energy_bf16"]["goal"] == {"ratio": 5.0, "share": 0.25}
+    assert "energy bf16:" in capsys.readouterr().out
