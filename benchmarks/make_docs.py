@@ -8,8 +8,10 @@ Run::
 Each benchmark's full result file (else its ``--quick`` one, marked so) becomes one
 section: its command, date, load and machine, then one row per case with the ratio
 against the anchor's best setting, the spread over the alternated pairs and the
-median times. A last section states the measured limits of PLL and NER against
-their goals (issue 36), with the figures of those result files.
+median times. A section states the measured limits of PLL and NER against
+their goals (issue 36), with the figures of those result files. The GPU section
+renders ``benchmarks/results/gpu_<gpu>.json`` (``benchmarks/gpu_bench.py`` on a CUDA
+GPU) with the GPU's name, torch version and command, or says that it has not been run.
 """
 
 from __future__ import annotations
@@ -186,6 +188,83 @@ def ci_section(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+GPU_COMMAND = "python benchmarks/gpu_bench.py"
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.1f} %" if isinstance(x, (int, float)) else "-"
+
+
+def _goal(row: dict) -> str:
+    goal = row.get("goal") or {}
+    parts = ([f">= {goal['ratio']:g}x"] if "ratio" in goal else []) + (
+        [f">= {100 * goal['share']:.0f} % of the rate"] if "share" in goal else [])
+    return ", ".join(parts) or "-"
+
+
+def gpu_run(result: dict) -> str:
+    """One GPU run: its command and machine, a row per workload, the limits, bf16 against fp32, the 7B's memory."""
+    lines = [f"### {result['gpu']}", "",
+             f"`{result['command']}` on {result.get('date_utc', '?')} UTC, torch {result['machine']['torch']}, "
+             f"transformers {result.get('transformers', '?')}, CUDA {result.get('cuda', '?')}; the GPU's bf16 matmul "
+             f"rate measured in the same run: **{result['matmul_bf16_tflops']} TFLOP/s**; texts: "
+             f"{result.get('texts_source', '?')}; {result.get('elapsed_s', '?')} s in all.", "",
+             "| workload | dtype | mlflow-mia | anchor (best setting) | anchor | ratio | pairs (min-max) | "
+             "share of the matmul rate | goal |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in result["cases"].items():
+        lines.append(f"| {name} ({row['texts']} texts) | {row.get('dtype', '-')} | {row['ours_texts_per_s']} texts/s | "
+                     f"{row['anchor']} ({row['anchor_best']}) | {row['anchor_texts_per_s']} texts/s | "
+                     f"**{row['ratio']:.2f}x** | {row['ratio_min']:.2f}-{row['ratio_max']:.2f} | "
+                     f"{_pct(row.get('share_of_matmul'))} | {_goal(row)} |")
+    notes = []
+    for name, row in result["cases"].items():
+        if "limit" in row:
+            lim = row["limit"]
+            notes.append(f"{name}: the same model's bare forward pass over mlflow-mia's batches (no head) reaches "
+                         f"{_pct(lim['bare_forward_share'])} of the matmul rate; mlflow-mia takes "
+                         f"{lim['ours_over_bare']}x its time.")
+        if "paper_loop" in row:
+            paper = row["paper_loop"]
+            notes.append(f"{name}: against the paper's loop (per text, per mask, batch 1; {paper['texts']} texts, "
+                         f"{paper['anchor_texts_per_s']} texts/s): {paper['ratio']:.1f}x.")
+        if "max_abs_diff" in row:
+            notes.append(f"{name}: values of both sides agree to {row['max_abs_diff']:.1e}.")
+    cases = result["cases"]
+    faster = [f"{kind} {cases[f'{kind}_bf16']['ours_texts_per_s'] / cases[f'{kind}_fp32']['ours_texts_per_s']:.2f}x"
+              for kind in ("energy", "pll", "gpt2") if f"{kind}_bf16" in cases and f"{kind}_fp32" in cases]
+    if faster:
+        notes.append("bf16 over fp32, mlflow-mia's texts/s: " + ", ".join(faster) + ".")
+    memory = result.get("memory_7b")
+    if memory:
+        notes.append(f"llama_7b ({memory['parameters_b']}B parameters, bf16): {memory['weights_gib']} GiB of weights, "
+                     f"peak {memory['peak_gib']} GiB of the GPU's {memory['device_gib']} GiB (working set "
+                     f"{memory['working_set_gib']} GiB) over {memory['texts']} texts, {memory['texts_per_s']} texts/s.")
+    if result.get("skipped"):
+        notes.append(f"Not run (time limit): {', '.join(result['skipped'])}.")
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"
+
+
+def gpu_section(results_dir: Path = RESULTS) -> str:
+    """Every ``gpu_<gpu>.json`` measured on CUDA, or a statement that none has been (never a made-up figure)."""
+    runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("gpu_*.json"))]
+    runs = [r for r in runs if r.get("device_type") == "cuda" and not r.get("tiny")]
+    lines = ["## GPU", "",
+             f"`{GPU_COMMAND}` measures, in one process on one CUDA GPU, the GPU's bf16 matmul rate and then each "
+             "signal kind against its anchor at the anchor's best setting (alternated pairs, as above): masked energy "
+             "and PLL of a BERT-base shape, NER entity confidence, causal NLL of GPT-2-small and 1.5B Llama shapes, "
+             "and a 7B Llama's peak memory (random weights; the workloads and anchors are described in the script's "
+             "docstring). A share of the matmul rate is the workload's useful FLOPs (real tokens only, the head at "
+             "the scored positions) over mlflow-mia's time, divided by the measured rate.", ""]
+    if not runs:
+        lines += ["**The GPU benchmark has not yet been run on a lent GPU**: this page has no GPU figures. On a "
+                  "machine with a CUDA GPU (sized for under 8 minutes on one H100 or H200, not yet timed there; "
+                  "`--max-minutes` skips what is left after 7.5; MLflow need not be installed), run",
+                  "", "```", GPU_COMMAND, "python benchmarks/make_docs.py", "```", "",
+                  "which writes `benchmarks/results/gpu_<gpu name>.json` and renders it here."]
+        return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + "\n".join(gpu_run(r) for r in runs)
+
+
 def render(results_dir: Path = RESULTS) -> str:
     """The page: :data:`INTRO`, one section per benchmark (its full result, else its quick one), the limits."""
     chosen, ci = {}, {}
@@ -203,6 +282,7 @@ def render(results_dir: Path = RESULTS) -> str:
     if not results:
         parts.append("No results yet: run a benchmark in benchmarks/ first.\n")
     parts.append(limits(results))
+    parts.append(gpu_section(results_dir))
     parts.append(ci_section(ci))
     return "\n".join(p for p in parts if p)
 
