@@ -123,8 +123,10 @@ class SignalConfig:
         Padded tokens per forward pass (batch size x padded length). ``None`` picks
         by device: 1024 on CPU, where 512 to 8192 run at the same speed and the
         working set (and so peak memory) grows with the budget
-        (``benchmarks/bench_energy.py``); 16384 on CUDA, where larger batches keep
-        the GPU busy (a starting point, not measured here).
+        (``benchmarks/bench_energy.py``); on CUDA, half the device's free memory
+        over an upper estimate of the bytes per padded token, between 16,384 and
+        262,144 (:func:`~mlflow_mia.signals.runtime.default_token_budget`). A batch
+        that runs out of memory is halved and retried either way.
     dtype : {"auto", "float32", "bfloat16", "float16"}
         The floating-point type the models compute in (``torch.autocast`` over their
         matrix products; log-softmax and every statistic stay float32). ``"auto"``:
@@ -158,8 +160,8 @@ class SignalConfig:
                                     default_doc="the model's limit (0 also means that)")
     token_budget: int | None = option(None, "padded tokens per forward pass, batch size x padded length; lower it "
                                       "if memory runs out", ge=16, metavar="N",
-                                      default_doc="1024 on CPU, 16384 on CUDA; for the NER audit's confidences "
-                                                  "16384 on CPU, 32768 on CUDA")
+                                      default_doc="1024 on CPU (4096 for the PLL, 16384 for the NER audit's "
+                                                  "confidences); on CUDA sized to the device's free memory")
     dtype: str = option("auto", "floating-point type of the models' matrix products: auto (bfloat16 on a CUDA "
                         "device that supports it, else float32), float32, bfloat16 or float16; log-softmax stays "
                         "float32", choices=DTYPES)

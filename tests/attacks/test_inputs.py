@@ -26,14 +26,16 @@ def _sig(values):
 
 def test_every_input_is_declared_once_with_roles_and_a_computation():
     assert list(INPUTS) == ["target", "reference", "neighbour_values", "neighbour_local", "references",
-                           "shadow_membership"]
+                           "shadow_membership", "dc_pdd_beta", "grad_norm", "recall_conditional"]
     assert {name: spec.rows for name, spec in INPUTS.items()} == {
         "target": "signal", "reference": "signal", "neighbour_values": "values", "neighbour_local": "values",
-        "references": "signals", "shadow_membership": "membership"}
+        "references": "signals", "shadow_membership": "membership", "dc_pdd_beta": "values", "grad_norm": "values",
+        "recall_conditional": "values"}
     assert {name: spec.roles for name, spec in INPUTS.items()} == {
         "target": ("target",), "reference": ("reference",), "neighbour_values": ("target", "generator"),
         "neighbour_local": ("target", "generator"), "references": ("reference",),
-        "shadow_membership": ("reference",)}
+        "shadow_membership": ("reference",), "dc_pdd_beta": ("target",), "grad_norm": ("target",),
+        "recall_conditional": ("target",)}
     assert all(callable(spec.compute) and spec.how_to_provide for spec in INPUTS.values())
     assert all(need in INPUTS for cls in ATTACKS.values() for need in cls.requires)
 
