@@ -49,16 +49,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS, ThreeStateResult
 from mlflow_mia.metrics.gate_record import GateRecord
+from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, ThreeStateResult, worst
 from mlflow_mia.naming import fmt_number, nan_to_none
 
-__all__ = ["CanaryGate", "CanaryGateResult", "NULL_EXPOSURE", "EXPOSURE", "EPSILON"]
+__all__ = ["CanaryGate", "CanaryGateResult", "NULL_EXPOSURE", "EXPOSURE", "EPSILON", "gate_points"]
 
 #: Mean exposure of a canary the model knows nothing about: E[-log2 U] = 1 / ln 2 bits.
 NULL_EXPOSURE = 1.0 / math.log(2.0)
 EXPOSURE, EPSILON = "canary_exposure", "canary_epsilon"
-_RANK = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
+#: ``CanaryGate.check(result)`` reads its points from the result (the older call passes them).
+_FROM_RESULT = object()
 
 
 def _fmt(x) -> str:
@@ -68,6 +69,29 @@ def _fmt(x) -> str:
 def _larger(a: float, b: float) -> float:
     """The larger of two bounds, ignoring a nan one (nan when both are)."""
     return a if math.isnan(b) else b if math.isnan(a) else max(a, b)
+
+
+def gate_points(result) -> tuple[list[dict], dict | None]:
+    """The gate's inputs from a :class:`~mlflow_mia.audits.canary.CanaryAuditResult`: per repetition count the
+    headline mean exposure and the rank-based one (each with its one-sided bounds, and the number of capped
+    canaries), and the record-level bound (None when no canary was inserted once).
+
+    :meth:`CanaryGate.check` decides on the larger of the two means.
+    """
+    m = result.metrics
+    points = [{"metric": f"canary/{g}/exposure_mean", "value": m[f"canary/{g}/exposure_mean"],
+               "upper": m[f"canary/{g}/exposure_upper"], "lower": m.get(f"canary/{g}/exposure_lower", math.nan),
+               "rank_lower": m.get(f"canary/{g}/exposure_rank_lower", math.nan),
+               "rank_metric": f"canary/{g}/exposure_rank_mean",
+               "rank_value": m.get(f"canary/{g}/exposure_rank_mean", math.nan),
+               "rank_upper": m.get(f"canary/{g}/exposure_rank_upper", math.nan),
+               "n_capped": int(m.get(f"canary/{g}/exposure_rank_n_capped", 0))}
+              for g in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:]))
+              if f"canary/{g}/exposure_mean" in m]
+    bound = result.bounds.get("r1")
+    eps = None if bound is None else {"metric": "canary/epsilon_lower_bound", "value": bound.epsilon,
+                                      "ceiling": bound.max_epsilon, "m": bound.m}
+    return points, eps
 
 
 @dataclass(frozen=True)
@@ -227,12 +251,16 @@ class CanaryGate:
                              "exposure of a canary the model never saw (1 / ln 2): every model would fail; give a "
                              "budget above it, e.g. 4")
 
-    def check(self, exposure_points, epsilon_point, *, confidence: float) -> CanaryGateResult:
-        """Decide the budgets.
+    def check(self, result, epsilon_point=_FROM_RESULT, *, confidence: float | None = None) -> CanaryGateResult:
+        """Decide the budgets on a finished canary audit (:class:`~mlflow_mia.metrics.verdicts.ReleaseGate`).
+
+        ``check(result)`` reads the points from a ``CanaryAuditResult`` (:func:`gate_points`) and
+        decides at the audit's confidence (``result.config.confidence``);
+        ``check(exposure_points, epsilon_point, confidence=...)`` decides on points read already.
 
         Parameters
         ----------
-        exposure_points : sequence of dict
+        result : CanaryAuditResult, or the exposure points (sequence of dict)
             Per repetition count: ``metric``, ``value`` (headline mean exposure of included
             secret-format canaries, bits, nan when none), ``upper`` and ``lower`` (its one-sided
             bounds: a pass needs the upper bound within the budget, a fail the lower bound over
@@ -240,10 +268,11 @@ class CanaryGate:
             rank-based mean and its bound) and ``n_capped`` (canaries whose rank-based value
             holds the sample's cap). The gate decides on the larger value and the larger
             bound (module docstring).
-        epsilon_point : dict or None
-            ``metric``, ``value`` (the record-level bound), ``ceiling`` (its largest
+        epsilon_point : dict or None, optional
+            With exposure points: ``metric``, ``value`` (the record-level bound), ``ceiling`` (its largest
             possible value for these canaries) and ``m``; None when no canary was inserted once.
-        confidence : float
+        confidence : float, optional
+            Level of the bounds; required with exposure points, default the audit's with a result.
 
         Returns
         -------
@@ -256,7 +285,16 @@ class CanaryGate:
         ------
         ValueError
             ``max_epsilon`` is set but no canary was inserted once.
+        TypeError
+            Exposure points without ``confidence``.
         """
+        if epsilon_point is _FROM_RESULT:
+            exposure_points, epsilon_point = gate_points(result)
+            confidence = result.config.confidence if confidence is None else confidence
+        else:
+            exposure_points = result
+        if confidence is None:
+            raise TypeError("CanaryGate.check(exposure_points, epsilon_point) needs confidence=")
         checks = []
         if self.max_exposure is not None:
             if not exposure_points:  # nothing measured is no evidence that the budget holds
@@ -285,6 +323,5 @@ class CanaryGate:
             checks.append({"kind": EPSILON, "metric": epsilon_point["metric"], "value": value, "bound": ceiling,
                            "budget": float(self.max_epsilon), "status": status, "m": int(epsilon_point["m"]),
                            "unit": "record-level epsilon lower bound, one canary = one record"})
-        status = max((c["status"] for c in checks), key=_RANK.get, default=PASS)
-        return CanaryGateResult(status=status, checks=tuple(checks), confidence=confidence, loose=tuple(self.loose),
+        return CanaryGateResult(status=worst(c["status"] for c in checks), checks=tuple(checks), confidence=confidence, loose=tuple(self.loose),
                                 release=self.release)

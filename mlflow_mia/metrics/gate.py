@@ -42,18 +42,17 @@ from typing import Mapping
 
 from mlflow_mia.config import MIN_FPR
 from mlflow_mia.metrics.binomial import members_needed, per_side_confidence
-from mlflow_mia.metrics.loose import LOOSE_MAX_TPR, caveats, check_loose_budgets, loose_tpr
+from mlflow_mia.metrics.loose import LOOSE_MAX_TPR, check_loose_budgets, loose_tpr
+from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, SEVERITY, ThreeStateResult, worst
 from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
 from mlflow_mia.metrics.thresholds import min_population_size
 
 __all__ = ["Gate", "GateResult", "ThreeStateResult", "check_gate_confidence", "MIN_GATE_CONFIDENCE",
            "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "BINOMIAL", "count_metric", "fmt_bound"]
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 BOOTSTRAP, BINOMIAL = "bootstrap", "binomial"
-_RANK = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 _UNIT_NOUN = {"sample": ("members", "non-members"), "group": ("member groups", "non-member groups"),
-              "user": ("member users", "non-member users")}
+              "user": ("member users", "non-member users"), "name": ("member names", "non-member names")}
 
 #: The lowest confidence a release gate may be decided at.
 MIN_GATE_CONFIDENCE = 0.95
@@ -97,13 +96,20 @@ def _bound_pair(metrics: Mapping, key: str, side: str, pick) -> tuple[float, str
 
 def _point(metrics: Mapping, key: str, alpha: float, max_tpr: float, confidence: float) -> dict:
     """The verdict of one metric ``[user/]{attack}/tpr_at_fpr_{alpha}`` against one budget."""
-    level = "user" if key.startswith("user/") else "sample"
-    counts = "user/" if level == "user" else ""
-    n, m = count_metric(metrics, f"{counts}n_members"), count_metric(metrics, f"{counts}n_non_members")
-    # The trials of the bounds: the groups when there are groups (their counts are the user-level ones).
-    unit = "user" if level == "user" else ("group" if count_metric(metrics, "user/n_members") is not None else "sample")
-    n_units, m_units = (n, m) if unit != "group" else (count_metric(metrics, "user/n_members"),
-                                                       count_metric(metrics, "user/n_non_members"))
+    scope = key.rpartition("/tpr_at_fpr_")[0]
+    if count_metric(metrics, f"{scope}/n_members") is not None:  # a score with counts of its own: NER names
+        level = unit = "name"
+        n, m = count_metric(metrics, f"{scope}/n_members"), count_metric(metrics, f"{scope}/n_non_members")
+        n_units, m_units = n, m
+    else:
+        level = "user" if key.startswith("user/") else "sample"
+        counts = "user/" if level == "user" else ""
+        n, m = count_metric(metrics, f"{counts}n_members"), count_metric(metrics, f"{counts}n_non_members")
+        # The trials of the bounds: the groups when there are groups (their counts are the user-level ones).
+        unit = ("user" if level == "user" else
+                "group" if count_metric(metrics, "user/n_members") is not None else "sample")
+        n_units, m_units = (n, m) if unit != "group" else (count_metric(metrics, "user/n_members"),
+                                                           count_metric(metrics, "user/n_non_members"))
     value = float(metrics[key])
     point = {"metric": key, "level": level, "unit": unit, "value": value, "upper": math.nan, "bound": None,
              "lower": math.nan, "lower_bound": None, "n_members": n, "n_non_members": m, "n_member_units": n_units,
@@ -131,42 +137,15 @@ def _point(metrics: Mapping, key: str, alpha: float, max_tpr: float, confidence:
 def _severity(point: dict) -> tuple:
     """Order of the points of one budget: fail > inconclusive > pass, then the worst value within each."""
     if point["status"] == FAIL:
-        return (2, point["lower"])
+        return (SEVERITY[FAIL], point["lower"])
     if math.isnan(point["value"]) or point["bound"] is None:
-        return (1, math.inf)
-    return (_RANK[point["status"]], point["upper"])
+        return (SEVERITY[INCONCLUSIVE], math.inf)
+    return (SEVERITY[point["status"]], point["upper"])
 
 
 def fmt_bound(value, digits: int = 3) -> str:
     """A rate or bound for a verdict line (``nan`` when missing)."""
     return fmt_number(value, digits, missing="n/a")
-
-
-@dataclass(frozen=True)
-class ThreeStateResult:
-    """A gate's three-state verdict: ``status`` (pass, fail or inconclusive), its ``checks``, the ``confidence``;
-    the budgets accepted as ``loose`` and whether it is a ``release`` audit (:mod:`mlflow_mia.metrics.loose`),
-    which its message says and its gate record keeps."""
-
-    status: str
-    checks: tuple
-    confidence: float = 0.95
-    loose: tuple = ()
-    release: bool = True
-
-    @property
-    def passed(self) -> bool:
-        """True only for ``pass``: ``fail`` and ``inconclusive`` both block a release."""
-        return self.status == PASS
-
-    def caveats(self) -> str:
-        """:func:`mlflow_mia.metrics.loose.caveats` of this verdict ('' when nothing)."""
-        return caveats(self.loose, self.release)
-
-    def with_caveats(self, text: str) -> str:
-        """``text`` followed by the :meth:`caveats` in parentheses, when there are any."""
-        said = self.caveats()
-        return f"{text} ({said})" if said else text
 
 
 @dataclass(frozen=True)
@@ -194,7 +173,7 @@ class GateResult(ThreeStateResult):
     def _part(self, c: dict) -> str:
         head = f"{c['metric']} = {fmt_bound(c['value'])}"
         if math.isnan(c["value"]):
-            noun = _UNIT_NOUN["user" if c["level"] == "user" else "sample"][1]
+            noun = _UNIT_NOUN[c["level"]][1]
             return (f"{c['metric']} unresolvable ({c['n_non_members']} {noun}, needs {c['non_members_needed']}) "
                     "INCONCLUSIVE")
         if c["bound"] is None:
@@ -231,7 +210,7 @@ class GateResult(ThreeStateResult):
             for p in c["points"]:
                 if p["status"] != INCONCLUSIVE or p["bound"] is None and not math.isnan(p["value"]):
                     continue
-                unit = p["unit"] if not math.isnan(p["value"]) else ("user" if p["level"] == "user" else "sample")
+                unit = p["unit"] if not math.isnan(p["value"]) else p["level"]
                 units = unit == p["unit"]
                 row = out.setdefault(unit, {"members": None, "non_members": None, "unbounded": False,
                                             "n_members": p["n_member_units" if units else "n_members"],
@@ -408,19 +387,25 @@ class Gate:
                 budgets.append(_budget_pair(item))
         return cls(tuple(budgets)) if budgets else None
 
-    def check(self, metrics: Mapping[str, float], *, confidence: float = 0.95) -> GateResult:
-        """Decide the budgets on an audit's flat metrics (``AuditResult.metrics``).
+    def check(self, result, *, confidence: float | None = None) -> GateResult:
+        """Decide the budgets on a finished membership audit (:class:`~mlflow_mia.metrics.verdicts.ReleaseGate`).
 
         Parameters
         ----------
-        metrics : mapping of str to float
+        result : AuditResult or mapping of str to float
+            The audit's result: its ``metrics`` are decided at the confidence its bounds were
+            computed at (``result.config.metrics.confidence``). Or the flat metrics alone
+            (``AuditResult.metrics``; confidence 0.95 unless given):
             ``[user/]{attack}/tpr_at_fpr_{alpha}`` with its bounds
             ``..._upper_binomial``, ``..._lower_binomial`` (and optionally
             ``..._upper_bootstrap``, ``..._lower_bootstrap``, ``..._upper_at_tpr``),
             and the counts ``n_members``, ``n_non_members`` (``user/...`` at user
-            level, and the units at sample level when there are groups).
-        confidence : float in [0.95, 1)
-            One-sided level of the bounds (the audit's ``confidence``).
+            level, and the units at sample level when there are groups); a score with counts
+            of its own (``{scope}/n_members``, ``{scope}/n_non_members`` beside
+            ``{scope}/tpr_at_fpr_{alpha}``: the NER gate's names, :mod:`mlflow_mia.metrics.ner_gate`)
+            is counted in those units.
+        confidence : float in [0.95, 1), optional
+            One-sided level of the bounds; default the audit's ``confidence`` (0.95 for bare metrics).
 
         Returns
         -------
@@ -433,16 +418,22 @@ class Gate:
             No ``tpr_at_fpr_<alpha>`` metric exists for a budget's alpha, or
             ``confidence`` is out of [0.95, 1) (:func:`check_gate_confidence`).
         """
+        if isinstance(result, Mapping):
+            metrics = result
+            confidence = 0.95 if confidence is None else confidence
+        else:
+            metrics = result.metrics
+            confidence = result.config.metrics.confidence if confidence is None else confidence
         confidence = check_gate_confidence(confidence)
-        checks, status = [], PASS
+        checks = []
         for alpha, max_tpr in self.budgets:
             suffix = f"/tpr_at_fpr_{fmt_alpha(alpha)}"
             keys = [k for k in metrics if k.endswith(suffix)]
             if not keys:
                 raise ValueError(f"no metric ends with {suffix!r}: the audit did not report FPR {fmt_alpha(alpha)}")
             points = tuple(_point(metrics, k, alpha, max_tpr, confidence) for k in keys)
-            worst = max(points, key=_severity)
-            checks.append({**worst, "alpha": alpha, "max_tpr": max_tpr, "passed": worst["status"] == PASS,
+            deciding = max(points, key=_severity)
+            checks.append({**deciding, "alpha": alpha, "max_tpr": max_tpr, "passed": deciding["status"] == PASS,
                            "points": points})
-            status = max(status, worst["status"], key=_RANK.get)
-        return GateResult(status=status, checks=tuple(checks), confidence=confidence, loose=self.loose)
+        return GateResult(status=worst(c["status"] for c in checks), checks=tuple(checks), confidence=confidence,
+                          loose=self.loose)

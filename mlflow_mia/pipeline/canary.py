@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 
-from mlflow_mia.tracking.canary_log import gate_points, log_canary_audit
+from mlflow_mia.tracking.canary_log import log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.audits.canary import canary_audit
 from mlflow_mia.models.resolve import resolve_reference
@@ -62,8 +62,7 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
             result.models[role]["uri"] = resolved.resolved_uri
     verdict = None
     if gate is not None:
-        points, eps = gate_points(result)
-        verdict = gate.check(points, eps, confidence=config.confidence)
+        verdict = gate.check(result)
         log.info(verdict.verdict())
     logged = LogSettings.from_options(options, gate=verdict, log_metrics=log_metrics, params=extra_params,
                                         model_version=target.registry_versions or None,

@@ -84,8 +84,7 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                                                              key=options.hash_key, result=result)
         extra_params = {**(extra_params or {}), "shadow_record.digest": record.digest}
     result.warnings.extend(notes)
-    gate = (options.gate.check(result.metrics, confidence=config.metrics.confidence)
-            if options.gate is not None else None)
+    gate = options.gate.check(result) if options.gate is not None else None
     logged = LogSettings.from_options(
         options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
         log_metrics=log_metrics, params=extra_params, population=population, gate=gate,

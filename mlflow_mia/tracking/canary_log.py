@@ -36,7 +36,7 @@ from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, log_figures, log_files, to_json,
                                            write_text)
 from mlflow_mia.hashing import require_hash_key
-from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE
+from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE, gate_points  # gate_points: re-exported, its home is the gate
 from mlflow_mia.metrics.gate_record import RANDOM_KEY
 from mlflow_mia.naming import fmt_number, fmt_alpha
 from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot_exposure_by_repetition
@@ -86,28 +86,6 @@ def canary_params(result, canaries, hash_key, *, planted_in: str | None = None) 
     for role, record in result.models.items():
         out[f"canary.{role}_model"] = str(record.get("uri") or record.get("identity"))
     return out
-
-
-def gate_points(result) -> tuple[list[dict], dict | None]:
-    """The gate's inputs: per repetition count the headline mean exposure and the rank-based one (each with its
-    one-sided upper bound, and the number of capped canaries), and the record-level bound.
-
-    :meth:`~mlflow_mia.metrics.canary_gate.CanaryGate.check` decides on the larger of the two means.
-    """
-    m = result.metrics
-    points = [{"metric": f"canary/{g}/exposure_mean", "value": m[f"canary/{g}/exposure_mean"],
-               "upper": m[f"canary/{g}/exposure_upper"], "lower": m.get(f"canary/{g}/exposure_lower", math.nan),
-               "rank_lower": m.get(f"canary/{g}/exposure_rank_lower", math.nan),
-               "rank_metric": f"canary/{g}/exposure_rank_mean",
-               "rank_value": m.get(f"canary/{g}/exposure_rank_mean", math.nan),
-               "rank_upper": m.get(f"canary/{g}/exposure_rank_upper", math.nan),
-               "n_capped": int(m.get(f"canary/{g}/exposure_rank_n_capped", 0))}
-              for g in sorted(set(result.table["group"]) - {"all"}, key=lambda s: int(s[1:]))
-              if f"canary/{g}/exposure_mean" in m]
-    bound = result.bounds.get("r1")
-    eps = None if bound is None else {"metric": "canary/epsilon_lower_bound", "value": bound.epsilon,
-                                      "ceiling": bound.max_epsilon, "m": bound.m}
-    return points, eps
 
 
 def canary_headline_tags(result, *, run_id: str) -> dict[str, str]:

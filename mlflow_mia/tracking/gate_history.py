@@ -34,9 +34,8 @@ import math
 from dataclasses import dataclass
 
 from mlflow_mia.hashing import keyed_hash
-from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
-from mlflow_mia.tracking.verdict import TAMPERED  # a version whose record chain is broken
+from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, SEVERITY, TAMPERED  # tampered: a broken chain
 
 __all__ = ["Derived", "Entry", "parsed_records", "RECORD_PREFIX", "TAMPERED", "BLOCKING", "derive", "pool_digest", "records_of",
            "reference_digests"]
@@ -44,7 +43,6 @@ __all__ = ["Derived", "Entry", "parsed_records", "RECORD_PREFIX", "TAMPERED", "B
 RECORD_PREFIX = "mia.gate.run."
 #: Gate verdicts that block a release.
 BLOCKING = (FAIL, INCONCLUSIVE, TAMPERED)
-_SEVERITY = {PASS: 0, INCONCLUSIVE: 1, TAMPERED: 2, FAIL: 3}
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def records_of(tags: dict, where: str, *, weights: str | None, version_weights: 
     for run_id, record in parsed_records(tags):
         belongs = (record.weights == weights if record.weights
                    else weights is None or version_weights is None or version_weights == weights)
-        if belongs and record.status in _SEVERITY:
+        if belongs and record.status in SEVERITY:
             out.append((run_id, record, where))
     return out
 
@@ -144,7 +142,7 @@ def _block(state: Derived | None, e: Entry) -> Derived:
     end = e.end if e.end else math.inf
     if state is None or not state.blocking:
         return Derived(e.record.status, e.run_id, e.record, e.where, e.record, end, state.notes if state else ())
-    worse = _SEVERITY[e.record.status] >= _SEVERITY[state.status]
+    worse = SEVERITY[e.record.status] >= SEVERITY[state.status]
     return Derived(e.record.status if worse else state.status, e.run_id if worse else state.run_id,
                    e.record if worse else state.record, e.where if worse else state.where,
                    e.record.merge(state.required), max(end, state.fail_written), state.notes)

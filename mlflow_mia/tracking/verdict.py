@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from mlflow_mia.tracking.descriptions import DESCRIPTION_START, named_with_verdict, with_own_text
-from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
+from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, TAMPERED
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
@@ -50,7 +50,6 @@ VERDICT_TAG = "mia.verdict"
 NOTE_TAG = "mlflow.note.content"  # the run's (and experiment's) description in the MLflow UI
 RUN_NAME_TAG, RUN_KIND_TAG = "mlflow.runName", "mia.run_kind"  # run kind: audit, or failed (mlflow run)
 LEAKS, WITHIN_BUDGET, NO_EVIDENCE = "leaks", "within budget", "no evidence of leakage"
-TAMPERED = "tampered"  # mlflow_mia.tracking.gate_history.TAMPERED: a registry version whose gate records were edited
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def test_the_cache_and_the_params_hold_no_recoverable_canary_secret(
 def test_a_canary_fail_is_cleared_by_neither_a_looser_budget_nor_another_canary_set(
         tracking, fresh_weights, tmp_path, monkeypatch, caplog):
     """The red team's washes, replayed with the record-level bound set as they measured it (1.57)."""
-    import mlflow_mia.pipeline.canary as canary_pipeline
+    import mlflow_mia.metrics.canary_gate as canary_gate
     import mlflow_mia.tracking.canary_log as canary_log
     from mlflow_mia.canaries import insert
     from mlflow_mia.hashing import resolve_hash_key
@@ -148,7 +148,7 @@ def test_a_canary_fail_is_cleared_by_neither_a_looser_budget_nor_another_canary_
         points, eps = real(result)
         return points, {**eps, "value": bound["value"], "ceiling": 3.0}
 
-    monkeypatch.setattr(canary_pipeline, "gate_points", measured)  # where the pipeline decides the gate
+    monkeypatch.setattr(canary_gate, "gate_points", measured)  # where the gate reads its points (check(result))
     monkeypatch.setenv("MLFLOW_MIA_HASH_KEY", "k" * 32)
     planted = make_canaries(40, TEMPLATES, repetitions=(1, 4))
     path = planted.save(tmp_path / "planted" / "canaries.json")
