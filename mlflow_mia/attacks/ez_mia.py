@@ -169,6 +169,9 @@ class EzMiaAttack(Attack):
     citation = "Ilić, Stanojević and Cvejoski 2026, arXiv:2601.12104"
     requires = ("target", "reference")
     token_quantities = ("token_stats",)  # the target's top1 flags come with the statistics
+    # Not in a gate's default set (added with --attacks): both assume the reference is the target's pretrained base,
+    # which a gate's references need not be, and neither is measured on the demos yet (issue 47 item 6 decides).
+    gate_min_references = None
 
     def score(self, inputs):
         if inputs.target.token_top1 is None:

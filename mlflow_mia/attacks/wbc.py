@@ -30,6 +30,7 @@ import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.ez_mia import token_shifts
+from mlflow_mia.option import option
 
 __all__ = ["WbcAttack", "WbcSettings", "geometric_windows", "wbc_score", "AUTHORS_WINDOWS"]
 
@@ -105,9 +106,8 @@ class WbcSettings:
     windows : tuple of int
         The window sizes W, each >= 1 (default the paper's Eq. 12 grid,
         ``geometric_windows(2, 40, 10)``; :data:`AUTHORS_WINDOWS` for the authors'
-        configuration). Not yet a user option: an audit runs the default
-        (``WbcAttack(windows=...)`` sets it in code), until the attacks declare their
-        options on their settings (issue 46, item 5).
+        configuration). The option ``wbc_windows`` (an audit holds it in
+        ``AuditConfig.attack_settings["wbc"]``).
 
     Raises
     ------
@@ -115,7 +115,8 @@ class WbcSettings:
         No window size, or one below 1.
     """
 
-    windows: tuple[int, ...] = geometric_windows(2, 40, 10)
+    windows: tuple[int, ...] = option(geometric_windows(2, 40, 10), "window sizes of the wbc attack (default the "
+                                      "paper's geometric grid from 2 to 40, 10 sizes)", key="wbc_windows", ge=1)
     attack: ClassVar[str] = "wbc"  # named in the error
 
     def __post_init__(self):
@@ -171,6 +172,7 @@ class WbcAttack(Attack):
     citation = "Chen et al. 2026, arXiv:2601.02751"
     requires = ("target", "reference")
     Settings = WbcSettings
+    gate_min_references = None  # not in a gate's default set: see ez_mia.EzMiaAttack
 
     def score(self, inputs):
         if inputs.target.kind == "energy":

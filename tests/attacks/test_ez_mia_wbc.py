@@ -213,3 +213,15 @@ def test_registered_against_a_reference_with_the_target_statistics():
     assert required_token_quantities(["ez_mia"])["target"] == ("token_stats",)
     assert "target" not in required_token_quantities(["wbc"])  # WBC reads the log-probs alone
     assert EzMiaAttack.requires == WbcAttack.requires == ("target", "reference")
+
+
+def test_window_sizes_are_an_audit_option_and_neither_attack_joins_a_gate_unasked():
+    from mlflow_mia.attacks import gate_attacks, get_attack
+    from mlflow_mia.config import AuditConfig
+
+    config = AuditConfig.from_dict({"attacks": ["wbc", "ez_mia"], "metrics": {"wbc_windows": [2, 3]}})
+    assert get_attack("wbc", config).settings.windows == (2, 3)
+    assert config.to_dict()["metrics"]["wbc_windows"] == (2, 3)  # logged as the param metrics.wbc_windows
+    assert get_attack("wbc", AuditConfig()).settings.windows == geometric_windows(2, 40, 10)
+    for k in (0, 1, 4):
+        assert not {"ez_mia", "wbc"} & set(gate_attacks(k, shadow_membership=True))
