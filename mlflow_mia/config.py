@@ -96,6 +96,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 class SignalConfig:
     """How per-sample signals are computed from a masked language model.
 
+    Each field declared with :func:`~mlflow_mia.option.option` is a user option
+    (flat key, CLI flag, MLproject parameter); ``__post_init__`` checks the declared ranges.
+
     Attributes
     ----------
     kind : {"energy", "pll", "causal"} or another registered kind
@@ -141,9 +144,6 @@ class SignalConfig:
         paper's appendix A.3.2, "loss ... averaging over 10 times"). The PLL is a
         per-token mean already and ignores this setting. Part of the cache key only
         when not ``"sum"``, so earlier cache entries keep their keys.
-
-    Each field declared with :func:`~mlflow_mia.option.option` is a user option
-    (flat key, CLI flag, MLproject parameter); ``__post_init__`` checks the declared ranges.
     """
 
     kind: str = option("energy", "energy: masked energy over num_masks random masks; pll: "
