@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from tqdm.auto import tqdm
 import pandas as pd
 
@@ -255,7 +255,7 @@ def _audit_into_run(suite, exp, data, target, reference, config, run_id: str) ->
     pool, population = data
     result = run_audit(target.lm, pool, population, references=[reference.lm], config=config, cache=suite.cache,
                        device=suite.device, progress=suite.progress)
-    result.models = model_records(result.models, target=target, reference=reference)
+    result = replace(result, models=model_records(result.models, target=target, reference=reference))
     log_audit(result, run_id, settings=LogSettings(population=population, group_column=suite.demo.group_column,
                                           hash_key=suite.hash_key,
                                           params={"target_model": target.resolved_uri,

@@ -394,8 +394,8 @@ def audit_with_shadows(target, pool, population, *, record, key, config=None, ca
                                     progress=progress)
     signals = with_shadow_membership(signals, record, key, pool=pool, population=population)
     result = score_audit(signals, pool, population, config)
-    result.models["shadow_record"] = shadow_record_entry(record, path, pool=pool, key=key, result=result)
-    return result
+    entry = shadow_record_entry(record, path, pool=pool, key=key, result=result)
+    return replace(result, models={**result.models, "shadow_record": entry})
 
 
 def demo_recipe(size: str = "default") -> ShadowRecipe:

@@ -11,6 +11,7 @@ model came from; :func:`evaluate_run` and :func:`evaluator_metrics` are the part
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import partial
 from typing import Sequence
 
@@ -77,13 +78,13 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
     result = run_audit(target, pool, population, references=refs or None, generator=generator, config=config,
                        engine=engine, cache=cache, device=options.device, progress=options.progress,
                        shadow_membership=reader)
-    result.models = model_records(result.models, target=target, generator=generator,
-                                  **dict(zip(reference_roles(len(refs)), refs)))
+    models = model_records(result.models, target=target, generator=generator,
+                           **dict(zip(reference_roles(len(refs)), refs)))
     if record is not None:  # which record decided lira_online and the OUT shadows: in the run and the gate record
-        result.models["shadow_record"] = shadow_record_entry(record, options.shadow_record, pool=pool,
-                                                             key=options.hash_key, result=result)
+        models["shadow_record"] = shadow_record_entry(record, options.shadow_record, pool=pool,
+                                                      key=options.hash_key, result=result)
         extra_params = {**(extra_params or {}), "shadow_record.digest": record.digest}
-    result.warnings.extend(notes)
+    result = replace(result, models=models, warnings=(*result.warnings, *notes))  # the result is frozen
     gate = options.gate.check(result) if options.gate is not None else None
     logged = LogSettings.from_options(
         options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,

@@ -1,10 +1,13 @@
-"""What an audit returns: :class:`AttackReport` per attack and level, :class:`AuditResult` for the audit."""
+"""What an audit returns: :class:`AttackReport` per attack and level, :class:`AttackOutcome` per attack (what
+stage 2 found for it) and :class:`AuditResult` for the audit, folded from the outcomes once. All frozen."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.metrics.epsilon import EpsilonLowerBound
@@ -13,7 +16,7 @@ from mlflow_mia.metrics.thresholds import ThresholdMetrics
 from mlflow_mia.naming import fmt_alpha, headline_attack, nan_to_none
 from mlflow_mia.plots import ScoreHistogramDisplay, plot_roc_comparison
 
-__all__ = ["AttackReport", "AuditResult"]
+__all__ = ["AttackReport", "AttackOutcome", "AuditResult"]
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,50 @@ class AttackReport:
         return {"bootstrap": self.resampled, "unresolved": dict(self.unresolved), "epsilon": eps}
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
+class AttackOutcome:
+    """What stage 2 found for one attack run (one report name), built once; :class:`AuditResult` folds them.
+
+    Attributes
+    ----------
+    name : str
+        The report name: the attack's, or ``<attack>.<role>`` against another reference.
+    scores : ndarray of shape (n_pool,), float64
+        Pool scores, higher = member; NaN where the attack could not score a sample.
+    population_scores : ndarray of shape (n_population,), float64
+    report : AttackReport
+        Sample level, over the scored samples.
+    user_report : AttackReport or None
+        User level (None without groups).
+    flags : dict of str to ndarray of shape (n_pool,), bool
+        ``flagged_<name>_fpr_<alpha>``: the pool samples above each population threshold.
+    riskiest : pandas.DataFrame or None
+        The riskiest members at the lowest alpha (None without a population threshold).
+    unscored : int or None
+        Samples (pool and population) the attack could not score, when it may leave some
+        (``Attack.allows_nan``); None when it may not.
+    warning : str or None
+        Why some samples are left out of its metrics.
+    resolved : dict
+        Settings the attack resolved from the data (``Attack.record``); empty when none.
+    """
+
+    name: str
+    scores: np.ndarray
+    population_scores: np.ndarray
+    report: AttackReport
+    user_report: AttackReport | None = None
+    flags: dict = field(default_factory=dict)
+    riskiest: pd.DataFrame | None = None
+    unscored: int | None = None
+    warning: str | None = None
+    resolved: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
 class AuditResult:
-    """Everything an audit found, ready to log or to read.
+    """Everything an audit found, ready to log or to read. Frozen: a step that adds to it (the models' registry
+    records, earlier notes) makes a new one with :func:`dataclasses.replace`.
 
     Attributes
     ----------
@@ -168,8 +212,8 @@ class AuditResult:
         Every model the audit used, by role (``target``, ``reference``,
         ``generator``): ``identity`` (the model id) and ``name``; the integrations
         add ``uri``, ``registered_model`` and ``version``. Written to ``audit_config.json``.
-    warnings : list of str
-        What was skipped or degraded, and why.
+    warnings : tuple of str
+        What was skipped or degraded, and why (a list given is kept as a tuple).
     neighbour_examples : pandas.DataFrame or None
         When ``neighbourhood`` ran: the members it scores highest, each followed by
         its neighbours (``sample_id``, ``text_hash``, ``kind`` = sample / neighbour,
@@ -178,17 +222,20 @@ class AuditResult:
     """
 
     config: AuditConfig
-    metrics: dict
-    samples: object
-    attacks: dict
-    user_attacks: dict
-    population_scores: dict
-    riskiest: object
-    info: dict
-    warnings: list = field(default_factory=list)
-    memorization_features: object = None
-    neighbour_examples: object = None
-    models: dict = field(default_factory=dict)
+    metrics: dict[str, float]
+    samples: pd.DataFrame
+    attacks: dict[str, AttackReport]
+    user_attacks: dict[str, AttackReport]
+    population_scores: dict[str, np.ndarray]
+    riskiest: pd.DataFrame
+    info: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    memorization_features: pd.DataFrame | None = None
+    neighbour_examples: pd.DataFrame | None = None
+    models: dict[str, dict] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "warnings", tuple(self.warnings))
 
     @property
     def headline_attack(self) -> str:

@@ -112,8 +112,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         cache = SignalCache(cache)
     signals = runner.signals(models, pool, population, config, cache=cache, device=device, progress=progress)
     attacks = {name: get_attack(name, config) for name in config.attacks}  # each with its settings, once
-    result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks)
-    result.info["timings"]["total_s"] = round(time.perf_counter() - t0, 3)
+    result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks, started=t0)
     log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
     return result
 

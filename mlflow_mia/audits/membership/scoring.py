@@ -19,7 +19,7 @@ import pandas as pd
 from mlflow_mia.attacks import get_attack, required_inputs, required_roles
 from mlflow_mia.audits.membership.checks import check_data, check_shadow_signals, check_signals
 from mlflow_mia.audits.membership.extras import generator_check, memorization_features, neighbour_examples
-from mlflow_mia.audits.membership.result import AttackReport, AuditResult
+from mlflow_mia.audits.membership.result import AttackOutcome, AttackReport, AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
@@ -196,15 +196,26 @@ def attack_runs(config: AuditConfig, signals) -> list[tuple[str, str, dict]]:
     return runs
 
 
-def _attack_scores(attack, signals, pool, population, warnings, unscored, *, report_name=None,
-                   replace=None, settings=None):
+def _attack_scores(attack, signals, pool, population, *, report_name=None, replace=None):
     """Pool and population scores of one attack (an ``Attack`` with its settings); NaN rows allowed only where
     the attack says so.
 
     ``report_name`` (default the attack's name) names the report; ``replace`` (``{input: signals}``)
-    replaces inputs (:func:`attack_runs`); ``settings`` collects what the attack resolved.
+    replaces inputs (:func:`attack_runs`).
+
+    Returns
+    -------
+    (scores, population_scores, resolved, unscored, warning)
+        Arrays of shape (n_pool,) and (n_population,), float64; what the attack resolved from the
+        data (``Attack.record``, a dict); the unscored rows (pool and population) of an attack that
+        allows NaN, else None; the warning that names them, or None.
+
+    Raises
+    ------
+    ValueError
+        NaN scores from an attack that does not allow them.
     """
-    report_name = report_name or attack.name
+    name = report_name or attack.name
     n_pool = len(pool)
     pop_rows = np.arange(n_pool, n_pool + len(population))
     pop_inputs = _replaced(signals.inputs(pop_rows, population.texts, population="self"), pop_rows, replace)
@@ -212,22 +223,19 @@ def _attack_scores(attack, signals, pool, population, warnings, unscored, *, rep
     pool_inputs = _replaced(signals.inputs(pool_rows, pool.texts, population=pop_inputs), pool_rows, replace)
     scores = attack(pool_inputs)
     pscores = attack(pop_inputs)
-    resolved = attack.record(pool_inputs)
-    if resolved and settings is not None:
-        settings[report_name] = resolved
-        log.info("attack %s: %s", report_name, resolved)
-    name = report_name
+    resolved = attack.record(pool_inputs) or {}
+    if resolved:
+        log.info("attack %s: %s", name, resolved)
     nan_pool, nan_pop = np.isnan(scores), np.isnan(pscores)
     nan_rows = int(nan_pool.sum() + nan_pop.sum())
     if nan_rows and not attack.allows_nan:
         raise ValueError(f"attack {name!r} produced {nan_rows} NaN score(s); nothing scoreable for those rows")
-    if attack.allows_nan:
+    warning = None
+    if attack.allows_nan and nan_rows:
         # e.g. neighbourhood: a sample with no replaceable word has no neighbours and no score.
-        unscored[name] = nan_rows
-        if nan_rows:
-            warnings.append(f"attack {name!r} could not score {nan_rows} sample(s) ({int(nan_pool.sum())} in the "
-                            f"pool, {int(nan_pop.sum())} in the population); they are left out of its metrics")
-    return scores, pscores
+        warning = (f"attack {name!r} could not score {nan_rows} sample(s) ({int(nan_pool.sum())} in the "
+                   f"pool, {int(nan_pop.sum())} in the population); they are left out of its metrics")
+    return scores, pscores, resolved, (nan_rows if attack.allows_nan else None), warning
 
 
 def _replaced(inputs, rows, replace):
@@ -240,11 +248,14 @@ def _replaced(inputs, rows, replace):
     return AttackInputs(inputs.texts, population=population, **given)
 
 
-def _score_attack(run, attack, signals, pool, population, config, samples, n_tokens, out):
-    """Scores, sample- and user-level reports, flags and riskiest records of one attack, added to ``out``."""
+def _score_attack(run, attack, signals, pool, population, config, samples, n_tokens) -> AttackOutcome:
+    """Scores, sample- and user-level reports, flags and riskiest records of one attack run.
+
+    ``samples`` is the pool table without score columns (read only).
+    """
     name, _, replace = run
-    scores, pscores = _attack_scores(attack, signals, pool, population, out["warnings"], out["unscored"],
-                                     report_name=name, replace=replace, settings=out["settings"])
+    scores, pscores, resolved, unscored, warning = _attack_scores(attack, signals, pool, population,
+                                                                  report_name=name, replace=replace)
     y = samples["label"].to_numpy()
     keep, pop_keep = np.flatnonzero(~np.isnan(scores)), ~np.isnan(pscores)
     y_k, scores_k, pscores_k = y[keep], scores[keep], pscores[pop_keep]
@@ -252,15 +263,14 @@ def _score_attack(run, attack, signals, pool, population, config, samples, n_tok
     pop_groups = np.asarray(population.groups)[pop_keep] if population.groups is not None else None
     report = attack_report(name, y_k, scores_k, pscores_k, config, lengths=n_tokens[keep], groups=groups,
                            pop_groups=pop_groups)
-    out["attacks"][name], out["population_scores"][name] = report, pscores
-    samples[f"score_{name}"] = scores
-    for t in report.population:
-        samples[f"flagged_{name}_fpr_{fmt_alpha(t.alpha)}"] = scores > t.threshold
+    flags = {f"flagged_{name}_fpr_{fmt_alpha(t.alpha)}": scores > t.threshold for t in report.population}
+    risky = None
     if report.population:
         lowest = report.population[-1]
         idx = keep[riskiest_records(y_k, scores_k, threshold=lowest.threshold, top=config.metrics.top_records)]
-        out["risky"].append(samples.iloc[idx][_RISKY_COLUMNS].assign(attack=name, score=scores[idx],
-                                                                      flagged_at_fpr=lowest.alpha))
+        risky = samples.iloc[idx][_RISKY_COLUMNS].assign(attack=name, score=scores[idx],
+                                                         flagged_at_fpr=lowest.alpha)
+    user_report = None
     if pool.groups is not None:
         users = group_scores(y_k, scores_k, groups)
         user_pop, note = None, "the population set has no group column"
@@ -268,24 +278,37 @@ def _score_attack(run, attack, signals, pool, population, config, samples, n_tok
             # Every alpha the population's groups resolve gets its user-level threshold (each on its own).
             user_pop = group_scores(np.zeros(len(pscores_k), dtype=np.int64), pscores_k,
                                     np.asarray(population.groups)[pop_keep]).y_score
-        out["user_attacks"][name] = attack_report(name, users.y_true, users.y_score, user_pop, config,
-                                                  level="user", population_note=note)
+        user_report = attack_report(name, users.y_true, users.y_score, user_pop, config, level="user",
+                                    population_note=note)
+    return AttackOutcome(name=name, scores=scores, population_scores=pscores, report=report,
+                         user_report=user_report, flags=flags, riskiest=risky, unscored=unscored, warning=warning,
+                         resolved=resolved)
 
 
-def _metrics(out, pool: AuditDataset, population: PopulationSet, y, n_truncated: int) -> dict[str, float]:
+def _metrics(outcomes, pool: AuditDataset, population: PopulationSet, y, n_truncated: int) -> dict[str, float]:
     metrics: dict[str, float] = {}
-    for name, report in out["attacks"].items():
-        metrics.update(report.metrics(f"{name}/"))
-    for name, report in out["user_attacks"].items():
-        metrics.update(report.metrics(f"user/{name}/"))
-    metrics.update({f"{name}/n_unscored": count for name, count in out["unscored"].items()})
+    for o in outcomes:
+        metrics.update(o.report.metrics(f"{o.name}/"))
+    for o in outcomes:
+        if o.user_report is not None:
+            metrics.update(o.user_report.metrics(f"user/{o.name}/"))
+    metrics.update({f"{o.name}/n_unscored": o.unscored for o in outcomes if o.unscored is not None})
     metrics.update({"n_members": int(y.sum()), "n_non_members": int((y == 0).sum()),
                     "n_population": len(population), "n_truncated": n_truncated})
-    if out["user_attacks"]:
+    if any(o.user_report is not None for o in outcomes):
         users = group_scores(y, np.zeros(len(pool)), pool.groups)
         metrics.update({"user/n_members": int(users.y_true.sum()),
                         "user/n_non_members": int((users.y_true == 0).sum())})
     return metrics
+
+
+def _with_scores(samples: pd.DataFrame, outcomes) -> pd.DataFrame:
+    """The pool table with each attack's ``score_<name>`` and ``flagged_<name>_fpr_<alpha>`` columns, in order."""
+    columns = {}
+    for o in outcomes:
+        columns[f"score_{o.name}"] = o.scores
+        columns.update(o.flags)
+    return pd.concat([samples, pd.DataFrame(columns, index=samples.index)], axis=1) if columns else samples
 
 
 def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None, *,
@@ -331,41 +354,44 @@ def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: 
 
 
 def score_checked(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig, *,
-                  notes=(), attacks: dict | None = None) -> AuditResult:
+                  notes=(), attacks: dict | None = None, started: float | None = None) -> AuditResult:
     """:func:`score_audit` on data :func:`~mlflow_mia.audits.membership.checks.check_data` has passed (``run_audit``'s stage 2).
 
     Only the signals are checked against the data here (:func:`~mlflow_mia.audits.membership.checks.check_signals`).
     ``attacks``: ``{name: Attack}`` of every attack of ``config``, built with its settings
-    (:func:`~mlflow_mia.attacks.get_attack`); default: built here from ``config``.
+    (:func:`~mlflow_mia.attacks.get_attack`); default: built here from ``config``. ``started``: the
+    ``time.perf_counter()`` the whole audit started at, for ``info["timings"]["total_s"]``. Each attack run
+    gives one frozen :class:`~mlflow_mia.audits.membership.result.AttackOutcome`; the result is folded from
+    them once.
     """
     t0 = time.perf_counter()
     if attacks is None:
         attacks = {name: get_attack(name, config) for name in config.attacks}
     check_signals(signals, pool, population, config.attacks)
     direction = check_shadow_signals(signals, len(pool), population)  # a swapped shadow record stops here
-    notes = list(notes)
     for note in notes:
         log.warning(note)
     n_pool = len(pool)
     target = signals.target
     y = pool.labels.astype(np.int64)
     n_tokens = target.n_tokens[:n_pool]
-    samples = pd.DataFrame({
+    table = pd.DataFrame({
         "sample_id": list(pool.sample_ids), "text_hash": list(pool.text_hashes), "label": y,
         "group": list(pool.groups) if pool.groups is not None else None,
         "n_tokens": n_tokens, "truncated": target.truncated[:n_pool]})
     n_truncated = target.n_truncated
-    out = {"attacks": {}, "user_attacks": {}, "population_scores": {}, "risky": [], "unscored": {}, "settings": {},
-           "warnings": notes + ([f"{n_truncated} sample(s) longer than the model limit were truncated"]
-                                if n_truncated else [])}
-    for run in attack_runs(config, signals):
-        _score_attack(run, attacks[run[1]], signals, pool, population, config, samples, n_tokens, out)
+    outcomes = tuple(_score_attack(run, attacks[run[1]], signals, pool, population, config, table, n_tokens)
+                     for run in attack_runs(config, signals))
+    samples = _with_scores(table, outcomes)
+    reports = {o.name: o.report for o in outcomes}
+    warnings = [*notes, *([f"{n_truncated} sample(s) longer than the model limit were truncated"] if n_truncated
+                          else []), *(o.warning for o in outcomes if o.warning)]
     if pool.groups is not None and population.groups is None:
-        out["warnings"].append("user-level thresholds skipped: the population set has no group column")
-    metrics = _metrics(out, pool, population, y, n_truncated)
-    reports, warnings, extras = out["attacks"], out["warnings"], signals.extras
+        warnings.append("user-level thresholds skipped: the population set has no group column")
+    metrics = _metrics(outcomes, pool, population, y, n_truncated)
+    extras = signals.extras
     needs, values = required_inputs(config.attacks), target.values[:n_pool]
-    examples = None
+    examples = None  # the extras below add their reasons for skipping a table to this (local) warnings list
     if "neighbour_values" in needs:
         examples = neighbour_examples(extras, pool, samples, values, needs["neighbour_values"][0],
                                       warnings=warnings)
@@ -375,17 +401,24 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
     features = memorization_features(extras, pool, samples, reports[headline], headline, config, warnings)
     record = dict(signals.info.get("models", {}))
     engine = {"engine": signals.info["engine"]} if signals.info.get("engine") else {}
-    settings = {"attack_settings": out["settings"]} if out["settings"] else {}
+    resolved = {o.name: o.resolved for o in outcomes if o.resolved}
+    settings = {"attack_settings": resolved} if resolved else {}
     if direction is not None:
         settings["shadow_direction"] = direction
+    now = time.perf_counter()
+    timings = {**signals.info.get("timings", {}), "scoring_s": round(now - t0, 3)}
+    if started is not None:
+        timings["total_s"] = round(now - started, 3)
     info = {**_identity_info(record), **engine, **settings, "n_pool": n_pool, "n_population": len(population),
-            "timings": {**signals.info.get("timings", {}), "scoring_s": round(time.perf_counter() - t0, 3)}}
-    riskiest = pd.concat(out["risky"], ignore_index=True) if out["risky"] else pd.DataFrame(
+            "timings": timings}
+    risky = [o.riskiest for o in outcomes if o.riskiest is not None]
+    riskiest = pd.concat(risky, ignore_index=True) if risky else pd.DataFrame(
         columns=_RISKY_COLUMNS + ["attack", "score", "flagged_at_fpr"])
     log.info("audit scored: %s", ", ".join(f"{n} AUC {r.roc.auc:.3f}" for n, r in reports.items()))
     return AuditResult(config=config, metrics=metrics, samples=samples, attacks=reports,
-                       user_attacks=out["user_attacks"], population_scores=out["population_scores"],
-                       riskiest=riskiest, info=info, warnings=warnings, memorization_features=features,
+                       user_attacks={o.name: o.user_report for o in outcomes if o.user_report is not None},
+                       population_scores={o.name: o.population_scores for o in outcomes},
+                       riskiest=riskiest, info=info, warnings=tuple(warnings), memorization_features=features,
                        neighbour_examples=examples, models=record)
 
 

@@ -384,6 +384,8 @@ def test_engine_and_its_options_are_checked_before_any_model_loads(setup, tmp_pa
     result = run_audit(target, pool, population, config=AuditConfig(attacks=("loss",), **FAST), engine=LocalEngine(),
                        progress=False)
     assert result.info["engine"] == "local" and "signals_target_s" in result.info["timings"]
+    timings = result.info["timings"]  # the whole audit's time, set when the (frozen) result is built
+    assert timings["total_s"] >= timings["scoring_s"] + timings["signals_target_s"] - 0.002
 
 
 def test_a_reference_that_is_the_target_or_its_twin_is_refused(setup):
