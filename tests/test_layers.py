@@ -216,7 +216,7 @@ OPTIONAL_IMPORTS = {
 #: A module off that path imports them at module level.
 STARTUP_HEAVY_IMPORTS = {name: "keeps `mlflow-mia --help` and usage errors fast: loads when a command runs"
                          for name in ("mlflow", "transformers", "tokenizers", "datasets", "huggingface_hub",
-                                      "matplotlib", "pydantic", "requests", "peft")}
+                                      "matplotlib", "pydantic", "requests", "peft", "accelerate")}
 _COMMAND = ("entrypoints.cli loads a command's module when the command runs; at start-up it would "
             "load mlflow (compare, models.files import it at module level)")
 _DEMO_GUARD = ("inside the ImportError guard that turns a missing demo extra into a usage error naming the fix; "

@@ -38,7 +38,7 @@ from mlflow_mia.options.families import (COMMANDS, FAMILIES, GENERIC_COMMAND_OPT
                                          audit_methods, register_family, surface_order)
 from mlflow_mia.hashing import HashKey, resolve_hash_key
 from mlflow_mia.signals.cache import check_cache_dir
-from mlflow_mia.signals.placement import DEVICE_MAPS
+from mlflow_mia.signals.placement import check_device_map
 from mlflow_mia.signals.runtime import resolve_device
 
 __all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "surface_order",
@@ -60,15 +60,6 @@ def _device(value) -> str:
     device = str(value).strip()
     resolve_device(device)
     return device
-
-
-def _device_map(value) -> str:
-    """``"auto"``: accelerate places a model too big for one device (:mod:`mlflow_mia.signals.placement`)."""
-    device_map = str(value).strip()
-    if device_map not in DEVICE_MAPS:
-        raise ValueError(f"device_map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}; leave it unset to load "
-                         "the whole model on the device")
-    return device_map
 
 
 def _cache_dir(value) -> str:
@@ -130,7 +121,7 @@ class CommonOptions:
                                 parse=_device, used_by=_WITH_ANALYZE, default_doc="CUDA when available")
     device_map: str | None = option(None, "'auto': spread a model too big for one device over every GPU, then CPU "
                                     "memory, then disk (accelerate's device_map; it runs in place)",
-                                    parse=_device_map, used_by=_WITH_ANALYZE, metavar="auto",
+                                    parse=check_device_map, used_by=_WITH_ANALYZE, metavar="auto",
                                     default_doc="the whole model on the device")
     progress: bool = option(True, "show progress bars (the commands: only when stdout is a terminal)",
                             flags=("--no-progress",), invert=True, flag_help="no progress bars",

@@ -60,6 +60,7 @@ from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for
                                         dtype_setting, resolve_device, resolve_dtype, to_device, uses_length_buckets)
 from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.types import SignalResult, result_from_rows
+from mlflow_mia.signals.placement import place_model
 
 __all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", "VOCAB_BLOCK"]
 
@@ -139,7 +140,7 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
         raise ValueError(f"text {short} has {len(ids[short])} token(s); a causal LM scores tokens 2..n, so each "
                          "text needs at least 2 tokens: drop or lengthen it")
     device = resolve_device(device)
-    lm.model.to(device)
+    device = place_model(lm.model, device)  # a model placed by accelerate stays where it is
     decoder = lm.projection()
     token_budget = token_budget or default_token_budget(device, model=lm.model, dtype=dtype,
                                                         vocab_logits=decoder is None)

@@ -25,6 +25,7 @@ from mlflow_mia.model_kinds import describe_kinds, detect_kind, model_kinds
 from mlflow_mia.model_kinds import model_kind as model_kind_entry, register_model_kind
 from mlflow_mia.signals.identity import ModelIdentity
 from mlflow_mia.signals.model import MaskedLM, _as_wrapped, _input_of
+from mlflow_mia.signals.placement import is_dispatched
 
 __all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "language_models",
            "kind_of", "wrapper_for"]
@@ -233,8 +234,8 @@ class CausalLM(ModelIdentity):
 
     def _find_projection(self):
         decoder = self.model.get_output_embeddings()
-        if not isinstance(decoder, torch.nn.Linear):
-            return None
+        if not isinstance(decoder, torch.nn.Linear) or is_dispatched(self.model):
+            return None  # a model placed by accelerate may hold its head's weights elsewhere: full logits
         probe = torch.tensor([[self.pad_id] * 2 + list(range(min(6, decoder.out_features)))],
                              device=decoder.weight.device)
         with torch.inference_mode():

@@ -43,6 +43,7 @@ from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
 from mlflow_mia.signals.energy import tokenize, value_settings
 from mlflow_mia.signals.runtime import (autocast_for, default_token_budget, dtype_setting, resolve_device,
                                         resolve_dtype)
+from mlflow_mia.signals.placement import place_model
 
 __all__ = ["ConditionalLogLik", "conditional_loglik", "conditional_token_logprobs", "fit_prefix", "text_parts"]
 
@@ -138,7 +139,7 @@ def conditional_token_logprobs(lm: CausalLM, prefix: np.ndarray, parts: Sequence
     if p < 1 or any(len(x) < 1 for x in parts):
         raise ValueError("the prefix and every text need at least one token")
     device = resolve_device(device)
-    lm.model.to(device)
+    device = place_model(lm.model, device)  # a model placed by accelerate stays where it is
     decoder = lm.projection()
     seqs = [np.concatenate([np.asarray(prefix, dtype=np.int64), x]) for x in parts]
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)

@@ -63,6 +63,7 @@ from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for
                                         dtype_setting, release_free_memory, resolve_device, resolve_dtype, to_device,
                                         token_limit, uses_length_buckets)
 from mlflow_mia.signals.types import SignalResult, result_from_rows
+from mlflow_mia.signals.placement import place_model
 
 __all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
 
@@ -206,8 +207,7 @@ def masked_token_logprobs(lm: MaskedLM, ids: Sequence[np.ndarray], copies: Seque
         ``log p``, ``mu``, ``sigma`` (nats) and ``top1`` (1.0 where the original token is
         the model's argmax there).
     """
-    device = resolve_device(device)
-    lm.model.to(device)
+    device = place_model(lm.model, resolve_device(device))  # a model placed by accelerate stays where it is
     token_budget = token_budget or default_token_budget(device, kind, model=lm.model, dtype=dtype,
                                                         vocab_logits=lm.split_head() is None)
     buckets = uses_length_buckets(device) if buckets is None else buckets

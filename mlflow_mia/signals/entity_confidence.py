@@ -44,6 +44,7 @@ from mlflow_mia.signals.identity import ModelIdentity, refuse_missing_weights, r
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of, probe_batch
 from mlflow_mia.signals.runtime import (DeviceResults, autocast_for, default_token_budget, dtype_setting,
                                         resolve_device, resolve_dtype, to_device, uses_length_buckets)
+from mlflow_mia.signals.placement import place_model
 
 __all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
            "TOKEN_BUDGETS", "SLOT", "fill", "split_prompt", "short"]
@@ -417,7 +418,7 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
     tags = {t: entity_tag_ids(clf.label2id, t) for t in dict.fromkeys(entity_types)}
     device = resolve_device(device)
     compute_type = resolve_dtype(dtype, device)
-    clf.model.to(device)
+    device = place_model(clf.model, device)  # a model placed by accelerate stays where it is
     budget = int(token_budget or default_token_budget(device, model=clf.model, dtype=compute_type,
                                                       table=TOKEN_BUDGETS))
     spec = {"signal": "ner_entity_confidence", "version": 1, "weights": clf.weights_id, "config": clf.config_id,

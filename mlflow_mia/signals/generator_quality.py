@@ -60,6 +60,7 @@ from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.runtime import resolve_device
 from mlflow_mia.signals.neighbours import load_generator, replaceable_words
 from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
+from mlflow_mia.signals.placement import place_model
 
 __all__ = ["GeneratorQuality", "GeneratorEvidence", "generator_accuracy", "neighbour_shift_over_gap", "loss_gap",
            "measure_generator", "judge_generator", "check_generator", "MIN_GENERATOR_ACCURACY", "MAX_SHIFT_OVER_GAP",
@@ -165,7 +166,7 @@ def generator_accuracy(generator, texts: Sequence[str], *, n_texts: int = 200, s
     if not copies:
         return float("nan"), 0
     mask_id = lm.tokenizer.mask_token_id
-    lm.model.to(device)
+    device = place_model(lm.model, device)  # a model placed by accelerate stays where it is
     hits = 0
     lengths = np.array([len(ids[i]) for i, _ in copies], dtype=np.int64)
     with torch.inference_mode():

@@ -21,6 +21,7 @@ import torch
 from mlflow_mia.signals.identity import ModelIdentity
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
 from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
+from mlflow_mia.signals.placement import is_dispatched
 
 __all__ = ["MaskedLM", "as_masked_lm"]
 
@@ -129,7 +130,13 @@ class MaskedLM(ModelIdentity):
         return min(limits) if limits else 512
 
     def split_head(self):
-        """Return ``(encoder, head)`` so the head can run on masked positions only, or None."""
+        """Return ``(encoder, head)`` so the head can run on masked positions only, or None.
+
+        None for a model placed by accelerate (:func:`~mlflow_mia.signals.placement.is_dispatched`): it runs
+        whole, its hooks moving each layer's inputs and weights.
+        """
+        if is_dispatched(self.model):
+            return None
         for attr in _HEAD_ATTRIBUTES:
             head = getattr(self.model, attr, None)
             if isinstance(head, torch.nn.Module):

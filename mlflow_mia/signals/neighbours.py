@@ -68,6 +68,7 @@ from mlflow_mia.signals.neighbour_store import NeighbourStore
 from mlflow_mia.signals.neighbour_text import (SLACK, Swap, Word, keep_substitutes, neighbour_edits, rebuild,
                                                replaceable_words, vocab_tables)
 from mlflow_mia.signals.runtime import NEIGHBOUR_TOKEN_BUDGET, resolve_device, token_limit
+from mlflow_mia.signals.placement import place_model
 
 __all__ = ["generate_neighbours", "candidate_swaps", "load_generator", "choose_generator", "HOW_TO_GIVE_A_GENERATOR",
            "Swap", "Word", "replaceable_words"]
@@ -186,7 +187,8 @@ def _candidate_swaps(lm: MaskedLM, tables: _Tables, texts: list[str], *, top_k, 
     token_budget = token_budget or NEIGHBOUR_TOKEN_BUDGET
     tok = lm.tokenizer
     ids, words = replaceable_words(tok, texts, max_length=max_length)
-    model = lm.model.to(device)
+    device = place_model(lm.model, device)  # a model placed by accelerate stays where it is
+    model = lm.model
     copies = [(i, j) for i in range(len(texts)) for j in range(len(words[i]))]
     if bar is not None and bar.total is not None:
         bar.total += len(copies)

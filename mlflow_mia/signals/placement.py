@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["DEVICE_MAPS", "loading", "load_kwargs", "is_dispatched", "place_model", "state_items"]
+__all__ = ["DEVICE_MAPS", "check_device_map", "loading", "load_kwargs", "is_dispatched", "place_model", "state_items"]
 
 #: The values of the ``device_map`` option (None: the whole model on the audit's device).
 DEVICE_MAPS = ("auto",)
@@ -28,8 +28,23 @@ DEVICE_MAPS = ("auto",)
 _LOAD_KWARGS: contextvars.ContextVar[dict] = contextvars.ContextVar("mlflow_mia_load_kwargs", default={})
 
 
+def check_device_map(value) -> str:
+    """The ``device_map`` option's value, stripped (``"auto"``).
+
+    Raises
+    ------
+    ValueError
+        Not one of :data:`DEVICE_MAPS`.
+    """
+    device_map = str(value).strip()
+    if device_map not in DEVICE_MAPS:
+        raise ValueError(f"device_map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}; leave it unset to "
+                         "load the whole model on --device")
+    return device_map
+
+
 @contextlib.contextmanager
-def loading(device_map: str | dict | None = None):
+def loading(device_map: str | dict | None = None, *, offload_folder: str | None = None):
     """Models loaded inside this block are placed by accelerate's ``device_map`` (None: as usual).
 
     Parameters
@@ -37,17 +52,18 @@ def loading(device_map: str | dict | None = None):
     device_map : str, dict or None
         ``"auto"`` (the option's one value: every GPU in turn, then CPU memory, then disk), or an
         explicit map of module names to devices (``{"transformer.h.0": 0, "lm_head": "cpu", ...}``,
-        ``"disk"`` allowed) as accelerate takes it. Weights offloaded to disk go to a temporary
-        folder removed when the block ends.
+        ``"disk"`` allowed) as accelerate takes it.
+    offload_folder : str, optional
+        Where weights offloaded to disk go (kept; the models loaded in the block may outlive it).
+        Default: a temporary folder removed when the block ends, so such models are used inside it.
 
     Raises
     ------
     ValueError
         ``device_map`` is a string other than those of :data:`DEVICE_MAPS`.
     """
-    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
-        raise ValueError(f"device_map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}; leave it unset to "
-                         "load the whole model on --device")
+    if isinstance(device_map, str):
+        device_map = check_device_map(device_map)
     if not device_map:
         token = _LOAD_KWARGS.set({})
         try:
@@ -55,7 +71,8 @@ def loading(device_map: str | dict | None = None):
         finally:
             _LOAD_KWARGS.reset(token)
         return
-    with tempfile.TemporaryDirectory(prefix="mlflow_mia_offload_") as offload:
+    with contextlib.ExitStack() as stack:
+        offload = offload_folder or stack.enter_context(tempfile.TemporaryDirectory(prefix="mlflow_mia_offload_"))
         token = _LOAD_KWARGS.set({"device_map": device_map, "offload_folder": offload})
         try:
             yield

@@ -108,7 +108,8 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
             "models:/g/1", "--fprs", "0.2,0.1", "--bootstrap-rounds", "0", "--confidence", "0.99",
             "--min-k-fraction", "0.3", "--top-records", "5", "--delta", "1e-4", "--label-column", "m",
             "--log-texts", "--log-samples", "true", "--hash-key-file", str(key), "--cache-dir", "c",
-            "--device", "cpu", "--no-progress", "--reference", "models:/r/1,models:/r2/1", "--reference-mode", "each",
+            "--device", "cpu", "--device-map", "auto", "--no-progress", "--reference", "models:/r/1,models:/r2/1",
+            "--reference-mode", "each",
             "--rmia-offline-a", "0.4", "--rmia-gamma", "2", "--population", "p.csv", "--text-column", "t",
             "--id-column", "i", "--group-column", "g", "--population-text-column", "pt",
             "--population-group-column", "pg", "--max-tpr-at-fpr", "0.05:0.2", "--max-tpr-at-fpr", "0.01:0.1",
@@ -139,7 +140,7 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     assert options.shadow_record == str(record)  # 2 references: too few for lira_online, not added
     assert options.gate.budgets == ((0.05, 0.2), (0.01, 0.1))
     assert (options.label_column, options.log_texts, options.log_samples, options.cache_dir, options.device,
-            options.progress) == ("m", True, True, "c", "cpu", False)
+            options.device_map, options.progress) == ("m", True, True, "c", "cpu", "auto", False)
     assert options.hash_key.source == "file" and options.hash_key.key == b"k" * 32
     assert (options.reference_model, options.population_data, options.text_column, options.id_column,
             options.group_column, options.population_text_column, options.population_group_column) == (

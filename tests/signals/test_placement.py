@@ -32,11 +32,11 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def plain_and_offloaded(folder):
+def plain_and_offloaded(folder, tmp_path_factory):
     plain = CausalLM.from_pretrained(folder)
-    with loading(OFFLOAD_MAP):
+    with loading(OFFLOAD_MAP, offload_folder=str(tmp_path_factory.mktemp("offload"))):
         offloaded = CausalLM.from_pretrained(folder)
-        yield plain, offloaded  # the offload folder lives as long as the block
+    return plain, offloaded
 
 
 def test_loading_sets_the_from_pretrained_arguments_only_inside_its_block():
@@ -74,3 +74,41 @@ def test_cli_refuses_an_unknown_device_map(capsys):
 
     assert main(["audit", "--device-map", "balanced", "--data", "x.csv", "--target", "y"]) == 2
     assert "device_map 'balanced' is not one of auto" in capsys.readouterr().err
+
+
+def test_causal_signal_of_offloaded_model_equals_the_plain_models(plain_and_offloaded):
+    from mlflow_mia.config import SignalConfig
+    from mlflow_mia.signals.causal import compute_causal_signals
+
+    plain, offloaded = plain_and_offloaded
+    texts = ["the cat sat on the mat", "a dog ran far", "bank loan rate market profit"]
+    a = compute_causal_signals(plain, texts, SignalConfig(kind="causal"), progress=False)
+    b = compute_causal_signals(offloaded, texts, SignalConfig(kind="causal"), progress=False)
+    assert offloaded.projection() is None  # full logits through accelerate's hooks, not the blocked head
+    np.testing.assert_allclose(b.values, a.values, atol=1e-5)
+    for x, y in zip(a.token_logprobs, b.token_logprobs):
+        np.testing.assert_allclose(y, x, atol=1e-5)
+    assert is_dispatched(offloaded.model)
+
+
+def test_masked_energy_of_offloaded_model_equals_the_plain_models(tmp_path):
+    from mlflow_mia.config import SignalConfig
+    from mlflow_mia.signals import compute_signals
+    from mlflow_mia.signals.model import MaskedLM
+    from mlflow_mia.signals.testing import tiny_bert
+
+    model, tokenizer = tiny_bert(seed=2)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    layers = {f"bert.encoder.layer.{i}": ("disk" if i == 0 else "cpu") for i in range(model.config.num_hidden_layers)}
+    device_map = {"bert.embeddings": "cpu", **layers, "cls": "cpu"}
+    plain = MaskedLM.from_pretrained(tmp_path)
+    with loading(device_map):
+        offloaded = MaskedLM.from_pretrained(tmp_path)
+        assert is_dispatched(offloaded.model) and offloaded.split_head() is None
+        texts = ["the cat sat on the mat", "bank loan rate market profit growth"]
+        config = SignalConfig(num_masks=3, seed=0)
+        a = compute_signals(plain, texts, config, progress=False)
+        b = compute_signals(offloaded, texts, config, progress=False)
+    np.testing.assert_allclose(b.values, a.values, atol=1e-5)
+    assert weights_digest(offloaded.model) == weights_digest(plain.model)
