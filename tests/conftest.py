@@ -5,6 +5,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# No system-metrics thread in every test's runs (tests/tracking/test_runs.py turns it on with a short interval).
+os.environ.setdefault("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
 # The store key (signs cache rows) lives in a per-session temporary folder, not in ~/.config.
 os.environ.setdefault("MLFLOW_MIA_STORE_KEY_FILE",
                       os.path.join(tempfile.mkdtemp(prefix="mlflow-mia-key-"), "store.key"))

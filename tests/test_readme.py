@@ -38,7 +38,11 @@ def test_evaluate_block_runs_as_written(tracking, monkeypatch, capsys):
     assert out[-1] == f"likelihood_ratio AUC {run.data.metrics['likelihood_ratio/auc']:.3f}"
     assert mlflow.get_experiment(run.info.experiment_id).name == "mlflow-mia"
     assert run.data.tags["mia.verdict"] in ("leaks", "no evidence of leakage", "inconclusive")
-    assert out[-2] == f"verdict: {run.data.tags['mia.verdict']} ({run.data.tags['mia.verdict.reason']})"
+    # The verdict comes from the result (its verdict artifact and code), and is the one on the run page.
+    assert out[-3] == f"verdict: {run.data.tags['mia.verdict']} ({run.data.tags['mia.verdict.reason']})"
+    codes = {"within budget": 0, "no evidence of leakage": 1, "inconclusive": 2, "leaks": 3}
+    assert out[-2] == f"mia_verdict_code {codes[run.data.tags['mia.verdict']]}"
+    assert "data.tags" not in code and "get_run" not in code
 
 
 def test_readme_fits_a_few_screens_and_opens_with_the_two_commands():

@@ -63,6 +63,7 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.pipeline.membership import model_records
 from mlflow_mia.signals import SignalCache
 from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.tracking.headline import full_metrics
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.runs import mlflow_run
 
@@ -288,7 +289,7 @@ def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
     dp = suite.dp_metrics(target_uri) if exp.target.startswith("dp-") else {}
     if found is not None:
         log.info("analyze: %s already ran (run %s); reusing it", name, found.info.run_id)
-        metrics = dict(found.data.metrics)
+        metrics = full_metrics(suite.client, found.info.run_id)  # the headline metrics and the metrics table
         missing = {k: v for k, v in dp.items() if k not in metrics}
         if missing:  # a run logged before the metrics per article existed: they depend on the split only
             mlflow.log_metrics(missing, run_id=found.info.run_id)
@@ -301,7 +302,7 @@ def _run_experiment(suite, exp, seed) -> tuple[str, dict, bool]:
         if dp:
             mlflow.log_metrics(dp)
         _audit_into_run(suite, exp, data, target, reference, config, run_id)
-    return run_id, dict(suite.client.get_run(run_id).data.metrics), False
+    return run_id, full_metrics(suite.client, run_id), False
 
 
 def _runnable(experiments) -> tuple[list, dict]:

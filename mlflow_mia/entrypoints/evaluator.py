@@ -44,12 +44,13 @@ import pandas as pd
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.pipeline import audit_for
 from mlflow_mia.signals.placement import loading
+from mlflow_mia.tracking.descriptions import VERDICT_CODE_METRIC
+from mlflow_mia.tracking.headline import rounded
 
 if __doc__:  # the key table, from the declarations
     __doc__ += key_table("mia") + "\n"
 
-__all__ = ["MiaEvaluator", "evaluator_target",
-           "PYFUNC_WARNING"]
+__all__ = ["MiaEvaluator", "evaluator_target", "result_metrics", "PYFUNC_WARNING"]
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +115,18 @@ def _pool_frame(dataset):
 
 
 class MiaEvaluator(ModelEvaluator):
-    """Membership inference audit of a masked language model (``model_type="mia"``).
+    """Membership inference audit of a language model (``model_type="mia"``; ``method`` picks the audit).
 
-    See the module docstring for the configuration keys. Metrics are named
-    ``{attack}/auc``, ``{attack}/auc_ci_low``, ``{attack}/auc_ci_high``,
-    ``{attack}/tpr_at_fpr_{alpha}``, ``{attack}/precision_at_pop_fpr_{alpha}``,
-    ``{attack}/recall_at_pop_fpr_{alpha}``, and ``user/{attack}/...`` with a group column.
+    See the module docstring for the configuration keys. The returned
+    :class:`~mlflow.models.EvaluationResult` holds:
+
+    - ``metrics``: the headline set the run logs (:mod:`mlflow_mia.tracking.headline`):
+      ``{attack}/auc``, ``{attack}/tpr_at_fpr_{alpha}`` with ``_lower`` / ``_upper``, the headline
+      attack's ``auc_ci_low`` / ``auc_ci_high``, the gate's deciding metrics, and
+      ``mia_verdict_code`` (0 within budget, 1 no evidence of leakage, 2 inconclusive, 3 leaks);
+      every metric is in the run's ``tables/metrics.json``;
+    - ``artifacts``: ``verdict`` (``.content``: a dict with ``verdict``, ``reason``, ``code``,
+      ``gate``, ``budgets`` and the ``deciding`` values), ``report``, ``audit_summary``, the plots and tables.
     """
 
     name = "mia"
@@ -158,4 +165,29 @@ class MiaEvaluator(ModelEvaluator):
             result, artifacts = audit.run(target, inputs, settings, run_id=run_id,
                                           log_metrics=kwargs.get("model_id") is None,
                                           notes=[warning] if warning else [])
-        return EvaluationResult(metrics=audit.metrics(result, settings), artifacts=artifacts, run_id=run_id)
+        return EvaluationResult(metrics=result_metrics(audit.metrics(result, settings), artifacts,
+                                                       prefix=getattr(settings.options, "metric_prefix", "")),
+                                artifacts=artifacts, run_id=run_id)
+
+
+def result_metrics(metrics: dict, artifacts: dict, *, prefix: str = "") -> dict[str, float]:
+    """The ``metrics`` of the :class:`EvaluationResult`: the audit's logged metrics, with the verdict.
+
+    ``metrics`` is the audit's headline set (:func:`mlflow_mia.tracking.headline.headline_metrics` for a
+    membership audit); where the audit logged a ``verdict`` artifact, its deciding metrics (rounded) and
+    ``mia_verdict_code`` (0 within budget, 1 no evidence of leakage, 2 inconclusive, 3 leaks:
+    :func:`~mlflow_mia.tracking.descriptions.verdict_code`) are added, so the result holds what the run
+    logged. The verdict's words and reason are ``result.artifacts["verdict"].content``.
+
+    >>> from mlflow.models.evaluation.artifacts import JsonEvaluationArtifact
+    >>> record = {"verdict": "leaks", "code": 3, "deciding": {"loss/auc": 0.71234567, "loss/auc_ci_low": None}}
+    >>> result_metrics({"loss/auc": 0.7123}, {"verdict": JsonEvaluationArtifact(uri="", content=record)})
+    {'loss/auc': 0.7123, 'mia_verdict_code': 3.0}
+    """
+    out = dict(metrics)
+    found = artifacts.get(f"{prefix}verdict")
+    record = found.content if found is not None else None
+    if isinstance(record, dict) and "code" in record:
+        out.update({f"{prefix}{k}": rounded(v) for k, v in record.get("deciding", {}).items() if v is not None})
+        out[f"{prefix}{VERDICT_CODE_METRIC}"] = float(record["code"])
+    return out

@@ -23,6 +23,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from mlflow_mia.attacks import ATTACKS
+from mlflow_mia.option import declared_options
 from mlflow_mia.options.families import FAMILIES
 from mlflow_mia.options.schema import (Entry, default_text, dest, entries, flag_of, help_rank, mlproject_parameters,
                                        options_for, surface_order)
@@ -72,7 +74,13 @@ _EXTRA_PARAMETERS = {"build-demo": {"size": ("string", "default", "--size")},
 #: Options left blank ("not given") in MLproject although they have a default: the demo supplies its own when
 #: they are not given (its text column, ``mlflow_mia.entrypoints.cli``; only the FPRs its population resolves,
 #: ``mlflow_mia.entrypoints.common``), which a written default would override.
-_BLANK_IN_MLPROJECT = {"audit": {"fprs", "text_column"}, "compare": {"fprs", "text_column"}}
+#: Also blank: the options of one model kind or one attack. ``mlflow run`` logs every declared parameter on every
+#: run, so a causal audit would show a masked LM's ``num_masks``; left blank they reach the CLI (and the run's
+#: params) when given, and the audit logs those that apply (:mod:`mlflow_mia.tracking.run_params`).
+_APPLY_TO_SOME = frozenset({"signal", "num_masks", "mask_rate", "energy_reduction", "num_neighbours"}
+                           | {key for a in ATTACKS.values() for key in declared_options(a.Settings)})
+_BLANK_IN_MLPROJECT = {"audit": {"fprs", "text_column", *_APPLY_TO_SOME},
+                       "compare": {"fprs", "text_column", *_APPLY_TO_SOME}}
 
 _HEADER = f"""\
 # Generated from the option declarations by `{REGENERATE}`; do not edit by hand.

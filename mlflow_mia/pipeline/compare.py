@@ -25,7 +25,8 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.pipeline.membership import audit_and_log, resolve_generator
 from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
-from mlflow_mia.tracking.audit_log import audit_params
+from mlflow_mia.tracking.audit_log import audit_digests, audit_params
+from mlflow_mia.tracking.run_params import digest_tags
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.verdict import audit_verdict, describe_nested, worst_verdict
 
@@ -109,7 +110,8 @@ def _rows(result, base: dict, gate, run_id: str) -> list[dict]:
 
 
 def log_comparison(found, names, aliases, targets, references, alpha, population, *, hash_key) -> None:
-    """Log the comparison to the active (parent) run: params, ``tables/comparison.csv``, figures and ``report.md``.
+    """Log the comparison to the active (parent) run: params, digest tags (``mia.pool.digest``, ...),
+    ``tables/comparison.csv``, figures and ``report.md``.
 
     ``found`` is :func:`audit_versions`' return; ``alpha`` the FPR of the bar chart's TPR column.
     """
@@ -121,6 +123,7 @@ def log_comparison(found, names, aliases, targets, references, alpha, population
     if len(references) > 1:
         params["compared_references"] = ",".join(_uri(r) for r in references)[:6000]
     mlflow.log_params(params)
+    mlflow.set_tags(digest_tags(audit_digests(result, population=population, hash_key=hash_key)))
     a = fmt_alpha(alpha)
     with _tmp_csv(table) as path:
         mlflow.log_artifact(path, "tables")

@@ -44,12 +44,14 @@ Texts, group ids and sample ids (unless ``log_texts``) appear as ``HMAC-SHA256(k
 from __future__ import annotations
 
 import logging
-import math
 import time
 import pandas as pd
 
-from mlflow_mia.tracking.artifacts import (SAMPLE_COLUMNS, active_run_id, check_metric_names, dataset_digest,
-                                           keyed_table, log_figures, log_files, to_json, write_text)
+from mlflow_mia.tracking.artifacts import (SAMPLE_COLUMNS, active_run_id, artifact, check_metric_names,
+                                           dataset_digest, keyed_table, log_figures, log_files, to_json, write_text)
+from mlflow_mia.tracking.headline import (METRICS_TABLE, deciding_keys, headline_metrics, metrics_table,
+                                          table_metrics, verdict_record)
+from mlflow_mia.tracking.run_params import digest_tags, is_digest, new_params, setting_params
 from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.metrics.gate_record import GateRecord, signal_digest
@@ -59,7 +61,7 @@ from mlflow_mia.hashing import HashKey, keyed_hash, require_hash_key
 from mlflow_mia.tracking.records import dataset_inputs, model_inputs
 from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
-__all__ = ["log_audit", "audit_params", "model_params", "mlflow_metrics"]
+__all__ = ["log_audit", "audit_params", "audit_digests", "model_params", "mlflow_metrics"]
 
 log = logging.getLogger(__name__)
 #: Non-empty once the random-key warning was given in this process (it explains itself once).
@@ -67,32 +69,15 @@ _RANDOM_KEY_EXPLAINED: list = []
 
 
 
-_NOT_LOGGED = ("/threshold_at_pop_fpr_",)
+def mlflow_metrics(result, *, prefix: str = "", gate=None, verdict=None) -> dict[str, float]:
+    """The metrics logged to MLflow: the headline set (:func:`~mlflow_mia.tracking.headline.headline_metrics`),
+    rounded, the headline attack's AUC first (the MLflow UI's run comparison plots a run's first metric).
 
-
-def mlflow_metrics(result, *, prefix: str = "") -> dict[str, float]:
-    """The metrics logged to MLflow: ``result.metrics`` without the raw score thresholds, prefixed.
-
-    Only finite values are logged: an undefined value (nan, e.g. a TPR at an FPR the pool
-    cannot resolve) or an infinite one is not a number a reader should compare; it stays in
-    ``audit_summary.json`` with its reason. The headline attack's AUC comes first: the MLflow
-    UI's run comparison plots the first metric of a run by default.
+    ``gate`` adds its deciding metrics (else the headline attack's AUC interval), ``verdict`` the
+    verdict code. Every metric (to 10 decimals) is in the run's metrics table
+    (:data:`~mlflow_mia.tracking.headline.METRICS_TABLE`).
     """
-    first = f"{result.headline_attack}/auc"
-    keys = sorted(result.metrics, key=lambda k: k != first)  # stable: the rest keep their order
-    return {f"{prefix}{k}": float(result.metrics[k]) for k in keys
-            if math.isfinite(float(result.metrics[k])) and not any(part in f"/{k}" for part in _NOT_LOGGED)}
-
-
-def _flatten(prefix: str, value, out: dict) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(value, (list, tuple)):
-        out[prefix] = ",".join("-".join(str(x) for x in v) if isinstance(v, (list, tuple)) else f"{v}"
-                               for v in value)
-    else:
-        out[prefix] = "None" if value is None else str(value)
+    return headline_metrics(result, gate=gate, verdict=verdict, prefix=prefix)
 
 
 def model_params(models: dict) -> dict[str, str]:
@@ -123,15 +108,17 @@ def model_params(models: dict) -> dict[str, str]:
 
 
 def audit_params(result, *, hash_key: HashKey, population=None) -> dict[str, str]:
-    """Params of an audit: flattened config, every model used (:func:`model_params`), dataset sizes, keyed digests.
+    """Params of an audit: its settings (:func:`~mlflow_mia.tracking.run_params.setting_params`), every model
+    used (:func:`model_params`), dataset sizes and where the hash key came from (``hash_key``).
 
     Parameters
     ----------
     result : AuditResult
     population : PopulationSet, optional
-        Its digest is logged when given (the result itself keeps no population hashes).
+        Its size in groups is logged when given.
     hash_key : HashKey
-        Key of the digests (:func:`dataset_digest`), required (the options parser resolves it).
+        Only its source is logged (``env``, ``file``, ``random (not kept)``); its check value is a tag
+        (:func:`audit_digests`).
 
     Raises
     ------
@@ -139,31 +126,32 @@ def audit_params(result, *, hash_key: HashKey, population=None) -> dict[str, str
         ``hash_key`` is not a :class:`~mlflow_mia.hashing.HashKey`.
     """
     hash_key = require_hash_key(hash_key, "audit_params")
-    config = result.config.to_dict()
-    if not any(a == "neighbourhood" for a in result.config.attacks):
-        config.pop("neighbourhood", None)
-    out: dict[str, str] = {}
-    _flatten("", config, out)
-    # Top-level names would clash with the MLproject parameters that `mlflow run` logs to the same run.
-    out["audit.attacks"] = out.pop("attacks")
-    out["audit.allow_tokenizer_mismatch"] = out.pop("allow_tokenizer_mismatch", "False")
-    info = result.info
+    out = setting_params(result.config)
     out.update(model_params(result.models))
     samples = result.samples
     out["pool.n_samples"] = str(len(samples))
     out["pool.n_members"] = str(int((samples["label"] == 1).sum()))
     out["pool.n_non_members"] = str(int((samples["label"] == 0).sum()))
-    out["pool.digest"] = dataset_digest(samples["text_hash"].tolist(), key=hash_key)
     if "group" in samples and samples["group"].notna().any():
         out["pool.n_groups"] = str(int(samples["group"].nunique()))
-    out["population.n_samples"] = str(info.get("n_population", ""))
-    out["audit.hash_key"] = "random (not kept)" if hash_key.is_random else hash_key.source
-    if not hash_key.is_random:
-        out["audit.hash_key_check"] = hash_key.check
+    out["population.n_samples"] = str(result.info.get("n_population", ""))
+    if population is not None and population.groups is not None:
+        out["population.n_groups"] = str(len(set(population.groups)))
+    out["hash_key"] = "random (not kept)" if hash_key.is_random else hash_key.source
+    return out
+
+
+def audit_digests(result, *, hash_key: HashKey, population=None) -> dict[str, str]:
+    """What identifies the audited data, keyed (:func:`~mlflow_mia.tracking.artifacts.dataset_digest`), logged as
+    run tags ``mia.<name>`` (:func:`~mlflow_mia.tracking.run_params.digest_tags`): ``pool.digest``,
+    ``population.digest`` (with ``population``), and for a user's key ``hash_key_check`` (identifies the key
+    without revealing it)."""
+    hash_key = require_hash_key(hash_key, "audit_digests")
+    out = {"pool.digest": dataset_digest(result.samples["text_hash"].tolist(), key=hash_key)}
     if population is not None:
         out["population.digest"] = dataset_digest(population.text_hashes, key=hash_key)
-        if population.groups is not None:
-            out["population.n_groups"] = str(len(set(population.groups)))
+    if not hash_key.is_random:
+        out["hash_key_check"] = hash_key.check
     return out
 
 
@@ -307,25 +295,32 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
     if log_texts and (texts is None or len(texts) != len(result.samples)):
         raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
 
-    metrics = mlflow_metrics(result, prefix=prefix)
+    verdict = audit_verdict(result, gate)
+    metrics = mlflow_metrics(result, prefix=prefix, gate=gate, verdict=verdict)
     check_metric_names(metrics)
-    all_params = {**audit_params(result, population=population, hash_key=hash_key), **(params or {}),
-                  "audit.log_texts": str(bool(log_texts)), "audit.log_samples": str(bool(log_samples))}
+    extra = {k: str(v) for k, v in (params or {}).items()}
+    all_params = {**audit_params(result, population=population, hash_key=hash_key),
+                  **{k: v for k, v in extra.items() if not is_digest(k)},
+                  "log_texts": str(bool(log_texts)), "log_samples": str(bool(log_samples))}
     if gate is not None:
-        all_params["audit.gate"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+        all_params["max_tpr_at_fpr"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+    digests = {**audit_digests(result, population=population, hash_key=hash_key),
+               **{k: v for k, v in extra.items() if is_digest(k)}}
+    held = client.get_run(run_id).data.params  # mlflow run logged the MLproject parameters it was given
+    fresh = new_params({f"{prefix}{k}": str(v)[:6000] for k, v in all_params.items()}, held)
     now = int(time.time() * 1000)
-    tags = {f"{prefix}mia.headline_attack": result.headline_attack}
+    tags = {f"{prefix}mia.headline_attack": result.headline_attack, **digest_tags(digests, prefix=prefix)}
     if gate is not None:
         tags[f"{prefix}mia.gate"] = gate.status
     client.log_batch(
         run_id,
         metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
-        params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
+        params=[Param(k, v) for k, v in fresh.items()],
         tags=[RunTag(k, v) for k, v in tags.items()])
+    client.log_table(run_id, metrics_table(table_metrics(result.metrics)), prefix + METRICS_TABLE)
 
     dataset_inputs(client, run_id, result, hash_key=hash_key, population=population, prefix=prefix,
                    texts=texts if log_texts else None, sources=sources)
-    verdict = audit_verdict(result, gate)
     describe_run(client, run_id, verdict=verdict, name=run_name, prefix=prefix,
                  description=run_description(verdict, in_brief(result), gate=gate))
 
@@ -343,11 +338,14 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
         "audit_summary.json": ("json", "audit_summary", lambda p: write_text(p, to_json(summary, sort_keys=False))),
         "audit_config.json": ("json", "audit_config", lambda p: write_text(p, to_json(result.config_record()))),
     }
-    logged += [prefix + rel for rel in files] + [prefix + "report.md"]
+    record = verdict_record(verdict, result.metrics, deciding_keys(result, gate), gate=gate)
+    files["verdict.json"] = ("json", "verdict", lambda p: write_text(p, to_json(record, sort_keys=False)))
+    logged += [prefix + rel for rel in files] + [prefix + "report.md", prefix + METRICS_TABLE]
     report = render_report(result, gate=gate, artifacts=sorted(logged), group_column=group_column,
                            hashing=hash_key.describe(), log_samples=log_samples, verdict=verdict)
     files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
+    artifacts[f"{prefix}verdict"] = artifact("json", run_id, f"{prefix}verdict.json", content=record)
 
     if model_version is not None:
         versions = version_pairs(model_version)

@@ -8,10 +8,14 @@ quote under :data:`OWN_TEXT_HEADING`.
 from __future__ import annotations
 
 __all__ = ["DESCRIPTION_START", "FAILURE_START", "OWN_TEXT_HEADING", "VERDICTS", "own_text", "with_own_text",
-           "named_with_verdict", "name_without_verdict", "short_model_name", "audit_run_name", "references_label"]
+           "named_with_verdict", "name_without_verdict", "short_model_name", "audit_run_name", "references_label",
+           "VERDICT_CODE_METRIC", "verdict_code"]
 
 #: The four verdicts (:mod:`mlflow_mia.tracking.verdict`), mildest first.
 VERDICTS = ("within budget", "no evidence of leakage", "inconclusive", "leaks")
+#: The metric that holds the verdict as a number (:func:`verdict_code`): in the run's metrics and in the
+#: ``metrics`` of what ``mlflow.models.evaluate`` returns.
+VERDICT_CODE_METRIC = "mia_verdict_code"
 #: First words of every description written here: a description that starts otherwise is someone else's (the
 #: model's authors', the user's) and is kept, quoted under :data:`OWN_TEXT_HEADING` after the verdict.
 DESCRIPTION_START = "**Verdict:"
@@ -73,14 +77,36 @@ def with_own_text(description: str, current: str | None) -> str:
     return f"{description}\n\n---\n\n{OWN_TEXT_HEADING}\n\n{quoted}"
 
 
+def verdict_code(verdict: str) -> int:
+    """The verdict as a number, its index in :data:`VERDICTS` (higher is worse): ``0`` within budget,
+    ``1`` no evidence of leakage, ``2`` inconclusive, ``3`` leaks.
+
+    A metric can only hold a number: :data:`VERDICT_CODE_METRIC` holds this code, so that
+    ``mlflow.models.evaluate(...).metrics`` and the run's metrics carry the verdict (the reason is
+    in the ``verdict`` artifact and the ``mia.verdict.reason`` tag).
+
+    Raises
+    ------
+    ValueError
+        ``verdict`` is not one of :data:`VERDICTS`.
+
+    >>> [verdict_code(v) for v in ("within budget", "no evidence of leakage", "inconclusive", "leaks")]
+    [0, 1, 2, 3]
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {list(VERDICTS)}, not {verdict!r}")
+    return VERDICTS.index(verdict)
+
+
 def named_with_verdict(name: str, verdict: str) -> str:
-    """A run name that opens with the verdict: ``[leaks] audit tgt v2 vs ref v1``.
+    """A run name that opens with the verdict: ``[leaks] tgt v2 / ref v1``.
 
     MLflow 3.17's run list shows, without configuring columns, only the run name, its
     creation time, dataset, duration, source and models (``getDefaultSelectedColumns`` of
     its experiment page: no tag, metric, parameter or description column), and the compare
     view's "Run details" start with the names: the name is the one place a verdict shows
-    in both. It comes first, so a name cut short by the column keeps it. A verdict
+    in both. It comes first, so a name cut short by the column (at about 20 characters)
+    keeps it. A verdict
     already in front (a resumed or re-described run) is replaced, not repeated.
 
     Parameters
@@ -95,13 +121,12 @@ def named_with_verdict(name: str, verdict: str) -> str:
     ValueError
         ``verdict`` is not one of :data:`VERDICTS`.
 
-    >>> named_with_verdict("audit tgt v2 vs ref v1", "leaks")
-    '[leaks] audit tgt v2 vs ref v1'
-    >>> named_with_verdict("[leaks] audit tgt v2 vs ref v1", "within budget")
-    '[within budget] audit tgt v2 vs ref v1'
+    >>> named_with_verdict("tgt v2 / ref v1", "leaks")
+    '[leaks] tgt v2 / ref v1'
+    >>> named_with_verdict("[leaks] tgt v2 / ref v1", "within budget")
+    '[within budget] tgt v2 / ref v1'
     """
-    if verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {list(VERDICTS)}, not {verdict!r}")
+    verdict_code(verdict)  # checks it
     return f"[{verdict}] {name_without_verdict(name)}"
 
 
@@ -144,16 +169,15 @@ def short_model_name(uri) -> str:
 
 
 def audit_run_name(target, reference=None) -> str:
-    """``audit <target> vs <reference>`` (or ``audit <target>``), with :func:`short_model_name`.
+    """``<target> / <reference>`` (or ``<target>``), with :func:`short_model_name`: the run list cuts a name at
+    about 20 characters, so it holds what was audited and nothing else (the verdict goes in front,
+    :func:`named_with_verdict`).
 
-    >>> audit_run_name("models:/bbc-target/3", "models:/bbc-reference/1")
-    'audit bbc-target v3 vs bbc-reference v1'
+    >>> audit_run_name("models:/bbc-target/3", "models:/bbc-reference/1"), audit_run_name("models:/tgt/2")
+    ('bbc-target v3 / bbc-reference v1', 'tgt v2')
     """
-    name = f"audit {short_model_name(target)}"
-    return f"{name} vs {short_model_name(reference)}" if reference else name  # a short name stays as it is
-
-
-#: The MLflow 3 UI's query parameter that opens a page in its "Model training" view (not the GenAI one).
+    name = short_model_name(target)
+    return f"{name} / {short_model_name(reference)}" if reference else name
 
 
 def references_label(references) -> str | None:

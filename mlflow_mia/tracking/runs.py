@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 
@@ -13,7 +14,8 @@ from mlflow_mia.tracking.run_list import publish_audit_view
 from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_KIND_TAG, RUN_NAME_TAG, VERDICT_TAG
 
 __all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
-           "outside_project_run", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING"]
+           "outside_project_run", "system_metrics_enabled", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING",
+           "SYSTEM_METRICS_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +111,44 @@ def setup_tracking(tracking_uri: str | None = None, experiment: str | None = Non
     return use_experiment(blank(experiment))
 
 
+#: MLflow's own switch of system metrics (``false`` turns them off for the commands' runs too).
+SYSTEM_METRICS_ENV = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"
+
+
+def system_metrics_enabled() -> bool:
+    """Whether the runs the commands start log MLflow's system metrics (CPU, memory, disk, network, and GPU with
+    ``pynvml``; ``system/...``, sampled every ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` seconds, default 10).
+
+    Yes, unless ``$MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` says ``false`` (or ``0``, ``no``) or ``psutil``,
+    which MLflow samples with, is not installed.
+
+    >>> os.environ[SYSTEM_METRICS_ENV] = "false"; system_metrics_enabled()
+    False
+    >>> _ = os.environ.pop(SYSTEM_METRICS_ENV)
+    """
+    if os.environ.get(SYSTEM_METRICS_ENV, "").strip().lower() in ("false", "0", "no"):
+        return False
+    return importlib.util.find_spec("psutil") is not None
+
+
 @contextlib.contextmanager
 def mlflow_run(name: str | None, *, nested: bool = False):
-    """Start (or, under ``mlflow run``, resume and rename) a run."""
+    """Start (or, under ``mlflow run``, resume and rename) a run, logging system metrics
+    (:func:`system_metrics_enabled`); an active run someone else started is used as it is."""
     import mlflow
 
+    system = system_metrics_enabled()
+    if system:  # MLflow says so at INFO on every start and stop
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     if nested:
-        with mlflow.start_run(run_name=name, nested=True) as run:
+        with mlflow.start_run(run_name=name, nested=True, log_system_metrics=system) as run:
             yield run
         return
     active = mlflow.active_run()
     if active is not None:
         yield active
         return
-    with mlflow.start_run(run_name=name) as run:
+    with mlflow.start_run(run_name=name, log_system_metrics=system) as run:
         yield run
 
 

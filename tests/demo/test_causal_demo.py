@@ -112,7 +112,8 @@ def test_the_cli_audits_the_causal_demo(built, capsys):
     assert len(runs) == 1
     params, metrics = runs[0].data.params, runs[0].data.metrics
     assert params["target_model"] == "models:/bbc-small-causal-target/1"
-    assert params["audit.attacks"] == "loss,zlib,likelihood_ratio"
+    assert params["attacks"] == "loss,zlib,likelihood_ratio" and params["signal"] == "causal"
+    assert not {"num_masks", "mask_rate", "energy_reduction"} & set(params)  # masked-LM settings
     for attack in ("loss", "zlib", "likelihood_ratio"):
         assert 0.0 <= metrics[f"{attack}/auc"] <= 1.0
 

@@ -59,7 +59,7 @@ def test_audit_gate_pass_and_fail(tracking, capsys):
     runs = {name_without_verdict(r.info.run_name): r for r in _runs()}
     assert runs["gate-pass"].data.tags["mia.gate"] == "pass"
     assert runs["gate-fail"].data.tags["mia.gate"] == "fail"
-    assert runs["gate-fail"].data.params["audit.gate"] == "0.2:0.99,0.1:0.5"
+    assert runs["gate-fail"].data.params["max_tpr_at_fpr"] == "0.2:0.99,0.1:0.5"
     assert "likelihood_ratio/tpr_at_fpr_0.05" in runs["gate-fail"].data.metrics
     assert MlflowClient().get_model_version("tgt", "2").tags["mia.gate"] == "fail"
 
@@ -196,7 +196,7 @@ def test_audit_without_target_runs_the_demo(tracking, monkeypatch):
     assert seen["size"] == "small"
     run = next(r for r in _runs() if name_without_verdict(r.info.run_name) == "demo")
     assert run.data.params["target_model"] == "models:/tgt/2"
-    assert run.data.params["audit.attacks"] == "loss,likelihood_ratio"
+    assert run.data.params["attacks"] == "loss,likelihood_ratio"
     assert "user/likelihood_ratio/auc" in run.data.metrics  # the demo's group column was used
 
 

@@ -11,10 +11,11 @@ from mlflow import MlflowClient
 
 from mlflow_mia.options.audit import CONFIG_KEYS
 from mlflow_mia.entrypoints.evaluator import MiaEvaluator
+from mlflow_mia.tracking.headline import full_metrics
 
 # Every metric is "[user/]<attack>/<name>" or a "[user/]n_..." count; alphas are written 0.1, 0.05.
 METRIC_RE = re.compile(r"^(user/)?(loss|likelihood_ratio)/[a-z_]+(_0\.(1|05))?(_[a-z_]+)?$"
-                       r"|^(user/)?(loss|likelihood_ratio)/auc_len_\d+-\d+$|^(user/)?n_[a-z_]+$")
+                       r"|^(user/)?(loss|likelihood_ratio)/auc_len_\d+-\d+$|^(user/)?n_[a-z_]+$|^mia_verdict_code$")
 
 
 def _evaluate(store, model, *, evaluate=None, **overrides):
@@ -44,19 +45,28 @@ def test_plugin_is_listed():
 def test_evaluate_alias_logs_stable_metrics_once(tracking):
     run_id, result = _evaluate(tracking, "models:/tgt@candidate")
     metrics = result.metrics
+    # The result holds the headline set the run logged, the verdict code among it; the run's table holds the rest.
+    assert set(metrics) == set(MlflowClient().get_run(run_id).data.metrics)
+    assert {f"{a}/{n}" for a in ("loss", "likelihood_ratio") for n in ("auc", "tpr_at_fpr_0.1", "tpr_at_fpr_0.05",
+                                                                       "tpr_at_fpr_0.1_upper")} <= set(metrics)
+    table = full_metrics(MlflowClient(), run_id)
     for level, names in (("", ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.1", "tpr_at_fpr_0.05",
                                 "precision_at_pop_fpr_0.1", "recall_at_pop_fpr_0.05")),
                          ("user/", ("auc", "auc_ci_low", "auc_ci_high", "tpr_at_fpr_0.1", "tpr_at_fpr_0.05",
                                     "precision_at_pop_fpr_0.1"))):
         for attack in ("loss", "likelihood_ratio"):
             for name in names:  # 40 non-member users resolve FPR 0.05 (it needs 20)
-                assert f"{level}{attack}/{name}" in metrics
+                assert f"{level}{attack}/{name}" in table
+    tags = MlflowClient().get_run(run_id).data.tags
+    verdict = result.artifacts["verdict"].content
+    assert (verdict["verdict"], verdict["reason"]) == (tags["mia.verdict"], tags["mia.verdict.reason"])
+    assert metrics["mia_verdict_code"] == verdict["code"] == verdict["codes"][tags["mia.verdict"]]
     assert not [k for k in metrics if not METRIC_RE.match(k)]
     assert metrics["likelihood_ratio/auc"] > 0.8  # v2 was trained on the members
     _assert_single_history(run_id, metrics)
     assert result.run_id == run_id
     assert {"report", "samples", "riskiest", "audit_summary", "audit_config", "roc", "roc_loglog",
-            "hist_likelihood_ratio", "user_roc"} <= set(result.artifacts)
+            "hist_likelihood_ratio", "user_roc", "verdict"} <= set(result.artifacts)
 
     client = MlflowClient()
     run = client.get_run(run_id)
@@ -66,8 +76,8 @@ def test_evaluate_alias_logs_stable_metrics_once(tracking):
     assert params["reference_model_requested"] == "models:/ref@champion"
     assert params["target_model_version"] == "2"
     assert params["pool.n_samples"] == "160" and params["population.n_samples"] == "100"
-    assert len(params["pool.digest"]) == 64 and len(params["population.digest"]) == 64
-    assert params["signal.num_masks"] == "2" and params["metrics.fprs"] == "0.1,0.05"
+    assert len(run.data.tags["mia.pool.digest"]) == 64 and len(run.data.tags["mia.population.digest"]) == 64
+    assert params["num_masks"] == "2" and params["fprs"] == "0.1,0.05"
     tags = client.get_model_version("tgt", "2").tags
     assert tags["mia.audit_run_id"] == run_id
     assert float(tags["mia.likelihood_ratio.auc"]) == pytest.approx(metrics["likelihood_ratio/auc"], abs=1e-4)
@@ -84,8 +94,9 @@ def test_deprecated_alias_and_model_id_path_log_once(tracking):
     run_alias, alias = _evaluate(tracking, "models:/tgt@candidate")
     # Same weights, same cache key (resolved to models:/tgt/2): identical numbers.
     assert MlflowClient().get_run(run_id).data.params["target_model"] == "models:/tgt/2"
-    for key in ("loss/auc", "likelihood_ratio/auc", "user/likelihood_ratio/tpr_at_fpr_0.1"):
-        assert result.metrics[key] == pytest.approx(alias.metrics[key])
+    assert result.metrics == alias.metrics  # the headline set, verdict code included
+    for key in ("loss/auc", "user/likelihood_ratio/tpr_at_fpr_0.1"):  # and the full table
+        assert full_metrics(MlflowClient(), run_id)[key] == pytest.approx(full_metrics(MlflowClient(), run_alias)[key])
 
 
 @pytest.mark.parametrize("form", ["version", "runs", "local"])
@@ -140,7 +151,7 @@ def test_log_samples_adds_scores_flags_and_lengths(tracking, tmp_path):
     assert "text" not in samples.columns
     assert {"sample_id", "text_hmac", "label", "group", "n_tokens", "score_loss", "score_likelihood_ratio",
             "flagged_likelihood_ratio_fpr_0.05"} <= set(samples.columns)
-    assert MlflowClient().get_run(run_id).data.params["audit.log_samples"] == "True"
+    assert MlflowClient().get_run(run_id).data.params["log_samples"] == "True"
 
 
 def test_log_texts_true_includes_texts(tracking, tmp_path):
@@ -212,7 +223,7 @@ def test_neighbourhood_local_with_a_registry_generator_uri(tracking):
                                attacks=["loss", "neighbourhood_local"], neighbour_generator="models:/tgt@champion",
                                num_neighbours=3)
     assert 0.0 <= result.metrics["neighbourhood_local/auc"] <= 1.0
-    assert "neighbourhood/generator_accuracy" in result.metrics
+    assert "neighbourhood/generator_accuracy" in full_metrics(MlflowClient(), run_id)  # the table, not the headline
     params = MlflowClient().get_run(run_id).data.params
     assert params["neighbourhood.generator"] == "models:/tgt/1"  # the registry version, resolved and pinned
     assert "reference_model" not in params

@@ -75,7 +75,7 @@ def test_audit_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys)
     code = main(["audit", "--demo-size", "small", "--num-masks", "2", "--fprs", "0.1,0.05", "--bootstrap-rounds",
                  "0", "--cache-dir", str(tracking.cache_dir), "--quiet", "--no-tag-model-version"])
     assert code == 0, capsys.readouterr().err
-    run = _finished_in_place(project_run, "audit tgt v2")
+    run = _finished_in_place(project_run, "tgt v2")
     assert run.data.params["target_model"] == "models:/tgt/2"
 
 

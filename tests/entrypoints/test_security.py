@@ -440,7 +440,7 @@ def test_no_membership_oracle_in_the_logged_tables_by_default(tracking, tmp_path
     assert tuple(riskiest.columns) == RISKY_COLUMNS and len(riskiest) > 0
     for _, part in riskiest.groupby("attack"):  # identified by keyed hash, in hash order: no score rank
         assert part["text_hmac"].tolist() == sorted(part["text_hmac"])
-    assert run.data.params["audit.log_samples"] == "False"
+    assert run.data.params["log_samples"] == "False"
     assert "`log_samples` (`--log-samples`) logs them" in (root / "report.md").read_text()
     # With log_samples the oracle is there, as the report says: every pool text's row and label.
     run, root = _logged_run(tracking, tmp_path, "--log-samples")

@@ -196,6 +196,6 @@ def test_the_cli_offers_and_runs_the_kind(registered, models, tmp_path, monkeypa
         while mlflow.active_run() is not None:
             mlflow.end_run()
         mlflow.set_tracking_uri(old)
-    assert len(runs) == 1 and runs[0].data.params["signal.kind"] == KIND
+    assert len(runs) == 1 and runs[0].data.params["signal"] == KIND
     expected = roc_auc_score([1] * 10 + [0] * 10, -brute_force_max_nll(target, tok, texts[:20]))
-    assert runs[0].data.metrics["loss/auc"] == pytest.approx(expected)
+    assert runs[0].data.metrics["loss/auc"] == pytest.approx(expected, abs=5e-4)  # logged to 4 significant digits

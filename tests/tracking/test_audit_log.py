@@ -16,6 +16,7 @@ from mlflow_mia.hashing import HashKey, resolve_hash_key
 from mlflow_mia.options.audit import Gate
 from mlflow_mia.tracking.artifacts import check_metric_names, dataset_digest
 from mlflow_mia.tracking.audit_log import log_audit
+from mlflow_mia.tracking.headline import full_metrics
 from mlflow_mia.tracking import audit_log
 from mlflow_mia.tracking.log_settings import LogSettings
 
@@ -60,22 +61,49 @@ def test_log_audit_writes_everything_once(tracking, audit, tmp_path):
     client = MlflowClient()
     data = client.get_run(run_id).data
     undefined = {k for k, v in result.metrics.items() if not math.isfinite(v)}
-    assert "loss/auc_len_20-60" in undefined  # an empty length bin: not logged as a number
-    assert data.metrics.keys() == {k for k in result.metrics if "/threshold_at_pop_fpr_" not in k} - undefined
+    assert "loss/auc_len_20-60" in undefined  # an empty length bin: in the table as null, not a metric
+    # The headline set: every attack's AUC and TPRs with their bounds, the headline AUC interval, the verdict code.
+    tprs = [f"{a}/tpr_at_fpr_{f}{s}" for a in ("likelihood_ratio", "loss") for f in ("0.1", "0.05")
+            for s in ("", "_lower", "_upper")]
+    assert set(data.metrics) == {
+        "likelihood_ratio/auc", "loss/auc", *tprs, "likelihood_ratio/auc_ci_low", "likelihood_ratio/auc_ci_high",
+        "mia_verdict_code"}
+    for key, value in data.metrics.items():
+        if key != "mia_verdict_code":
+            assert value == float(f"{result.metrics[key]:.4g}")  # 4 significant digits
+    assert data.metrics["mia_verdict_code"] == ["within budget", "no evidence of leakage", "inconclusive",
+                                                "leaks"].index(data.tags["mia.verdict"])
     assert all(NAME.match(k) for k in data.metrics)
-    for key in ("loss/auc", "user/likelihood_ratio/precision_at_pop_fpr_0.1", "likelihood_ratio/tpr_at_fpr_0.1"):
+    for key in ("loss/auc", "likelihood_ratio/tpr_at_fpr_0.1"):
         assert len(client.get_metric_history(run_id, key)) == 1
-    assert len(data.params["pool.digest"]) == 64 and len(data.params["population.digest"]) == 64
-    assert data.params["pool.digest"] != dataset_digest(pool.text_hashes, key=b"another key, 16+ bytes long")
-    assert data.params["audit.log_texts"] == "False" and data.params["target_model"].startswith("sha256:")
+    # Every metric (less the score thresholds) in the metrics table, to 10 decimals (mlflow.log_table's JSON).
+    table = full_metrics(client, run_id)
+    assert table == pytest.approx({k: v for k, v in result.metrics.items()
+                                   if "/threshold_at_pop_fpr_" not in k and k not in undefined}
+                                  | {"mia_verdict_code": data.metrics["mia_verdict_code"]}, abs=1e-10, rel=0)
+    shown = mlflow.load_table("tables/metrics.json", run_ids=[run_id])
+    assert set(shown["level"]) == {"sample", "user", "pool"} and shown["value"].isna().sum() == len(undefined)
+    # Digests are tags; each setting is one param, under its option's name.
+    assert len(data.tags["mia.pool.digest"]) == 64 and len(data.tags["mia.population.digest"]) == 64
+    assert data.tags["mia.pool.digest"] != dataset_digest(pool.text_hashes, key=b"another key, 16+ bytes long")
+    assert not [k for k in data.params if "digest" in k or k.startswith(("audit.", "signal.", "metrics."))]
+    assert data.params["log_texts"] == "False" and data.params["target_model"].startswith("sha256:")
+    assert (data.params["attacks"], data.params["signal"], data.params["num_masks"], data.params["seed"]) == (
+        "loss,likelihood_ratio", "energy", "2", "0")
+    assert "num_neighbours" not in data.params and "min_k_fraction" not in data.params  # attacks that did not run
     assert data.tags["mia.headline_attack"] == "likelihood_ratio" and "mia.gate" not in data.tags
+    verdict = artifacts["verdict"].content
+    assert (verdict["verdict"], verdict["reason"]) == (data.tags["mia.verdict"], data.tags["mia.verdict.reason"])
+    assert verdict["code"] == data.metrics["mia_verdict_code"] and verdict["gate"] is None
+    assert verdict["deciding"] == {k: result.metrics[k] for k in ("likelihood_ratio/auc", "likelihood_ratio/auc_ci_low",
+                                                                  "likelihood_ratio/auc_ci_high")}
     files = _artifacts(run_id)
     exposure = {"tables/memorization_features.csv"} if result.memorization_features is not None else set()
     assert {"plots/roc.png", "plots/roc_loglog.png", "plots/user_roc.png", "plots/hist_loss.png",
             "plots/hist_likelihood_ratio.png", "tables/samples.csv", "tables/riskiest.csv", "audit_summary.json",
-            "audit_config.json", "report.md"} | exposure == files
+            "audit_config.json", "report.md", "verdict.json", "tables/metrics.json"} | exposure == files
     assert set(artifacts) == {"roc", "roc_loglog", "user_roc", "hist_loss", "hist_likelihood_ratio", "samples",
-                              "riskiest", "audit_summary", "audit_config", "report"} | {
+                              "riskiest", "audit_summary", "audit_config", "report", "verdict"} | {
                                   os.path.splitext(os.path.basename(f))[0] for f in exposure}
     if exposure:
         assert list(artifacts["memorization_features"].content["features"])[-1] == "all"
@@ -113,8 +141,14 @@ def test_prefix_gate_and_no_metrics(tracking, audit):
         artifacts = log_audit(result, settings=LogSettings(hash_key=KEY, prefix="v1_", log_metrics=False, gate=gate))
     data = MlflowClient().get_run(run.info.run_id).data
     assert data.metrics == {}
-    assert data.tags["v1_mia.gate"] == "pass" and data.params["v1_audit.gate"] == "0.1:0.99"
-    assert "v1_report" in artifacts and "v1_report.md" in _artifacts(run.info.run_id)
+    assert data.tags["v1_mia.gate"] == "pass" and data.params["v1_max_tpr_at_fpr"] == "0.1:0.99"
+    assert len(data.tags["v1_mia.pool.digest"]) == 64 and "v1_attacks" in data.params
+    assert "v1_report" in artifacts and {"v1_report.md", "v1_tables/metrics.json"} <= _artifacts(run.info.run_id)
+    verdict = artifacts["v1_verdict"].content
+    assert verdict["gate"] == "pass" and verdict["verdict"] == "within budget" and verdict["code"] == 0
+    assert [(b["alpha"], b["max_tpr"], b["status"]) for b in verdict["budgets"]] == [(0.1, 0.99, "pass")]
+    deciding = gate.checks[0]["metric"]
+    assert set(verdict["deciding"]) == {deciding, f"{deciding}_lower", f"{deciding}_upper"}
     assert "Release gate: PASS" in artifacts["v1_report"].content
 
 
@@ -216,7 +250,8 @@ def test_samples_table_is_not_a_membership_oracle(tracking, audit, tmp_path, mon
     members = {lookup_hash(t, key) for t, y in zip(pool.texts, pool.labels) if y == 1}
     assert len(riskiest) and set(riskiest["text_hmac"]) <= members and "sample_id" not in riskiest
     params = MlflowClient().get_run(run.info.run_id).data.params
-    assert params["audit.hash_key"] == "env" and len(params["audit.hash_key_check"]) == 16
+    tags = MlflowClient().get_run(run.info.run_id).data.tags
+    assert params["hash_key"] == "env" and len(tags["mia.hash_key_check"]) == 16 and "hash_key_check" not in params
     assert "your key (env" in artifacts["report"].content
 
 
@@ -241,7 +276,8 @@ def test_without_a_key_hashes_cannot_be_looked_up(tracking, audit, monkeypatch, 
     assert 'export MLFLOW_MIA_HASH_KEY="$(cat ~/.mia_hash.key)"' in warned[0] and "--hash-key-file" in warned[0]
     assert "random per-audit key" in runs[0][1]["report"].content
     params = MlflowClient().get_run(runs[0][0]).data.params
-    assert params["audit.hash_key"] == "random (not kept)" and "audit.hash_key_check" not in params
+    tags = MlflowClient().get_run(runs[0][0]).data.tags
+    assert params["hash_key"] == "random (not kept)" and "mia.hash_key_check" not in tags
     assert lookup_hash(pool.texts[0], "any key of sixteen bytes") not in first
 
 
@@ -329,3 +365,57 @@ def test_every_logger_requires_the_parsers_hash_key(audit):
         log_audit(result, run_id="unused", settings=LogSettings(hash_key=b"a raw key of 32 bytes or more...."))
     with pytest.raises(TypeError, match="hash_key"):
         LogSettings(log_samples=True)
+
+
+def test_params_mlflow_run_logged_are_not_logged_again(tracking, audit):
+    """``mlflow run`` logs the MLproject parameters first: a setting it holds with the same value (``0.0`` for
+    ``0``) is not logged again; one the audit changed is logged as ``effective.<name>``, not refused."""
+    result, _, _ = audit
+    with mlflow.start_run() as run:
+        mlflow.log_params({"attacks": "loss", "seed": "0.0", "demo_size": "small"})
+        log_audit(result, settings=LogSettings(hash_key=KEY, log_metrics=False))
+    params = MlflowClient().get_run(run.info.run_id).data.params
+    assert params["seed"] == "0.0" and "effective.seed" not in params
+    assert params["attacks"] == "loss" and params["effective.attacks"] == "loss,likelihood_ratio"
+    assert params["num_masks"] == "2" and params["demo_size"] == "small"
+
+
+def test_settings_that_do_not_apply_are_not_params():
+    from mlflow_mia.config import AuditConfig
+    from mlflow_mia.tracking.run_params import new_params, setting_params
+
+    causal = setting_params(AuditConfig.from_dict({"signal": {"kind": "causal"}, "attacks": ["loss", "min_k"]}))
+    assert causal["signal"] == "causal" and causal["seed"] == "0" and causal["fprs"] == "0.1,0.01,0.001"
+    assert not {"num_masks", "mask_rate", "energy_reduction", "num_neighbours", "rmia_gamma"} & set(causal)
+    assert causal["min_k_fraction"] == "0.2"  # min_k runs
+    masked = setting_params(AuditConfig.from_dict({"attacks": ["loss", "neighbourhood"]}))
+    assert (masked["num_masks"], masked["mask_rate"], masked["energy_reduction"], masked["num_neighbours"]) == (
+        "10", "0.15", "sum", "25")
+    assert "max_length" not in masked  # unset: the model's limit
+    pll = setting_params(AuditConfig.from_dict({"signal": {"kind": "pll"}}))
+    assert "num_masks" not in pll and "mask_rate" not in pll and pll["signal"] == "pll"
+    assert new_params({"fprs": "0.1,0.01", "mask_rate": "0.15"}, {"fprs": "0.1, 0.01", "mask_rate": "0.2"}) == {
+        "effective.mask_rate": "0.15"}
+
+
+def test_headline_set_keeps_its_size_with_many_attacks():
+    from types import SimpleNamespace
+
+    from mlflow_mia.tracking.headline import headline_keys, headline_metrics
+
+    attacks = ["loss", "zlib", "min_k", "likelihood_ratio", "rmia"]
+    metrics = {f"{a}/{m}": 0.123456 for a in attacks
+               for m in ["auc", "auc_ci_low", "auc_ci_high"] + [f"tpr_at_fpr_{f}{s}" for f in ("0.1", "0.01")
+                                                                 for s in ("", "_lower", "_upper", "_ci_low")]}
+    result = SimpleNamespace(headline_attack="likelihood_ratio", attacks=dict.fromkeys(attacks), metrics=metrics,
+                             config=SimpleNamespace(metrics=SimpleNamespace(fprs=(0.1, 0.01))))
+    keys = headline_keys(result)
+    assert keys[:7] == ["likelihood_ratio/auc"] + [f"likelihood_ratio/tpr_at_fpr_{f}{s}" for f in ("0.1", "0.01")
+                                                   for s in ("", "_lower", "_upper")]
+    assert keys[7:] == [f"{a}/{m}" for a in ("loss", "zlib", "min_k", "rmia")
+                        for m in ("auc", "tpr_at_fpr_0.1", "tpr_at_fpr_0.01")]  # the others without bounds
+    two = SimpleNamespace(**{**vars(result), "attacks": {"loss": None, "likelihood_ratio": None}})
+    assert len(headline_keys(two)) == 14  # 2 x (AUC + 2 x (TPR, lower, upper)): all bounds fit
+    logged = headline_metrics(result)
+    assert list(logged)[0] == "likelihood_ratio/auc" and set(logged.values()) == {0.1235}
+    assert len(logged) == len(keys) + 2  # and the headline attack's AUC interval

@@ -74,13 +74,13 @@ def test_a_gate_that_did_not_pass_keeps_the_audits_name_and_verdict_and_adds_the
     client = MlflowClient()
     verdict = "**Verdict: leaks** (release gate failed: ...).\n\nThe full report is the run's `report.md` artifact."
     for key, value in {"mia.verdict": "leaks", "mlflow.note.content": verdict,
-                       "mlflow.runName": "audit tgt v2 vs ref v1"}.items():
+                       "mlflow.runName": "tgt v2 / ref v1"}.items():
         client.set_tag(project_run, key, value)
     client.set_terminated(project_run, "FINISHED")  # the audit's run context ended it
     for _ in range(2):  # recorded once
         assert record_project_failure("audit", 3, None, meaning="the release gate did not pass") == project_run
     run = client.get_run(project_run)
-    assert run.info.status == "FAILED" and run.info.run_name == "audit tgt v2 vs ref v1"
+    assert run.info.status == "FAILED" and run.info.run_name == "tgt v2 / ref v1"
     assert run.data.tags["mlflow.note.content"] == (
         verdict + "\n\n" + LINE.format(code=3, meaning="the release gate did not pass"))
 
@@ -95,7 +95,7 @@ def test_nothing_is_recorded_outside_mlflow_run(project_run, monkeypatch):
 def test_named_with_verdict_puts_the_verdict_first_once():
     from mlflow_mia.tracking.descriptions import VERDICTS, named_with_verdict
 
-    assert named_with_verdict("audit tgt v2 vs ref v1", "leaks") == "[leaks] audit tgt v2 vs ref v1"
+    assert named_with_verdict("tgt v2 / ref v1", "leaks") == "[leaks] tgt v2 / ref v1"
     for old in VERDICTS:  # any verdict in front is replaced by the new one
         assert named_with_verdict(f"[{old}] cmp", "inconclusive") == "[inconclusive] cmp"
     assert named_with_verdict("[draft] cmp", "leaks") == "[leaks] [draft] cmp"  # a user's bracket is kept
@@ -128,3 +128,19 @@ def test_the_experiment_carries_the_audits_view_of_its_run_list(tracking):
     assert run_list_url(experiment_id, tracking_uri="http://srv:5000/") == (
         f"http://srv:5000/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
         "&viewStateShareKey=mia-audits")
+
+
+def test_command_runs_log_system_metrics_unless_mlflow_is_told_not_to(tracking, monkeypatch):
+    import time
+
+    from mlflow_mia.tracking.runs import mlflow_run
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # MLflow's default is 10 s
+    found = {}
+    for switch in ("true", "false"):
+        monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", switch)
+        with mlflow_run(f"system {switch}") as run:
+            time.sleep(1.0)
+        found[switch] = set(MlflowClient().get_run(run.info.run_id).data.metrics)
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= found["true"]
+    assert found["false"] == set()

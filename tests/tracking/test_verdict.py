@@ -120,7 +120,7 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     run = client.search_runs([os.environ["MLFLOW_EXPERIMENT_ID"]], order_by=["attributes.start_time DESC"])[0]
     tags = run.data.tags
     # The run's name gives the verdict, then what was audited; the verdict follows the failed gate.
-    assert run.info.run_name == "[leaks] audit tgt v2 vs ref v1"
+    assert run.info.run_name == "[leaks] tgt v2 / ref v1"
     assert tags["mia.verdict"] == LEAKS and tags["mia.gate"] == FAIL
     note = tags["mlflow.note.content"]
     assert note.startswith("**Verdict: leaks** (release gate failed")
@@ -144,7 +144,7 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     assert out[-7].startswith("verdict: leaks (release gate failed")
     assert re.match(r"likelihood_ratio: AUC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; TPR at FPR 0\.1 \d\.\d{3} "
                     r"\[\d\.\d{3}, \d\.\d{3}\], TPR at FPR 0\.05 .+ \(95% intervals\)$", out[-6]), out[-6]
-    assert out[-5] == f"experiment: {experiment}; run: [leaks] audit tgt v2 vs ref v1 ({run.info.run_id})"
+    assert out[-5] == f"experiment: {experiment}; run: [leaks] tgt v2 / ref v1 ({run.info.run_id})"
     assert out[-4] == (f"run list: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs"
                        "?workflowType=machine_learning&viewStateShareKey=mia-audits")  # the audits' view
     assert out[-3] == (f"run page: http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
@@ -155,8 +155,8 @@ def test_audit_run_shows_the_verdict_everywhere(tracking, capsys):
     inputs = {d.dataset.name: d for d in run.inputs.dataset_inputs}
     assert set(inputs) == {"pool", "population"}
     pool, population = inputs["pool"].dataset, inputs["population"].dataset
-    assert pool.digest == run.data.params["pool.digest"][:32]
-    assert population.digest == run.data.params["population.digest"][:32]
+    assert pool.digest == run.data.tags["mia.pool.digest"][:32]
+    assert population.digest == run.data.tags["mia.population.digest"][:32]
     assert '"num_rows": 160' in pool.profile and '"num_rows": 100' in population.profile
     columns = [c["name"] for c in __import__("json").loads(pool.schema)["mlflow_colspec"]]
     assert columns == ["sample_id", "label", "group", "text_hmac"]
@@ -175,7 +175,7 @@ def test_experiment_defaults_to_mlflow_mia_opened_as_model_training(tracking, mo
     experiment = MlflowClient().get_experiment_by_name("mlflow-mia")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     runs = MlflowClient().search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
-    assert runs[0].info.run_name == "[no evidence of leakage] audit tgt v1 vs ref v1"
+    assert runs[0].info.run_name == "[no evidence of leakage] tgt v1 / ref v1"
     assert "experiment: mlflow-mia;" in capsys.readouterr().out
 
 

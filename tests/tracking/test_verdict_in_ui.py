@@ -130,7 +130,7 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
             # The run page the CLI prints (run_url): name, description and tag give the verdict.
             _open(page, run_url(leaky.info.run_id, experiment_id, tracking_uri=base), "Verdict: leaks")
             _close_assistant(page)
-            for text in ("[leaks] audit tgt v2 vs ref v1", "Verdict: leaks", "The strongest attack", "mia.verdict"):
+            for text in ("[leaks] tgt v2 / ref v1", "Verdict: leaks", "The strongest attack", "mia.verdict"):
                 assert _on_screen(page, text), text
             body = page.inner_text("body")
             assert "pool" in body and "population" in body  # the datasets
@@ -138,11 +138,11 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
             # The plain run list (no view chosen): MLflow shows no tag, metric or description column by default,
             # so the run names carry the verdicts.
             _open(page, f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning",
-                  "[leaks] audit tgt v2 vs ref v1")
-            assert _on_screen(page, "[no evidence of leakage] audit tgt v1") and _on_screen(page, "build canary demo")
+                  "[leaks] tgt v2 / ref v1")
+            assert _on_screen(page, "[no evidence of leakage] tgt v1") and _on_screen(page, "build canary demo")
             # The run list the CLI prints: the audits' view, the verdict and its reason as columns, audits only.
             _open(page, run_list_url(experiment_id, tracking_uri=base), "contains 0.5; not a proof of privacy")
-            for text in ("mia.verdict", "[leaks] audit tgt v2 vs ref v1", "above 0.5",
+            for text in ("mia.verdict", "[leaks] tgt v2 / ref v1", "above 0.5",
                          "contains 0.5; not a proof of privacy", "2 matching runs"):
                 assert _on_screen(page, text), text
             assert "build canary demo" not in page.inner_text("body")
@@ -152,9 +152,9 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
             # by name) and the first shared metric, the headline AUC.
             ids, experiments = json.dumps([clean.info.run_id, leaky.info.run_id]), json.dumps([experiment_id])
             _open(page, f"{base}/#/compare-runs?runs={quote(ids)}&experiments={quote(experiments)}",
-                  "[leaks] audit tgt v2 vs ref v1")
-            assert _on_screen(page, "[leaks] audit tgt v2 vs ref v1")
-            assert _on_screen(page, "[no evidence of leakage] audit tgt v1 vs ref v1")
+                  "[leaks] tgt v2 / ref v1")
+            assert _on_screen(page, "[leaks] tgt v2 / ref v1")
+            assert _on_screen(page, "[no evidence of leakage] tgt v1 / ref v1")
             plot = page.locator(".js-plotly-plot").first.inner_text()
             assert "likelihood_ratio/auc" in plot and "target_model" in plot
             assert not any(key in plot for key in ("allow_tokenizer_mismatch", "attacks", "bootstrap_rounds", "digest"))
@@ -164,7 +164,7 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
             assert _on_screen(page, "Verdict: leaks")
             assert "mia.verdict" in page.inner_text("body")
             page.screenshot(path=str(shots / "ui_version_verdict.png"))
-            href = page.get_by_role("link", name="[leaks] audit tgt v2 vs ref v1").first.get_attribute("href")
+            href = page.get_by_role("link", name="[leaks] tgt v2 / ref v1").first.get_attribute("href")
             assert f"/runs/{leaky.info.run_id}" in href  # the description links back to the run
             # The report's address the CLI prints opens report.md in the run's artifact view.
             _open(page, run_url(leaky.info.run_id, experiment_id, tracking_uri=base, path="report.md"), "In brief")
