@@ -25,6 +25,8 @@ import json
 import logging
 import os
 
+from mlflow_mia.signals.placement import is_dispatched
+
 __all__ = ["ADAPTER_CONFIG", "BASE_KEY_MAPPING", "MERGE_TOLERANCE", "is_adapter_folder", "adapter_config",
            "adapter_base", "attach", "is_adapter_key", "LM_TASKS"]
 
@@ -104,10 +106,14 @@ def attach(base, folder: str, *, source: str, merge: bool = True):
     Raises
     ------
     ValueError
-        The adapter does not fit the base model.
+        The adapter does not fit the base model, or the base was placed by accelerate's ``device_map``.
     """
     from peft import PeftModel  # peft imports transformers: not on mlflow-mia --help's start-up path
 
+    if is_dispatched(base):  # offloaded weights sit on the meta device; peft cannot wrap or merge them there
+        raise ValueError(f"{source}: a PEFT adapter cannot be applied to a base spread by --device-map (its offloaded "
+                         "weights are not in memory); merge the adapter first (peft's merge_and_unload(), then "
+                         "save_pretrained) and audit the merged folder with --device-map auto")
     try:
         model = PeftModel.from_pretrained(base, folder, is_trainable=False)
     except (RuntimeError, KeyError, ValueError) as exc:

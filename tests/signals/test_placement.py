@@ -112,3 +112,14 @@ def test_masked_energy_of_offloaded_model_equals_the_plain_models(tmp_path):
         b = compute_signals(offloaded, texts, config, progress=False)
     np.testing.assert_allclose(b.values, a.values, atol=1e-5)
     assert weights_digest(offloaded.model) == weights_digest(plain.model)
+
+
+def test_adapter_on_an_offloaded_base_is_refused_with_the_fix(plain_and_offloaded, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from mlflow_mia.models.adapters import attach
+
+    model, _ = tiny_gpt2(seed=5)
+    get_peft_model(model, LoraConfig(r=2, target_modules=["c_attn"])).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="cannot be applied to a base spread by --device-map.*merge the adapter"):
+        attach(plain_and_offloaded[1].model, str(tmp_path), source="adapter")
