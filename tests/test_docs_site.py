@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 NEEDED = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
+#: A Sphinx role as text (``:func:`name```), as a page would show one that was not rewritten.
+RAW_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|data|meth|attr|exc|obj):`")
 
 
 def _missing() -> list[str]:
@@ -47,6 +49,14 @@ def test_site_builds_strict_without_warnings(tmp_path):
     assert done.returncode == 0 and not warnings, log
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert 'id="mlflow_mia.audits.membership.run_audit"' in api  # mkdocstrings rendered the docstrings
+    # Sphinx roles in docstrings render as cross-references (docs/hooks/sphinx_roles.py), or code where the target
+    # is not on the site: none is left as text, none as escaped markup.
+    assert not RAW_ROLE.findall(api), RAW_ROLE.findall(api)[:5]
+    assert "&lt;autoref" not in api
+    links = re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="([^"]+)"[^>]*><code>([^<]+)</code></a>', api)
+    assert ("#mlflow_mia.audits.membership.compute_audit_signals", "compute_audit_signals") in links, links[:10]
+    css = (tmp_path / "site" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert "overflow-x: auto" in css and 'href="../../stylesheets/extra.css"' in api  # wide tables scroll
     assert (tmp_path / "site" / "guides" / "scale" / "index.html").is_file()
 
 
@@ -59,7 +69,8 @@ def test_strict_build_fails_on_a_broken_link_and_a_missing_anchor(tmp_path):
     (docs / "other.md").write_text("# Other\n\n## A heading\n")
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     config = config.split("\nnav:\n", 1)[0] + "\nnav:\n  - Home: index.md\n  - Other: other.md\n"
-    config = config.replace("paths: [.]", f"paths: [{ROOT}]")
+    config = config.replace("paths: [.]", f"paths: [{ROOT}]").replace("- docs/hooks/", f"- {DOCS}/hooks/")
+    config = config.replace("  - stylesheets/extra.css\n", "")
     (tmp_path / "mkdocs.yml").write_text(config, encoding="utf-8")
     done = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
     log = done.stdout + done.stderr
@@ -88,3 +99,16 @@ def test_every_written_page_opens_with_what_it_answers():
         assert lines[0].startswith("# "), page
         first = next(line for line in lines[1:] if line.strip())
         assert first.startswith("This page answers "), (page, first)
+
+
+def test_roles_rewrite_to_optional_references():
+    """The docs hook resolves a role's target as Sphinx would look it up from the docstring's module."""
+    spec = importlib.util.spec_from_file_location("sphinx_roles", DOCS / "hooks" / "sphinx_roles.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    text = hook.rewrite("Uses :meth:`~.base.Audit.run`, :data:`VERDICTS` and :mod:`mlflow_mia.tracking`.",
+                        "mlflow_mia.pipeline", is_package=True)
+    assert text == ('Uses <autoref identifier="mlflow_mia.pipeline.base.Audit.run" optional><code>run</code></autoref>, '
+                    '<autoref identifier="mlflow_mia.pipeline.VERDICTS" optional><code>VERDICTS</code></autoref> and '
+                    '<autoref identifier="mlflow_mia.tracking" optional><code>mlflow_mia.tracking</code></autoref>.')
+    assert not RAW_ROLE.search(text) and hook.rewrite("no role: `code`", "m") == "no role: `code`"
