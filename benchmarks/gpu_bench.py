@@ -180,7 +180,7 @@ def build(kind: str, shape: tuple, *, dtype=torch.float32, labels: int = 0):
         cls = BertForTokenClassification if labels else BertForMaskedLM
     elif kind == "gpt2":
         config, cls = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_inner=inner,
-                                 n_positions=1024, bos_token_id=0, eos_token_id=0), GPT2LMHeadModel  # bpe's <|endoftext|>
+                                 n_positions=1024, bos_token_id=0, eos_token_id=0), GPT2LMHeadModel  # <|endoftext|>
     else:
         config, cls = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                   num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=inner,
@@ -374,7 +374,8 @@ class Run:
         if self._bpe is None:
             from bench_causal import bpe_tokenizer
 
-            self._bpe = bpe_tokenizer(self.sentences, vocab_size=min(self.shapes["gpt2"][4], self.shapes["llama_1b5"][4]))
+            vocab = min(self.shapes["gpt2"][4], self.shapes["llama_1b5"][4])
+            self._bpe = bpe_tokenizer(self.sentences, vocab_size=vocab)
         return self._bpe
 
     def share(self, flops: float, seconds: float) -> float:
@@ -446,7 +447,8 @@ def energy_and_pll(run: Run, cases: dict, which: str) -> None:
         ids, copies = masked_copies(lm, items) if which == "energy" else _pll_copies(lm, items)
         lengths = [len(ids[i]) for i, _ in copies]
         flops = useful_flops(model, lengths, sum(len(p) for _, p in copies), causal=False, head_transform=True)
-        row.update(dtype=dname, useful_tflop=round(flops / 1e12, 3), share_of_matmul=run.share(flops, row["ours_median_s"]),
+        row.update(dtype=dname, useful_tflop=round(flops / 1e12, 3),
+                   share_of_matmul=run.share(flops, row["ours_median_s"]),
                    max_abs_diff=float(np.max(np.abs(out["ours"] - out["anchor"]))))
         if which == "energy" and dtype == torch.float32:
             sub = items[:run.n["paper"]]
@@ -569,11 +571,13 @@ def llama_7b(run: Run) -> dict:
     peak = torch.cuda.max_memory_allocated(DEVICE) if DEVICE.type == "cuda" else None
     total = torch.cuda.get_device_properties(DEVICE).total_memory if DEVICE.type == "cuda" else None
     row = {"parameters_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 2),
-           "weights_gib": round(weights / 2 ** 30, 2), "texts": len(texts), "texts_per_s": round(len(texts) / seconds, 1),
+           "weights_gib": round(weights / 2 ** 30, 2), "texts": len(texts),
+           "texts_per_s": round(len(texts) / seconds, 1),
            "peak_gib": None if peak is None else round(peak / 2 ** 30, 2),
            "working_set_gib": None if peak is None else round((peak - weights) / 2 ** 30, 2),
            "device_gib": None if total is None else round(total / 2 ** 30, 1)}
-    print(f"llama_7b: {row['parameters_b']}B parameters, {row['weights_gib']} GiB of weights, peak {row['peak_gib']} GiB "
+    print(f"llama_7b: {row['parameters_b']}B parameters, {row['weights_gib']} GiB of weights, "
+          f"peak {row['peak_gib']} GiB "
           f"of {row['device_gib']} GiB, {row['texts_per_s']} texts/s")
     return row
 

@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_bench.py`` end to end on the CPU with tiny shapes: every workload, its anchor, the JSON it writes."""
+"""``benchmarks/gpu_bench.py`` on the CPU with tiny shapes: every workload, its anchor, the JSON, the docs."""
 
 from __future__ import annotations
 

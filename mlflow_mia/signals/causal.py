@@ -66,29 +66,33 @@ __all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", 
 
 log = logging.getLogger(__name__)
 
-#: Scored positions per call of the vocabulary projection.
+#: Scored positions per call of the vocabulary projection (CPU; on CUDA :data:`CUDA_HEAD_POSITIONS`).
 HEAD_POSITIONS = 512
+#: The same on CUDA for the blocked projection: fewer, larger products (an 8192 x 4096 float32 block is 128 MiB);
+#: values do not depend on it.
+CUDA_HEAD_POSITIONS = 8192
 #: Vocabulary rows per block of the projection.
 VOCAB_BLOCK = 4096
 
 
-def _head(features: torch.Tensor, decoder: torch.nn.Linear, targets: torch.Tensor, stats: bool) -> torch.Tensor:
-    """``(log p, mu, sigma, top1)`` (stats) or ``log p`` of each row of ``features``, HEAD_POSITIONS rows at a time."""
+def _head(features: torch.Tensor, decoder: torch.nn.Linear, targets: torch.Tensor, stats: bool,
+          rows: int = HEAD_POSITIONS) -> torch.Tensor:
+    """``(log p, mu, sigma, top1)`` (stats) or ``log p`` of each row of ``features``, ``rows`` rows at a time."""
     out = torch.empty((len(features), len(STATS_COLUMNS)) if stats else len(features), dtype=torch.float32,
                       device=features.device)
     kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
-    for start in range(0, len(features), HEAD_POSITIONS):
-        stop = start + HEAD_POSITIONS
+    for start in range(0, len(features), rows):
+        stop = start + rows
         out[start:stop] = kernel(features[start:stop], decoder.weight, decoder.bias, targets[start:stop], VOCAB_BLOCK)
     return out
 
 
-def _from_logits(logits: torch.Tensor, targets: torch.Tensor, stats: bool) -> torch.Tensor:
-    """The fallback head: rows of full logits, HEAD_POSITIONS at a time, in float32."""
+def _from_logits(logits: torch.Tensor, targets: torch.Tensor, stats: bool, rows: int = HEAD_POSITIONS) -> torch.Tensor:
+    """The fallback head: rows of full logits, ``rows`` at a time, in float32."""
     out = torch.empty((len(logits), len(STATS_COLUMNS)) if stats else len(logits), dtype=torch.float32,
                       device=logits.device)
-    for start in range(0, len(logits), HEAD_POSITIONS):
-        stop = start + HEAD_POSITIONS
+    for start in range(0, len(logits), rows):
+        stop = start + rows
         res = logprob_stats_of_logits(logits[start:stop], targets[start:stop])
         out[start:stop] = res if stats else res[:, 0]
     return out
@@ -146,6 +150,7 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
                                                         vocab_logits=decoder is None)
     buckets = uses_length_buckets(device) if buckets is None else buckets
     width = (lambda n: bucket_width(n, lm.max_length)) if buckets else None
+    head_rows = CUDA_HEAD_POSITIONS if device.type == "cuda" else HEAD_POSITIONS
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
     out: list = [None] * len(ids)
     trimmer = HeapTrimmer()
@@ -162,10 +167,10 @@ def causal_token_logprobs(lm: CausalLM, ids: Sequence[np.ndarray], *, token_budg
         r, c = to_device(row_idx, device), to_device(col_idx, device)
         if decoder is not None:
             hidden = capture_projection_input(lm.model, decoder, *inputs)
-            scored = _head(hidden[r, c], decoder, targets, stats)
+            scored = _head(hidden[r, c], decoder, targets, stats, head_rows)
         else:
             logits = lm.model(input_ids=inputs[0], attention_mask=inputs[1]).logits
-            scored = _from_logits(logits[r, c], targets, stats)
+            scored = _from_logits(logits[r, c], targets, stats)  # full-vocabulary rows: 512 at a time
             del logits
         results.add((rows, n_scored), scored)
         if progress is not None:

@@ -284,3 +284,18 @@ def test_auto_is_float32_on_cpu_and_bfloat16_on_a_cuda_device_that_supports_it(m
     assert runtime.resolve_dtype("auto", "cuda") == torch.bfloat16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     assert runtime.resolve_dtype("auto", "cuda") == torch.float32
+
+
+def test_the_causal_head_gives_the_same_values_in_blocks_of_any_number_of_rows():
+    """On CUDA the head takes 8192 positions per product instead of 512: values do not depend on it."""
+    gen = torch.Generator().manual_seed(0)
+    features, decoder = torch.randn(50, 16, generator=gen), torch.nn.Linear(16, 300)
+    targets = torch.randint(0, 300, (50,), generator=gen)
+    with torch.inference_mode():
+        for stats in (False, True):
+            small, large = (causal._head(features, decoder, targets, stats, rows)
+                            for rows in (7, causal.CUDA_HEAD_POSITIONS))
+            torch.testing.assert_close(small, large, rtol=0, atol=1e-6)
+            logits = decoder(features)
+            torch.testing.assert_close(causal._from_logits(logits, targets, stats, 7),
+                                       causal._from_logits(logits, targets, stats), rtol=0, atol=1e-6)
