@@ -220,6 +220,9 @@ class DcPddAttack(Attack):
     citation = "Zhang et al. 2024 (DC-PDD)"
     requires = ("target", "dc_pdd_beta")
     Settings = DcPddSettings
+    # Not in a release gate's default set: not measured on the demos yet (its frequencies come from the
+    # population, not a large general corpus as in the paper).
+    gate_min_references = None
     energy_refusal: ClassVar[str] = (
         "attack 'dc_pdd' needs each token's probability once, in text order (the first occurrence of each token "
         "counts): a causal LM's, or a masked LM's pseudo-log-likelihood (signal='pll'); the masked energy's random "

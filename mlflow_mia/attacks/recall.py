@@ -170,6 +170,9 @@ class RecallAttack(Attack):
     requires = ("target", "recall_conditional")
     allows_nan = True  # the population texts of the prefix
     Settings = RecallSettings
+    # Not in a release gate's default set: not measured on the demos yet, and its prefix texts leave the
+    # population (the thresholds) shorter by recall_shots rows.
+    gate_min_references = None
     masked_refusal: ClassVar[str] = (
         "attack 'recall' needs a causal LM target: ReCaLL's LL(x | P) is the left-to-right likelihood of a text read "
         "after a prefix (in-context conditioning, Xie et al. 2024, Sec. 3), which a masked LM does not define; "

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny_causal import tiny_llama, word_texts as _texts
 
-from mlflow_mia.attacks import ATTACKS, AttackInputs
+from mlflow_mia.attacks import ATTACKS, AttackInputs, gate_attacks
 from mlflow_mia.attacks.recall import RecallSettings, prefix_rows
 from mlflow_mia.audits.membership import run_audit
 from mlflow_mia.config import AuditConfig, MetricConfig
@@ -109,3 +109,9 @@ def test_a_masked_target_is_refused_by_name_before_any_model_runs(audit_data):
     sig = SignalResult.from_arrays([2.0], n_tokens=[3], kind="energy")
     with pytest.raises(ValueError, match="attack 'recall' needs a causal LM target"):
         ATTACKS["recall"]()(AttackInputs(("a",), target=sig, recall_conditional=[-1.0]))
+
+
+def test_recall_dc_pdd_and_grad_norm_join_no_gate_unasked():
+    for k in (0, 1, 4):
+        assert not {"recall", "dc_pdd", "grad_norm"} & set(gate_attacks(k, shadow_membership=True))
+    assert all(ATTACKS[a].gate_min_references is None for a in ("recall", "dc_pdd", "grad_norm"))
