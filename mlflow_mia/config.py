@@ -375,8 +375,8 @@ class AuditConfig:
                 for key, of in declared_options(type(s)).items()}
 
     def to_dict(self) -> dict:
-        """Plain data; the attacks' options sit under ``metrics`` by key (the run params ``metrics.min_k_fraction``,
-        ..., named so since before the attacks declared them); :meth:`from_dict` reads them back."""
+        """Plain data; the attacks' options sit under ``metrics`` by key (``metrics.min_k_fraction``, ..., as
+        before the attacks declared them; the run params are the keys alone); :meth:`from_dict` reads them back."""
         out = dataclasses.asdict(dataclasses.replace(self, attack_settings={}))
         out.pop("attack_settings")
         out["metrics"].update(self.attack_options())

@@ -95,7 +95,7 @@ class HashKey:
     def check(self) -> str:
         """16 hex characters that identify the key without revealing it (an HMAC of a fixed message).
 
-        Logged as ``audit.hash_key_check`` so a user can tell which of their keys an audit used.
+        Logged as the run tag ``mia.hash_key_check`` so a user can tell which of their keys an audit used.
         """
         return hmac.new(self.key, _CHECK_MESSAGE, hashlib.sha256).hexdigest()[:16]
 

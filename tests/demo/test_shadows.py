@@ -225,9 +225,9 @@ def test_the_audit_command_with_the_shadows_record_runs_lira_online_in_the_gates
     assert attacks == ["loss", "zlib", "min_k", "min_k_plus_plus", "likelihood_ratio", "lira_offline", "rmia",
                        "lira_online"]
     assert any(k.startswith("lira_online") for k in run.data.metrics)
-    # which record decided: its digest in the run's params and in audit_config.json, with the direction check
+    # which record decided: its digest in the run's tags and in audit_config.json, with the direction check
     digest = ShadowRecord.from_json(tmp / "record.json").digest
-    assert run.data.params["shadow_record.digest"] == digest
+    assert run.data.tags["mia.shadow_record.digest"] == digest and "shadow_record.digest" not in run.data.params
     logged = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/audit_config.json"))["models"]
     assert logged["shadow_record"]["digest"] == digest and logged["shadow_record"]["direction"]["n_units"] > 0
     # the record read under another key, or with the shadows in another order: a usage error naming the fix
