@@ -16,7 +16,11 @@ What it runs, each on the same random-weight models and texts:
   the WNUT-16 tags (13 labels);
 * causal mean NLL per token (``compute_causal_signals`` of
   ``mlflow_mia.signals.causal``) of a GPT-2 with 6 layers, hidden 384, when that
-  module exists (it is skipped, and said so, otherwise).
+  module exists (it is skipped, and said so, otherwise);
+* the GPU path (issue 45): energy and causal NLL in float32 with length buckets
+  (the CUDA default) against the same without them, within 1e-3 nats (TF32 and
+  kernels chosen per shape move the last digits), with the token budget the
+  device's free memory gave. Speed against the anchors is ``benchmarks/gpu_bench.py``.
 
 Reference: the same models in float32 on the CPU. Tolerances, per dtype (float16,
 bfloat16), on the signal values (random-weight models put ``log p`` near
@@ -187,6 +191,37 @@ def causal_signal(sample: list[str], failures: list) -> None:
                 failures)
 
 
+def gpu_path(sample: list[str], failures: list) -> None:
+    """Length buckets on the device change no value beyond float rounding; the memory-sized token budget."""
+    from transformers import BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    from mlflow_mia.config import SignalConfig
+    from mlflow_mia.signals import CausalLM, MaskedLM, causal, compute_signals, energy, runtime
+    from mlflow_mia.signals.testing import tiny_gpt2_tokenizer
+
+    tok, ctok = bert_tokenizer(), tiny_gpt2_tokenizer()
+    torch.manual_seed(0)
+    lms = {"energy": MaskedLM(BertForMaskedLM(_bert_config(len(tok))).eval(), tok),
+           "causal": CausalLM(GPT2LMHeadModel(GPT2Config(vocab_size=len(ctok), n_embd=384, n_layer=6, n_head=12,
+                                                         bos_token_id=0, eos_token_id=0)).eval(), ctok)}
+    for kind, lm in lms.items():
+        config, module = SignalConfig(kind=kind, dtype="float32"), causal if kind == "causal" else energy
+        before, values = module.uses_length_buckets, {}
+        try:
+            for flag in (True, False):  # buckets forced on and off (on is the CUDA default)
+                module.uses_length_buckets = lambda device, flag=flag: flag
+                values[flag] = compute_signals(lm, sample, config, device=DEVICE, progress=False).values
+        finally:
+            module.uses_length_buckets = before
+        on, off = values[True], values[False]
+        budget = runtime.default_token_budget(DEVICE, kind, model=lm.model, dtype=torch.float32)
+        diff = float(np.max(np.abs(on - off)))
+        print(f"  {kind:<8} buckets on/off max |diff| {diff:.2e} (tolerance 1e-3) {'ok' if diff <= 1e-3 else 'FAIL'}; "
+              f"token budget {budget}")
+        if diff > 1e-3:
+            failures.append(f"{kind} with length buckets: {diff:.3g} > 1e-3")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--texts", type=int, default=64)
@@ -202,7 +237,7 @@ def main(argv=None) -> int:
     where = torch.cuda.get_device_name(0) if DEVICE == "cuda" else "CPU"
     print(f"{where}, torch {torch.__version__}; {args.texts} texts; reference: float32 on the CPU")
     sample, failures = texts(args.texts), []
-    for part in (masked_signals, ner_signal, causal_signal):
+    for part in (masked_signals, ner_signal, causal_signal, gpu_path):
         part(sample, failures)
     if failures:
         print("FAILED: " + "; ".join(failures))
