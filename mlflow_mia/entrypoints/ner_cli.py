@@ -8,11 +8,16 @@ the same names with labels swapped), Kendall's tau of prompt scores across the t
 models, and a combined report. Each tagger is the other's reference tagger: its
 audit adds the per-name ratio score ``ner/{type}/ratio_*`` (target against the other
 tagger's confidence, prompt by prompt).
+
+With ``--max-tpr-at-fpr ALPHA:MAX`` each audit is gated (:mod:`mlflow_mia.metrics.ner_gate`: the TPR at FPR
+alpha of member against non-member names, on the ratio score when a reference tagger is given): the command
+prints each verdict and exits with 3 unless every gate passes; the audited registry versions get the same
+sealed records, ``mia.gate``, ``mia.verdict`` and description as a membership audit's.
 """
 
 from __future__ import annotations
 
-from mlflow_mia.entrypoints.common import EXIT_OK
+from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.values import blank as _blank
 from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.ner.audit import compare_models
@@ -28,7 +33,8 @@ from mlflow_mia.tracking.artifacts import to_json
 from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 from mlflow_mia.naming import fmt_number
 from mlflow_mia.tracking.descriptions import short_model_name
-from mlflow_mia.tracking.verdict import describe_nested, fmt_interval, ner_verdict, worst_verdict
+from mlflow_mia.tracking.ner_log import ner_run_verdict
+from mlflow_mia.tracking.verdict import describe_nested, fmt_interval, worst_verdict
 
 __all__ = ["cmd_ner_audit"]
 
@@ -39,9 +45,16 @@ def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, t
     tagger = resolve_token_classifier(model_uri)
     reference = resolve_token_classifier(reference_uri) if reference_uri else None
     with mlflow.start_run(run_name=run_name, nested=nested) as run:
-        result, _ = ner_audit_and_log(tagger, names, Settings(cfg, options), reference=reference,
-                                      run_id=run.info.run_id, title=title, run_name=run_name)
-    return result, run.info.run_id
+        result, gate, _ = ner_audit_and_log(tagger, names, Settings(cfg, options), reference=reference,
+                                            run_id=run.info.run_id, title=title, run_name=run_name)
+    return result, gate, run.info.run_id
+
+
+def _print_gate(gate) -> None:
+    """The release gate's line and what it means for a release (nothing without a gate)."""
+    if gate is not None:
+        print(gate.verdict())
+        print(gate.message())
 
 
 _LEGEND = ("  M-MEM = AUC of in-sample vs out-of-sample names (0.5 = none memorized); best / worst = the prompts "
@@ -86,18 +99,20 @@ def _demo(args, cfg, options):
     names_a = read_private_table(demo.names_path)
     names_b = names_a.assign(is_member=1 - names_a["is_member"])
     with mlflow.start_run(run_name=f"ner-audit wnut-{args.demo_size}") as parent:
-        results = {}
+        results, gates = {}, {}
         for label, uri, names, other in (("A", demo.model_a_uri, names_a, demo.model_b_uri),
                                          ("B", demo.model_b_uri, names_b, demo.model_a_uri)):
-            results[label], _ = _audit_one(uri, names, cfg, options, run_name=f"ner-audit {short_model_name(uri)}",
-                                           nested=True, title=f"Model {label}: {uri}", reference_uri=other)
+            results[label], gates[label], _ = _audit_one(uri, names, cfg, options, nested=True, reference_uri=other,
+                                                 run_name=f"ner-audit {short_model_name(uri)}",
+                                                 title=f"Model {label}: {uri}")
             _print(results[label], f"model {label}")
+            _print_gate(gates[label])
         metrics, taus = compare_models(results, controls={"A": "B"})
         mlflow.log_metrics(metrics)
         mlflow.log_params({"ner.model_a": demo.model_a_uri, "ner.model_b": demo.model_b_uri,
                            "ner.entity_types": ",".join(demo.entity_types)})
         mlflow.log_text(taus.to_csv(index=False), "tables/ner_kendall_tau_models.csv")
-        verdicts = [(f"model {k}", ner_verdict(r.metrics, r.entity_types)) for k, r in results.items()]
+        verdicts = [(f"model {k}", ner_run_verdict(r, gates[k])) for k, r in results.items()]
         report = [f"# NER prompt memorization audit of {short_model_name(demo.model_a_uri)} and "
                   f"{short_model_name(demo.model_b_uri)}: WNUT-16 demo, two taggers on swapped halves", "",
                   worst_verdict(verdicts).markdown(), "",
@@ -120,11 +135,12 @@ def _demo(args, cfg, options):
         describe_nested(mlflow.MlflowClient(), parent.info.run_id, verdicts,
                         heading="Two taggers trained on swapped halves of the names.")
     _last_lines(parent.info.run_id)
-    return EXIT_OK
+    return EXIT_GATE_FAILED if any(g is not None and not g.passed for g in gates.values()) else EXIT_OK
 
 
 def cmd_ner_audit(args) -> int:
-    """Run ``mlflow-mia ner-audit``; returns the exit code (0 ok; errors raise ValueError).
+    """Run ``mlflow-mia ner-audit``; returns the exit code (0 ok, 3 a release gate that did not pass; errors raise
+    ValueError).
 
     The options are parsed and checked (device, ranges, entity types, the names table)
     before the demo is built or any model loads.
@@ -147,8 +163,9 @@ def cmd_ner_audit(args) -> int:
             raise ValueError(f"--label-column {label!r} is not a column of {names}: {list(table.columns)}")
         table = table.rename(columns={label: "is_member"})
     check_names_table(table, entity_types=cfg.entity_types)  # before the model loads
-    result, run_id = _audit_one(model, table, cfg, options, run_name=f"ner-audit {short_model_name(model)}",
-                                nested=False, title=None)
+    result, gate, run_id = _audit_one(model, table, cfg, options, run_name=f"ner-audit {short_model_name(model)}",
+                                      nested=False, title=None)
     _print(result, "model")
+    _print_gate(gate)
     _last_lines(run_id)
-    return EXIT_OK
+    return EXIT_GATE_FAILED if gate is not None and not gate.passed else EXIT_OK  # fail or inconclusive

@@ -203,7 +203,9 @@ class GateResult(ThreeStateResult):
             inconclusive points (unit ``"sample"``, ``"group"`` or ``"user"``);
             ``unbounded`` when no member count brings a bound under its budget with
             this many non-members (the rate at the threshold the bound is read at is
-            at or over the budget).
+            at or over the budget). A score with counts of its own (unit ``"name"``: the
+            NER gate's names of one entity type) has a row of its own, keyed by the score
+            (``ner/{type}/{score}``).
         """
         out: dict = {}
         for c in self.checks:
@@ -212,7 +214,8 @@ class GateResult(ThreeStateResult):
                     continue
                 unit = p["unit"] if not math.isnan(p["value"]) else p["level"]
                 units = unit == p["unit"]
-                row = out.setdefault(unit, {"members": None, "non_members": None, "unbounded": False,
+                key = p["metric"].rpartition("/tpr_at_fpr_")[0] if unit == "name" else unit
+                row = out.setdefault(key, {"members": None, "non_members": None, "unbounded": False,
                                             "n_members": p["n_member_units" if units else "n_members"],
                                             "n_non_members": p["n_non_member_units" if units else "n_non_members"]})
                 if p["non_members_needed"] is not None:
@@ -245,19 +248,21 @@ class GateResult(ThreeStateResult):
         if any(p["bound"] is None and not math.isnan(p["value"]) for c in self.checks for p in c["points"]):
             parts.append("some TPRs have no bound that includes the threshold's noise (metrics of an earlier "
                          "release): audit again")
-        for unit, row in self.needed().items():
-            members, non_members = _UNIT_NOUN[unit]
+        for key, row in self.needed().items():
+            members, non_members = _UNIT_NOUN.get(key, _UNIT_NOUN["name"])
+            which = "" if key in _UNIT_NOUN else f"{key}: "  # a score with counts of its own (NER names of one type)
             if row["members"] is not None:
-                parts.append(f"{max(row['members'] - (row['n_members'] or 0), 0)} more {members} ({row['members']} "
-                             "in all) at the observed rate would bring the upper bound under the budget")
+                parts.append(f"{which}{max(row['members'] - (row['n_members'] or 0), 0)} more {members} "
+                             f"({row['members']} in all) at the observed rate would bring the upper bound under the "
+                             "budget")
             if row["unbounded"]:
-                parts.append(f"no number of {members} passes with {row['n_non_members']} {non_members}: at the "
-                             "threshold their count can place, the observed TPR is at or over the budget; add "
+                parts.append(f"{which}no number of {members} passes with {row['n_non_members']} {non_members}: at "
+                             f"the threshold their count can place, the observed TPR is at or over the budget; add "
                              f"{non_members}")
             if row["non_members"] is not None:
                 have = row["n_non_members"] or 0
-                parts.append(f"{max(row['non_members'] - have, 0)} more {non_members} ({row['non_members']} in all) "
-                             "would make the TPR readable at that FPR")
+                parts.append(f"{which}{max(row['non_members'] - have, 0)} more {non_members} ({row['non_members']} "
+                             "in all) would make the TPR readable at that FPR")
         head = ("release gate inconclusive: the audit shows neither that the budget holds nor that it is exceeded, "
                 "which blocks a release like a fail")
         return head + ("; " + "; ".join(parts) if parts else "")

@@ -187,7 +187,7 @@ class CommandOptions:
 
 #: ``--help`` groups, in this order, by the class that declares the option.
 _TITLES = {"CommandOptions": "command", "MiaOptions": "data, models and release gate",
-           "NerOptions": "prompts", "CanaryOptions": "canaries, models and release gate",
+           "NerOptions": "prompts and release gate", "CanaryOptions": "canaries, models and release gate",
            "CanaryAuditConfig": "canary audit", "AuditConfig": "attacks", "SignalConfig": "signals",
            "NeighbourhoodConfig": "neighbourhood attack", "MetricConfig": "metrics", "NerAuditConfig": "NER audit",
            "CommonOptions": "logging and execution"}

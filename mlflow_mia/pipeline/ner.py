@@ -1,4 +1,4 @@
-"""One NER prompt audit run and logged: stage 1, stage 2, then :mod:`mlflow_mia.tracking` logs it.
+"""One NER prompt audit run and logged: stage 1, stage 2, the gate, then :mod:`mlflow_mia.tracking` logs it.
 
 :func:`ner_audit_and_log` is the shared core of the ``ner-audit`` command and the
 ``method="ner_prompts"`` evaluator; :func:`evaluate_run` and :func:`evaluator_metrics`
@@ -6,6 +6,8 @@ are the parts :data:`mlflow_mia.pipeline.AUDITS` registers.
 """
 
 from __future__ import annotations
+
+import logging
 
 from mlflow_mia.audits.ner.audit import score_ner
 from mlflow_mia.audits.ner.signals import ner_signals
@@ -15,6 +17,8 @@ from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.ner_log import log_ner_audit
 
 __all__ = ["ner_audit_and_log", "evaluate_run", "evaluator_metrics"]
+
+log = logging.getLogger(__name__)
 
 
 def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, log_metrics: bool = True, notes=(),
@@ -43,25 +47,43 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
 
     Returns
     -------
-    (NerAuditResult, dict of artifacts)
+    (NerAuditResult, GateResult or None, dict of artifacts)
+        The verdict of the release gate (``max_tpr_at_fpr``; :meth:`~mlflow_mia.metrics.ner_gate.NerGate.check`),
+        None without one.
+
+    The audited registry version(s) (``tagger.registry_versions``) get the ``mia.ner.*`` headline tags, the gate
+    record and ``mia.verdict`` with a description (:func:`~mlflow_mia.tracking.ner_log.log_ner_audit`).
     """
     cfg, options = settings
+    gate = options.ner_gate()
     signals = ner_signals(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
                           config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
                           progress=options.progress, reference=reference.lm if reference is not None else None)
     result = score_ner(signals, config=cfg, hash_key=options.hash_key)
     result.warnings.extend(notes)
+    verdict = gate.check(result) if gate is not None else None
+    if verdict is not None:
+        log.info(verdict.verdict())
     params = tagger_params(tagger)
     if reference is not None:
         params["ner.reference_model"] = reference.resolved_uri
-    logged = LogSettings.from_options(options, log_metrics=log_metrics, params=params, run_name=run_name)
+    logged = LogSettings.from_options(options, log_metrics=log_metrics, params=params, run_name=run_name,
+                                      gate=verdict, model_version=tagger.registry_versions or None,
+                                      weights_id=tagger.lm.weights_id)
     artifacts = log_ner_audit(result, run_id, settings=logged, title=title)
-    return result, artifacts
+    return result, verdict, artifacts
 
 
 def evaluate_run(tagger, names, settings, *, run_id=None, log_metrics: bool = True, notes=()):
-    """The ``method="ner_prompts"`` evaluator's audit: :func:`ner_audit_and_log` without a reference tagger."""
-    return ner_audit_and_log(tagger, names, settings, run_id=run_id, log_metrics=log_metrics, notes=notes)
+    """The ``method="ner_prompts"`` evaluator's audit: :func:`ner_audit_and_log` without a reference tagger.
+
+    Returns
+    -------
+    (NerAuditResult, dict of artifacts)
+    """
+    result, _, artifacts = ner_audit_and_log(tagger, names, settings, run_id=run_id, log_metrics=log_metrics,
+                                             notes=notes)
+    return result, artifacts
 
 
 def evaluator_metrics(result, settings) -> dict[str, float]:

@@ -14,7 +14,14 @@ What one NER audit writes (``prefix`` is prepended to every name):
 - ``plots/ner_prompt_mmem.png``, ``plots/ner_mmem_by_sentence_type.png``,
   ``plots/ner_mmem_by_slot_position.png``, ``plots/ner_roc_best_worst.png``, and
   with a reference tagger ``plots/ner_roc_ratio.png`` (param ``ner.reference_model_id``);
-- ``report.md`` (the NER section) and the run tag ``mia.method=ner_prompts``.
+- ``report.md`` (the NER section) and the run tag ``mia.method=ner_prompts``;
+- with a release gate (:mod:`mlflow_mia.metrics.ner_gate`): the run tag ``mia.gate``, the param
+  ``ner.gate`` and the metrics it decided on (``ner/{type}/{score}/tpr_at_fpr_{alpha}`` with
+  ``_upper_binomial`` / ``_lower_binomial``);
+- on the audited registry version(s) (``settings.model_version``), through the same code as the
+  membership audit (:func:`~mlflow_mia.tracking.registry_tags.tag_model_version`): the headline tags
+  ``mia.ner.*`` (:func:`ner_headline_tags`), the sealed gate record ``mia.gate.run.<run_id>`` and its
+  chain, the derived ``mia.gate``, ``mia.verdict`` and the version's description.
 
 Names are the sensitive data of this audit: no raw name reaches params, tags,
 metrics or artifacts unless ``log_texts=True``. Prompts are logged. No per-name
@@ -31,10 +38,13 @@ from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.artifacts import (active_run_id, check_metric_names, dataset_digest, log_figures, log_files,
                                            to_json, write_text)
 from mlflow_mia.audits.ner.report import render_ner_report
+from mlflow_mia.metrics.ner_gate import gate_point_metrics, ner_gate_record
 from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution, plot_ratio_roc
-from mlflow_mia.tracking.verdict import fmt_interval, describe_run, ner_verdict, run_description
+from mlflow_mia.tracking.gate_history import pool_digest
+from mlflow_mia.tracking.registry_tags import NER_PREFIX, describe_versions, tag_model_version, version_pairs
+from mlflow_mia.tracking.verdict import Verdict, fmt_interval, describe_run, ner_verdict, run_description, verdict_of
 
-__all__ = ["log_ner_audit", "ner_params", "NAME_TABLE_COLUMNS"]
+__all__ = ["log_ner_audit", "ner_params", "ner_headline_tags", "ner_run_verdict", "NAME_TABLE_COLUMNS"]
 
 #: Columns of ``tables/ner_names.csv`` by default: nothing recomputable from the model beside the label.
 NAME_TABLE_COLUMNS = ("name_hash", "entity_type", "is_member", "split")
@@ -76,6 +86,48 @@ def _ner_brief(result) -> str:
     return " ".join(parts)
 
 
+def ner_headline_tags(result, *, run_id: str) -> dict[str, str]:
+    """The latest NER audit's numbers as registry tags: ``mia.ner.audit_run_id``, ``mia.ner.entity_types`` and per
+    type the best prompt's test M-MEM (``mia.ner.<type>.best_prompt_mmem``) and, with a reference tagger, the ratio
+    score's (``mia.ner.<type>.ratio_avg_mmem``); four decimals, ``nan`` when undefined. No name."""
+    def fmt(value) -> str:
+        return "nan" if value is None or value != value else f"{float(value):.4f}"
+
+    tags = {f"{NER_PREFIX}audit_run_id": run_id, f"{NER_PREFIX}entity_types": ",".join(result.entity_types)}
+    for kind in result.entity_types:
+        for key in ("best_prompt_mmem", "ratio_avg_mmem"):
+            if f"ner/{kind}/{key}" in result.metrics:
+                tags[f"{NER_PREFIX}{kind}.{key}"] = fmt(result.metrics[f"ner/{kind}/{key}"])
+    return tags
+
+
+def ner_run_verdict(result, gate=None) -> Verdict:
+    """The ``mia.verdict`` of a NER audit: its release gate's (with the gate's caveats) when it has one
+    (:meth:`~mlflow_mia.metrics.ner_gate.NerGate.check`), else :func:`~mlflow_mia.tracking.verdict.ner_verdict`."""
+    if gate is None:
+        return ner_verdict(result.metrics, result.entity_types)
+    verdict = verdict_of(gate_status=gate.status)
+    return Verdict(verdict.value, gate.with_caveats(verdict.reason))
+
+
+def _tag_versions(client, result, run_id: str, settings: LogSettings, verdict: Verdict) -> None:
+    """Tag the audited registry version(s) through the membership audit's code: headline ``mia.ner.*`` tags, the
+    sealed gate record and derived ``mia.gate``, then ``mia.verdict`` and the description."""
+    gate, names = settings.gate, result.names
+    pool = pool_digest([f"{t}:{h}" for t, h in zip(names["entity_type"], names["name_hash"])], names["is_member"],
+                       settings.hash_key)
+    try:
+        tag_model_version(settings.model_version, result, run_id=run_id, gate=gate, client=client,
+                          headline=settings.tag_headline, headline_tags_=ner_headline_tags(result, run_id=run_id),
+                          record=None if gate is None else ner_gate_record(gate, result), scope=NER_PREFIX,
+                          clear_gate_fail=settings.clear_gate_fail, weights_id=settings.weights_id,
+                          hash_key=settings.hash_key, pool=pool)
+    finally:  # a deleted version raises after the others are tagged: describe those too
+        if settings.tag_headline or (gate is not None and not gate.passed):
+            describe_versions(client, version_pairs(settings.model_version), verdict=verdict,
+                              paragraph=_ner_brief(result), run_id=run_id)
+
+
 def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, title: str | None = None,
                   client=None) -> dict:
     """Log an NER audit to an MLflow run.
@@ -92,7 +144,9 @@ def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, t
         default False: recomputable from the model and the logged prompts, they would let a reader of the
         run find a candidate name's label); ``log_metrics`` (False when ``mlflow.models.evaluate`` logs
         them); ``params`` (extra params, e.g. the model's registry version); ``prefix`` (metric, param and
-        artifact names).
+        artifact names); ``gate`` (the NER gate's verdict, :meth:`~mlflow_mia.metrics.ner_gate.NerGate.check`:
+        it decides ``mia.verdict``); ``model_version``, ``weights_id``, ``tag_headline``, ``clear_gate_fail``
+        (the registry version(s) audited, tagged as the module docstring says).
     title : str, optional
         The report's title.
     client : MlflowClient, optional
@@ -105,6 +159,9 @@ def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, t
     ------
     ValueError
         No run and no ``run_id``; a metric name MLflow would reject.
+    VersionDeletedError
+        A registry version in ``model_version`` was deleted during the audit (raised after everything else is
+        logged; :mod:`~mlflow_mia.tracking.registry_tags`).
     """
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
@@ -113,17 +170,26 @@ def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, t
     params, prefix = settings.params, settings.prefix
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_ner_audit")
+    gate = settings.gate
     metrics = {f"{prefix}{k}": float(v) for k, v in result.metrics.items()}
+    check_metric_names(metrics)
+    metrics = metrics if log_metrics else {}
+    # the gate's points are not among the evaluator's returned metrics: logged here either way
+    metrics.update({f"{prefix}{k}": v for k, v in (gate_point_metrics(gate) if gate is not None else {}).items()})
     check_metric_names(metrics)
     all_params = {**ner_params(result), **(params or {}), "ner.log_texts": str(bool(log_texts)),
                   "ner.log_samples": str(bool(log_samples))}
+    tags = {f"{prefix}mia.method": "ner_prompts"}
+    if gate is not None:
+        all_params["ner.gate"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+        tags[f"{prefix}mia.gate"] = gate.status
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
                      params=[Param(f"{prefix}{k}", str(v)[:6000]) for k, v in all_params.items()],
-                     tags=[RunTag(f"{prefix}mia.method", "ner_prompts")])
-    verdict = ner_verdict(result.metrics, result.entity_types)
+                     tags=[RunTag(k, v) for k, v in tags.items()])
+    verdict = ner_run_verdict(result, gate)
     describe_run(client, run_id, verdict=verdict, prefix=prefix, name=settings.run_name,
-                 description=run_description(verdict, _ner_brief(result)))
+                 description=run_description(verdict, _ner_brief(result), gate=gate))
     figures = _figures(result)
     logged = [prefix + path for path in figures]
     artifacts = log_figures(client, run_id, figures, prefix=prefix)
@@ -132,7 +198,8 @@ def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, t
         names = names[[c for c in NAME_TABLE_COLUMNS if c in names]]
     if log_texts:
         names.insert(1, "name", list(result.raw_names))
-    summary = {"model_id": result.model_id, "metrics": result.metrics, "log_texts": bool(log_texts),
+    summary = {"model_id": result.model_id, "gate": gate.to_dict() if gate is not None else None,
+               "metrics": result.metrics, "log_texts": bool(log_texts),
                "log_samples": bool(log_samples), "warnings": list(getattr(result, "warnings", [])),
                "types": {k: {kk: vv for kk, vv in v.items() if kk != "rocs"} for k, v in result.summaries.items()}}
     files = {"tables/ner_prompts.csv": ("csv", "ner_prompts", lambda p: result.prompts_table.to_csv(p, index=False)),
@@ -140,7 +207,9 @@ def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, t
              "ner_summary.json": ("json", "ner_summary", lambda p: write_text(p, to_json(summary)))}
     logged += [prefix + rel for rel in files] + [prefix + "report.md"]
     report = render_ner_report(result, title=title, artifacts=logged, level=1, log_samples=log_samples,
-                               verdict=verdict)
+                               verdict=verdict, gate=gate)
     files["report.md"] = ("text", "report", lambda p: write_text(p, report))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
+    if settings.model_version is not None:
+        _tag_versions(client, result, run_id, settings, verdict)
     return artifacts

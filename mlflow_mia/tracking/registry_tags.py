@@ -73,7 +73,8 @@ INHERITED_TAG = f"{GATE_TAG}.inherited_from"
 NOTES_TAG = f"{GATE_TAG}.notes"  # records not counted and tampering seen, for the description
 STALE = "stale"  # mia.verdict of a version whose weights changed since its last audit
 CANARY_PREFIX = "mia.canary."  # headline tags of canary audits (tracking/canary_log.py)
-_KEPT = (GATE_TAG, WEIGHTS_TAG, CANARY_PREFIX)  # prefixes a membership audit never deletes
+NER_PREFIX = "mia.ner."  # headline tags of NER audits (tracking/ner_log.py)
+_KEPT = (GATE_TAG, WEIGHTS_TAG, CANARY_PREFIX, NER_PREFIX)  # prefixes a membership audit never deletes
 
 
 class VersionDeletedError(Exception):

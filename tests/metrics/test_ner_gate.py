@@ -128,13 +128,19 @@ def test_the_worst_type_decides_and_the_record_names_each_gated_score():
     assert logged["ner/geo-loc/best_prompt/tpr_at_fpr_0.1_lower_binomial"] == pytest.approx(0.025 ** (1 / 60))
 
 
-def test_too_few_non_member_names_is_inconclusive_and_says_how_many_more():
-    names = _names(*CASES["fail"])
-    verdict = NerGate(Gate.parse("0.01:0.05")).check(_result(names))  # 60 non-member names cannot read FPR 0.01
-    point = verdict.checks[0]["points"][0]
-    assert verdict.status == "inconclusive" and math.isnan(point["value"]) and point["non_members_needed"] == 100
+def test_too_few_non_member_names_is_inconclusive_and_says_how_many_more_per_type():
+    members, non_members = CASES["fail"]
+    names = pd.concat([_names(members, non_members),
+                       _names(members[:30], non_members[:30], kind="LOC").assign(name_hash=lambda t: "l" + t.name_hash)],
+                      ignore_index=True)
+    verdict = NerGate(Gate.parse("0.01:0.05")).check(_result(names))  # 60 and 30 non-member names: FPR 0.01 unread
+    assert verdict.status == "inconclusive"
+    for point in verdict.checks[0]["points"]:
+        assert math.isnan(point["value"]) and point["non_members_needed"] == 100
     assert "unresolvable (60 non-member names, needs 100)" in verdict.verdict()
-    assert "40 more non-member names (100 in all) would make the TPR readable" in verdict.message()
+    message = verdict.message()
+    assert "ner/PER/best_prompt: 40 more non-member names (100 in all) would make the TPR readable" in message
+    assert "ner/LOC/best_prompt: 70 more non-member names (100 in all)" in message
 
 
 def test_bad_inputs_are_refused_with_the_fix():

@@ -382,9 +382,9 @@ def test_a_tpr_budget_above_one_half_is_refused_unless_allowed_and_is_then_carri
     assert "loose release budget(s) 0.01:0.9999" in capsys.readouterr().err
     # one declaration, on every surface with a gate: --help, evaluator keys, MLproject, the options reference
     reference = (REPO / "docs" / "reference" / "options.md").read_text(encoding="utf-8")
-    assert "| `allow_loose_budget` | `--allow-loose-budget` | `audit`, `compare`, `canary-audit`, `mia`, `canaries` |" \
-        in reference
-    for command in ("audit", "compare", "canary-audit"):
+    assert ("| `allow_loose_budget` | `--allow-loose-budget` | `audit`, `compare`, `ner-audit`, `canary-audit`, `mia`, "
+            "`ner_prompts`, `canaries` |") in reference
+    for command in ("audit", "compare", "ner-audit", "canary-audit"):
         assert "--allow-loose-budget" in _subparser(command).format_help()
         assert mlproject_parameters(command)["allow_loose_budget"] == ("string", "false")
     assert {"allow_loose_budget", "allow_seeded_canaries"} <= set(options_for("canaries"))

@@ -78,6 +78,8 @@ class NerAuditResult:
         What may distort the result (e.g. names read at ``[UNK]`` tokens); shown in the report.
     reference_id : str or None
         Model id of the reference tagger of the ratio scores (None: no reference given).
+    reference_weights : str or None
+        Its weights digest (``sha256:<hex>``), which a gate record keeps.
     """
 
     model_id: str
@@ -90,6 +92,7 @@ class NerAuditResult:
     hash_key: object = field(repr=False, default=None)
     warnings: list = field(default_factory=list)
     reference_id: str | None = None
+    reference_weights: str | None = None
 
     @property
     def entity_types(self) -> list[str]:
@@ -296,7 +299,8 @@ def score_ner(signals: NerSignals, *, config: NerAuditConfig | None = None, hash
     return NerAuditResult(model_id=signals.model_id, metrics=metrics,
                           prompts_table=pd.concat(tables, ignore_index=True), summaries=summaries,
                           names=pd.concat(name_rows, ignore_index=True), raw_names=raw, config=cfg, hash_key=key,
-                          warnings=list(signals.warnings), reference_id=signals.reference_id)
+                          warnings=list(signals.warnings), reference_id=signals.reference_id,
+                          reference_weights=signals.reference_weights)
 
 
 def compare_models(results: dict, *, controls: dict | None = None) -> tuple[dict, object]:

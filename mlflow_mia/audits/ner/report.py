@@ -47,6 +47,23 @@ def _ratio_lines(result) -> list[str]:
             "label; the best ratio prompt is chosen on dev.", ""] + _table(header, rows) + [""]
 
 
+def _gate_lines(gate) -> list[str]:
+    """The release gate's section: its rule, message and one row per type and budget; nothing without a gate."""
+    if gate is None:
+        return []
+    level = f"{gate.confidence:.0%}"
+    rows = [[p["metric"], f"{c['alpha']:g}:{c['max_tpr']:g}", f"{p['n_members']}/{p['n_non_members']}",
+             _n(p["value"]), _n(p["lower"]), _n(p["upper"]), p["status"]] for c in gate.checks for p in c["points"]]
+    header = ["score (type)", "budget", "member/non-member names", "TPR", f"{level} lower", f"{level} upper",
+              "status"]
+    return [f"**Release gate: {gate.status.upper()}**: {gate.message()}.", "",
+            "The gate bounds, per entity type, the TPR at FPR alpha of member names against non-member names "
+            "(the unit is the name): with a reference tagger on the ratio score over every name, else on the "
+            "best prompt's confidence over the test names (the prompt is chosen on dev). Clopper-Pearson bounds "
+            "that include the threshold's noise: pass when every upper bound is within the budget, fail when a "
+            "lower bound exceeds it, inconclusive otherwise.", ""] + _table(header, rows) + [""]
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |"
                                                                            for r in rows]
@@ -68,7 +85,7 @@ def _exposure(log_samples: bool | None) -> list[str]:
 
 
 def render_ner_report(result, *, title: str | None = None, artifacts=None, level: int = 2,
-                      log_samples: bool | None = None, verdict=None) -> str:
+                      log_samples: bool | None = None, verdict=None, gate=None) -> str:
     """Markdown section for one :class:`~mlflow_mia.audits.ner.audit.NerAuditResult`.
 
     Parameters
@@ -85,6 +102,8 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
     verdict : Verdict, optional
         The audit's verdict (:func:`mlflow_mia.tracking.verdict.ner_verdict`), shown first
         under the title as in every report.
+    gate : GateResult, optional
+        The NER release gate's verdict (:mod:`mlflow_mia.metrics.ner_gate`): its section follows the verdict.
 
     Returns
     -------
@@ -95,6 +114,7 @@ def render_ner_report(result, *, title: str | None = None, artifacts=None, level
     lines = [f"{h} {title or f'NER prompt memorization audit of {result.model_id}'}", ""]
     if verdict is not None:
         lines += [verdict.markdown(), ""]
+    lines += _gate_lines(gate)
     lines += [f"Model `{result.model_id}`; entity confidence C(e) read at the "
              f"{'first subword of each word' if result.config.subword == 'first' else 'mean over all subwords'}"
              " of the name (Xia et al. 2025). M-MEM is the AUC of in-sample vs out-of-sample names (0.5 = no "

@@ -81,6 +81,8 @@ class NerSignals:
         (``(2, n_test)`` C(e) of the two on the test names).
     model_id : str
     reference_id : str or None
+    reference_weights : str or None
+        The reference tagger's weights digest (``sha256:<hex>``; None without one): a gate record names it.
     warnings : list of str
     """
 
@@ -93,6 +95,7 @@ class NerSignals:
     token_removal: dict = field(default_factory=dict)
     model_id: str = ""
     reference_id: str | None = None
+    reference_weights: str | None = None
     warnings: list = field(default_factory=list)
 
 
@@ -170,4 +173,5 @@ def ner_signals(model, names, *, prompts=None, handwritten=None, config: NerAudi
                 removal[kind] = found
     return NerSignals(table=table, entity_types=types, prompt_set=prompt_set, handwritten=hand, confidences=confs,
                       reference_confidences=ref_confs, token_removal=removal, model_id=clf.model_id,
-                      reference_id=None if ref is None else ref.model_id, warnings=warnings)
+                      reference_id=None if ref is None else ref.model_id,
+                      reference_weights=None if ref is None else ref.weights_id, warnings=warnings)
