@@ -26,7 +26,7 @@ from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.pipeline.membership import audit_and_log, resolve_generator
 from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
 from mlflow_mia.tracking.audit_log import audit_digests, audit_params
-from mlflow_mia.tracking.run_params import digest_tags
+from mlflow_mia.tracking.run_params import digest_tags, new_params
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.verdict import audit_verdict, describe_nested, worst_verdict
 
@@ -122,7 +122,8 @@ def log_comparison(found, names, aliases, targets, references, alpha, population
                    "compared_versions": ",".join(version_label(n, v, a) for n, v, a in targets)[:6000]})
     if len(references) > 1:
         params["compared_references"] = ",".join(_uri(r) for r in references)[:6000]
-    mlflow.log_params(params)
+    held = MlflowClient().get_run(mlflow.active_run().info.run_id).data.params  # mlflow run's, when under it
+    mlflow.log_params(new_params({k: str(v) for k, v in params.items()}, held))
     mlflow.set_tags(digest_tags(audit_digests(result, population=population, hash_key=hash_key)))
     a = fmt_alpha(alpha)
     with _tmp_csv(table) as path:

@@ -52,6 +52,20 @@ def _switching(spec):
     return build
 
 
+def _log_project_params(run, entry_point: str, given: dict) -> dict:
+    """Log the params ``mlflow run`` logs before the command starts: every declared parameter and each given one."""
+    from pathlib import Path
+
+    from mlflow.entities import Param
+    from mlflow.projects._project_spec import load_project
+
+    entry = load_project(str(Path(__file__).resolve().parents[2])).get_entry_point(entry_point)
+    declared, extra = entry.compute_parameters(given, storage_dir=None)
+    params = {**declared, **extra}
+    MlflowClient().log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    return params
+
+
 def _membership_demo(tracking, size="small"):
     return types.SimpleNamespace(
         target_uri="models:/tgt@candidate", reference_uri="models:/ref@champion", ood_reference_uri=None,
@@ -72,17 +86,24 @@ def _finished_in_place(project_run, name):
 def test_audit_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "mlflow_mia.demo.build",
                         types.SimpleNamespace(build_demo=_switching(_membership_demo(tracking))))
+    logged = _log_project_params(project_run, "audit", {"demo_size": "small", "num_masks": "2.0",
+                                                         "bootstrap_rounds": "0"})
     code = main(["audit", "--demo-size", "small", "--num-masks", "2", "--fprs", "0.1,0.05", "--bootstrap-rounds",
                  "0", "--cache-dir", str(tracking.cache_dir), "--quiet", "--no-tag-model-version"])
     assert code == 0, capsys.readouterr().err
     run = _finished_in_place(project_run, "tgt v2")
     assert run.data.params["target_model"] == "models:/tgt/2"
+    # What mlflow run logged stands, logged once (num_masks as given); the audit adds the settings it lacks.
+    assert {k: run.data.params[k] for k in logged} == logged and run.data.params["num_masks"] == "2.0"
+    assert run.data.params["signal"] == "energy" and not [k for k in run.data.params if k.startswith("effective.")]
 
 
 def test_compare_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys):
     import mlflow_mia.demo.build as build_module
 
     monkeypatch.setattr(build_module, "build_demo", _switching(_membership_demo(tracking)))
+    _log_project_params(project_run, "compare", {"demo_size": "small", "reference": "models:/ref@champion",
+                                                 "num_masks": "2", "bootstrap_rounds": "0"})
     code = main(["compare", "--demo-size", "small", "--reference", "models:/ref@champion", "--num-masks", "2",
                  "--fprs", "0.1,0.05", "--bootstrap-rounds", "0", "--cache-dir", str(tracking.cache_dir), "--quiet",
                  "--no-tag-model-version"])
@@ -111,7 +132,7 @@ def test_canary_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys
 
 
 def test_build_demo_under_mlflow_run_records_into_the_project_run(project_run, tracking, monkeypatch, capsys):
-    def build_demo(**kwargs):  # the real build resumes the project run (demo/build.py:_build_run)
+    def build_demo(**kwargs):  # the real build resumes the project run (demo/build.py:build_run)
         with mlflow.start_run() as run:
             mlflow.log_param("demo.size", kwargs["size"])
             assert run.info.run_id == project_run.info.run_id
