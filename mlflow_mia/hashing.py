@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass, field
 from mlflow_mia.data import text_hash
 
-__all__ = ["HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "require_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
+__all__ = ["as_bytes", "HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "require_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class HashKey:
         ValueError
             The key is shorter than :data:`MIN_KEY_BYTES` bytes.
         """
-        raw = _as_bytes(key).strip()
+        raw = as_bytes(key).strip()
         if len(raw) < MIN_KEY_BYTES:
             raise ValueError(
                 f"the hash key ({source}) has {len(raw)} bytes; use at least {MIN_KEY_BYTES}, e.g. "
@@ -107,7 +107,7 @@ class HashKey:
         return f"your key ({self.source}, check {self.check}); look a sample up with mlflow_mia.lookup_hash"
 
 
-def _as_bytes(key) -> bytes:
+def as_bytes(key) -> bytes:
     if isinstance(key, HashKey):
         return key.key
     if isinstance(key, str):
@@ -127,7 +127,7 @@ def keyed_hash(sha256_hex: str, key) -> str:
         :class:`~mlflow_mia.audits.membership.AuditResult` keeps in memory.
     key : bytes, str or HashKey
     """
-    return hmac.new(_as_bytes(key), sha256_hex.encode("ascii"), hashlib.sha256).hexdigest()
+    return hmac.new(as_bytes(key), sha256_hex.encode("ascii"), hashlib.sha256).hexdigest()
 
 
 def lookup_hash(text: str, key) -> str:
@@ -150,7 +150,7 @@ def lookup_hash(text: str, key) -> str:
     str
         ``HMAC-SHA256(key, sha256(text))``, 64 hex characters.
     """
-    return keyed_hash(text_hash(str(text)), _as_bytes(key).strip())
+    return keyed_hash(text_hash(str(text)), as_bytes(key).strip())
 
 
 def require_hash_key(key, where: str) -> HashKey:

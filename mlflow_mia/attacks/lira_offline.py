@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
-from mlflow_mia.attacks.lira_online import _MIN_SPREAD, pooled_spread, split_in_out
+from mlflow_mia.attacks.lira_online import MIN_SPREAD, pooled_spread, split_in_out
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 from mlflow_mia.option import same_option
 
@@ -158,7 +158,7 @@ def lira_offline_scores(target_values, reference_values, *, spread=None, members
         if counts.min() < 2:
             raise ValueError("a per-sample spread needs at least 2 reference models (OUT models of each sample); "
                              "pass a global spread")
-        sigma = np.maximum(np.nanstd(refs, axis=0, ddof=1), _MIN_SPREAD)
+        sigma = np.maximum(np.nanstd(refs, axis=0, ddof=1), MIN_SPREAD)
     else:
         sigma = float(spread)
     return (mean - target) / sigma  # energies: lower = member, so the gap below the OUT mean is positive

@@ -43,10 +43,10 @@ from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 from mlflow_mia.option import option, same_option
 
-__all__ = ["LiraOnlineAttack", "LiraOnlineSettings", "lira_online_scores", "pooled_spread", "split_in_out"]
+__all__ = ["MIN_SPREAD", "LiraOnlineAttack", "LiraOnlineSettings", "lira_online_scores", "pooled_spread", "split_in_out"]
 
 #: Smallest spread used, so texts whose shadows agree exactly get finite scores.
-_MIN_SPREAD = 1e-12
+MIN_SPREAD = 1e-12
 
 
 @dataclass(frozen=True)
@@ -223,8 +223,8 @@ def lira_online_scores(target_values, shadow_values, membership, *, spread_in=No
         if np.min(n_in) < 2 or np.min(n_out) < 2:
             raise ValueError("per-text spreads need two IN and two OUT shadow models of every text; pass global "
                              "spreads (spread_in, spread_out) or train more shadows")
-    sigma_in = np.maximum(np.nanstd(ins, axis=0, ddof=1), _MIN_SPREAD) if spread_in is None else float(spread_in)
-    sigma_out = np.maximum(np.nanstd(outs, axis=0, ddof=1), _MIN_SPREAD) if spread_out is None else float(spread_out)
+    sigma_in = np.maximum(np.nanstd(ins, axis=0, ddof=1), MIN_SPREAD) if spread_in is None else float(spread_in)
+    sigma_out = np.maximum(np.nanstd(outs, axis=0, ddof=1), MIN_SPREAD) if spread_out is None else float(spread_out)
     return norm.logpdf(target, mu_in, sigma_in) - norm.logpdf(target, mu_out, sigma_out)
 
 

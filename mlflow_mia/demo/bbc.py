@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from mlflow_mia.demo.corpus import (CATEGORIES, IN_DOMAIN_CATEGORIES, OOD_CATEGORIES, _check_categories,
+from mlflow_mia.demo.corpus import (CATEGORIES, IN_DOMAIN_CATEGORIES, OOD_CATEGORIES, check_categories,
                                     corpus_root, load_articles, load_sentences, split_sentences)
 
 __all__ = [
@@ -98,8 +98,8 @@ class SplitConfig:
     out_of_domain: tuple[str, ...] = OOD_CATEGORIES
 
     def __post_init__(self):
-        object.__setattr__(self, "in_domain", _check_categories(self.in_domain))
-        object.__setattr__(self, "out_of_domain", _check_categories(self.out_of_domain))
+        object.__setattr__(self, "in_domain", check_categories(self.in_domain))
+        object.__setattr__(self, "out_of_domain", check_categories(self.out_of_domain))
         if set(self.in_domain) & set(self.out_of_domain):
             raise ValueError(
                 f"in_domain {self.in_domain} and out_of_domain {self.out_of_domain} must not share a category"

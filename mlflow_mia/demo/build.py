@@ -62,7 +62,7 @@ from mlflow_mia.demo.build_steps import reference_tokenizer, register_roles, tra
 from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
-__all__ = ["DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
+__all__ = ["ensure_tracking_uri", "start_build", "registered_spec", "demo_data_dir", "build_run", "DEMO_SIZES", "DemoSize", "DemoSpec", "build_demo", "demo_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def _aliases() -> dict[str, str]:
             "base": REFERENCE_ALIAS}
 
 
-def _data_dir(size_name: str, data_dir) -> Path:
+def demo_data_dir(size_name: str, data_dir) -> Path:
     """``data_dir``, else ``$MLFLOW_MIA_DEMO_DIR/<size>``, else ``./mlflow_mia_demo/<size>``."""
     if data_dir is not None:
         return Path(data_dir)
@@ -192,7 +192,7 @@ def demo_spec(size: str = "default", *, data_dir=None, run_id: str | None = None
     if size not in DEMO_SIZES:
         raise ValueError(f"unknown demo size {size!r}; choose from {sorted(DEMO_SIZES)}")
     names, aliases = _model_names(DEMO_SIZES[size]), _aliases()
-    folder = _data_dir(size, data_dir)
+    folder = demo_data_dir(size, data_dir)
     return DemoSpec(
         target_uri=f"models:/{names['target']}@{aliases['target']}",
         reference_uri=f"models:/{names['reference']}@{aliases['reference']}",
@@ -205,7 +205,7 @@ def demo_spec(size: str = "default", *, data_dir=None, run_id: str | None = None
     )
 
 
-def _ensure_tracking_uri() -> str:
+def ensure_tracking_uri() -> str:
     """Use MLflow's tracking URI; replace a legacy file store by ``sqlite:///mlflow.db``.
 
     MLflow 3 defaults to ``sqlite:///mlflow.db`` in the working directory, but falls back
@@ -243,12 +243,12 @@ def _existing_versions(client, names: dict[str, str], digest: str, size_name: st
     return versions
 
 
-def _start_build(size: str, sizes: dict, spec_of, label: str):
+def start_build(size: str, sizes: dict, spec_of, label: str):
     """Check ``size``, make its split, write its data files; ``(cfg, tracking_uri, started, split, digest, spec)``."""
     if size not in sizes:
         raise ValueError(f"unknown {label} size {size!r}; choose from {sorted(sizes)}")
     cfg = sizes[size]
-    tracking_uri = _ensure_tracking_uri()
+    tracking_uri = ensure_tracking_uri()
     started = time.perf_counter()
     split = bbc.make_split(cfg.split)
     digest = bbc.split_digest(split)
@@ -258,7 +258,7 @@ def _start_build(size: str, sizes: dict, spec_of, label: str):
     return cfg, tracking_uri, started, split, digest, spec
 
 
-def _registered_spec(client, names, digest: str, size: str, spec, *, force: bool, label: str, tracking_uri: str,
+def registered_spec(client, names, digest: str, size: str, spec, *, force: bool, label: str, tracking_uri: str,
                      log: logging.Logger):
     """``spec`` with the registered target's run when the models of this split exist (and not ``force``), else None."""
     if force:
@@ -316,7 +316,7 @@ def _params(size_name: str, size: DemoSize, split: bbc.DemoSplit, digest: str) -
     return params
 
 
-def _build_run(client, size: str):
+def build_run(client, size: str):
     """The run that records the build.
 
     Normally a new run in experiment ``mlflow-mia`` (found or created by id, so the
@@ -377,19 +377,19 @@ def build_demo(*, size: str = "default", force: bool = False, progress: bool = T
     import mlflow
     from mlflow import MlflowClient
 
-    cfg, tracking_uri, started, split, digest, spec = _start_build(
+    cfg, tracking_uri, started, split, digest, spec = start_build(
         size, DEMO_SIZES, lambda name: demo_spec(name, data_dir=data_dir), "demo")
 
     client = MlflowClient()
     names = _model_names(cfg)
-    found = _registered_spec(client, names, digest, size, spec, force=force, label="demo", tracking_uri=tracking_uri,
+    found = registered_spec(client, names, digest, size, spec, force=force, label="demo", tracking_uri=tracking_uri,
                              log=logger)
     if found is not None:
         return found
 
     logger.info("building the %r demo in %s", size, tracking_uri)
     timings = {}
-    with _build_run(client, size) as run, torch_threads(num_threads or cfg.num_threads):
+    with build_run(client, size) as run, torch_threads(num_threads or cfg.num_threads):
         mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest})
         mlflow.log_params(_params(size, cfg, split, digest))
 

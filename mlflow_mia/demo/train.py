@@ -31,7 +31,7 @@ from mlflow_mia.demo.progress import log_epoch
 # The specs (demo/specs.py, shared with the causal demo): used here, and importable from here as before
 from mlflow_mia.demo.specs import ModelSpec, TrainConfig, TrainResult
 
-__all__ = ["ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "seeded_model", "mlm_examples",
+__all__ = ["train_steps", "ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "seeded_model", "mlm_examples",
            "train_mlm", "heldout_loss"]
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> 
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def _train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *, norm_name: str, progress: bool,
+def train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *, norm_name: str, progress: bool,
                  desc: str, log: logging.Logger) -> TrainResult:
     """The training loop of :func:`train_mlm` and :func:`~mlflow_mia.demo.causal_train.train_causal`.
 
@@ -308,7 +308,7 @@ def train_mlm(model, tokenizer, texts: Sequence[str], config: TrainConfig, *, pr
         attention_mask = (input_ids != tokenizer.pad_token_id).long()
         return _masked_lm_loss(model, input_ids, attention_mask, batch["labels"].to(device)), attention_mask
 
-    return _train_steps(model, lengths, config, batch_loss, norm_name="LayerNorm", progress=progress, desc=desc,
+    return train_steps(model, lengths, config, batch_loss, norm_name="LayerNorm", progress=progress, desc=desc,
                         log=logger)
 
 

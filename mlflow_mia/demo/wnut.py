@@ -38,7 +38,7 @@ import torch
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.config import record_digest
 from mlflow_mia.audits.ner.names import detection_set, entity_names, read_conll
-from mlflow_mia.demo.build import _build_run, _ensure_tracking_uri
+from mlflow_mia.demo.build import build_run, ensure_tracking_uri
 from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import train_tokenizer
 from mlflow_mia.signals.batching import pad_batch
@@ -305,7 +305,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     prefix = "wnut-ner" if size == "default" else "wnut-ner-small"
     rows = sorted(f"{n.lower()}:{t}:{m}:{s}" for n, t, m, s in names.itertuples(index=False))
     digest = record_digest({"names": rows, "settings": asdict(cfg)}, length=64)
-    _ensure_tracking_uri()
+    ensure_tracking_uri()
     client = mlflow.MlflowClient()
     found = None if force else _existing(client, prefix, digest)
     if found:
@@ -315,7 +315,7 @@ def build_wnut_demo(*, size: str = "default", data_dir=None, progress: bool = Tr
     labels = _labels(a + b)
     tokenizer = _tokenizer(cfg, a + b)
     uris = {}
-    with _build_run(client, f"wnut-{size}") as run, torch_threads(num_threads):
+    with build_run(client, f"wnut-{size}") as run, torch_threads(num_threads):
         mlflow.log_params({f"wnut.{k}": v for k, v in asdict(cfg).items()})
         mlflow.log_params({"wnut.entity_types": ",".join(types), "wnut.tweets_a": len(a), "wnut.tweets_b": len(b),
                            "wnut.names_per_type": ",".join(f"{t}:{int((names.entity_type == t).sum())}"

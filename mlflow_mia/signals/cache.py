@@ -39,7 +39,7 @@ import numpy as np
 from mlflow_mia.config import record_digest
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "CacheDiskFullError", "default_cache_dir",
+__all__ = ["make_cache_dir", "SignalCache", "SqliteSpecStore", "CacheCorruptError", "CacheDiskFullError", "default_cache_dir",
            "check_cache_dir"]
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def check_cache_dir(path, *, what: str = "cache_dir") -> str:
     return path
 
 
-def _make_cache_dir(path: str) -> None:
+def make_cache_dir(path: str) -> None:
     """``os.makedirs(path)``, with an error that names the cache folder instead of a bare ``OSError``."""
     check_cache_dir(path, what="cache folder")
     try:
@@ -346,10 +346,10 @@ class SignalCache(SqliteSpecStore):
     def __init__(self, path: str | os.PathLike | None = None):
         path = os.fspath(path or default_cache_dir())
         if not path.endswith(".sqlite"):
-            _make_cache_dir(path)
+            make_cache_dir(path)
             path = os.path.join(path, "signals.sqlite")
         else:
-            _make_cache_dir(os.path.dirname(os.path.abspath(path)))
+            make_cache_dir(os.path.dirname(os.path.abspath(path)))
         super().__init__(path)
 
     def __repr__(self) -> str:

@@ -54,8 +54,8 @@ from mlflow_mia.signal_kinds import register_signal_kind
 from mlflow_mia.signals.batching import bucket_width, pad_batch, plan_batches, run_batches
 from mlflow_mia.signals.cache import SignalCache
 from mlflow_mia.signals.causal_model import CausalLM, capture_projection_input
-from mlflow_mia.signals.energy import _keep_rows, tokenize, value_settings
-from mlflow_mia.signals.model import _blocked_target_logprobs
+from mlflow_mia.signals.energy import keep_rows, tokenize, value_settings
+from mlflow_mia.signals.model import blocked_target_logprobs
 from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for, default_token_budget,
                                         dtype_setting, resolve_device, resolve_dtype, to_device, uses_length_buckets)
 from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
@@ -80,7 +80,7 @@ def _head(features: torch.Tensor, decoder: torch.nn.Linear, targets: torch.Tenso
     """``(log p, mu, sigma, top1)`` (stats) or ``log p`` of each row of ``features``, ``rows`` rows at a time."""
     out = torch.empty((len(features), len(STATS_COLUMNS)) if stats else len(features), dtype=torch.float32,
                       device=features.device)
-    kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
+    kernel = blocked_logprob_stats if stats else blocked_target_logprobs
     for start in range(0, len(features), rows):
         stop = start + rows
         out[start:stop] = kernel(features[start:stop], decoder.weight, decoder.bias, targets[start:stop], VOCAB_BLOCK)
@@ -283,7 +283,7 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
                     nll = -float(np.mean(logprobs, dtype=np.float64))
                     new[todo[j]] = (nll, len(maskable[j]), bool(truncated[j]), logprobs,
                                     np.ascontiguousarray(s[:, 1:].T))
-                _keep_rows(cache, key, rows, new)
+                keep_rows(cache, key, rows, new)
         finally:
             bar.close()
     return result_from_rows(rows, hashes, "causal")

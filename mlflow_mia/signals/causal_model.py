@@ -24,7 +24,7 @@ import torch
 from mlflow_mia.model_kinds import describe_kinds, detect_kind, model_kinds
 from mlflow_mia.model_kinds import model_kind as model_kind_entry, register_model_kind
 from mlflow_mia.signals.identity import ModelIdentity
-from mlflow_mia.signals.model import MaskedLM, _as_wrapped, _input_of
+from mlflow_mia.signals.model import MaskedLM, as_wrapped, input_of
 from mlflow_mia.signals.placement import is_dispatched
 
 __all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "language_models",
@@ -157,7 +157,7 @@ def as_language_model(obj, *, role: str = "model"):
     TypeError
         ``obj`` is of another type.
     """
-    return _as_wrapped(obj, role, language_models(), lambda model: wrapper_for(MaskedLM, model=model),
+    return as_wrapped(obj, role, language_models(), lambda model: wrapper_for(MaskedLM, model=model),
                        lambda folder: wrapper_for(MaskedLM, folder=folder),
                        "a " + ", a ".join(w.__name__ for w in language_models()))
 
@@ -256,7 +256,7 @@ def capture_projection_input(model, decoder, input_ids: torch.Tensor, attention_
     ValueError
         The model never calls ``decoder``.
     """
-    captured = _input_of(decoder, model, input_ids=input_ids, attention_mask=attention_mask)
+    captured = input_of(decoder, model, input_ids=input_ids, attention_mask=attention_mask)
     if captured is None:
         raise ValueError(f"{type(model).__name__} never calls its output embeddings")
     return captured

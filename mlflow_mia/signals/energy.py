@@ -65,7 +65,7 @@ from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
+__all__ = ["keep_rows", "compute_signals", "tokenize", "masked_token_logprobs"]
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def _masks(n_tokens: int, config: SignalConfig, key: str) -> np.ndarray:
     return sample_masks(n_tokens, rate=config.mask_rate, num_masks=config.num_masks, seed=config.seed, key=key)
 
 
-def _keep_rows(cache: SignalCache | None, key: str | None, rows: dict, new: dict) -> None:
+def keep_rows(cache: SignalCache | None, key: str | None, rows: dict, new: dict) -> None:
     """Store a chunk's ``new`` rows in ``cache`` (when given) and in ``rows``, then free the memory they used."""
     if cache is not None:
         cache.put_many(key, new)
@@ -440,7 +440,7 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
                     energy = _energy([m[:, 0] if stats else m for m in per_mask], logprobs, config)
                     new[todo[i]] = (energy, len(maskable[i]), bool(truncated[i]), logprobs,
                                     np.ascontiguousarray(flat[:, 1:].T) if stats else None)
-                _keep_rows(cache, key, rows, new)
+                keep_rows(cache, key, rows, new)
         finally:
             bar.close()
     return result_from_rows(rows, hashes, config.kind, stats=stats)

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import bucket_width, pad_batch, plan_batches, run_batches
-from mlflow_mia.signals.cache import SqliteSpecStore, _make_cache_dir, default_cache_dir
+from mlflow_mia.signals.cache import SqliteSpecStore, make_cache_dir, default_cache_dir
 from mlflow_mia.signals.identity import ModelIdentity, refuse_missing_weights, refuse_remote_code
 from mlflow_mia.signals.last_layer import hidden_at, last_layer_of, probe_batch
 from mlflow_mia.signals.runtime import (DeviceResults, autocast_for, default_token_budget, dtype_setting,
@@ -273,7 +273,7 @@ class ConfidenceCache(SqliteSpecStore):
     def __init__(self, path=None):
         path = os.fspath(path or default_cache_dir())
         if not path.endswith(".sqlite"):
-            _make_cache_dir(path)
+            make_cache_dir(path)
             path = os.path.join(path, "ner_confidence.sqlite")
         super().__init__(path)
 

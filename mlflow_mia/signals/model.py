@@ -23,7 +23,7 @@ from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
 from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.placement import is_dispatched
 
-__all__ = ["MaskedLM", "as_masked_lm"]
+__all__ = ["input_of", "as_wrapped", "blocked_target_logprobs", "MaskedLM", "as_masked_lm"]
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,10 @@ def as_masked_lm(obj, *, role: str = "model") -> "MaskedLM":
     TypeError
         ``obj`` is of another type.
     """
-    return _as_wrapped(obj, role, MaskedLM, lambda model: MaskedLM, lambda folder: MaskedLM, "a MaskedLM")
+    return as_wrapped(obj, role, MaskedLM, lambda model: MaskedLM, lambda folder: MaskedLM, "a MaskedLM")
 
 
-def _as_wrapped(obj, role: str, accepted, pair_wrapper, folder_wrapper, names: str):
+def as_wrapped(obj, role: str, accepted, pair_wrapper, folder_wrapper, names: str):
     """``obj`` if an instance of ``accepted``, else a pair or folder wrapped in the class the callables pick.
 
     ``pair_wrapper(model)`` and ``folder_wrapper(path)`` return the wrapper class for a
@@ -196,11 +196,11 @@ class MaskedLM(ModelIdentity):
         if self._last_layer is None:
             self._last_layer = last_layer_of(encoder) or False
         if self._last_layer is not False:
-            return _input_of(self._projection, head,
+            return input_of(self._projection, head,
                              hidden_at(encoder, self._last_layer, input_ids, attention_mask, rows, cols,
                                        max_per_row=max_per_row))
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return _input_of(self._projection, head, hidden[rows, cols])
+        return input_of(self._projection, head, hidden[rows, cols])
 
     def target_logprobs_of_features(self, features: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = 512,
                                     vocab_block: int = 2048, stats: bool = False) -> torch.Tensor:
@@ -219,7 +219,7 @@ class MaskedLM(ModelIdentity):
         """
         self._require_projection()
         decoder = self._projection
-        kernel = blocked_logprob_stats if stats else _blocked_target_logprobs
+        kernel = blocked_logprob_stats if stats else blocked_target_logprobs
         out = torch.empty((len(features), len(STATS_COLUMNS)) if stats else len(features), dtype=torch.float32,
                           device=features.device)
         for start in range(0, len(features), chunk_rows):
@@ -263,7 +263,7 @@ class MaskedLM(ModelIdentity):
         generator = torch.Generator().manual_seed(0)
         probe = torch.randn(4, hidden_size, generator=generator).to(decoder.weight.device, decoder.weight.dtype)
         with torch.inference_mode():
-            features = _input_of(decoder, head, probe)
+            features = input_of(decoder, head, probe)
             if features is None:
                 return None
             expected = head(probe).float()
@@ -296,10 +296,10 @@ class MaskedLM(ModelIdentity):
 
 
 class _Captured(Exception):
-    """Raised by the hook of :func:`_input_of` to stop the head (or model) before its projection."""
+    """Raised by the hook of :func:`input_of` to stop the head (or model) before its projection."""
 
 
-def _input_of(decoder: torch.nn.Module, head, *args, **kwargs) -> torch.Tensor | None:
+def input_of(decoder: torch.nn.Module, head, *args, **kwargs) -> torch.Tensor | None:
     """What ``head(*args, **kwargs)`` feeds into ``decoder`` (the head stops there), or None if it never calls it."""
     captured = []
 
@@ -317,7 +317,7 @@ def _input_of(decoder: torch.nn.Module, head, *args, **kwargs) -> torch.Tensor |
     return captured[0] if captured else None
 
 
-def _blocked_target_logprobs(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+def blocked_target_logprobs(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                              targets: torch.Tensor, block: int) -> torch.Tensor:
     """``log_softmax(features @ weight.T + bias)[i, targets[i]]`` in float32, shape (n,).
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from mlflow_mia.naming import nan_to_none
 from mlflow_mia.data import text_hash
-from mlflow_mia.hashing import _as_bytes, keyed_hash
+from mlflow_mia.hashing import as_bytes, keyed_hash
 
 __all__ = ["dataset_digest", "keyed_table", "check_metric_names", "active_run_id", "log_figures", "log_files",
            "artifact", "to_json", "write_text", "SAMPLE_COLUMNS"]
@@ -32,7 +32,7 @@ def dataset_digest(text_hashes, *, key) -> str:
     candidates for the last; keyed, two runs show the same digest exactly when they
     audited the same set with the same (user) key.
     """
-    return hmac.new(_as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
+    return hmac.new(as_bytes(key), "\n".join(sorted(text_hashes)).encode(), "sha256").hexdigest()
 
 
 #: Columns of the per-sample table by default: none is recomputable from the model (no score, rank or length);

@@ -208,7 +208,7 @@ def test_target_logprobs_in_chunks_equal_log_softmax_of_the_full_logits(lm, spli
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("block", [1, 5, 64, 1000])
 def test_blocked_log_softmax_equals_torch(bias, block):
-    from mlflow_mia.signals.model import _blocked_target_logprobs
+    from mlflow_mia.signals.model import blocked_target_logprobs
 
     gen = torch.Generator().manual_seed(block)
     features = torch.randn(9, 6, generator=gen) * 3
@@ -217,7 +217,7 @@ def test_blocked_log_softmax_equals_torch(bias, block):
     targets = torch.randint(0, 64, (9,), generator=gen)
     expected = torch.log_softmax(torch.nn.functional.linear(features.double(), weight.double(),
                                                             None if b is None else b.double()), dim=-1)
-    got = _blocked_target_logprobs(features, weight, b, targets, block)
+    got = blocked_target_logprobs(features, weight, b, targets, block)
     torch.testing.assert_close(got, expected[torch.arange(9), targets].float(), rtol=1e-5, atol=1e-5)
 
 
