@@ -90,7 +90,7 @@ def ez_score(delta, top1) -> float:
 
     Examples
     --------
-    >>> ez_score([0.3, -0.1, 2.0], [False, False, True])  # P = 0.3, N = 0.1; the third token is no error
+    >>> round(ez_score([0.3, -0.1, 2.0], [False, False, True]), 12)  # P = 0.3, N = 0.1; the third is no error
     0.75
     >>> ez_score([0.3, 0.2], [True, True]), ez_score([0.3, 0.0], [False, False]), ez_score([0.0], [False])
     (1.0, 1.0, 0.5)
