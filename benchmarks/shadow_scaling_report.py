@@ -42,7 +42,7 @@ from mlflow_mia.attacks import ReferenceSignals  # noqa: E402
 from mlflow_mia.audits.membership import score_audit  # noqa: E402
 from mlflow_mia.config import AuditConfig  # noqa: E402
 from mlflow_mia.data import AuditDataset, PopulationSet  # noqa: E402
-from mlflow_mia.engines.audit_signals import AuditSignals  # noqa: E402
+from mlflow_mia.audits.membership.signals import AuditSignals  # noqa: E402
 from mlflow_mia.metrics.bootstrap import tpr_at_fpr_statistic  # noqa: E402
 from mlflow_mia.metrics.paired import claim_verdict, paired_bootstrap  # noqa: E402
 

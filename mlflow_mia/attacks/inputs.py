@@ -150,7 +150,7 @@ class ReferenceSignals:
 
 @dataclass(frozen=True)
 class StageOne:
-    """What a stage-1 compute function reads (built by :func:`mlflow_mia.audits.membership.compute_audit_signals`).
+    """What a stage-1 compute function reads (built by :func:`mlflow_mia.audits.membership.signals.stage_one`).
 
     Attributes
     ----------
@@ -174,6 +174,7 @@ class StageOne:
     n_pool : int or None
         How many of ``texts`` are pool texts (the population texts follow); None: not known
         (an input that needs the population, e.g. ReCaLL's prefix, then refuses).
+    engine : engine object running each model's signals (``engine.model_signals``), or None (here)
     """
 
     models: Any
@@ -186,6 +187,7 @@ class StageOne:
     computed: dict = field(default_factory=dict)
     token_quantities: dict = field(default_factory=dict)
     n_pool: int | None = None
+    engine: Any = None
 
 
 @dataclass(frozen=True)
@@ -379,12 +381,14 @@ class AttackInputs:
         return dict(self._inputs)
 
 
-def _model_signals(stage: StageOne, *, role: str) -> SignalResult:
-    """The signals of one model role, with the optional per-token quantities the audit's attacks declare for it."""
-    kind = stage.config.signal.kind
-    stats = "token_stats" in stage.token_quantities.get(role, ())
-    return compute_signals(getattr(stage.models, role), stage.texts, stage.config.signal, cache=stage.cache,
-                           device=stage.device, progress=stage.progress, desc=f"{kind} of {role}", stats=stats)
+def _model_signals(stage: StageOne, *, role: str, lm=None, quantities: str | None = None) -> SignalResult:
+    """The signals of one model (default: ``role``'s), a job of the stage's engine (None: here), with the per-token
+    quantities the audit's attacks declare for the input ``quantities`` (default: ``role``)."""
+    compute = compute_signals if stage.engine is None else partial(stage.engine.model_signals, role=role)
+    stats = "token_stats" in stage.token_quantities.get(quantities or role, ())
+    return compute(getattr(stage.models, role) if lm is None else lm, stage.texts, stage.config.signal,
+                   cache=stage.cache, device=stage.device, progress=stage.progress,
+                   desc=f"{stage.config.signal.kind} of {role}", stats=stats)
 
 
 def _reference_set(stage: StageOne) -> ReferenceSignals:
@@ -396,10 +400,7 @@ def _reference_set(stage: StageOne) -> ReferenceSignals:
         if i == 0 and "reference" in stage.computed:
             out.append(stage.computed["reference"])
             continue
-        stats = "token_stats" in stage.token_quantities.get("references", ())
-        out.append(compute_signals(models[i], stage.texts, stage.config.signal, cache=stage.cache,
-                                   device=stage.device, progress=stage.progress,
-                                   desc=f"{stage.config.signal.kind} of {role}", stats=stats))
+        out.append(_model_signals(stage, role=role, lm=models[i], quantities="references"))
     return ReferenceSignals(tuple(out), roles)
 
 

@@ -60,8 +60,8 @@ from mlflow_mia.config import AuditConfig
 from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
 from mlflow_mia.demo.dp import train_mlm_dp
 from mlflow_mia.demo.train import train_mlm
-from mlflow_mia.engines.audit_signals import AuditSignals
-from mlflow_mia.engines.models import AuditModels
+from mlflow_mia.audits.membership.signals import AuditSignals
+from mlflow_mia.audits.membership.models import AuditModels
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.demo.shadow_binding import check_signals_record, pool_digests, shadow_weights
 from mlflow_mia.pipeline.membership import shadow_record_entry

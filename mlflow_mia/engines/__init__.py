@@ -1,15 +1,14 @@
-"""Engines: where stage 1 of an audit runs, producing :class:`~.audit_signals.AuditSignals`.
+"""Engines: where each model's signals are computed, one per-model job at a time, for any audit.
 
-:func:`mlflow_mia.audits.membership.run_audit` has one setup path (the same checks and
-errors, in the same order) whatever the engine; an engine loads the models and
-computes the signals of the model roles the attacks need:
+An engine knows no audit: it loads a model by role and runs the per-model signal job
+(one model, a list of texts, a :class:`~mlflow_mia.config.SignalConfig` ->
+:class:`~mlflow_mia.signals.SignalResult`, row-aligned). An audit's stage 1 (e.g.
+:func:`mlflow_mia.audits.membership.signals.stage_one`) asks it for the signals of each
+model it needs and computes the rest itself:
 
-- :mod:`.audit_signals`: :class:`~.audit_signals.AuditSignals` (the signals by attack
-  input, pool rows then population rows) and :class:`~.audit_signals.AuditExtras`
-  (what the report tables read: token ids, neighbour examples, generator evidence);
-- :mod:`.local`: ``"local"``, every model in this process (:func:`~.local.stage_one`);
-- :mod:`.spark`: ``"spark"``, each model's signals on Apache Spark executors
-  (:mod:`.spark_executors` runs there, :mod:`.spark_store` keeps the signed Parquet store,
+- :mod:`.local`: ``"local"``, every job in this process (:class:`~.local.LocalEngine`);
+- :mod:`.spark`: ``"spark"``, each job on Apache Spark executors (:class:`~.spark.SparkEngine`;
+  :mod:`.spark_executors` runs there, :mod:`.spark_store` keeps the signed Parquet store,
   :mod:`.spark_errors` brings an executor's error back to the driver);
-- :mod:`.registry`: the engines by name (:func:`~.registry.get_engine`).
+- :mod:`.registry`: the engines by name (:func:`~.registry.get_engine`) and what an engine is.
 """

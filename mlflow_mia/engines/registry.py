@@ -1,19 +1,17 @@
-"""Engines: where stage 1 of an audit runs.
+"""The engines by name: where each model's signals are computed.
 
-:func:`~mlflow_mia.audits.membership.run_audit` has one setup path (the same checks, the same
-errors, in the same order) whatever the engine; an engine only loads the models
-on the driver and produces :class:`~mlflow_mia.audits.membership.AuditSignals` for the model
-roles the attacks need:
+An audit has one setup path (the same checks, the same errors, in the same order)
+whatever the engine; an engine only loads each model on this machine and runs its
+per-model signal jobs:
 
-- ``"local"`` (:class:`~mlflow_mia.engines.local.LocalEngine`): :func:`~mlflow_mia.engines.local.stage_one`
-  in this process;
-- ``"spark"`` (:class:`mlflow_mia.engines.spark.SparkEngine`): each
-  model's signals on Spark executors, the rest of stage 1 on the driver.
+- ``"local"`` (:class:`~mlflow_mia.engines.local.LocalEngine`): in this process;
+- ``"spark"`` (:class:`mlflow_mia.engines.spark.SparkEngine`): on Spark executors.
 
-An engine is any object with ``name``, ``check_device(device)``,
-``check_inputs(needs)``, ``load(model, *, role)`` and ``signals(models, pool,
-population, config, *, cache, device, progress)``; :data:`ENGINES` maps the names
-:func:`run_audit` takes to them.
+An engine is any object with ``name``, ``options`` (its keyword options), ``remote``
+(True when only per-model jobs run there), ``check_device(device)``, ``load(model, *, role)``
+(the loaded language model) and ``model_signals(lm, texts, config, *, role, stats, cache,
+device, progress, desc)`` (a :class:`~mlflow_mia.signals.SignalResult` row-aligned with
+``texts``); :data:`ENGINES` maps the names the audits take (``run_audit(engine=...)``) to them.
 """
 
 from __future__ import annotations

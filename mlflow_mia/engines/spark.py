@@ -1,20 +1,15 @@
-"""The Spark engine of :func:`mlflow_mia.audits.membership.run_audit` (``engine="spark"``).
+"""The Spark engine (``engine="spark"``): each model's signals on Apache Spark executors.
 
-Stage 1 (:class:`SparkEngine`, :func:`spark_audit_signals`): the per-text signals of
-each model role the attacks need (target, reference; with a reference set, every
-reference model: ``reference``, ``reference_2``, ...) over the pool texts then the
-population texts, computed on the executors (:mod:`mlflow_mia.engines.spark_executors`);
-only the signals (a few numbers and the masked-token log-probs per text) come back
-to the driver, one :class:`~mlflow_mia.signals.SignalResult` per role, row-aligned
-with the texts. The rest of stage 1 (the target's token ids for the report tables)
-runs on the driver, which holds the tokenizers.
-
-Stage 2: attacks, thresholds, metrics and plots on the driver, exactly as in a
-local audit (``run_audit`` has one setup path for every engine); no model runs there.
-
-Inputs that are not one model's signals (``neighbour_values``, ``neighbour_local``:
-the neighbourhood attacks, whose neighbours are generated on the driver) do not run
-on Spark yet: asking for them is a clear error before any model loads.
+:class:`SparkEngine` resolves a model on the driver (a URI or a folder the executors can
+read) and runs its per-model signal job on the executors (:func:`spark_model_signals`,
+:mod:`mlflow_mia.engines.spark_executors`): the per-text signals of one model over the
+texts given; only the signals (a few numbers and the masked-token log-probs per text)
+come back to the driver, one :class:`~mlflow_mia.signals.SignalResult` per model,
+row-aligned with the texts. It knows no audit: an audit's stage 1 asks it for the
+signals of each model it needs and computes the rest on the driver, which holds the
+tokenizers. It is ``remote``: only per-model jobs run there, so an audit refuses the
+inputs it would compute from models on the driver (the neighbourhood attacks' neighbours,
+:func:`mlflow_mia.audits.membership.signals.check_engine_inputs`) before any model loads.
 """
 
 from __future__ import annotations
@@ -29,14 +24,12 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mlflow_mia.config import AuditConfig, SignalConfig
+from mlflow_mia.config import SignalConfig
 from mlflow_mia.signals.types import SignalResult
-from mlflow_mia.attacks import INPUTS, ReferenceSignals, reference_roles, required_token_quantities
-from mlflow_mia.engines.local import needed_inputs, stage_one
 from mlflow_mia.engines.spark_executors import collect_signals, model_spec, spark_signals
 from mlflow_mia.models.resolve import resolve_model
 
-__all__ = ["SparkEngine", "spark_session", "local_with_retries", "spark_audit_signals"]
+__all__ = ["SparkEngine", "spark_session", "local_with_retries", "spark_model_signals"]
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +88,7 @@ def local_with_retries(master: str, max_failures=4) -> str:
     return f"local[{found.group(1) or 1},{tries}]"
 
 
-def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], config: SignalConfig | None = None,
+def spark_model_signals(spark, texts: Sequence[str], models: Mapping[str, Any], config: SignalConfig | None = None,
                         *, store: str | None = None, partitions: int | None = None, device: str | None = None,
                         waves: int | None = None, stats=True) -> dict[str, SignalResult]:
     """Signals of every model over ``texts``, computed on Spark, row-aligned with ``texts``.
@@ -104,7 +97,7 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
     ----------
     spark : SparkSession
     texts : sequence of str, length n_samples
-        Pool texts then population texts (the order the audit scores them in).
+        The texts, in the order of the rows returned (an audit: pool texts then population texts).
     models : mapping of role to str or ResolvedModel
         E.g. ``{"target": "models:/m@candidate", "reference": "models:/r@champion"}``.
     config : SignalConfig, optional
@@ -146,7 +139,7 @@ def spark_audit_signals(spark, texts: Sequence[str], models: Mapping[str, Any], 
 
 
 class SparkEngine:
-    """Stage 1 on Apache Spark: each model's signals on the executors, the rest on the driver.
+    """Per-model signal jobs on Apache Spark executors; models are resolved on the driver.
 
     Parameters
     ----------
@@ -158,10 +151,16 @@ class SparkEngine:
         Parquet signal store shared across runs (resumable, idempotent).
     partitions : int, optional
         Spark partitions of the texts (default: Spark's default parallelism).
+
+    Attributes
+    ----------
+    remote : bool
+        True: only per-model signal jobs run on the executors.
     """
 
     name = "spark"
     options: ClassVar[tuple[str, ...]] = ("spark", "spark_master", "store", "partitions")
+    remote: ClassVar[bool] = True
 
     def __init__(self, spark=None, spark_master: str | None = None, store: str | None = None,
                  partitions: int | None = None):
@@ -171,63 +170,47 @@ class SparkEngine:
     def check_device(self, device) -> None:
         """Nothing to check on the driver: ``device`` is the executors' torch device."""
 
-    def check_inputs(self, needs) -> None:
-        """Refuse inputs that are not models' signals (:data:`mlflow_mia.attacks.INPUTS` ``rows="values"``).
-
-        Every model's signals run on the executors: one model's (``rows="signal"``) and
-        each model of a reference set (``rows="signals"``).
-
-        Raises
-        ------
-        ValueError
-            Such an input is needed; the message names its attacks and the way out.
-        """
-        local = {name: attacks for name, attacks in needs.items() if INPUTS[name].rows not in ("signal", "signals")}
-        if local:
-            attacks = list(dict.fromkeys(a for by in local.values() for a in by))
-            raise ValueError(f"attack(s) {attacks} do not run on the Spark engine yet: their input(s) {list(local)} "
-                             "come from neighbours generated on the driver; drop them from attacks or use "
-                             "engine='local'")
-
     def load(self, model, *, role: str):
         """Resolve ``model`` (a URI, a folder on shared storage, or a resolved model) on the driver; keep it for the executors."""
         resolved = resolve_model(model, role=role)
         self._resolved[role] = resolved
         return resolved.lm
 
-    def signals(self, models, pool, population, config: AuditConfig, *, cache=None, device=None,
-                progress: bool = False):
-        """The signals of every model role the attacks need, on Spark; the rest of stage 1 on the driver.
+    def model_signals(self, lm, texts: Sequence[str], config: SignalConfig, *, role: str, stats: bool = False,
+                      cache=None, device=None, progress: bool = False, desc: str | None = None) -> SignalResult:
+        """The signals of the model loaded as ``role`` over ``texts``, computed on the executors, row-aligned.
 
-        ``cache`` (the local signal cache) is not used: the executors keep their
-        signals in ``store``.
+        Parameters
+        ----------
+        lm : MaskedLM or CausalLM
+            What :meth:`load` returned for ``role``; the executors load the model :meth:`load` resolved.
+        texts : sequence of str, length n
+        config : SignalConfig
+        role : str
+            The role the model was loaded with.
+        stats : bool
+            Also Min-K%++'s per-token statistics.
+        cache, progress, desc
+            Not used: the executors keep their signals in ``store``.
+        device : str, optional
+            The executors' torch device (default: the task's GPU, else CPU).
+
+        Returns
+        -------
+        SignalResult
+            n rows.
 
         Raises
         ------
         ValueError
-            A model the executors cannot load (an in-memory model), before any Spark job.
+            No model was loaded as ``role`` by this engine, or one the executors cannot load (an
+            in-memory model), before any Spark job.
         """
-        ref_roles = reference_roles(len(models.references))
-        needs = ["target", *needed_inputs(config, len(ref_roles))]
-        roles = {name: INPUTS[name].roles[0] for name in needs if INPUTS[name].rows == "signal"}
-        wanted = dict.fromkeys(roles.values())
-        if "references" in needs:
-            wanted.update(dict.fromkeys(ref_roles))  # every reference model's signals, on the executors
-        quantities = required_token_quantities(config.attacks)  # Min-K%++'s statistics only where declared
-        stats = {roles[name] for name in roles if "token_stats" in quantities.get(name, ())}
-        if "token_stats" in quantities.get("references", ()):
-            stats.update(ref_roles)
-        session = self.spark or spark_session(self.spark_master)
-        start = time.perf_counter()
-        computed = spark_audit_signals(session, list(pool.texts) + list(population.texts),
-                                       {role: self._resolved[role] for role in wanted},
-                                       config.signal, store=self.store, partitions=self.partitions, device=device,
-                                       stats=stats)
-        spark_s = round(time.perf_counter() - start, 3)
-        given = {name: computed[role] for name, role in roles.items()}
-        if "references" in needs:
-            given["references"] = ReferenceSignals(tuple(computed[r] for r in ref_roles), ref_roles)
-        signals = stage_one(models, pool, population, config, device=device, progress=progress, given=given)
-        signals.info["engine"] = self.name
-        signals.info["timings"]["signals_spark_s"] = spark_s
-        return signals
+        resolved = self._resolved.get(role)
+        if resolved is None or resolved.lm is not lm:
+            raise ValueError(f"the Spark engine runs models it loaded: load the {role} with engine.load(model, "
+                             f"role={role!r}) first (a URI or a folder the executors can read)")
+        if self.spark is None:
+            self.spark = spark_session(self.spark_master)
+        return spark_model_signals(self.spark, list(texts), {role: resolved}, config, store=self.store,
+                                   partitions=self.partitions, device=device, stats=stats)[role]

@@ -129,7 +129,7 @@ def test_an_audit_scores_lira_online_from_signals_with_the_shadow_membership():
     from mlflow_mia.audits.membership import score_audit
     from mlflow_mia.config import AuditConfig, MetricConfig
     from mlflow_mia.data import AuditDataset, PopulationSet
-    from mlflow_mia.engines.audit_signals import AuditSignals
+    from mlflow_mia.audits.membership.signals import AuditSignals
 
     target, shadows, member, labels = _shadows(n=100, k=6, seed=4)
     texts = [f"text {i}" for i in range(100)]

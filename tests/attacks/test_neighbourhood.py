@@ -148,7 +148,7 @@ def _generators_used(monkeypatch):
         seen.append(recipe.generator)
         return gq.GeneratorEvidence(accuracy=0.5, n_words=1, rows=np.arange(0), neighbour_values=())
 
-    monkeypatch.setattr("mlflow_mia.engines.local.measure_generator", measured)
+    monkeypatch.setattr("mlflow_mia.audits.membership.signals.measure_generator", measured)
     return seen
 
 

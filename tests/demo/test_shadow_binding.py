@@ -27,8 +27,8 @@ from mlflow_mia.demo.shadow_binding import check_signals_record, pool_digests
 from mlflow_mia.demo.shadow_record import balanced_halves
 from mlflow_mia.demo.specs import TrainConfig
 from mlflow_mia.demo.train import train_mlm
-from mlflow_mia.engines.audit_signals import AuditSignals
-from mlflow_mia.engines.models import AuditModels
+from mlflow_mia.audits.membership.signals import AuditSignals
+from mlflow_mia.audits.membership.models import AuditModels
 from mlflow_mia.hashing import HashKey, keyed_hash
 from mlflow_mia.pipeline.membership import checked_shadow_record, shadow_record_entry
 from mlflow_mia.signals.model import MaskedLM

@@ -169,7 +169,7 @@ def test_the_demo_recipe_is_the_targets_base_and_fine_tuning_settings():
 
 def test_membership_is_added_only_to_signals_of_the_records_shadows_in_its_order(built):
     from mlflow_mia.data import AuditDataset, PopulationSet
-    from mlflow_mia.engines.audit_signals import AuditSignals
+    from mlflow_mia.audits.membership.signals import AuditSignals
     from mlflow_mia.signals.types import SignalResult
 
     record = ShadowRecord.from_json(built["tmp"] / "record.json")

@@ -267,7 +267,7 @@ def test_both_engines_raise_the_same_errors_in_the_same_order(spark, model_dir, 
     from mlflow_mia.engines.spark import SparkEngine
 
     pool, population = audit_data
-    monkeypatch.setattr(spark_audit, "spark_audit_signals", lambda *a, **k: pytest.fail("a Spark job ran"))
+    monkeypatch.setattr(spark_audit, "spark_model_signals", lambda *a, **k: pytest.fail("a Spark job ran"))
     for name, overrides, pattern in _bad_inputs(pool, population):
         errors = {}
         for engine in ("local", "spark"):
@@ -497,7 +497,7 @@ class ShippedForMaskedLM(BertForMaskedLM):
 def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_path):
     """--trust-remote-code --engine spark: executors load the model as the driver did (no 'pass the flag')."""
     from mlflow_mia.models.resolve import resolve_model
-    from mlflow_mia.engines.spark import spark_audit_signals
+    from mlflow_mia.engines.spark import spark_model_signals
 
     model, tok = tiny_bert(seed=5)
     folder = tmp_path / "shipped"
@@ -514,7 +514,7 @@ def test_trusted_remote_code_model_loads_on_the_executors(spark, model_dir, tmp_
     assert model_spec(resolved, CONFIG)["trust_remote_code"] is True
     assert model_spec(model_dir, CONFIG)["trust_remote_code"] is False  # executors load it without running code
     texts = _texts(4)
-    got = spark_audit_signals(spark, texts, {"target": resolved}, CONFIG)["target"]
+    got = spark_model_signals(spark, texts, {"target": resolved}, CONFIG)["target"]
     want = compute_signals(resolved.lm, texts, CONFIG, progress=False)
     assert np.max(np.abs(got.values - want.values)) <= 1e-5
 

@@ -2,7 +2,7 @@
 
 No model runs here: the neighbours and their values, the target's token ids and
 the generator's measured quality were computed in stage 1
-(:func:`mlflow_mia.engines.local.stage_one`). Signals computed elsewhere may come
+(:func:`mlflow_mia.audits.membership.signals.stage_one`). Signals computed elsewhere may come
 without them; each table is then skipped with a warning, and the metrics never
 depend on them.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mlflow_mia.engines.audit_signals import AuditExtras
+from mlflow_mia.audits.membership.signals import AuditExtras
 from mlflow_mia.audits.membership.result import AttackReport
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset

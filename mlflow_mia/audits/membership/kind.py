@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mlflow_mia.audits.base import Audit, Settings, resolve_target
 from mlflow_mia.audits.membership.inputs import load_inputs as load_tables
-from mlflow_mia.audits.membership.run import compute_audit_signals
+from mlflow_mia.audits.membership.signals import compute_audit_signals
 from mlflow_mia.audits.membership.scoring import score_audit
 from mlflow_mia.options.audit import parse_options
 import pandas as pd

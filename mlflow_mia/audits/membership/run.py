@@ -1,4 +1,4 @@
-"""``run_audit``: the two stages in a row (compute the signals on an engine, then score them)."""
+"""``run_audit``: the two stages in a row (stage 1 with each model's signals on an engine, then stage 2)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ from collections.abc import Sequence
 
 from mlflow_mia.attacks import get_attack, required_inputs
 from mlflow_mia.audits.membership.checks import check_audit
-from mlflow_mia.engines.audit_signals import AuditSignals
-from mlflow_mia.engines.local import stage_one
-from mlflow_mia.engines.models import AuditModels
-from mlflow_mia.engines.registry import get_engine
+from mlflow_mia.audits.membership.models import AuditModels
 from mlflow_mia.audits.membership.result import AuditResult
 from mlflow_mia.audits.membership.scoring import score_checked
+from mlflow_mia.audits.membership.signals import check_engine_inputs, engine_signals
+from mlflow_mia.engines.registry import get_engine
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import SignalCache
 from mlflow_mia.signals.dispatch import signal_note
 
-__all__ = ["run_audit", "compute_audit_signals"]
+__all__ = ["run_audit"]
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +31,9 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
 
     One setup path whatever the engine: the engine checks the device and the inputs
     it can compute, the models are loaded on this machine, every check of
-    :func:`~mlflow_mia.audits.membership.checks.check_audit` runs once, then the engine computes
-    stage 1 (:class:`~mlflow_mia.audits.membership.AuditSignals`) and stage 2 scores it here
+    :func:`~mlflow_mia.audits.membership.checks.check_audit` runs once, then stage 1
+    (:func:`~mlflow_mia.audits.membership.signals.engine_signals`: each model's signals on the
+    engine, the rest here -> :class:`~mlflow_mia.audits.membership.AuditSignals`) and stage 2 scores it here
     (:func:`~mlflow_mia.audits.membership.scoring.score_checked`, no model runs).
 
     Parameters
@@ -63,7 +63,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         Attacks, signal and metric settings (defaults: loss and likelihood ratio,
         energy with K=10 masks at 15%, FPRs 0.1/0.01/0.001).
     engine : {"local", "spark"} or engine object
-        Where stage 1 runs (:mod:`mlflow_mia.engines.registry`): this process
+        Where each model's signals are computed (:mod:`mlflow_mia.engines.registry`): this process
         (``LocalEngine()``), or Apache Spark executors (the per-text signals of each model;
         ``SparkEngine(spark=..., spark_master=..., store=...)`` configures the session and a
         shared Parquet signal store; needs ``pip install 'mlflow-mia[spark]'``; attacks
@@ -100,7 +100,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     t0 = time.perf_counter()
     runner = get_engine(engine)
     runner.check_device(device)  # a bad device fails here, before any model loads or cache lookup
-    runner.check_inputs(required_inputs(config.attacks))  # unknown attacks fail first
+    check_engine_inputs(runner, required_inputs(config.attacks))  # unknown attacks fail first
     models = AuditModels.build(target, references=references, generator=generator, config=config,
                                load=runner.load, shadow_membership=shadow_membership)
     asked = config.signal.kind
@@ -110,51 +110,10 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         notes = [*notes, signal_note(models.target, asked)]
     if isinstance(cache, str):
         cache = SignalCache(cache)
-    signals = runner.signals(models, pool, population, config, cache=cache, device=device, progress=progress)
+    signals = engine_signals(runner, models, pool, population, config, cache=cache, device=device,
+                             progress=progress)
     attacks = {name: get_attack(name, config) for name in config.attacks}  # each with its settings, once
     result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks, started=t0)
     log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
     return result
 
-
-def compute_audit_signals(models, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None,
-                          *, cache: SignalCache | str | None = None, device=None,
-                          progress: bool = True) -> AuditSignals:
-    """Stage 1 alone: check the inputs (:func:`~mlflow_mia.audits.membership.checks.check_audit`), then :func:`stage_one`.
-
-    Parameters
-    ----------
-    models : AuditModels, MaskedLM, (model, tokenizer) or str
-        The models by role; anything else is taken as the target alone.
-    pool : AuditDataset
-        Members (label 1) and non-members (label 0).
-    population : PopulationSet
-        Disjoint from the pool.
-    config : AuditConfig, optional
-        Attacks (what to compute), signal and neighbourhood settings.
-    cache : SignalCache or str, optional
-        Signal cache (or its directory): re-runs and shared references cost nothing.
-    device : str, optional
-        Default: CUDA when available, else CPU.
-    progress : bool
-        Show progress bars.
-
-    Returns
-    -------
-    AuditSignals
-        See :func:`stage_one`.
-
-    Raises
-    ------
-    ValueError
-        Before any model runs: unknown attacks, a missing reference or generator, and
-        every data error of :func:`~mlflow_mia.audits.membership.checks.check_data`.
-    """
-    config = config or AuditConfig()
-    required_inputs(config.attacks)  # unknown attacks fail first
-    if not isinstance(models, AuditModels):
-        models = AuditModels.build(models, config=config)
-    check_audit(models, pool, population, config)
-    if isinstance(cache, str):
-        cache = SignalCache(cache)
-    return stage_one(models, pool, population, config, cache=cache, device=device, progress=progress)
