@@ -22,7 +22,7 @@ import contextlib
 import math
 from dataclasses import replace
 
-from mlflow_mia.audits.canary.kind import load_canary_set
+from mlflow_mia.audits.canary.inputs import load_canary_set
 from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.options.values import blank as _blank

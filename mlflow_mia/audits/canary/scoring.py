@@ -1,9 +1,11 @@
-"""The canary audit: how much a model leaks about records planted with independent inclusion bits.
+"""Stage 2 of the canary audit: how much a model leaks about records planted with independent inclusion bits.
 
-:func:`canary_audit` scores every canary of a :class:`~mlflow_mia.canaries.CanarySet`
-under the target (energy or pseudo-log-likelihood; with a reference model, the
-likelihood ratio of Mireshghallah et al. 2022), centred on its template's median score
-(:func:`centre_by_template`), then reports per repetition count r
+:func:`score_canaries` scores every canary of a :class:`~mlflow_mia.canaries.CanarySet`
+from its stage-1 signals (:class:`~mlflow_mia.audits.canary.signals.CanarySignals`: energy or
+pseudo-log-likelihood under the target) through the attack registry
+(:data:`mlflow_mia.attacks.ATTACKS`): ``loss``, or with a reference model
+``likelihood_ratio`` (Mireshghallah et al. 2022), each canary's score centred on its
+template's median score (:func:`centre_by_template`); then reports per repetition count r
 (and over all canaries):
 
 - included vs excluded canaries: AUC and TPR at each FPR, with percentile bootstrap
@@ -34,7 +36,6 @@ References
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -42,7 +43,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from mlflow_mia.audits.canary.signals import CanarySignals, canary_signals
+from mlflow_mia.attacks import ATTACKS, AttackInputs
+from mlflow_mia.audits.canary.signals import CanarySignals
 from mlflow_mia.canaries import CanarySet
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.metrics.bootstrap import bootstrap_ci, tpr_at_fpr_statistic
@@ -51,16 +53,14 @@ from mlflow_mia.metrics.one_run import OneRunBound, one_run_audit, sparse_guess_
 from mlflow_mia.metrics.roc import RocResult, auc_statistic, roc, tpr_at_fpr_from_roc
 from mlflow_mia.metrics.thresholds import unresolved_reason
 from mlflow_mia.naming import fmt_alpha
-from mlflow_mia.signals.dispatch import signal_note
+from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["CanaryAuditResult", "canary_audit", "score_canaries", "centre_by_template"]
-
-log = logging.getLogger(__name__)
+__all__ = ["CanaryAuditResult", "score_canaries", "attack_scores", "centre_by_template", "check_both_classes"]
 
 
 @dataclass
 class CanaryAuditResult:
-    """What :func:`canary_audit` found.
+    """What the canary audit found (:func:`score_canaries`, :func:`~mlflow_mia.audits.canary.run.canary_audit`).
 
     Attributes
     ----------
@@ -218,6 +218,38 @@ def _exposures(canaries: CanarySet, signal: np.ndarray, candidates: dict, warnin
     return out
 
 
+def attack_scores(target, reference, canaries: CanarySet, config: CanaryAuditConfig) -> tuple[str, np.ndarray]:
+    """``(attack, scores)`` of every canary, from the registered attack (:data:`mlflow_mia.attacks.ATTACKS`).
+
+    ``loss`` without a reference (score ``-E(s; theta)``, Yeom et al. 2018), ``likelihood_ratio``
+    with one (``E(s; theta_R) - E(s; theta)``, Mireshghallah et al. 2022, Eq. 1-2): the attacks of
+    the membership audit, read from :class:`~mlflow_mia.attacks.AttackInputs` over the canary texts.
+
+    Parameters
+    ----------
+    target : ndarray of shape (m,), float64
+        Signal of each canary under the target (nats; lower = likelier).
+    reference : ndarray of shape (m,) or None
+        The same under the reference model.
+    canaries : CanarySet
+        Its texts are the rows (kept in memory only).
+    config : CanaryAuditConfig
+        Its signal kind labels the signals (:meth:`~mlflow_mia.canaries.config.CanaryAuditConfig.signal_config`).
+
+    Returns
+    -------
+    attack : {"loss", "likelihood_ratio"}
+    scores : ndarray of shape (m,), float64
+        Higher = more likely included.
+    """
+    kind, m = config.signal_config().kind, len(canaries)
+    signal = {"target": SignalResult.from_arrays(target, n_tokens=np.zeros(m, np.int64), kind=kind)}
+    if reference is not None:  # token counts are not part of the canary signals (neither attack reads them)
+        signal["reference"] = SignalResult.from_arrays(reference, n_tokens=np.zeros(m, np.int64), kind=kind)
+    attack = "likelihood_ratio" if reference is not None else "loss"
+    return attack, ATTACKS[attack]()(AttackInputs(tuple(canaries.texts), **signal))
+
+
 def centre_by_template(scores: np.ndarray, template_ids) -> np.ndarray:
     """Scores minus the median score of their template's canaries (included and excluded alike).
 
@@ -248,7 +280,8 @@ def centre_by_template(scores: np.ndarray, template_ids) -> np.ndarray:
     return out
 
 
-def _check_both_classes(bits: np.ndarray) -> None:
+def check_both_classes(bits: np.ndarray) -> None:
+    """Raise ValueError unless ``bits`` (0/1, shape (m,)) hold at least 2 included and 2 excluded canaries."""
     if min(bits.sum(), len(bits) - bits.sum()) < 2:
         raise ValueError(f"the canary audit needs at least 2 included and 2 excluded canaries; this set has "
                          f"{int(bits.sum())} included of {len(bits)}")
@@ -260,56 +293,9 @@ def _groups(canaries: CanarySet) -> list[tuple[str, np.ndarray]]:
     return groups + [("all", np.ones(len(canaries), dtype=bool))]
 
 
-def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryAuditConfig | None = None,
-                 cache=None, device=None, progress: bool = False, hash_key=None) -> CanaryAuditResult:
-    """Audit ``target`` with a planted canary set (see the module docstring).
-
-    Parameters
-    ----------
-    target : MaskedLM
-        The model fine-tuned on data holding the included canaries' copies.
-    canaries : CanarySet
-        The auditor's secret set (texts, repetition counts, inclusion bits).
-    reference : MaskedLM, optional
-        A model that never saw any canary: the score becomes the likelihood ratio
-        ``E_ref - E_target`` instead of ``-E_target``. Either is then centred per template
-        (:func:`centre_by_template`).
-    config : CanaryAuditConfig, optional
-    cache : SignalCache, optional
-        Canary and candidate rows are stored under their keyed hash (``hash_key``), never
-        under the text's sha256; without a kept ``hash_key`` they are not cached.
-    device : str, optional
-    progress : bool
-    hash_key : HashKey, bytes or str, optional
-        The audit's hash key (:func:`mlflow_mia.hashing.resolve_hash_key`), which keys the
-        cache rows; a random :class:`~mlflow_mia.hashing.HashKey` (not kept) or None turns
-        the cache off for this audit.
-
-    Returns
-    -------
-    CanaryAuditResult
-
-    Raises
-    ------
-    ValueError
-        Fewer than 2 included or 2 excluded canaries (nothing to compare), or a reference of
-        another kind than the target (causal vs masked: their signals cannot be compared;
-        :func:`~mlflow_mia.signals.dispatch.check_model_kinds`).
-    """
-    _check_both_classes(canaries.included.astype(np.int64))  # before any model runs
-    signals = canary_signals(target, canaries, reference=reference, config=config, cache=cache, device=device,
-                             progress=progress, hash_key=hash_key)
-    result = score_canaries(signals, canaries, config)
-    note = signal_note(target, (config or CanaryAuditConfig()).signal)  # a causal target ranks by its own signal
-    if note:
-        log.warning(note)
-        result.warnings.append(note)
-    return result
-
-
 def score_canaries(signals: CanarySignals, canaries: CanarySet, config: CanaryAuditConfig | None = None
                    ) -> CanaryAuditResult:
-    """Stage 2 of :func:`canary_audit`: signals -> scores, exposures, metrics and bounds; runs no model.
+    """Stage 2 of the canary audit: signals -> scores (:func:`attack_scores`), exposures, metrics and bounds; runs no model.
 
     Parameters
     ----------
@@ -329,14 +315,12 @@ def score_canaries(signals: CanarySignals, canaries: CanarySet, config: CanaryAu
     """
     config = config or CanaryAuditConfig()
     bits = canaries.included.astype(np.int64)
-    _check_both_classes(bits)
+    check_both_classes(bits)
     signal = np.asarray(signals.target, dtype=np.float64)
     if signal.shape != (len(canaries),):
         raise ValueError(f"the signals hold {signal.shape[0]} canaries, the set {len(canaries)}: compute them with "
                          "canary_signals for this canary set")
-    attack, scores = "loss", -signal  # energies: lower = likelier, so negate (higher = included)
-    if signals.reference is not None:
-        attack, scores = "likelihood_ratio", np.asarray(signals.reference, dtype=np.float64) - signal
+    attack, scores = attack_scores(signal, signals.reference, canaries, config)
     scores = centre_by_template(scores, canaries.template_ids)
     models = {role: dict(record) for role, record in signals.models.items()}
     warnings: list = []

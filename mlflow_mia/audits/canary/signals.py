@@ -2,7 +2,7 @@
 
 The signal (energy or PLL) of every canary under the target (and the reference), and
 of each secret-format template's candidate secrets under the target. Stage 2
-(:func:`mlflow_mia.audits.canary.audit.score_canaries`) turns them into exposures,
+(:func:`mlflow_mia.audits.canary.scoring.score_canaries`) turns them into exposures,
 metrics and bounds without running a model.
 """
 
@@ -99,7 +99,7 @@ def canary_signals(target, canaries: CanarySet, *, reference=None, config: Canar
                    cache=None, device=None, progress: bool = False, hash_key=None) -> CanarySignals:
     """Stage 1: score the canaries under the target (and reference) and each template's candidate secrets.
 
-    Parameters are those of :func:`~mlflow_mia.audits.canary.audit.canary_audit`. Candidates of the
+    Parameters are those of :func:`~mlflow_mia.audits.canary.run.canary_audit`. Candidates of the
     i-th secret-format template are drawn with seed ``config.seed + 1 + i`` (:func:`candidate_secrets`).
 
     Returns

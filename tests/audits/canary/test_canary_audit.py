@@ -10,7 +10,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from mlflow_mia.audits.canary import canary_audit, candidate_secrets
-from mlflow_mia.audits.canary.audit import centre_by_template
+from mlflow_mia.audits.canary.scoring import centre_by_template
 from mlflow_mia.metrics.one_run import sparse_guess_grid
 from mlflow_mia.canaries import Template, make_canaries
 from mlflow_mia.canaries.config import CanaryAuditConfig
