@@ -4,42 +4,76 @@ Each ``audits/<kind>/`` (membership, NER, canary) builds one :class:`Audit` from
 own functions: ``parse`` (flat options -> :class:`Settings`, before any model loads),
 ``load_inputs`` (a table -> what stage 1 reads, checked), ``resolve`` (a model URI ->
 the loaded target), ``signals`` (stage 1, the only part that runs models) and
-``score`` (stage 2, pure). Logging is one layer up: :mod:`mlflow_mia.pipeline`
-registers each audit with its ``run`` (stage 1, stage 2, gate, log), ``log`` and
-``metrics`` (:mod:`mlflow_mia.tracking`) in ``AUDITS``, the registry every entry point looks an
-audit up in, as ``ATTACKS`` is for attacks.
+``score`` (stage 2, pure). An :class:`Audit` is generic in its settings, inputs, signals
+and result (``Audit[SettingsT, InputsT, SignalsT, ResultT]``, inferred from its parts), so
+a type checker (``mypy``, configured in ``pyproject.toml``) sees that ``load_inputs``
+takes what ``parse`` returns and ``score`` what ``signals`` returns. Logging is one layer
+up: :mod:`mlflow_mia.pipeline` registers each audit with its ``run`` (stage 1, stage 2,
+gate, log), ``log`` and ``metrics`` (:mod:`mlflow_mia.tracking`) as a
+:class:`~mlflow_mia.pipeline.LoggedAudit` in ``AUDITS``, the registry every entry point
+looks an audit up in, as ``ATTACKS`` is for attacks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Concatenate, Generic, Protocol, TypeVar
+
+from typing_extensions import NamedTuple  # generic NamedTuple before Python 3.11
 
 from mlflow_mia.models import resolve as models_resolve
+from mlflow_mia.models.resolve import ResolvedModel
 
-__all__ = ["Audit", "Settings", "resolve_target"]
+__all__ = ["Audit", "Parse", "Settings", "resolve_target"]
+
+ConfigT = TypeVar("ConfigT")
+OptionsT = TypeVar("OptionsT")
+SettingsT = TypeVar("SettingsT", bound="Settings[Any, Any]")
+SettingsT_co = TypeVar("SettingsT_co", bound="Settings[Any, Any]", covariant=True)
+InputsT = TypeVar("InputsT")
+SignalsT = TypeVar("SignalsT")
+ResultT = TypeVar("ResultT")
 
 
-class Settings(NamedTuple):
+class Settings(NamedTuple, Generic[ConfigT, OptionsT]):
     """An audit's parsed settings: what it computes (``config``) and how it runs and logs (``options``).
 
-    A tuple, so ``config, options = audit.parse(flat)`` reads as the parsers always did.
+    A tuple, so ``config, options = audit.parse(flat)`` reads as the parsers always did; generic, so
+    ``Settings[AuditConfig, MiaOptions]`` names what each part holds.
 
     Attributes
     ----------
-    config : frozen dataclass
+    config : ConfigT (frozen dataclass)
         ``AuditConfig``, ``NerAuditConfig`` or ``CanaryAuditConfig``: stored with the result.
-    options : frozen dataclass
+    options : OptionsT (frozen dataclass)
         ``MiaOptions``, ``NerOptions`` or ``CanaryOptions``: models, data, gate, logging, execution.
     """
 
-    config: Any
-    options: Any
+    config: ConfigT
+    options: OptionsT
+
+
+class Parse(Protocol[SettingsT_co]):
+    """An audit's parser: ``parse(flat, *, targets=None) -> Settings``, called before any model loads."""
+
+    def __call__(self, flat: Mapping[str, Any] | None, /, *, targets: str | None = None) -> SettingsT_co:
+        """The settings from flat ``evaluator_config["mia"]`` keys (or the subcommand's flags as such keys).
+
+        ``targets`` is the label column ``mlflow.models.evaluate`` was given (None from the CLI).
+        Raises ValueError naming the bad key.
+        """
+        ...
 
 
 @dataclass(frozen=True)
-class Audit:
+class Audit(Generic[SettingsT, InputsT, SignalsT, ResultT]):
     """One audit kind: the parts every entry point (evaluator, CLI, MLproject) calls, in this order.
+
+    Every field is required: an ``Audit`` is complete where it is built (its ``kind.py``). The type
+    parameters are inferred from the parts: ``SettingsT`` from ``parse``, ``InputsT`` from
+    ``load_inputs``, ``SignalsT`` from ``signals`` (and ``score``'s first parameter), ``ResultT``
+    from ``score``.
 
     Attributes
     ----------
@@ -52,28 +86,26 @@ class Audit:
         The subcommand's one-line help and its ``--help`` description.
     target_flag : str
         The CLI flag naming the model (``--target``, ``--model``), quoted in the evaluator's warnings.
-    parse : callable
-        ``parse(flat, *, targets=None) -> Settings``; ``targets`` is the label column
+    parse : Parse[SettingsT]
+        ``parse(flat, *, targets=None) -> SettingsT``; ``targets`` is the label column
         ``mlflow.models.evaluate`` was given. Raises ValueError naming the bad key.
     load_inputs : callable
-        ``load_inputs(frame, settings)``: the evaluator's ``data`` table -> what stage 1 reads
+        ``load_inputs(frame, settings) -> InputsT``: the evaluator's ``data`` table -> what stage 1 reads
         (membership: ``(AuditDataset, PopulationSet)``; NER: the names table; canary: the
         ``CanarySet``). Raises ValueError before any model loads.
     resolve : callable
-        ``resolve(model_or_uri, settings)``: the target, loaded by the audit's own loader.
+        ``resolve(model_or_uri, settings) -> ResolvedModel``: the target, loaded by the audit's own loader.
     signals : callable
-        Stage 1 (``compute_audit_signals``, ``ner_signals``, ``canary_signals``): the only part that runs models.
+        Stage 1 (``compute_audit_signals``, ``ner_signals``, ``canary_signals``) ``-> SignalsT``: the only part
+        that runs models. Its parameters are the kind's own (the kind's ``run`` calls it).
     score : callable
-        Stage 2 (``score_audit``, ``score_ner``, ``score_canaries``): signals -> result, runs no model.
-    run : callable, optional
-        ``run(target, inputs, settings, *, run_id, log_metrics, notes) -> (result, artifacts)``: both
-        stages, the gate and the log; set by :mod:`mlflow_mia.pipeline` at registration.
-    log : callable, optional
-        The tracking function that logs a result (:mod:`mlflow_mia.tracking`): ``log(result, run_id,
-        settings=LogSettings)`` (the canary audit's set rides in ``LogSettings.canaries``); set at registration.
-    metrics : callable, optional
-        ``metrics(result, settings) -> dict``: the metrics logged to MLflow, which an ``EvaluationResult``
-        returns; set at registration.
+        Stage 2 (``score_audit``, ``score_ner``, ``score_canaries``): ``score(signals, ...) -> ResultT``, runs no
+        model; its first parameter takes stage 1's ``SignalsT``.
+
+    Raises
+    ------
+    ValueError
+        An empty ``name``, or a ``command`` of other characters than letters, digits and ``-``.
     """
 
     name: str
@@ -81,22 +113,19 @@ class Audit:
     help: str
     description: str
     target_flag: str
-    parse: Callable
-    load_inputs: Callable
-    resolve: Callable
-    signals: Callable
-    score: Callable
-    run: Callable | None = None
-    log: Callable | None = None
-    metrics: Callable | None = None
+    parse: Parse[SettingsT]
+    load_inputs: Callable[[Any, SettingsT], InputsT]
+    resolve: Callable[[Any, SettingsT], ResolvedModel]
+    signals: Callable[..., SignalsT]
+    score: Callable[Concatenate[SignalsT, ...], ResultT]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.name or not self.command.replace("-", "").isalnum():
             raise ValueError(f"an audit needs a name and a subcommand of letters, digits and '-' "
                              f"(got name={self.name!r}, command={self.command!r})")
 
 
-def resolve_target(model, settings: Settings):
+def resolve_target(model: Any, settings: Settings[Any, Any]) -> ResolvedModel:
     """The target language model of an audit, loaded without running code shipped with it.
 
     A masked or a causal LM, whichever the artifact holds (:func:`~mlflow_mia.models.resolve.resolve_model`,

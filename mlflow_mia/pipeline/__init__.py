@@ -1,10 +1,11 @@
 """The pipeline: run an audit, then hand its result to :mod:`mlflow_mia.tracking`, which only logs.
 
-``AUDITS`` maps each evaluator ``method`` to its :class:`~mlflow_mia.audits.base.Audit`
-(as ``ATTACKS`` maps attack names), completed here with the parts that log:
-``run`` (stage 1, stage 2, the gate, the log), ``log`` and ``metrics``. Every entry
-point looks an audit up here: the ``mia`` evaluator by ``method``, the CLI's subcommands
-by :attr:`~mlflow_mia.audits.base.Audit.command`.
+``AUDITS`` maps each evaluator ``method`` to its :class:`LoggedAudit`: the kind's
+:class:`~mlflow_mia.audits.base.Audit` with the parts that log, ``run`` (stage 1, stage 2, the gate,
+the log), ``log`` and ``metrics``, all required and typed with the audit's settings, inputs and
+result. :func:`register_audit` builds it once; nothing is filled in later. Every entry point looks
+an audit up here: the ``mia`` evaluator by ``method``, the CLI's subcommands by
+:attr:`~mlflow_mia.audits.base.Audit.command`.
 
 - :mod:`.membership`: :func:`~.membership.audit_and_log` (evaluator, CLI, ``compare``, ``analyze``);
 - :mod:`.ner`: :func:`~.ner.ner_audit_and_log`;
@@ -20,7 +21,9 @@ generic front end of :mod:`mlflow_mia.entrypoints.cli`), the MLproject generator
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from mlflow_mia.audits.base import Audit, Settings
 from mlflow_mia.audits.canary.kind import CANARY
@@ -29,18 +32,91 @@ from mlflow_mia.audits.ner.kind import NER
 from mlflow_mia.pipeline import canary, membership, ner
 from mlflow_mia.tracking.audit_log import log_audit
 from mlflow_mia.tracking.canary_log import log_canary_audit
+from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.ner_log import log_ner_audit
 from mlflow_mia.options.families import FAMILIES
+from mlflow_mia.models.resolve import ResolvedModel
 from mlflow_mia.options.values import mia_section
 
-__all__ = ["AUDITS", "Audit", "Settings", "register_audit", "get_audit", "audit_for"]
+__all__ = ["AUDITS", "Audit", "LoggedAudit", "Log", "Run", "Settings", "register_audit", "get_audit", "audit_for"]
+
+SettingsT = TypeVar("SettingsT", bound="Settings[Any, Any]")
+InputsT = TypeVar("InputsT")
+SignalsT = TypeVar("SignalsT")
+ResultT = TypeVar("ResultT")
+SettingsT_contra = TypeVar("SettingsT_contra", bound="Settings[Any, Any]", contravariant=True)
+InputsT_contra = TypeVar("InputsT_contra", contravariant=True)
+ResultT_co = TypeVar("ResultT_co", covariant=True)
+ResultT_contra = TypeVar("ResultT_contra", contravariant=True)
+
+
+class Run(Protocol[SettingsT_contra, InputsT_contra, ResultT_co]):
+    """An audit's ``run``: both stages, the gate and the log, in the MLflow run ``run_id``."""
+
+    def __call__(self, target: ResolvedModel, inputs: InputsT_contra, settings: SettingsT_contra, /, *,
+                 run_id: str | None, log_metrics: bool, notes: Sequence[str]) -> tuple[ResultT_co, dict[str, Any]]:
+        """``(result, artifacts by name)``.
+
+        ``target`` comes from the audit's ``resolve``, ``inputs`` from its ``load_inputs``, ``settings``
+        from its ``parse``; ``log_metrics`` is False when ``mlflow.models.evaluate`` logs the returned
+        metrics itself; ``notes`` are the caller's warnings, added to the result's (and the report's).
+        """
+        ...
+
+
+class Log(Protocol[ResultT_contra]):
+    """An audit's ``log`` (:mod:`mlflow_mia.tracking`): ``log(result, run_id, *, settings) -> artifacts``."""
+
+    def __call__(self, result: ResultT_contra, run_id: str | None = None, /, *,
+                 settings: LogSettings) -> Mapping[str, Any]:
+        """Log ``result`` to the run ``run_id`` (default: the active run); returns the artifacts by name."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoggedAudit(Audit[SettingsT, InputsT, SignalsT, ResultT]):
+    """An :class:`~mlflow_mia.audits.base.Audit` with the parts that log: what :data:`AUDITS` holds.
+
+    Built by :func:`register_audit` only; every field is required and typed with the audit's own
+    settings, inputs and result.
+
+    Attributes
+    ----------
+    run : Run[SettingsT, InputsT, ResultT]
+        ``run(target, inputs, settings, *, run_id, log_metrics, notes) -> (result, artifacts)``: both
+        stages, the gate and the log (:func:`.membership.evaluate_run`, :func:`.ner.evaluate_run`,
+        :func:`.canary.evaluate_run`).
+    log : Log[ResultT]
+        The tracking function that logs a result: ``log(result, run_id, *, settings=LogSettings)`` (the
+        canary audit's set rides in ``LogSettings.canaries``).
+    metrics : callable
+        ``metrics(result, settings) -> dict of str to float``: the metrics logged to MLflow, which an
+        ``EvaluationResult`` returns.
+    """
+
+    run: Run[SettingsT, InputsT, ResultT]
+    log: Log[ResultT]
+    metrics: Callable[[ResultT, SettingsT], dict[str, float]]
+
 
 #: The audits by evaluator ``method``; the only module-level mutable of this layer.
-AUDITS: dict[str, Audit] = {}
+AUDITS: dict[str, LoggedAudit[Any, Any, Any, Any]] = {}
 
 
-def register_audit(audit: Audit, *, run, log, metrics, force: bool = False) -> Audit:
-    """Add ``audit`` to :data:`AUDITS` with the parts that log; returns the registered audit.
+def register_audit(audit: Audit[SettingsT, InputsT, SignalsT, ResultT], *, run: Run[SettingsT, InputsT, ResultT],
+                   log: Log[ResultT], metrics: Callable[[ResultT, SettingsT], dict[str, float]],
+                   force: bool = False) -> LoggedAudit[SettingsT, InputsT, SignalsT, ResultT]:
+    """Add ``audit`` to :data:`AUDITS` with the parts that log; returns the registered :class:`LoggedAudit`.
+
+    Parameters
+    ----------
+    audit : Audit
+        The kind's parts (its ``kind.py``); a registered :class:`LoggedAudit` is taken as its ``Audit``
+        part, its own ``run``, ``log`` and ``metrics`` replaced by the ones given.
+    run, log, metrics
+        As the fields of :class:`LoggedAudit`, typed with the audit's settings, inputs and result.
+    force : bool
+        Replace an audit registered under the same name or command.
 
     Raises
     ------
@@ -56,11 +132,15 @@ def register_audit(audit: Audit, *, run, log, metrics, force: bool = False) -> A
         raise ValueError(f"audit {audit.name!r} has no option family: register one in its folder with "
                          f"register_family({audit.name!r}, (<its config classes>), {{{audit.command!r}, "
                          f"{audit.name!r}}}, command={audit.command!r}, summary=...) before register_audit")
-    AUDITS[audit.name] = dataclasses.replace(audit, run=run, log=log, metrics=metrics)
-    return AUDITS[audit.name]
+    logged = LoggedAudit(name=audit.name, command=audit.command, help=audit.help, description=audit.description,
+                         target_flag=audit.target_flag, parse=audit.parse, load_inputs=audit.load_inputs,
+                         resolve=audit.resolve, signals=audit.signals, score=audit.score,
+                         run=run, log=log, metrics=metrics)
+    AUDITS[audit.name] = logged
+    return logged
 
 
-def get_audit(method: str) -> Audit:
+def get_audit(method: str) -> LoggedAudit[Any, Any, Any, Any]:
     """The audit registered under ``method``.
 
     Raises
@@ -74,7 +154,7 @@ def get_audit(method: str) -> Audit:
         raise ValueError(f"unknown audit method {method!r}; use one of {', '.join(sorted(AUDITS))}") from None
 
 
-def audit_for(evaluator_config) -> Audit:
+def audit_for(evaluator_config: Mapping[str, Any] | None) -> LoggedAudit[Any, Any, Any, Any]:
     """The audit an ``evaluator_config`` selects by its ``method`` key (default ``"mia"``)."""
     return get_audit(mia_section(evaluator_config).get("method") or "mia")
 

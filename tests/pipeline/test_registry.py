@@ -9,15 +9,37 @@ import pytest
 from mlflow_mia.audits.base import Audit, Settings
 from mlflow_mia.config import AuditConfig, NerAuditConfig
 from mlflow_mia.canaries.config import CanaryAuditConfig
-from mlflow_mia.pipeline import AUDITS, audit_for, get_audit, register_audit
+from mlflow_mia.pipeline import AUDITS, LoggedAudit, audit_for, get_audit, register_audit
+
+TEXT_FIELDS = ("name", "command", "help", "description", "target_flag")
 
 
 def test_each_audit_kind_is_registered_by_its_evaluator_method_with_every_part():
     assert {name: a.command for name, a in AUDITS.items()} == {
         "mia": "audit", "ner_prompts": "ner-audit", "canaries": "canary-audit"}
     for audit in AUDITS.values():
-        assert all(callable(getattr(audit, f.name)) for f in dataclasses.fields(Audit)
-                   if f.name not in ("name", "command", "help", "description", "target_flag")), audit.name
+        assert type(audit) is LoggedAudit, audit.name
+        assert all(callable(getattr(audit, f.name)) for f in dataclasses.fields(LoggedAudit)
+                   if f.name not in TEXT_FIELDS), audit.name
+
+
+def test_an_audit_is_complete_where_it_is_built_and_registration_adds_the_logging_parts():
+    audit_fields = [f.name for f in dataclasses.fields(Audit)]
+    assert audit_fields == [*TEXT_FIELDS, "parse", "load_inputs", "resolve", "signals", "score"]
+    assert [f.name for f in dataclasses.fields(LoggedAudit)] == [*audit_fields, "run", "log", "metrics"]
+    for f in dataclasses.fields(LoggedAudit):  # no part left to fill in later
+        assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, f.name
+    with pytest.raises(TypeError, match="missing 3 required keyword-only arguments: 'run', 'log', and 'metrics'"):
+        register_audit(AUDITS["mia"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AUDITS["mia"].run = AUDITS["ner_prompts"].run
+
+
+def test_registration_keeps_every_part_of_the_audit_it_is_given():
+    from mlflow_mia.audits.membership.kind import MEMBERSHIP
+
+    registered = AUDITS["mia"]
+    assert all(getattr(registered, f.name) is getattr(MEMBERSHIP, f.name) for f in dataclasses.fields(Audit))
 
 
 def test_every_audit_logs_with_the_same_signature():
