@@ -13,12 +13,13 @@ from dataclasses import replace
 import mlflow
 
 from mlflow_mia.demo.references import expand_demo_references
+from mlflow_mia.demo.short_target import build_short_target
 from mlflow_mia.entrypoints.common import audit_settings, build_demo_for_audit, print_links, print_result
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.options.values import blank
 from mlflow_mia.pipeline.compare import audit_versions, compare_gate, compare_targets, log_comparison
-from mlflow_mia.tracking.runs import mlflow_run
+from mlflow_mia.tracking.runs import mlflow_run, outside_project_run, use_experiment
 
 __all__ = ["compare"]
 
@@ -36,12 +37,20 @@ def compare(args) -> bool:
     ------
     ValueError
         ``--data`` without ``--models``, an unknown alias, a model without versions, bad options.
+
+    Notes
+    -----
+    On the demo (no ``--data``) without ``--models`` or ``--aliases``, the two versions of the
+    demo target are compared: ``@candidate`` and ``@short``, the same recipe trained for a quarter
+    of the steps (:func:`~mlflow_mia.demo.short_target.build_short_target`, trained on first use).
     """
     names = [n.strip() for n in (blank(args.models) or "").split(",") if n.strip()]
     aliases = [a.strip().lstrip("@") for a in (blank(args.aliases) or "").split(",") if a.strip()]
     data, demo = blank(args.data), None
     if data is None:  # the demo's data (and target model, unless given)
         demo = build_demo_for_audit(args.demo_size, progress=not args.no_progress, experiment=args.experiment)
+        if not names and not aliases:  # two versions worth comparing: the target and the short target
+            aliases = _demo_versions(demo, args)
         names = names or [demo.target_uri[len("models:/"):].split("@")[0].split("/")[0]]
         data = str(demo.pool_path)
     elif not names:
@@ -85,3 +94,16 @@ def _print_audit(label: str, result, run, gate) -> None:
     """One version's audit on stdout: its label, then :func:`~mlflow_mia.entrypoints.common.print_result`."""
     print(f"{label}:")
     print_result(result, run, gate)
+
+
+def _demo_versions(demo, args) -> list[str]:
+    """The aliases of the demo's two target versions, ``[target's alias, "short"]``; the short target is
+    trained on first use, in a run of its own (even under ``mlflow run``), then the audit's experiment is
+    made active again."""
+    with outside_project_run() as project_run:
+        try:
+            short = build_short_target(size=demo.size, progress=not args.no_progress)
+        finally:
+            if project_run is None:
+                use_experiment(blank(args.experiment))
+    return [demo.target_uri.rsplit("@", 1)[1], short.rsplit("@", 1)[1]]

@@ -38,7 +38,7 @@ REGENERATE = "python -m mlflow_mia.entrypoints.generate"
 #: MLproject entry points, in file order: ``{command: comment}``. Each is a thin call of ``mlflow-mia <command>``.
 ENTRY_POINTS = {
     "audit": "Membership inference audit of one model; defaults build and audit the BBC News demo.",
-    "compare": "Audit registered versions (by alias) side by side; defaults compare the BBC News demo's.",
+    "compare": "Audit registered versions (by alias) side by side; defaults compare the demo target's two versions.",
     "ner-audit": "NER prompt memorization audit (Xia et al. 2025); defaults build and audit the WNUT-16 demo.",
     "canary-audit": "Canary audit: exposure and the one-run epsilon bound of planted canaries; defaults audit the "
                     "canary demo.",

@@ -140,7 +140,8 @@ class CommandOptions:
                                 used_by=frozenset({"compare"}), metavar="NAME[,NAME]",
                                 default_doc="the demo's bbc-target")
     aliases: str | None = option(None, "aliases to audit, e.g. champion,candidate", used_by=frozenset({"compare"}),
-                                 metavar="A[,B]", default_doc="every version")
+                                 metavar="A[,B]",
+                                 default_doc="every version; on the demo, candidate,short (trained on first use)")
     data: str | None = option(None, "target pool (.csv, .jsonl, .json or .parquet): one text per row with a "
                               "membership label, 1 = in the target's training data, 0 = not",
                               used_by=frozenset({"audit", "compare"}), metavar="PATH",

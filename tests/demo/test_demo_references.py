@@ -179,7 +179,8 @@ def test_compare_runs_over_demo_reference_words(built, capsys):
         mp.chdir(tmp_path)
         previous = mlflow.get_tracking_uri()
         try:
-            code = cli.main(["compare", "--demo-size", "small", "--tracking-uri", uri, "--experiment", "refs",
+            code = cli.main(["compare", "--demo-size", "small", "--aliases", "candidate",  # one version
+                             "--tracking-uri", uri, "--experiment", "refs",
                              "--reference", "demo:oracle,demo:base,demo:shadow-1", "--attacks",
                              "loss,likelihood_ratio", "--num-masks", "2", "--bootstrap-rounds", "0",
                              "--fprs", "0.1", "--no-progress"])

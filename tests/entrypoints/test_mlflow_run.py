@@ -102,13 +102,23 @@ def test_compare_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsy
     import mlflow_mia.demo.build as build_module
 
     monkeypatch.setattr(build_module, "build_demo", _switching(_membership_demo(tracking)))
+
+    def short_target(**kwargs):  # the demo's second version (trained on first use): here tgt v1 as @short
+        MlflowClient().set_registered_model_alias("tgt", "short", "1")
+        return _switching("models:/tgt@short")(**kwargs)
+
+    monkeypatch.setattr("mlflow_mia.entrypoints.compare.build_short_target", short_target)
     _log_project_params(project_run, "compare", {"demo_size": "small", "reference": "models:/ref@champion",
                                                  "num_masks": "2", "bootstrap_rounds": "0"})
     code = main(["compare", "--demo-size", "small", "--reference", "models:/ref@champion", "--num-masks", "2",
                  "--fprs", "0.1,0.05", "--bootstrap-rounds", "0", "--cache-dir", str(tracking.cache_dir), "--quiet",
                  "--no-tag-model-version"])
     assert code == 0, capsys.readouterr().err
-    _finished_in_place(project_run, "compare tgt")
+    run = _finished_in_place(project_run, "compare tgt")
+    assert run.data.params["compared_aliases"] == "candidate,short"  # the demo compares two versions
+    children = MlflowClient().search_runs([run.info.experiment_id],
+                                          f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert sorted(c.data.params["target_model"] for c in children) == ["models:/tgt/1", "models:/tgt/2"]
 
 
 def test_canary_demo_under_mlflow_run(project_run, tracking, monkeypatch, capsys, tmp_path):
