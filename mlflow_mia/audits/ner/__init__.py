@@ -8,5 +8,6 @@
 - :mod:`.audit`: stage 2, :func:`~.audit.score_ner`, confidences -> M-MEM per prompt and type (pure),
   and :func:`~.audit.ner_audit`, the two in a row;
 - :mod:`.kind`: the audit's parts as one :class:`~mlflow_mia.audits.base.Audit`;
+- :mod:`.inputs`: the names table, checked before a model loads;
 - :mod:`.report`: the Markdown report.
 """

@@ -25,11 +25,10 @@ generated from their declarations, :mod:`mlflow_mia.options.schema`):
 from __future__ import annotations
 
 from typing import Any, Mapping
-import pandas as pd
 
 from mlflow_mia.audits.base import Audit, Settings
 from mlflow_mia.audits.ner.audit import score_ner
-from mlflow_mia.audits.ner.names import check_names_table
+from mlflow_mia.audits.ner.inputs import load_names
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.hashing import resolve_hash_key
@@ -63,25 +62,6 @@ def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = 
     options = build(NerOptions, values, label_column=values.get("label_column") or targets or "is_member",
                     hash_key=values.get("hash_key_file") or resolve_hash_key())
     return Settings(cfg, options)
-
-
-def load_names(frame, settings: Settings):
-    """The names table (``name``, ``entity_type``, ``is_member``, optional ``split``), checked before a model loads.
-
-    The label column of the options is renamed ``is_member``.
-
-    Raises
-    ------
-    ValueError
-        Not a DataFrame, or as :func:`~mlflow_mia.audits.ner.names.check_names_table`.
-    """
-    if not isinstance(frame, pd.DataFrame):
-        raise ValueError("the NER audit needs `data` as a pandas DataFrame with columns name, entity_type and the "
-                         "membership label")
-    label = settings.options.label_column
-    names = frame.rename(columns={label: "is_member"}) if label != "is_member" else frame.copy()
-    check_names_table(names, entity_types=settings.config.entity_types)
-    return names
 
 
 def resolve(model, settings: Settings):
