@@ -20,6 +20,9 @@ import tempfile
 import numpy as np
 import pandas as pd
 
+from mlflow_mia.naming import did_you_mean
+from mlflow_mia.option import OptionError
+
 __all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
            "invisible_variants", "surrogate_at", "DEFAULT_IGNORABLE", "FOLDED_CATEGORIES"]
 
@@ -290,13 +293,24 @@ def _read_in_memory(builder: str, path: str, what: str = "data"):
         return dataset.to_pandas()
 
 
-def _column(df, name: str, what: str):
+def _column(df, name: str, what: str, key: str):
+    """``df[name]``; an :class:`~mlflow_mia.option.OptionError` naming the option ``key`` when there is no such column."""
     if name not in df.columns:
-        raise ValueError(
-            f"{what} has no column {name!r}; its columns are {list(df.columns)}. "
-            f"Name the right column (e.g. text_column=...)"
-        )
+        columns = [str(c) for c in df.columns]
+        raise OptionError(f"{what} has no column {name!r}{did_you_mean(name, columns)}; its columns are {columns}: "
+                          "name the right column with {option}", key)
     return df[name]
+
+
+def _text_column(df, name: str, what: str, key: str):
+    """The text column ``name`` of ``df``: present, and its values strings (else the column and option are named)."""
+    texts = _column(df, name, what, key)
+    bad = [i for i, t in enumerate(texts.tolist()) if not isinstance(t, str) and not _is_missing(t)]
+    if bad:
+        raise OptionError(f"{what}'s text column {name!r} has {len(bad)} non-string value(s) (first at row {bad[0]}: "
+                          f"{texts.iloc[bad[0]]!r}): name the text column with {{option}}, or convert column "
+                          f"{name!r} to str", key)
+    return texts
 
 
 @dataclass(frozen=True)
@@ -377,10 +391,10 @@ class AuditDataset:
                    id_column: str | None = None, group_column: str | None = None) -> "AuditDataset":
         """Build the pool from a DataFrame or file (see :func:`load_table`)."""
         df = load_table(data, what="the target pool")
-        texts = _column(df, text_column, "the target pool")
-        labels = _column(df, label_column, "the target pool")
-        ids = _column(df, id_column, "the target pool").tolist() if id_column else None
-        groups = _column(df, group_column, "the target pool").tolist() if group_column else None
+        texts = _text_column(df, text_column, "the target pool", "text_column")
+        labels = _column(df, label_column, "the target pool", "label_column")
+        ids = _column(df, id_column, "the target pool", "id_column").tolist() if id_column else None
+        groups = _column(df, group_column, "the target pool", "group_column").tolist() if group_column else None
         return cls(texts=tuple(texts.tolist()), labels=labels.to_numpy(), sample_ids=ids, groups=groups)
 
 
@@ -428,8 +442,12 @@ class PopulationSet:
         return len(self.texts)
 
     @classmethod
-    def from_frame(cls, data, *, text_column: str = "text", group_column: str | None = None) -> "PopulationSet":
-        """Build the population from a DataFrame or file; ``group_column`` is used when present."""
+    def from_frame(cls, data, *, text_column: str = "text", group_column: str | None = None,
+                   text_key: str = "population_text_column") -> "PopulationSet":
+        """Build the population from a DataFrame or file; ``group_column`` is used when present.
+
+        ``text_key`` is the option an error names to fix the text column (the population's own).
+        """
         df = load_table(data, what="the population set")
         groups = df[group_column].tolist() if group_column and group_column in df.columns else None
-        return cls(texts=tuple(_column(df, text_column, "the population set").tolist()), groups=groups)
+        return cls(texts=tuple(_text_column(df, text_column, "the population set", text_key).tolist()), groups=groups)

@@ -7,9 +7,10 @@ attack an audit reports first.
 
 from __future__ import annotations
 
+import difflib
 import math
 
-__all__ = ["DEFAULT_EXPERIMENT", "fmt_alpha", "is_nan", "nan_to_none", "fmt_number", "headline_attack",
+__all__ = ["DEFAULT_EXPERIMENT", "did_you_mean", "fmt_alpha", "is_nan", "nan_to_none", "fmt_number", "headline_attack",
            "HEADLINE_PREFERENCE"]
 
 #: The attack reported first when it ran; otherwise the first attack of the config.
@@ -74,3 +75,18 @@ def headline_attack(attacks) -> str:
     if not names:
         raise ValueError("no attack ran: there is no headline attack")
     return HEADLINE_PREFERENCE if HEADLINE_PREFERENCE in names else names[0]
+
+
+def did_you_mean(word: str, choices, *, quote=repr, n: int = 1) -> str:
+    """``"; did you mean 'x'?"`` with the close matches of ``word`` among ``choices`` (difflib, ratio >= 0.6),
+    the ``n`` closest; ``""`` when none is close.
+
+    >>> did_you_mean("grup_column", ["group_column", "seed", "attacks"])
+    "; did you mean 'group_column'?"
+    >>> did_you_mean("zzz", ["group_column"])
+    ''
+    """
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=n, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(quote(c) for c in close) + "?"

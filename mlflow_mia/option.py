@@ -45,10 +45,32 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["Option", "OptionField", "option", "shared_option", "same_option", "declared_options", "check_options",
-           "coerce", "is_unset"]
+           "coerce", "is_unset", "OptionError"]
 
 _METADATA_KEY = "mlflow_mia.option"
 _SAME_KEY = "mlflow_mia.same_option"
+
+
+class OptionError(ValueError):
+    """A bad input whose fix is an option: the message names it as the user's front end spells it.
+
+    ``template`` holds ``{option}`` where the option goes; ``str(error)`` spells it as an evaluator key
+    (``"group_column"``); a front end re-spells it with :meth:`spelled` (the command line
+    ``--group-column``, ``mlflow run`` ``-P group_column=``).
+
+    >>> e = OptionError("no column 'patient_id': name the right one with {option}", "group_column")
+    >>> print(e); print(e.spelled("--group-column"))
+    no column 'patient_id': name the right one with "group_column"
+    no column 'patient_id': name the right one with --group-column
+    """
+
+    def __init__(self, template: str, key: str):
+        self.template, self.key = template, key
+        super().__init__(self.spelled(f'"{key}"'))
+
+    def spelled(self, option: str) -> str:
+        """The message with the option spelled ``option``."""
+        return self.template.replace("{option}", option)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mlflow_mia.model_kinds import model_kinds
+from mlflow_mia.naming import did_you_mean
 
 
 class _ModelKindsView(Sequence):
@@ -161,7 +162,8 @@ def signal_kind(name: str) -> SignalKind:
     if name in BUILTIN_SIGNAL_KINDS:
         raise ValueError(f"signal kind {name!r} has no function registered yet: import mlflow_mia.signals "
                          "(its module registers it)")
-    raise ValueError(f"unknown signal kind {name!r}; the registered kinds are {known}. A kind registers itself "
+    raise ValueError(f"unknown signal kind {name!r}{did_you_mean(name, SIGNAL_KINDS)}; the registered kinds are "
+                     f"{known}. A kind registers itself "
                      "with mlflow_mia.signal_kinds.register_signal_kind in its module under mlflow_mia/signals/, "
                      "imported by mlflow_mia/signals/__init__.py")
 

@@ -35,7 +35,7 @@ import importlib.util
 import json
 import logging
 from dataclasses import asdict, dataclass, field, replace
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 import pandas as pd
 
 from mlflow_mia.hashing import HashKey
@@ -390,7 +390,7 @@ def run_analysis(*, quick: bool = False, findings=None, demo=None, cache=None, p
         suite.parent_id = parent.info.run_id
         out = AnalysisResult(run_id=parent.info.run_id, table=None, skipped=skipped)
         jobs = [(exp, seed) for exp in planned for seed in (size.seeds if exp.seeded else (None,))]
-        for exp, seed in tqdm(jobs, desc=f"analyze ({size_name})", unit="audit", disable=not progress):
+        for exp, seed in progress_bar(jobs, desc=f"analyze ({size_name})", unit="audit", progress=progress):
             run_id, metrics, reused = _run_experiment(suite, exp, seed)
             name = seeded_name(exp.name, seed)
             out.runs[name] = run_id

@@ -16,6 +16,7 @@ from mlflow_mia.attack_settings import ATTACK_SETTINGS
 from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, TOKEN_QUANTITIES, AttackInputs
 from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, SignalConfig
 from mlflow_mia.option import declared_options, same_option_fields
+from mlflow_mia.naming import did_you_mean
 
 __all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
            "check_attack_names", "gate_attacks", "required_inputs", "required_roles"]
@@ -255,7 +256,8 @@ def check_attack_names(names) -> tuple[str, ...]:
     names = tuple(names)
     unknown = [a for a in names if a not in ATTACKS]
     if unknown:
-        raise ValueError(f"unknown attack(s) {unknown}; registered attacks: {sorted(ATTACKS)}")
+        near = "".join(did_you_mean(a, ATTACKS).replace("; did you mean", f"; for {a!r} did you mean") for a in unknown)
+        raise ValueError(f"unknown attack(s) {unknown}{near}; registered attacks: {sorted(ATTACKS)}")
     return names
 
 

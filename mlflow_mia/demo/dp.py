@@ -56,7 +56,7 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 
 from .train import TrainConfig, TrainResult, mlm_examples
 
@@ -266,7 +266,7 @@ def train_mlm_dp(model, tokenizer, texts: Sequence[str], config: TrainConfig, dp
 
     step, tokens, epoch_losses = 0, 0, []
     start = time.perf_counter()
-    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
+    bar = progress_bar(total=total_steps, desc=desc, unit="step", progress=progress, leave=False)
     engine = PrivacyEngine(accountant=dp.accountant, secure_mode=dp.secure_mode)
     explicit_ids = getattr(model.config, "model_type", None) == "bert"
     with torch.random.fork_rng(devices=[]):

@@ -25,9 +25,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from mlflow_mia.demo.progress import log_epoch
+from mlflow_mia.progress import bar as progress_bar, log_epoch
 # The specs (demo/specs.py, shared with the causal demo): used here, and importable from here as before
 from mlflow_mia.demo.specs import ModelSpec, TrainConfig, TrainResult
 
@@ -163,7 +162,7 @@ def train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *, 
     progress, desc : bool, str
         As for :func:`train_mlm`.
     log : logging.Logger
-        Logger of the summary line. Without a bar, each epoch logs a line (:func:`~mlflow_mia.demo.progress.log_epoch`).
+        Logger of the summary line. Without a bar, each epoch logs a line (:func:`~mlflow_mia.progress.log_epoch`).
 
     Returns
     -------
@@ -185,7 +184,7 @@ def train_steps(model, lengths: np.ndarray, config: TrainConfig, batch_loss, *, 
     model.train()
     step, tokens, epoch_losses = 0, 0, []
     start = time.perf_counter()
-    bar = tqdm(total=total_steps, desc=desc, unit="step", disable=not progress, leave=False)
+    bar = progress_bar(total=total_steps, desc=desc, unit="step", progress=progress, summary=False, leave=False)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)

@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 import torch
 
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
@@ -225,7 +225,7 @@ def train_tagger(sentences, labels, tokenizer, size: WnutSize, *, progress: bool
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
     model.train()
     start, losses = time.time(), []
-    with tqdm(total=steps, desc="fine-tune NER", disable=not progress) as bar:
+    with progress_bar(total=steps, desc="fine-tune NER", unit="step", progress=progress) as bar:
         for _ in range(size.epochs):
             for batch in _length_batches(lengths, size.batch_size, rng):
                 x, mask = pad_batch([ids[i] for i in batch], tokenizer.pad_token_id)

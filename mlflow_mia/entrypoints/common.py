@@ -9,7 +9,8 @@ import sys
 import logging
 import warnings
 
-from mlflow_mia.demo.progress import PROGRESS_LOGGER
+from mlflow_mia.progress import PROGRESS_LOGGER
+from mlflow_mia.entrypoints.exits import EXIT_ERROR, EXIT_GATE_FAILED, EXIT_MEANINGS, EXIT_OK, EXIT_USAGE
 from mlflow_mia.options.values import blank
 from mlflow_mia.audits.membership.inputs import load_inputs
 from mlflow_mia.metrics.thresholds import min_population_size
@@ -25,11 +26,6 @@ __all__ = ["audit_settings", "build_demo_for_audit", "flat_config", "flat_from_a
            "print_result", "print_links", "quiet_output",
            "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_GATE_FAILED", "EXIT_MEANINGS"]
 
-# 1 is what Python exits with on an uncaught error, so a failed gate has its own code.
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE_FAILED = 0, 1, 2, 3
-#: What each non-zero exit code means, in the words a failed ``mlflow run`` project run records.
-EXIT_MEANINGS = {EXIT_ERROR: "the audit broke: a bug or an environment fault", EXIT_USAGE: "usage or input error",
-                 EXIT_GATE_FAILED: "the release gate did not pass"}
 
 
 _BARS_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -54,9 +50,10 @@ def quiet_output(quiet: bool = False):
     "Generating train split", huggingface_hub). With ``quiet`` also transformers, datasets,
     huggingface_hub and evaluate log at level ERROR and Python warnings are ignored.
     Always, quiet or not, the library messages nobody can act on are dropped (MLflow's
-    model-card, licence and integer-schema notes). Bars off but not quiet: the demo's training
-    logs one line per epoch at INFO (:data:`~mlflow_mia.demo.progress.PROGRESS_LOGGER`, shown
-    although the command line logs at WARNING). Everything is restored on exit (the CLI
+    model-card, licence and integer-schema notes). Bars off, quiet or not: each long step
+    (training, signals, neighbours, bootstrap) logs one line when it ends and one every 20 s while it
+    runs, with elapsed and remaining time, at INFO (:data:`~mlflow_mia.progress.PROGRESS_LOGGER`,
+    shown although the command line logs at WARNING). Everything is restored on exit (the CLI
     can be called from Python).
 
     Yields
@@ -72,7 +69,7 @@ def quiet_output(quiet: bool = False):
     env = {**(_BARS_ENV if bars_off else {}), **(_QUIET_ENV if quiet else {})}
     saved_env = {k: os.environ.get(k) for k in env}
     saved_levels = {name: logging.getLogger(name).level for name in (*_QUIET_LOGGERS, PROGRESS_LOGGER)}
-    if bars_off and not quiet:  # no bar to watch: the per-epoch lines instead
+    if bars_off:  # no bar to watch: one line per step instead (with --quiet too)
         logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
     hf_level, ds_level = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
     hf_bars, ds_bars = transformers.utils.logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()

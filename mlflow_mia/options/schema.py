@@ -37,6 +37,7 @@ from mlflow_mia.option import OptionField, coerce, declared_options, is_unset, o
 from mlflow_mia.options.families import (COMMANDS, FAMILIES, GENERIC_COMMAND_OPTIONS, METHODS, audit_commands,
                                          audit_methods, register_family, surface_order)
 from mlflow_mia.hashing import HashKey, resolve_hash_key
+from mlflow_mia.naming import did_you_mean
 from mlflow_mia.signals.cache import check_cache_dir
 from mlflow_mia.signals.placement import check_device_map
 from mlflow_mia.signals.runtime import resolve_device
@@ -179,8 +180,9 @@ class CommandOptions:
     run_name: str | None = option(None, "name of the MLflow run",
                                   used_by=frozenset({"audit", "compare", "analyze", "canary-audit"}),
                                   metavar="NAME", mlproject=False)
-    quiet: bool = option(False, "no progress bars, and the libraries' warnings and progress output silenced "
-                         "(transformers, datasets, huggingface_hub, tqdm)", flags=("-q", "--quiet"),
+    quiet: bool = option(False, "no progress bars (one line per step instead), and the libraries' warnings and "
+                         "progress output silenced (transformers, datasets, huggingface_hub, tqdm)",
+                         flags=("-q", "--quiet"),
                          used_by=frozenset(COMMANDS))
     tracking_uri: str | None = option(None, "MLflow tracking URI", used_by=frozenset(COMMANDS), metavar="URI",
                                       mlproject=False, default_doc="$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
@@ -301,7 +303,9 @@ def parse_values(method: str, config: Mapping[str, Any], *, what: str = "evaluat
     unknown = sorted(set(config) - set(valid))
     if unknown:
         suffix = "" if method == "mia" else f" for method {method!r}"
-        raise ValueError(f"unknown {what} key(s) {unknown}{suffix}; valid keys are {sorted(valid)}")
+        near = "".join(did_you_mean(k, valid, quote=lambda c: f'"{c}"').replace("; did you mean", f"; for {k!r} did "
+                                                                                "you mean") for k in unknown)
+        raise ValueError(f"unknown {what} key(s) {unknown}{suffix}{near}; valid keys are {sorted(valid)}")
     values = {}
     for key, raw in config.items():
         of = valid[key].field

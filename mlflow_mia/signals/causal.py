@@ -45,7 +45,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
@@ -271,7 +271,8 @@ def compute_causal_signals(lm: CausalLM, texts: Sequence[str], config: SignalCon
             raise ValueError(f"the text of row {first_row[todo[short]]} has {len(ids[short])} token; a causal LM "
                              "scores tokens 2..n given those before them, so each text needs at least 2 tokens: "
                              "drop or lengthen it")
-        bar = tqdm(total=len(todo), desc=desc or f"causal {lm.name}", unit="text", disable=not progress, leave=False)
+        bar = progress_bar(total=len(todo), desc=desc or f"causal {lm.name}", unit="text", progress=progress,
+                           leave=False)
         try:
             for start in range(0, len(todo), chunk_size):
                 chunk = range(start, min(start + chunk_size, len(todo)))

@@ -49,7 +49,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 
 from mlflow_mia.config import SignalConfig
 from mlflow_mia.data import text_hash
@@ -421,8 +421,8 @@ def compute_signals(lm: MaskedLM, texts: Sequence[str], config: SignalConfig | N
         masks = [_masks(len(m), config, mask_of.get(h, h)) for m, h in zip(maskable, todo)]
         order = np.argsort([len(x) for x in ids], kind="stable")
         total = sum(len(m) for m in masks)
-        bar = tqdm(total=total, desc=desc or f"{config.kind} {lm.name}", unit="mask", disable=not progress,
-                   leave=False)
+        bar = progress_bar(total=total, desc=desc or f"{config.kind} {lm.name}", unit="mask", progress=progress,
+                           leave=False)
         try:
             for start in range(0, len(order), chunk_size):
                 chunk = order[start:start + chunk_size]

@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 
 from mlflow_mia.data import canonical_text
 from mlflow_mia.signals.batching import bucket_width, pad_batch, plan_batches, run_batches
@@ -435,8 +435,8 @@ def entity_confidence(clf: TokenClassifier, prompts: Sequence[str], names: Seque
             if h in hits:
                 values[k] = hits[h][0]
     todo = np.flatnonzero(np.isnan(values))
-    with tqdm(total=len(todo), desc=desc or f"entity confidence {clf.name}", unit="sent",
-              disable=not progress or len(todo) == 0) as bar:
+    with progress_bar(total=len(todo), desc=desc or f"entity confidence {clf.name}", unit="sent",
+                      progress=progress and len(todo) > 0) as bar:
         for start in range(0, len(todo), _CHUNK):
             part = todo[start:start + _CHUNK]
             ids, positions = _encode(clf, [prompts[k] for k in part], [names[k] for k in part], subword)

@@ -57,7 +57,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from mlflow_mia.progress import bar as progress_bar
 
 from mlflow_mia.config import NeighbourhoodConfig
 from mlflow_mia.data import text_hash
@@ -173,7 +173,7 @@ def candidate_swaps(generator: MaskedLM, texts: Sequence[str], *, top_k: int, dr
     lm = load_generator(generator)
     device = resolve_device(device)
     tables = _tables(lm, device)
-    bar = tqdm(total=0, desc=f"neighbours from {lm.name}", unit="word", disable=not progress, leave=False)
+    bar = progress_bar(total=0, desc=f"neighbours from {lm.name}", unit="word", progress=progress, leave=False)
     try:
         return _candidate_swaps(lm, tables, list(texts), top_k=top_k, dropout=dropout, seed=seed,
                                 max_length=token_limit(max_length, lm.max_length),
@@ -312,8 +312,8 @@ def generate_neighbours(generator, texts: Sequence[str], *, config: Neighbourhoo
         log.info("neighbours from %s: %d of %d unique texts cached, %d to compute", lm.name, len(unique) - len(todo),
                  len(unique), len(todo))
 
-    bar = tqdm(total=0, desc=f"neighbours from {lm.name}", unit="word", disable=not progress or not todo,
-               leave=False)
+    bar = progress_bar(total=0, desc=f"neighbours from {lm.name}", unit="word", progress=progress and bool(todo),
+                       leave=False)
     try:
         if todo:
             device = resolve_device(device)

@@ -377,8 +377,8 @@ def test_a_tpr_budget_above_one_half_is_refused_unless_allowed_and_is_then_carri
     _, options = parse_options({"max_tpr_at_fpr": "0.01:0.05,0.001:0.9999", "allow_loose_budget": True})
     assert options.allow_loose_budget and options.gate.loose == ("0.001:0.9999",)
     assert parse_options({"max_tpr_at_fpr": "0.01:0.5"})[1].gate.loose == ()  # 0.5 itself is not loose
-    # the command refuses it at parse time (exit 2), before any data or model is read
-    assert main(["audit", "--target", "nowhere", "--data", "missing.csv", "--max-tpr-at-fpr", "0.01:0.9999"]) == 2
+    # the command refuses it at parse time (exit 2), before any data or model is read (this file: it exists)
+    assert main(["audit", "--target", "nowhere", "--data", __file__, "--max-tpr-at-fpr", "0.01:0.9999"]) == 2
     assert "loose release budget(s) 0.01:0.9999" in capsys.readouterr().err
     # one declaration, on every surface with a gate: --help, evaluator keys, MLproject, the options reference
     reference = (REPO / "docs" / "reference" / "options.md").read_text(encoding="utf-8")

@@ -44,7 +44,7 @@ def test_a_usage_error_ends_the_project_run_failed_with_a_name_and_the_error(pro
 
 
 def test_an_input_error_and_a_crash_keep_their_codes(project_run, tmp_path, monkeypatch, capsys):
-    from mlflow_mia.entrypoints import cli
+    from mlflow_mia.entrypoints import commands
 
     client = MlflowClient()
     client.set_tag(project_run, "mlflow.note.content", "Verdict: within budget (written before the audit)")
@@ -54,13 +54,13 @@ def test_an_input_error_and_a_crash_keep_their_codes(project_run, tmp_path, monk
                  str(population)]) == 2
     note = client.get_run(project_run).data.tags["mlflow.note.content"]
     assert note.startswith(f"**Failed: exit code 2** (usage or input error).\n\n```\nthe target pool file "
-                           f"'{tmp_path / 'missing.csv'}' does not exist\n```")
+                           f"'{tmp_path / 'missing.csv'}' does not exist (-P data=)\n```")
     assert note.endswith(f"\n\n---\n\n{OWN_TEXT_HEADING}\n\n> Verdict: within budget (written before the audit)")
 
     def broken(args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(cli, "_command", broken)
+    monkeypatch.setattr(commands, "_command", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         main(["audit"])
     run = client.get_run(project_run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from mlflow_mia.demo.progress import PROGRESS_LOGGER, log_epoch, time_left
+from mlflow_mia.progress import PROGRESS_LOGGER, log_epoch, time_left
 from mlflow_mia.demo.train import TrainConfig, train_mlm
 from mlflow_mia.signals.testing import tiny_bert
 
@@ -44,8 +44,9 @@ def test_a_bar_replaces_the_lines(caplog):
     assert not [r for r in caplog.records if r.name == PROGRESS_LOGGER]
 
 
-def test_the_command_line_shows_the_lines_when_bars_are_off_unless_quiet(monkeypatch, capsys):
-    """The CLI logs at WARNING: quiet_output lets the per-epoch lines through when stdout is no terminal."""
+def test_the_command_line_shows_the_lines_when_bars_are_off_quiet_or_not(monkeypatch, capsys):
+    """The CLI logs at WARNING: quiet_output lets the per-step lines through when stdout is no terminal, and with
+    --quiet (which drops bars, never the line per step)."""
     import io
     import sys
 
@@ -69,5 +70,6 @@ def test_the_command_line_shows_the_lines_when_bars_are_off_unless_quiet(monkeyp
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
-    assert err.getvalue().splitlines() == ["train target: epoch 1/2, loss 3.000, 10 s elapsed, about 10 s left"]
+    assert err.getvalue().splitlines() == ["train target: epoch 1/2, loss 3.000, 10 s elapsed, about 10 s left",
+                                           "quiet: epoch 1/2, loss 3.000, 10 s elapsed, about 10 s left"]
     assert progress.level == before
