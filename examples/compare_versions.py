@@ -23,7 +23,8 @@ from mlflow_mia.entrypoints.cli import main
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--size", choices=("default", "small"), default="default", help="demo size")
 parser.add_argument("--models", default="", help="registered model name(s) (default: the demo's target)")
-parser.add_argument("--aliases", default="", help="aliases to compare, e.g. champion,candidate (default: all)")
+parser.add_argument("--aliases", default="", help="aliases to compare, e.g. champion,candidate (default: all; on the demo, "
+                    "candidate and short, the target trained a quarter as long)")
 parser.add_argument("--max-tpr-at-fpr", default="", help="optional release gate, e.g. 0.01:0.05")
 args = parser.parse_args()
 
