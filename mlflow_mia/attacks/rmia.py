@@ -262,13 +262,15 @@ def choose_offline_a(stand_in_loglik, other_logliks, labels, *, population_stand
     Raises
     ------
     ValueError
-        ``labels`` with one class.
+        ``labels`` with one class, or an empty ``grid``.
     """
     labels = np.asarray(labels)
     if len(np.unique(labels)) != 2:
         raise ValueError("choosing a needs samples both in and out of the stand-in model's training data")
     grid = np.round(np.linspace(0.0, 1.0, 11), 10) if grid is None else np.asarray(grid, dtype=np.float64)
-    best, best_auc = None, -np.inf
+    if grid.size == 0:
+        raise ValueError("choosing a needs at least one candidate value in `grid` (default 0, 0.1, ..., 1)")
+    best, best_auc = float(grid[0]), -np.inf
     for a in grid:
         x = log_likelihood_ratio(stand_in_loglik, other_logliks, a=float(a), membership=others_membership)
         z = log_likelihood_ratio(population_stand_in, population_others, a=float(a),

@@ -81,7 +81,7 @@ def check_gate_confidence(confidence, *, option: str = "confidence") -> float:
 def count_metric(metrics: Mapping, key: str) -> int | None:
     """``metrics[key]`` as an int; None when missing or nan."""
     value = metrics.get(key)
-    return None if is_nan(value) else int(value)
+    return None if value is None or is_nan(value) else int(value)
 
 
 def _bound_pair(metrics: Mapping, key: str, side: str, pick) -> tuple[float, str | None]:
@@ -126,9 +126,9 @@ def _point(metrics: Mapping, key: str, alpha: float, max_tpr: float, confidence:
     if lower_bound is not None and lower > max_tpr:
         return {**point, "status": FAIL}
     rate = metrics.get(f"{key}_upper_at_tpr")
-    needed = (None if is_nan(rate) or not n_units
+    needed = (None if rate is None or is_nan(rate) or not n_units
               else members_needed(float(rate), max_tpr, per_side_confidence(confidence)))
-    if needed is not None and bound == BOOTSTRAP and value < max_tpr:
+    if needed is not None and n_units and bound == BOOTSTRAP and value < max_tpr:
         # A bootstrap bound over clusters can be wider than the binomial one: scale its width as 1 / sqrt(n).
         needed = max(needed, math.ceil(n_units * ((upper - value) / (max_tpr - value)) ** 2))
     return {**point, "status": INCONCLUSIVE, "members_needed": needed, "unbounded": needed is None}

@@ -193,7 +193,8 @@ class GateRecord:
         provenance.setdefault("release", bool(getattr(gate, "release", True)))
         return cls(status=gate.status, attacks=tuple(attacks),
                    budgets=tuple((c["alpha"], c["max_tpr"]) for c in gate.checks), confidence=gate.confidence,
-                   bounds=bounds, **counts, **provenance)
+                   bounds=bounds, members=counts["members"], non_members=counts["non_members"],
+                   user_members=counts["user_members"], user_non_members=counts["user_non_members"], **provenance)
 
     def to_tag(self) -> str:
         """``fail; attacks loss,likelihood_ratio; budgets 0.01:0.05; confidence 0.95; bounds ...; members 985; ...``"""
@@ -266,8 +267,12 @@ class GateRecord:
         if other is None:
             return self
         budgets = _tightest(self.budgets + other.budgets)
-        counts = {name: max((v for v in (getattr(self, name), getattr(other, name)) if v is not None), default=None)
-                  for name, _, _ in _COUNTS}
+        counts: dict[str, int | None] = {
+            name: max((v for v in (getattr(self, name), getattr(other, name)) if v is not None), default=None)
+            for name, _, _ in _COUNTS}
+        joined = {name: ",".join(dict.fromkeys(v for r in (self, other) for v in (getattr(r, name) or "").split(",")
+                                               if v)) or None
+                  for name in ("signal", "shadow_record")}
         confidences = [c for c in (self.confidence, other.confidence) if c is not None]
         pools = {p for p in (self.pool, other.pool) if p}
         deltas = [d for d in (self.delta, other.delta) if d is not None]
@@ -276,15 +281,15 @@ class GateRecord:
                        budgets=tuple(sorted(budgets.items(), reverse=True)),
                        confidence=max(confidences) if confidences else None, via=None,
                        references=_union(self.references, other.references),
-                       pool=",".join(sorted(pools)) or None, **counts,
+                       pool=",".join(sorted(pools)) or None, members=counts["members"],
+                       non_members=counts["non_members"], user_members=counts["user_members"],
+                       user_non_members=counts["user_non_members"],
                        canary_sets=_union(self.canary_sets, other.canary_sets),
                        planted_in=_union(self.planted_in, other.planted_in),
                        canary_budgets=tuple(_tightest(self.canary_budgets + other.canary_budgets).items()), delta=min(deltas) if deltas else None,
                        canary_scores=_union(self.canary_scores, other.canary_scores),
                        candidates=max(candidates) if candidates else None,
-                       **{name: ",".join(dict.fromkeys(v for r in (self, other) for v in (getattr(r, name) or "")
-                                                       .split(",") if v)) or None
-                          for name in ("signal", "shadow_record")},
+                       signal=joined["signal"], shadow_record=joined["shadow_record"],
                        contains=(), key=None, prev=None, mac=None)
 
     def shortfalls(self, required: "GateRecord") -> list[str]:
@@ -352,11 +357,11 @@ class GateRecord:
                            "(--planted-in, evaluator key planted_in)")
         for kind, budget in required.canary_budgets:
             option = CANARY_BUDGET_OPTIONS.get(kind, kind)
-            mine = [b for k, b in self.canary_budgets if k == kind]
-            if not mine and kind not in missing:
+            budgets = [b for k, b in self.canary_budgets if k == kind]
+            if not budgets and kind not in missing:
                 out.append(f"no {option} budget (the failed audit's was {budget:g})")
-            elif mine and min(mine) > budget:
-                out.append(f"{option} {min(mine):g} is looser than the failed audit's {budget:g}")
+            elif budgets and min(budgets) > budget:
+                out.append(f"{option} {min(budgets):g} is looser than the failed audit's {budget:g}")
         if (required.delta is not None and any(k == "canary_epsilon" for k, _ in required.canary_budgets)
                 and (self.delta is None or self.delta > required.delta)):
             out.append(f"--delta {self.delta if self.delta is None else f'{self.delta:g}'} is larger than the failed "

@@ -142,7 +142,7 @@ def memorization_feature_analysis(features: Mapping[str, np.ndarray], exposed, *
         x = np.asarray(x, dtype=np.float64)
         clf = make_pipeline(StandardScaler(), LogisticRegression(class_weight="balanced", max_iter=1000))
         clf.fit(x[idx_train], y[idx_train])
-        row = {"features": name}
+        row: dict[str, str | int | float] = {"features": name}
         for split, idx in (("train", idx_train), ("test", idx_test)):
             pred = clf.predict(x[idx])
             row[f"{split}_precision"] = precision_score(y[idx], pred, zero_division=np.nan)

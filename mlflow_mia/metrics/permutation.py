@@ -166,13 +166,13 @@ def prompt_spread_null(y_true, conf, *, rounds: int = 1000, quantile: float = 0.
         raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
     observed = permuted_prompt_mmem(y, conf, y[None, :])[0]
     rng = np.random.default_rng(seed)
-    gaps, stds = [], []
+    gap_chunks, std_chunks = [], []
     for start in range(0, rounds, chunk):
         labels = rng.permuted(np.tile(y, (min(chunk, rounds - start), 1)), axis=1)
         scores = permuted_prompt_mmem(y, conf, labels)
-        gaps.append(scores.max(axis=1) - scores.min(axis=1))
-        stds.append(scores.std(axis=1))
-    gaps, stds = np.concatenate(gaps), np.concatenate(stds)
+        gap_chunks.append(scores.max(axis=1) - scores.min(axis=1))
+        std_chunks.append(scores.std(axis=1))
+    gaps, stds = np.concatenate(gap_chunks), np.concatenate(std_chunks)
     gap, std = float(observed.max() - observed.min()), float(observed.std())
     eps = 1e-12  # the observed statistic and a permutation equal to it up to rounding count as ">="
     return PromptSpreadNull(gap=gap, std=std, gap_null_quantile=float(np.quantile(gaps, quantile)),

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from .population_resampling import PopulationThresholds
 from .roc import auc_statistic
 from .validation import as_1d
 from .weighted_roc import WeightedResamples, batch_auc
@@ -92,7 +93,7 @@ def _unit_counts(rng, member_units, non_member_units, n_units: int, rounds: int,
             both[r, :n1] = member_units[rng.integers(0, n1, size=n1)]
             both[r, n1:] = non_member_units[rng.integers(0, n0, size=n0)]
         drawn = [both + offsets]
-    counts = sum(np.bincount(d.ravel(), minlength=rounds * n_units) for d in drawn)
+    counts = np.bincount(np.concatenate([d.ravel() for d in drawn]), minlength=rounds * n_units)
     return counts.reshape(rounds, n_units).astype(np.float64)
 
 
@@ -225,12 +226,17 @@ class ScoredPool:
         self._sorted = (scores[self.order], labels[self.order].astype(np.float64), unit_of_row[self.order])
         self._member_rows, self._non_member_rows = np.flatnonzero(labels == 1), np.flatnonzero(labels == 0)
 
-    def evaluate(self, statistics: Mapping[str, Statistic], counts: np.ndarray, *, thresholds=None,
-                 rounds: slice | None = None) -> dict[str, np.ndarray]:
+    def evaluate(self, statistics: Mapping[str, Statistic], counts: np.ndarray, *,
+                 thresholds: PopulationThresholds | None = None, rounds: slice | None = None) -> dict[str, np.ndarray]:
         """Each statistic on each resample of a chunk: ``name -> ndarray of shape (rounds in chunk,)``.
 
         ``thresholds`` (:class:`~mlflow_mia.metrics.population_resampling.PopulationThresholds`) gives the
         statistics read at a population threshold that chunk's thresholds (``rounds``: its rounds).
+
+        Raises
+        ------
+        ValueError
+            A statistic read at a population threshold without ``thresholds`` and ``rounds``.
         """
         # Rows in score order: the statistics read cumulative counts down the sorted pool.
         resamples = WeightedResamples(*self._sorted, counts)
@@ -238,7 +244,12 @@ class ScoredPool:
         for name, fn in statistics.items():
             alpha = getattr(fn, "population_alpha", None)
             if alpha is not None:
-                out[name] = fn.batch(resamples, thresholds=thresholds.draw(alpha, rounds.start, rounds.stop))
+                at_thresholds = getattr(fn, "batch", None)
+                if thresholds is None or rounds is None or at_thresholds is None:
+                    raise ValueError(f"the statistic {name!r} is read at a population threshold (FPR {alpha:g}): "
+                                     "evaluate it with the population's thresholds and the chunk's rounds "
+                                     "(bootstrap_distribution(..., population=...) does)")
+                out[name] = at_thresholds(resamples, thresholds=thresholds.draw(alpha, rounds.start, rounds.stop))
                 continue
             batch = getattr(fn, "batch", None) or _BATCH_FORMS.get(fn)
             if batch is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -21,6 +22,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from mlflow_mia.audits.membership.report import render_comparison
+from mlflow_mia.metrics.gate import GateResult
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.pipeline.membership import audit_and_log, resolve_generator
@@ -28,14 +30,14 @@ from mlflow_mia.plots import plot_comparison_bars, plot_roc_comparison
 from mlflow_mia.tracking.audit_log import audit_digests, audit_params
 from mlflow_mia.tracking.run_params import digest_tags, new_params
 from mlflow_mia.tracking.runs import mlflow_run
-from mlflow_mia.tracking.verdict import audit_verdict, describe_nested, worst_verdict
+from mlflow_mia.tracking.verdict import Verdict, audit_verdict, describe_nested, worst_verdict
 
 __all__ = ["audit_versions", "log_comparison", "compare_gate", "compare_targets", "distinct_curves",
            "reference_label", "version_label"]
 
 
 def audit_versions(targets, references, parent_run_id: str, pool, population, config, options, *,
-                   on_result=None) -> dict:
+                   on_result=None) -> dict[str, Any]:
     """One nested, logged audit per (version, reference) under the active run; the rows, curves and scores to
     compare them.
 
@@ -58,7 +60,12 @@ def audit_versions(targets, references, parent_run_id: str, pool, population, co
         ``table`` (DataFrame: one row per audit, attack and level), ``rocs``, ``scores``, ``gates``,
         ``verdicts`` (``(label, Verdict)``) and the last ``result``.
     """
-    found = {"rows": [], "rocs": {}, "scores": {}, "gates": [], "result": None, "verdicts": []}
+    rows: list[dict[str, Any]] = []
+    rocs: dict[str, dict[str, Any]] = {}
+    scores: dict[tuple[str, str], np.ndarray] = {}
+    gates: list[GateResult | None] = []
+    verdicts: list[tuple[str, Verdict]] = []
+    result = None
     generator = resolve_generator(config, trust_remote_code=options.trust_remote_code)  # once, for every audit
     client = mlflow.MlflowClient()
     for name, version, version_aliases in targets:
@@ -78,19 +85,18 @@ def audit_versions(targets, references, parent_run_id: str, pool, population, co
                     run_name=label)  # named again with the verdict in front (tracking.verdict.describe_run)
             if on_result is not None:
                 on_result(label, result, child, gate)
-            found["gates"].append(gate)
-            found["verdicts"].append((label, audit_verdict(result, gate)))
+            gates.append(gate)
+            verdicts.append((label, audit_verdict(result, gate)))
             base = {"model": label, "registered_model": name, "version": int(version),
                     "aliases": ",".join(version_aliases),
                     "reference": _uri(reference)}
-            found["rows"] += _rows(result, base, gate, child.info.run_id)
+            rows += _rows(result, base, gate, child.info.run_id)
             for attack, rep in result.attacks.items():
-                found["rocs"].setdefault(attack, {})[label] = rep.roc
-                found["scores"][(attack, label)] = result.samples[f"score_{attack}"].to_numpy()
-            found["result"] = result
+                rocs.setdefault(attack, {})[label] = rep.roc
+                scores[(attack, label)] = result.samples[f"score_{attack}"].to_numpy()
         del target
-    found["table"] = pd.DataFrame(found["rows"])
-    return found
+    return {"rows": rows, "rocs": rocs, "scores": scores, "gates": gates, "result": result, "verdicts": verdicts,
+            "table": pd.DataFrame(rows)}
 
 
 def _rows(result, base: dict, gate, run_id: str) -> list[dict]:
@@ -122,7 +128,10 @@ def log_comparison(found, names, aliases, targets, references, alpha, population
                    "compared_versions": ",".join(version_label(n, v, a) for n, v, a in targets)[:6000]})
     if len(references) > 1:
         params["compared_references"] = ",".join(_uri(r) for r in references)[:6000]
-    held = MlflowClient().get_run(mlflow.active_run().info.run_id).data.params  # mlflow run's, when under it
+    active = mlflow.active_run()
+    if active is None:
+        raise RuntimeError("log_comparison logs to the active (parent) run: call it inside mlflow_run(...)")
+    held = MlflowClient().get_run(active.info.run_id).data.params  # mlflow run's, when under it
     mlflow.log_params(new_params({k: str(v) for k, v in params.items()}, held))
     mlflow.set_tags(digest_tags(audit_digests(result, population=population, hash_key=hash_key)))
     a = fmt_alpha(alpha)

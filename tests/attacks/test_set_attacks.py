@@ -204,6 +204,9 @@ def test_choose_offline_a_is_the_grid_value_of_the_best_auc():
     best = max(a for a, auc in zip(grid, aucs) if auc == max(aucs))
     assert choose_offline_a(stand_in, others, labels, population_stand_in=pop_stand_in,
                             population_others=pop_others, grid=grid) == best
+    with pytest.raises(ValueError, match=r"at least one candidate value in `grid`"):
+        choose_offline_a(stand_in, others, labels, population_stand_in=pop_stand_in, population_others=pop_others,
+                         grid=[])
 
 
 def test_rmia_settings_are_read_from_the_audit_config_and_checked():

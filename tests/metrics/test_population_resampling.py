@@ -67,3 +67,12 @@ def test_recall_intervals_cover_the_tpr_at_fpr_alpha():
         low, high = dist.interval("r", confidence=0.95)
         covered += low <= 0.5 <= high
     assert covered / 120 >= 0.88
+
+
+def test_a_pool_read_at_population_thresholds_without_them_is_an_error_naming_the_statistic():
+    from mlflow_mia.metrics.resampling import ScoredPool
+
+    y, s = np.array([1, 1, 0, 0]), np.array([3.0, 2.0, 2.5, 1.0])
+    pool = ScoredPool(y, s, np.arange(4))
+    with pytest.raises(ValueError, match=r"the statistic 'r' is read at a population threshold \(FPR 0.1\)"):
+        pool.evaluate({"r": recall_at_population_threshold_statistic(0.1)}, np.ones((2, 4)))  # as paired.py calls
