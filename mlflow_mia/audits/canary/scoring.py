@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -327,28 +328,34 @@ def score_canaries(signals: CanarySignals, canaries: CanarySet, config: CanaryAu
     found = _exposures(canaries, signal, signals.candidates, warnings)
     expo, ranked, capped, extra = found.headline, found.rank_based, found.capped, found.extrapolated
     secret = canaries.is_secret_format & np.isfinite(expo)
-    metrics, rows, bounds, rocs, unresolved = {}, [], {}, {}, {}
+    metrics: dict[str, float] = {}
+    unresolved: dict[str, str] = {}
+    rows: list[dict[str, object]] = []
+    bounds: dict[str, OneRunBound] = {}
+    rocs: dict[str, RocResult] = {}
     for k, (name, sel) in enumerate(_groups(canaries)):
         prefix = f"canary/{name}"
-        row = {"group": name, "n_canaries": int(sel.sum()), "n_included": int(bits[sel].sum())}
-        if min(row["n_included"], row["n_canaries"] - row["n_included"]) == 0:
-            warnings.append(f"{name}: every canary is {'included' if row['n_included'] else 'excluded'}; no "
+        n_canaries, n_included = int(sel.sum()), int(bits[sel].sum())
+        row: dict[str, object] = {"group": name, "n_canaries": n_canaries, "n_included": n_included}
+        if min(n_included, n_canaries - n_included) == 0:
+            warnings.append(f"{name}: every canary is {'included' if n_included else 'excluded'}; no "
                             "comparison or bound")
             rows.append(row)
             continue
         rocs[name] = _roc_metrics(prefix, bits[sel], scores[sel], config, config.seed + k, metrics, unresolved)
         inc, exc = sel & secret & (bits == 1), sel & secret & (bits == 0)
         if inc.any():
-            boot = {"rounds": config.bootstrap_rounds, "confidence": config.confidence, "seed": config.seed + k}
+            mean_bounds = partial(_mean_bounds, rounds=config.bootstrap_rounds, confidence=config.confidence,
+                                  seed=config.seed + k)
             metrics[f"{prefix}/exposure_mean"] = float(np.mean(expo[inc]))
             metrics[f"{prefix}/exposure_median"] = float(np.median(expo[inc]))
-            metrics[f"{prefix}/exposure_lower"], metrics[f"{prefix}/exposure_upper"] = _mean_bounds(expo[inc], **boot)
+            metrics[f"{prefix}/exposure_lower"], metrics[f"{prefix}/exposure_upper"] = mean_bounds(expo[inc])
             metrics[f"{prefix}/exposure_extrapolated_mean"] = float(np.nanmean(extra[inc])) if np.isfinite(
                 extra[inc]).any() else math.nan
             metrics[f"{prefix}/exposure_n_extrapolated"] = float(np.count_nonzero(found.from_extrapolation[inc]))
             metrics[f"{prefix}/exposure_rank_mean"] = float(np.mean(ranked[inc]))
-            metrics[f"{prefix}/exposure_rank_lower"], metrics[f"{prefix}/exposure_rank_upper"] = _mean_bounds(
-                ranked[inc], **boot)
+            metrics[f"{prefix}/exposure_rank_lower"], metrics[f"{prefix}/exposure_rank_upper"] = mean_bounds(
+                ranked[inc])
             metrics[f"{prefix}/exposure_rank_n_capped"] = float(np.count_nonzero(capped[inc]))
         if exc.any():
             metrics[f"{prefix}/exposure_excluded_mean"] = float(np.mean(expo[exc]))

@@ -22,7 +22,8 @@ def load_inputs(pool_data, options: MiaOptions):
                          "mlflow.models.evaluate or label_column in evaluator_config['mia']")
     pool = AuditDataset.from_frame(pool_data, text_column=options.text_column, label_column=options.label_column,
                                    id_column=options.id_column, group_column=options.group_column)
-    population = PopulationSet.from_frame(options.population_data, text_column=options.population_text_column,
+    population = PopulationSet.from_frame(options.population_data,
+                                          text_column=options.population_text_column or options.text_column,
                                           group_column=options.population_group_column)
     return pool, population
 

@@ -125,7 +125,7 @@ class AuditModels:
         derives ``target_model``, ``reference_model``, ``neighbour_generator`` from it.
         """
         out = {}
-        roles = [("target", self.target)]
+        roles: list[tuple[str, object]] = [("target", self.target)]
         roles += list(zip(reference_roles(len(self.references)), self.references))
         roles.append(("generator", self.generator))
         for role, lm in roles:

@@ -60,7 +60,7 @@ def _roc_table(reports: dict, fprs) -> list[str]:
 
 def _unresolved_lines(reports: dict, prefix: str, template: str) -> list[str]:
     """One line per rate this level cannot resolve (the same reason for every attack, so shown once)."""
-    reasons = {}
+    reasons: dict[str, str] = {}
     for rep in reports.values():
         for key, why in getattr(rep, "unresolved", {}).items():
             if key.startswith(prefix):

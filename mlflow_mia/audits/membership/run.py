@@ -106,8 +106,9 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     asked = config.signal.kind
     config = models.config_for(config)  # a causal target records signal="causal"
     notes = check_audit(models, pool, population, config)
-    if config.signal.kind != asked:  # said once, in the log and the report (score_checked logs the notes)
-        notes = [*notes, signal_note(models.target, asked)]
+    note = signal_note(models.target, asked) if config.signal.kind != asked else None
+    if note is not None:  # said once, in the log and the report (score_checked logs the notes)
+        notes = [*notes, note]
     if isinstance(cache, str):
         cache = SignalCache(cache)
     signals = engine_signals(runner, models, pool, population, config, cache=cache, device=device,

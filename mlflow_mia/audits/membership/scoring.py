@@ -375,9 +375,10 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
     target = signals.target
     y = pool.labels.astype(np.int64)
     n_tokens = target.n_tokens[:n_pool]
+    groups = pool.groups
     table = pd.DataFrame({
-        "sample_id": list(pool.sample_ids), "text_hash": list(pool.text_hashes), "label": y,
-        "group": list(pool.groups) if pool.groups is not None else None,
+        "sample_id": list(pool.sample_ids or ()), "text_hash": list(pool.text_hashes), "label": y,
+        "group": list(groups) if groups is not None else None,
         "n_tokens": n_tokens, "truncated": target.truncated[:n_pool]})
     n_truncated = target.n_truncated
     outcomes = tuple(_score_attack(run, attacks[run[1]], signals, pool, population, config, table, n_tokens)

@@ -21,14 +21,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from mlflow_mia.attacks import ATTACKS, INPUTS, AttackInputs, required_inputs, required_roles, required_token_quantities
-from mlflow_mia.attacks.inputs import StageOne
+from mlflow_mia.attacks.inputs import ReferenceSignals, StageOne
 from mlflow_mia.audits.membership.checks import check_audit
 from mlflow_mia.audits.membership.models import AuditModels
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import SignalCache, SignalResult, tokenize
 from mlflow_mia.signals.dispatch import check_model_kinds
-from mlflow_mia.signals.generator_quality import measure_generator
+from mlflow_mia.signals.generator_quality import GeneratorEvidence, measure_generator
 from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 from mlflow_mia.signals.runtime import token_limit
 
@@ -65,7 +65,7 @@ class AuditExtras:
     token_ids: tuple | None = None
     vocab_size: int | None = None
     neighbour_examples: tuple | None = None
-    generator: object = None
+    generator: GeneratorEvidence | None = None
 
     def check(self, n_pool: int) -> None:
         """Raise when a per-row field does not have one row per pool text.
@@ -122,7 +122,7 @@ class AuditSignals:
         An entry of the wrong type.
     """
 
-    signals: Mapping[str, object]
+    signals: Mapping[str, SignalResult | ReferenceSignals | np.ndarray]
     text_hashes: tuple | None = None
     info: dict = field(default_factory=dict)
     extras: AuditExtras = field(default_factory=AuditExtras)
@@ -155,7 +155,10 @@ class AuditSignals:
     @property
     def target(self) -> SignalResult:
         """The target model's signals (KeyError when absent)."""
-        return self.signals["target"]
+        target = self.signals["target"]
+        if not isinstance(target, SignalResult):  # checked when built (INPUTS["target"].checked)
+            raise TypeError(f"the target's signals must be a SignalResult, got {type(target).__name__}")
+        return target
 
     def inputs(self, index, texts: Sequence[str], *, population=None) -> AttackInputs:
         """:class:`~mlflow_mia.attacks.AttackInputs` of rows ``index`` (int array); ``texts`` are those rows' texts.
@@ -270,7 +273,7 @@ def stage_one(models: AuditModels, pool: AuditDataset, population: PopulationSet
     extras = _extras(models.target, stage.neighbours, pool, population, max_length=config.signal.max_length,
                      neighbour_examples="neighbour_values" in needs)
     timings["extras_s"] = round(time.perf_counter() - start, 3)
-    return AuditSignals(signals, text_hashes=list(pool.text_hashes) + list(population.text_hashes),
+    return AuditSignals(signals, text_hashes=(*pool.text_hashes, *population.text_hashes),
                         info={"models": models.identities(), "timings": timings}, extras=extras)
 
 

@@ -111,10 +111,10 @@ def _type_metrics(y, split, conf, table, base, removal, cfg) -> tuple[dict, dict
         for part, rows in (("", test), ("_dev", dev)):
             low, high = pm.mmem_ci(y[rows], conf[idx, rows], rounds=cfg.bootstrap_rounds, seed=cfg.seed)
             out[f"{tag}_prompt_mmem{part}_ci_low"], out[f"{tag}_prompt_mmem{part}_ci_high"] = low, high
-    for suffix, scores in (("", m_dev), ("_test", m_test), ("_all", m_all)):
-        s = pm.prompt_spread(scores)
+    for suffix, prompt_scores in (("", m_dev), ("_test", m_test), ("_all", m_all)):
+        spread = pm.prompt_spread(prompt_scores)
         out[f"prompt_gap{suffix}"], out[f"prompt_std{suffix}"], out[f"prompt_mean{suffix}"] = (
-            s["gap"], s["std"], s["mean"])
+            spread["gap"], spread["std"], spread["mean"])
     out.update(_spread_null(y[dev], conf[:, dev], cfg))
     out["kendall_tau_dev_test"], out["kendall_tau_dev_test_pvalue"] = pm.kendall_tau(m_dev, m_test)
     out["kendall_tau_length"], _ = pm.kendall_tau(table["n_words"], m_all)  # Sect. 5.4: prompt length

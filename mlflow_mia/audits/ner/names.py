@@ -77,7 +77,9 @@ def read_conll(path, *, separator: str | None = "\t") -> list[dict]:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such CoNLL file: {path}")
-    sentences, tokens, tags = [], [], []
+    sentences: list[dict[str, list[str]]] = []
+    tokens: list[str] = []
+    tags: list[str] = []
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from mlflow_mia.audits.ner.names import assign_split, check_names_table, unknown_token_warnings
 from mlflow_mia.audits.ner.prompts import SLOT, load_prompts
@@ -86,10 +87,10 @@ class NerSignals:
     warnings : list of str
     """
 
-    table: object
+    table: pd.DataFrame
     entity_types: list
-    prompt_set: object
-    handwritten: object
+    prompt_set: pd.DataFrame
+    handwritten: pd.DataFrame
     confidences: dict
     reference_confidences: dict = field(default_factory=dict)
     token_removal: dict = field(default_factory=dict)
@@ -172,6 +173,7 @@ def ner_signals(model, names, *, prompts=None, handwritten=None, config: NerAudi
             if found:
                 removal[kind] = found
     return NerSignals(table=table, entity_types=types, prompt_set=prompt_set, handwritten=hand, confidences=confs,
-                      reference_confidences=ref_confs, token_removal=removal, model_id=clf.model_id,
+                      reference_confidences=ref_confs, token_removal=removal,
+                      model_id=clf.model_id if clf.model_id is not None else clf.weights_id,
                       reference_id=None if ref is None else ref.model_id,
                       reference_weights=None if ref is None else ref.weights_id, warnings=warnings)
