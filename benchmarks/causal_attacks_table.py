@@ -16,7 +16,8 @@ AUC, the TPR at 10 % and 1 % FPR read off the pool's exact ROC (``tpr_at_fpr_0.1
 articles, and the one-sided lower bound of the TPR at 1 % FPR that a release gate fails on
 (``tpr_at_fpr_0.01_lower``).
 
-Then each attack ``b`` against the likelihood ratio ``a`` by one paired bootstrap on the pool
+Then each attack ``b`` against the likelihood ratio ``a`` (and each reference-free one against
+Min-K%++, the strongest reference-free attack of a gate's default set) by one paired bootstrap on the pool
 (:func:`mlflow_mia.metrics.paired.paired_bootstrap`: each round draws member and non-member
 articles once, apart, and reads both attacks on that draw), in AUC and in the TPR at 10 % and
 1 % FPR: the difference ``b - a`` with its 95 % percentile interval and a verdict by the project's
@@ -54,6 +55,10 @@ from attacks_table import _fmt, _interval, cell, check_same_as_logged  # noqa: E
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "recall", "dc_pdd", "grad_norm",
            "likelihood_ratio", "lira_offline", "rmia", "ez_mia", "wbc")
 BASELINE = "likelihood_ratio"
+#: The strongest reference-free attack of a gate's default set on the demos, and the reference-free
+#: attacks compared against it too (the gate's choice when no reference model is at hand).
+FREE_BASELINE = "min_k_plus_plus"
+REFERENCE_FREE = ("loss", "zlib", "min_k", "recall", "dc_pdd", "grad_norm")
 #: Statistics compared: (label, alpha or None for AUC).
 COMPARED = (("AUC", None), ("TPR at 10 % FPR", 0.1), ("TPR at 1 % FPR", 0.01))
 
@@ -114,8 +119,9 @@ def rescore(args):
     return result, seconds
 
 
-def paired_rows(result) -> tuple[list[dict], str]:
-    """Each attack against the likelihood ratio, per statistic of :data:`COMPARED`; and how it was resampled."""
+def paired_rows(result, baseline: str = BASELINE, attacks=None) -> tuple[list[dict], str]:
+    """Each of ``attacks`` (default: all others) against ``baseline``, per statistic of :data:`COMPARED`; and how
+    it was resampled."""
     import numpy as np
 
     from mlflow_mia.metrics.bootstrap import tpr_at_fpr_statistic
@@ -126,15 +132,15 @@ def paired_rows(result) -> tuple[list[dict], str]:
     samples, mc = result.samples, result.config.metrics
     y = samples["label"].to_numpy()
     groups = samples["group"].to_numpy() if samples["group"].notna().all() else None
-    a_all = samples[f"score_{BASELINE}"].to_numpy(float)
+    a_all = samples[f"score_{baseline}"].to_numpy(float)
     rows, how = [], ""
     for name in result.attacks:
-        if name == BASELINE:
+        if name == baseline or (attacks is not None and name not in attacks):
             continue
         b_all = samples[f"score_{name}"].to_numpy(float)
         keep = ~(np.isnan(a_all) | np.isnan(b_all))
         for label, alpha in COMPARED:
-            row = {"attack": name, "statistic": label, "dropped": int((~keep).sum())}
+            row = {"attack": name, "baseline": baseline, "statistic": label, "dropped": int((~keep).sum())}
             why = None if alpha is None else unresolved_reason(int((y[keep] == 0).sum()), alpha, unit="non-members")
             if why:
                 rows.append({**row, "verdict": f"not resolved ({why})"})
@@ -198,7 +204,9 @@ def render(record: dict) -> None:
     metrics, attacks = record["metrics"], record.get("attacks") or list(dict.fromkeys(
         k.split("/")[0] for k in record["metrics"]))
     pool = record.get("pool", {})
-    print(f"\nrun: {record['run_id']}; audit {record['audit_seconds']:.0f} s, re-score "
+    audit_s = record["audit_seconds"]
+    audit = f"audit {audit_s:.0f} s" if audit_s is not None and math.isfinite(audit_s) else "audit run before (--skip-run)"
+    print(f"\nrun: {record['run_id']}; {audit}, re-score "
           f"{record['rescore_seconds']:.0f} s" + (f"; pool {pool['members']} member and {pool['non_members']} "
                                                   "non-member sentences" if pool else "") + "\n")
     print("| attack | AUC [95 % CI] | TPR at 10 % FPR (`tpr_at_fpr_0.1`) | TPR at 1 % FPR (`tpr_at_fpr_0.01`) | "
@@ -208,8 +216,9 @@ def render(record: dict) -> None:
         lower = metrics.get(f"{name}/tpr_at_fpr_0.01_lower")
         print(f"| {name} | {cell(metrics, name + '/auc')} | {cell(metrics, name + '/tpr_at_fpr_0.1')} | "
               f"{cell(metrics, name + '/tpr_at_fpr_0.01')} | {'n/a' if lower is None else f'{lower:.3f}'} |")
-    print(f"\neach attack b against {BASELINE} a, paired bootstrap ({record['resampling']}):\n")
-    print("\n".join(markdown_paired(record["paired"])))
+    for baseline in dict.fromkeys(r.get("baseline", BASELINE) for r in record["paired"]):
+        print(f"\neach attack b against {baseline} a, paired bootstrap ({record['resampling']}):\n")
+        print("\n".join(markdown_paired([r for r in record["paired"] if r.get("baseline", BASELINE) == baseline])))
 
 
 def main(argv=None) -> int:
@@ -240,9 +249,11 @@ def main(argv=None) -> int:
     result, rescore_s = rescore(args)
     check_same_as_logged(f"{args.demo_kind} {args.size}", result, metrics)
     rows, how = paired_rows(result)
+    if FREE_BASELINE in result.attacks:
+        rows += paired_rows(result, FREE_BASELINE, REFERENCE_FREE)[0]
     s = result.samples
     record = {"command": "mlflow-mia " + shlex.join(audit_argv(args)), "run_id": run_id,
-              "audit_seconds": audit_s, "rescore_seconds": rescore_s, "resampling": how,
+              "audit_seconds": None if math.isnan(audit_s) else audit_s, "rescore_seconds": rescore_s, "resampling": how,
               "pool": {"members": int((s["label"] == 1).sum()), "non_members": int((s["label"] == 0).sum())},
               "attacks": list(result.attacks),
               "metrics": {k: v for k, v in metrics.items() if k.split("/")[0] in result.attacks
