@@ -37,3 +37,27 @@ def test_mypy_accepts_the_checked_packages(monkeypatch):
     stdout, stderr, status = api.run(["--config-file", "pyproject.toml", "--cache-dir", ".mypy_cache",
                                       "--no-error-summary", "--show-error-codes"])
     assert status == 0, f"mypy found type errors (run `.venv/bin/mypy` to see them):\n{stdout}{stderr}"
+
+
+def test_mypy_refuses_parts_of_another_audit_kind(monkeypatch, tmp_path):
+    """The registration is typed: the canary audit's ``metrics`` or ``run`` on the membership audit is an error."""
+    monkeypatch.chdir(REPO)
+    registration = tmp_path / "registration.py"
+    registration.write_text("\n".join([
+        "from mlflow_mia.audits.membership.kind import MEMBERSHIP",
+        "from mlflow_mia.pipeline import canary, membership, register_audit",
+        "from mlflow_mia.tracking.audit_log import log_audit",
+        "register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=canary.evaluator_metrics)",
+        "register_audit(MEMBERSHIP, run=canary.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics)",
+        "register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics)",
+    ]) + "\n")
+    stdout, stderr, status = api.run(["--config-file", "pyproject.toml", "--cache-dir", ".mypy_cache",
+                                      "--no-error-summary", "--hide-error-context", str(registration)])
+    errors = [line for line in stdout.splitlines() if ": error: " in line]
+    assert status == 1, stdout + stderr
+    lines = sorted({int(e.split(".py:")[1].split(":")[0]) for e in errors})
+    assert lines == [4, 5], stdout  # the last line, whose parts agree, passes
+    assert ('Argument "metrics" to "register_audit" has incompatible type "Callable[[CanaryAuditResult, '
+            'Settings[CanaryAuditConfig, CanaryOptions]], dict[str, float]]"; expected "Callable[[AuditResult, '
+            'Settings[AuditConfig, MiaOptions]], dict[str, float]]"') in errors[0]
+    assert any('Cannot infer value of type parameter "InputsT" of "register_audit"' in e for e in errors[1:])

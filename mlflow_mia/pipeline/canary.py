@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any, Sequence
 
 from mlflow_mia.tracking.canary_log import log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
+from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.canary import canary_audit
-from mlflow_mia.models.resolve import resolve_reference
+from mlflow_mia.audits.canary.scoring import CanaryAuditResult
+from mlflow_mia.canaries import CanarySet
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.options.canary import CanaryOptions
+from mlflow_mia.models.resolve import ResolvedModel, resolve_reference
 from mlflow_mia.signals import SignalCache
 
 __all__ = ["canary_audit_and_log", "evaluate_run", "evaluator_metrics"]
@@ -90,7 +96,9 @@ def _set_warnings(canaries, options) -> list[str]:
     return out
 
 
-def evaluate_run(target, canaries, settings, *, run_id=None, log_metrics: bool = True, notes=()):
+def evaluate_run(target: ResolvedModel, canaries: CanarySet, settings: Settings[CanaryAuditConfig, CanaryOptions], *,
+                 run_id: str | None = None, log_metrics: bool = True, notes: Sequence[str] = ()
+                 ) -> tuple[CanaryAuditResult, dict[str, Any]]:
     """The ``method="canaries"`` evaluator's audit: the reference the options name, then :func:`canary_audit_and_log`.
 
     Returns
@@ -105,7 +113,8 @@ def evaluate_run(target, canaries, settings, *, run_id=None, log_metrics: bool =
     return result, artifacts
 
 
-def evaluator_metrics(result, settings) -> dict[str, float]:
+def evaluator_metrics(result: CanaryAuditResult, settings: Settings[CanaryAuditConfig, CanaryOptions]
+                      ) -> dict[str, float]:
     """The metrics as :func:`~mlflow_mia.tracking.canary_log.log_canary_audit` logs them: finite values only
     (an unresolved TPR stays out; its reason is in the report), prefixed."""
     prefix = settings.options.metric_prefix

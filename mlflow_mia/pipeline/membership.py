@@ -13,14 +13,18 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from functools import partial
-from typing import Sequence
+from typing import Any, Sequence
 
 from mlflow_mia.engines.registry import get_engine
 from mlflow_mia.hashing import HashKey
 from mlflow_mia.options.audit import MiaOptions
 from mlflow_mia.attacks import reference_roles, required_roles
+from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.membership import run_audit
-from mlflow_mia.models.resolve import resolve_model, resolve_reference
+from mlflow_mia.audits.membership.result import AuditResult
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.models.resolve import ResolvedModel, resolve_model, resolve_reference
 from mlflow_mia.signals import SignalCache
 from mlflow_mia.tracking.audit_log import log_audit, mlflow_metrics
 from mlflow_mia.tracking.gate_history import pool_digest
@@ -202,7 +206,9 @@ def resolve_generator(config, *, trust_remote_code: bool = False):
     return resolve_model(uri, role="neighbour generator", trust_remote_code=trust_remote_code)
 
 
-def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = True, notes=()):
+def evaluate_run(target: ResolvedModel, inputs: tuple[AuditDataset, PopulationSet],
+                 settings: Settings[AuditConfig, MiaOptions], *, run_id: str | None = None, log_metrics: bool = True,
+                 notes: Sequence[str] = ()) -> tuple[AuditResult, dict[str, Any]]:
     """The ``mia`` evaluator's audit: the one reference set the options name, then :func:`audit_and_log`.
 
     Parameters
@@ -234,6 +240,6 @@ def evaluate_run(target, inputs, settings, *, run_id=None, log_metrics: bool = T
     return result, artifacts
 
 
-def evaluator_metrics(result, settings) -> dict[str, float]:
+def evaluator_metrics(result: AuditResult, settings: Settings[AuditConfig, MiaOptions]) -> dict[str, float]:
     """The metrics logged to MLflow (:func:`~mlflow_mia.tracking.audit_log.mlflow_metrics`), prefixed."""
     return mlflow_metrics(result, prefix=settings.options.metric_prefix)

@@ -8,10 +8,17 @@ are the parts :data:`mlflow_mia.pipeline.AUDITS` registers.
 from __future__ import annotations
 
 import logging
+from typing import Any, Sequence
 
-from mlflow_mia.audits.ner.audit import score_ner
+import pandas as pd
+
+from mlflow_mia.audits.base import Settings
+from mlflow_mia.audits.ner.audit import NerAuditResult, score_ner
 from mlflow_mia.audits.ner.signals import ner_signals
+from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.models.ner import tagger_params
+from mlflow_mia.models.resolve import ResolvedModel
+from mlflow_mia.options.ner import NerOptions
 from mlflow_mia.signals.entity_confidence import ConfidenceCache
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.ner_log import log_ner_audit
@@ -74,7 +81,9 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
     return result, verdict, artifacts
 
 
-def evaluate_run(tagger, names, settings, *, run_id=None, log_metrics: bool = True, notes=()):
+def evaluate_run(tagger: ResolvedModel, names: pd.DataFrame, settings: Settings[NerAuditConfig, NerOptions], *,
+                 run_id: str | None = None, log_metrics: bool = True, notes: Sequence[str] = ()
+                 ) -> tuple[NerAuditResult, dict[str, Any]]:
     """The ``method="ner_prompts"`` evaluator's audit: :func:`ner_audit_and_log` without a reference tagger.
 
     Returns
@@ -86,6 +95,6 @@ def evaluate_run(tagger, names, settings, *, run_id=None, log_metrics: bool = Tr
     return result, artifacts
 
 
-def evaluator_metrics(result, settings) -> dict[str, float]:
+def evaluator_metrics(result: NerAuditResult, settings: Settings[NerAuditConfig, NerOptions]) -> dict[str, float]:
     """Every metric of the audit, prefixed (as :func:`~mlflow_mia.tracking.ner_log.log_ner_audit` logs them)."""
     return {f"{settings.options.metric_prefix}{k}": v for k, v in result.metrics.items()}

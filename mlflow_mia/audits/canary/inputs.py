@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from mlflow_mia.audits.base import Settings
@@ -26,7 +28,7 @@ def load_canary_set(source) -> CanarySet:
     return CanarySet.load(str(source))
 
 
-def load_canary_inputs(frame, settings: Settings) -> CanarySet:
+def load_canary_inputs(frame: Any, settings: Settings[Any, Any]) -> CanarySet:
     """The canary set the ``canaries`` key names, checked against ``frame`` (its id table, in order).
 
     ``frame`` must be :meth:`CanarySet.id_frame` of that set: its ``canary_id`` column lists the

@@ -6,16 +6,20 @@ evaluator method ``"canaries"``; the ``mlflow-mia canary-audit`` command reaches
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from mlflow_mia.audits.base import Audit, Settings, resolve_target
 from mlflow_mia.audits.canary.inputs import load_canary_inputs, load_canary_set
 from mlflow_mia.audits.canary.scoring import score_canaries
 from mlflow_mia.audits.canary.signals import canary_signals
-from mlflow_mia.options.canary import parse_canary_config
+from mlflow_mia.canaries.config import CanaryAuditConfig
+from mlflow_mia.options.canary import CanaryOptions, parse_canary_config
 
 __all__ = ["CANARY", "parse"]
 
 
-def parse(flat, *, targets: str | None = None) -> Settings:
+def parse(flat: Mapping[str, Any] | None, *, targets: str | None = None
+          ) -> Settings[CanaryAuditConfig, CanaryOptions]:
     """``Settings(CanaryAuditConfig, CanaryOptions)``; ``targets`` is not read (the set holds the bits).
 
     Raises

@@ -7,17 +7,21 @@ entry point reach it there.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from mlflow_mia.audits.base import Audit, Settings, resolve_target
 from mlflow_mia.audits.membership.inputs import load_inputs as load_tables
 from mlflow_mia.audits.membership.signals import compute_audit_signals
 from mlflow_mia.audits.membership.scoring import score_audit
-from mlflow_mia.options.audit import parse_options
+from mlflow_mia.config import AuditConfig
+from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.options.audit import MiaOptions, parse_options
 import pandas as pd
 
 __all__ = ["MEMBERSHIP", "parse", "load_inputs"]
 
 
-def parse(flat, *, targets: str | None = None) -> Settings:
+def parse(flat: Mapping[str, Any] | None, *, targets: str | None = None) -> Settings[AuditConfig, MiaOptions]:
     """``Settings(AuditConfig, MiaOptions)`` from flat ``evaluator_config["mia"]`` keys or the ``audit`` flags.
 
     Raises
@@ -28,7 +32,7 @@ def parse(flat, *, targets: str | None = None) -> Settings:
     return Settings(*parse_options(flat, targets=targets))
 
 
-def load_inputs(frame, settings: Settings):
+def load_inputs(frame: Any, settings: Settings[AuditConfig, MiaOptions]) -> tuple[AuditDataset, PopulationSet]:
     """``(AuditDataset, PopulationSet)``: the pool from ``frame``, the population set the options name.
 
     Raises

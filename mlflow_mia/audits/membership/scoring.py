@@ -20,6 +20,7 @@ from mlflow_mia.attacks import get_attack, required_inputs, required_roles
 from mlflow_mia.audits.membership.checks import check_data, check_shadow_signals, check_signals
 from mlflow_mia.audits.membership.extras import generator_check, memorization_features, neighbour_examples
 from mlflow_mia.audits.membership.result import AttackOutcome, AttackReport, AuditResult
+from mlflow_mia.audits.membership.signals import AuditSignals
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.metrics.aggregate import group_scores, length_breakdown, riskiest_records
@@ -311,7 +312,8 @@ def _with_scores(samples: pd.DataFrame, outcomes) -> pd.DataFrame:
     return pd.concat([samples, pd.DataFrame(columns, index=samples.index)], axis=1) if columns else samples
 
 
-def score_audit(signals, pool: AuditDataset, population: PopulationSet, config: AuditConfig | None = None, *,
+def score_audit(signals: AuditSignals, pool: AuditDataset, population: PopulationSet,
+                config: AuditConfig | None = None, *,
                 notes=()) -> AuditResult:
     """Score precomputed signals: attacks -> metrics -> tables. Runs no model.
 

@@ -43,7 +43,8 @@ if __doc__:  # the key table, from the declarations
 __all__ = ["NER", "parse_ner_config", "load_names"]
 
 
-def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = None) -> Settings:
+def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = None
+                     ) -> Settings[NerAuditConfig, NerOptions]:
     """``Settings(NerAuditConfig, NerOptions)`` from a flat ``evaluator_config["mia"]`` (or the ``ner-audit`` flags).
 
     Every value is read and checked by its declaration before any model loads; the
