@@ -5,18 +5,27 @@ registered model twice with the CLI (a leaking and a non-leaking version), and o
 headless Chromium through playwright: the run page, the experiment's run list (plain, and
 the audits' view the CLI prints), the compare view of the two audits and the registered
 version page. Each assertion checks that the verdict is on screen (inside the window, not
-below it) as the page opens. Skipped, with the reason, when playwright or Chromium is
-missing (Debian: ``apt-get install -y chromium``; ``pip install playwright``, the ``test``
-extra). With ``$MLFLOW_MIA_UI_SCREENSHOTS`` set to a folder, the pages are saved there as
-PNGs: ``ui_run_verdict.png``, ``ui_experiment_runs.png``, ``ui_compare_verdict.png`` and
-``ui_version_verdict.png`` (``docs/images``, shown by the getting-started page and the
-reference's MLflow pages).
+below it) as the page opens. Then the documentation a new user reads next to it: the site,
+built with ``mkdocs build`` into a temporary folder and opened as files, its
+getting-started page (the commands, the printed verdict, the screenshots this test takes, no
+markdown left as text, every link to a page of the site) and its Python API page (no Sphinx
+role left as text, cross-references that go to their heading, every table inside the page
+or scrolling). Skipped, with the reason, when playwright or Chromium is missing (Debian:
+``apt-get install -y chromium``; ``pip install playwright``, the ``test`` extra), or the
+docs packages for the site's test. With ``$MLFLOW_MIA_UI_SCREENSHOTS`` set to a folder, the
+UI pages are saved there (relative to the repository) as PNGs: ``ui_run_verdict.png``, ``ui_experiment_runs.png``,
+``ui_compare_verdict.png`` and ``ui_version_verdict.png`` (``docs/images``, shown by the
+getting-started page and the reference's MLflow pages)::
+
+    MLFLOW_MIA_UI_SCREENSHOTS=docs/images HF_HUB_OFFLINE=1 .venv/bin/pytest tests/tracking/test_verdict_in_ui.py
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,7 +33,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlparse
 
 import pytest
 from mlflow import MlflowClient
@@ -33,6 +42,7 @@ from mlflow_mia.entrypoints.cli import main
 from mlflow_mia.tracking.run_list import run_list_url
 from mlflow_mia.tracking.verdict import run_url
 
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -121,7 +131,8 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
     build = client.create_run(experiment_id, run_name="build canary demo (small)")  # not an audit
     client.set_terminated(build.info.run_id)
     version = client.get_model_version("tgt", "2")
-    shots = Path(os.environ.get("MLFLOW_MIA_UI_SCREENSHOTS") or tmp_path)
+    shots = ROOT / os.environ["MLFLOW_MIA_UI_SCREENSHOTS"] if os.environ.get("MLFLOW_MIA_UI_SCREENSHOTS") else tmp_path
+    # (a relative folder is the repository's: the test runs in the tracking store's folder)
     server, base = _serve(tracking.tracking_uri, tracking.root)
     try:
         with sync_playwright() as p:
@@ -162,7 +173,8 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
             # The registered version: the verdict first in its description, which links the audit that set it.
             _open(page, f"{base}/#/models/tgt/versions/2", f"Verdict: {version.tags['mia.verdict']}")
             assert _on_screen(page, "Verdict: leaks")
-            assert "mia.verdict" in page.inner_text("body")
+            tag = page.locator("tr", has=page.get_by_text("mia.verdict", exact=True)).first  # the tags table's row
+            assert tag.inner_text().split() == ["mia.verdict", "leaks"], tag.inner_text()
             page.screenshot(path=str(shots / "ui_version_verdict.png"))
             href = page.get_by_role("link", name="[leaks] tgt v2 / ref v1").first.get_attribute("href")
             assert f"/runs/{leaky.info.run_id}" in href  # the description links back to the run
@@ -175,3 +187,131 @@ def test_the_verdict_shows_without_a_click_wherever_a_reviewer_looks(tracking, t
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+#: The walk's screenshots that the getting-started page shows.
+WALK_SHOTS = ("ui_run_verdict.png", "ui_experiment_runs.png", "ui_compare_verdict.png")
+#: A Sphinx role as text (``:func:`name```): what a reader would see of a role that was not rewritten.
+RAW_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|data|meth|attr|exc|obj):`")
+
+
+def _site(tmp_path: Path) -> Path:
+    """The documentation site, built into ``tmp_path/site`` (skips without the docs packages).
+
+    ``--no-strict``: a broken link elsewhere is ``tests/test_docs_site.py``'s to report; this walk checks
+    what the pages show.
+    """
+    for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            pytest.skip(f"the docs packages are not installed ({name}); pip install -e '.[docs]'")
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--no-strict", "--site-dir", str(site)], cwd=ROOT,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return site
+
+
+def _open_file(page, path: Path, heading: str) -> str:
+    """Open a page of the built site; its article's text once ``heading`` shows."""
+    page.goto(path.as_uri())
+    page.get_by_role("heading", name=heading).first.wait_for(state="visible", timeout=30_000)
+    return page.inner_text("article")
+
+
+def _read_cleanly(page, site: Path, text: str) -> None:
+    """What every page of the site must do: no markdown or role left as text, every image shown, every link
+    to a page of the site there (with its anchor), no table cut off on the right."""
+    assert not RAW_ROLE.findall(text), RAW_ROLE.findall(text)[:5]
+    assert not re.findall(r"\]\([\w./#-]+\)|!\[|^```|<autoref|&lt;", text, re.M), "markdown or markup shown as text"
+    images = page.evaluate("() => [...document.querySelectorAll('article img')].map(i => [i.src, i.naturalWidth])")
+    assert all(width > 0 for _, width in images), [src for src, width in images if not width]
+    here = urlparse(page.url).path
+    for href in page.evaluate("() => [...document.querySelectorAll('article a[href]')].map(a => a.href)"):
+        url = urlparse(href)
+        if url.scheme != "file":
+            continue
+        target = Path(unquote(url.path))
+        target = target / "index.html" if target.is_dir() else target
+        assert target.is_file() and site in target.parents, href
+        if url.fragment and unquote(url.path) == here:
+            assert page.locator(f"[id='{unquote(url.fragment)}']").count() == 1, href
+    # A table is cut off when its box (or the box it scrolls in) runs under the table of contents or out
+    # of the window; a table wider than its scrolling box is reachable by scrolling.
+    cut = page.evaluate("""() => {
+        const toc = document.querySelector('.md-sidebar--secondary');
+        const tocBox = toc && toc.getBoundingClientRect();
+        const limit = Math.min(window.innerWidth, tocBox && tocBox.width > 0 ? tocBox.left : Infinity);
+        return [...document.querySelectorAll('article table')].filter(table => {
+            let box = table;
+            for (let up = table.parentElement; up && up.tagName !== 'ARTICLE'; up = up.parentElement) {
+                if (['auto', 'scroll'].includes(getComputedStyle(up).overflowX)) { box = up; break; }
+            }
+            return box.getBoundingClientRect().right > limit + 1; }).length; }""")
+    assert cut == 0, f"{cut} table(s) cut off on the right"
+
+
+def test_the_docs_site_reads_cleanly_in_a_browser(tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    site = _site(tmp_path)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        # Getting started: the commands, what the audit printed (its verdict) and the screenshots of this walk.
+        text = _open_file(page, site / "getting-started" / "index.html", "Getting started")
+        assert _on_screen(page, "This page answers how to install mlflow-mia")
+        assert _on_screen(page, "mlflow run . -e audit --env-manager local -P demo_size=small")
+        assert "verdict: leaks (likelihood_ratio AUC" in text and "run page: http://127.0.0.1:5000/#/experiments/" in text
+        shown = {Path(urlparse(src).path).name for src, _ in
+                 page.evaluate("() => [...document.querySelectorAll('article img')].map(i => [i.src, i.naturalWidth])")}
+        assert set(WALK_SHOTS) <= shown, shown
+        _read_cleanly(page, site, text)
+        # The Python API: the first function on screen, its parameter table inside the page, the
+        # cross-references rendered as links that go to their heading.
+        text = _open_file(page, site / "reference" / "api" / "index.html", "Python API")
+        assert _on_screen(page, "run_audit(target, pool, population")
+        assert "Parameters:" in text and "Returns:" in text
+        _read_cleanly(page, site, text)
+        link = page.locator("article a.autorefs-internal", has_text="AuditDataset").first
+        href = link.get_attribute("href")
+        assert re.fullmatch(r"#mlflow_mia(\.\w+)*\.AuditDataset", href), href  # an anchor on this page
+        link.click()
+        heading = page.locator(f"[id='{href[1:]}']")
+        heading.wait_for(state="visible", timeout=10_000)
+        box = heading.bounding_box()
+        assert box is not None and 0 <= box["y"] < VIEWPORT["height"]  # the link went to its heading
+        browser.close()
+
+
+def test_the_page_checks_catch_what_a_reader_would_see(tmp_path):
+    """:func:`_read_cleanly` fails on a role left as text, a link to a missing page and a table cut off."""
+    chromium = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    site = tmp_path / "site"
+    (site / "page").mkdir(parents=True)
+    (site / "other").mkdir()
+    (site / "other" / "index.html").write_text("<article><h1>Other</h1></article>")
+    good = "<p>See <a href='../other/'>other</a>.</p><table><tr><td>narrow</td></tr></table>"
+    bad = {"<p>Uses :func:`run_audit`.</p>": ":func:`",
+           "<p>See [other](other.md).</p>": "markdown or markup shown as text",
+           "<p>See <a href='../gone/'>gone</a>.</p>": "gone",
+           "<table style='width: 3000px'><tr><td>wide</td></tr></table>": "1 table\\(s\\) cut off on the right"}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        for html, problem in {good: None, **bad}.items():
+            path = site / "page" / "index.html"
+            path.write_text(f"<html><body><article><h1>Page</h1>{html}</article></body></html>")
+            text = _open_file(page, path, "Page")
+            if problem is None:
+                _read_cleanly(page, site, text)
+            else:
+                with pytest.raises(AssertionError, match=problem):
+                    _read_cleanly(page, site, text)
+        browser.close()
