@@ -1,4 +1,4 @@
-"""Membership-inference audits of masked language models, recorded in MLflow.
+"""Privacy audits of fine-tuned language models (masked and causal LMs, NER taggers), recorded in MLflow.
 
 The public entry points, imported on first use (``import mlflow_mia`` stays cheap)::
 

@@ -117,6 +117,10 @@ class Option:
         a device, a key file); it raises ``ValueError`` naming the option.
     unset : tuple
         Values that mean "not given" besides None and an empty string.
+    short : str or None
+        What ``--help`` says, when ``help`` is long (the options reference, the evaluator's key table and
+        the MLproject keep ``help``); None = ``help``, cut at its first clause when long
+        (:func:`mlflow_mia.options.schema.help_text`).
     """
 
     help: str
@@ -133,6 +137,7 @@ class Option:
     flags: tuple = ()
     cli: bool = True
     metavar: str | None = None
+    short: str | None = None
     invert: bool = False
     flag_help: str | None = None
     repeat: bool = False

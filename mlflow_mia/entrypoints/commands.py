@@ -186,7 +186,8 @@ def _train_shadows_command() -> Command:
 
 def add_command(sub, command: Command) -> argparse.ArgumentParser:
     """Add one subcommand to an ``argparse`` subparsers object: its flags, then its declared options."""
-    p = sub.add_parser(command.name, help=command.help, description=command.description, epilog=command.epilog,
+    p = sub.add_parser(command.name, help=command.help, epilog=command.epilog, usage=f"%(prog)s [options]",
+                       description=command.description + " Every option in full: docs/reference/options.md.",
                        formatter_class=(argparse.RawDescriptionHelpFormatter if command.epilog
                                         else argparse.HelpFormatter))
     if command.add_flags is not None:
@@ -201,7 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     :func:`commands`."""
     parser = _Parser(
         prog="mlflow-mia", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
-        description="Membership inference audits of masked language models, logged to MLflow.")
+        description="Privacy audits of fine-tuned language models, logged to MLflow: membership inference "
+                    "against masked and causal LMs (and LoRA adapters), prompt memorization in NER taggers, and "
+                    "canaries planted in a fine-tuning job.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress messages (INFO level)")
     listed = commands()
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(c.name for c in listed) + "}")

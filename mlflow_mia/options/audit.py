@@ -59,6 +59,8 @@ class MiaOptions(CommonOptions):
                                   "set, used as reference_mode says. The canary audit takes one, that never saw a "
                                   "canary: its score becomes the likelihood ratio instead of the target's signal "
                                   "alone", flags=("--reference",), metavar="URI[,URI]",
+                                  short="reference model URI(s), comma-separated: models trained on similar data, "
+                                        "disjoint from the target's (likelihood_ratio, lira_offline, rmia)",
                                   default_doc="the membership demo's oracle reference models:/bbc-reference@champion, "
                                               "else none")
     reference_mode: str | None = option(None, "how several references are used: set = one audit over the set "
@@ -68,6 +70,8 @@ class MiaOptions(CommonOptions):
                                         "reference_model, reference_2_model, ...); each = one audit per reference "
                                         "(one run each; with compare, every version against each). One reference: "
                                         "both are the same audit", choices=REFERENCE_MODES,
+                                        short="several references: set = one audit over the set; each = one audit "
+                                              "(one run) per reference",
                                   default_doc="set for audit and the evaluator; each for compare")
     shadow_record: str | None = option(None, "the shadow models' training record (JSON written by mlflow-mia "
                                        "train-shadows): which reference models trained on which texts, under your "
@@ -76,6 +80,8 @@ class MiaOptions(CommonOptions):
                                        "then reads the shadow membership, lira_online runs (online LiRA, Carlini "
                                        "et al. 2022; 4+ shadows) and joins a gate's attacks, and lira_offline and "
                                        "rmia use each text's OUT shadows", metavar="PATH", parse=_record_path,
+                                       short="the shadows' training record (JSON from mlflow-mia train-shadows), "
+                                             "the shadows given as --reference in its order: lira_online runs",
                                        default_doc="none; the demo's with --demo-shadows")
     population_data: Any = option(None, "population set: texts from the same distribution as the members, "
                                   "disjoint from the pool, only used to set thresholds; a DataFrame or a "
@@ -100,13 +106,18 @@ class MiaOptions(CommonOptions):
                                "runs every attack its references allow (mlflow_mia.attacks.gate_attacks; "
                                "docs/results/attacks.md); attacks named with attacks are added to them. Needs confidence "
                                ">= 0.95 and MAX < 1",
-                               key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX")
+                               key="max_tpr_at_fpr", parse=Gate.parse, repeat=True, metavar="ALPHA:MAX",
+                               short="release gate: pass when every attack's upper bound of the TPR at FPR ALPHA is "
+                                     "at most MAX, fail when a lower bound exceeds it, else inconclusive (exit 3 "
+                                     "unless it passes); repeatable")
     allow_loose_budget: bool = option(False, "accept a release budget that states almost nothing: a "
                                       "max_tpr_at_fpr budget above 0.5 (it passes a model whose attacks find every "
                                       "other member), or a canary max_exposure above the bits of the canary set's "
                                       "largest candidate space (no exposure can exceed it). Such a budget is refused "
                                       "without it; with it, the verdict reason, the report and the gate record "
-                                      "(loose) say which budgets were loose")
+                                      "(loose) say which budgets were loose",
+                                      short="accept a budget that states almost nothing (a TPR budget above 0.5, a "
+                                            "canary exposure budget above its largest space)")
     tag_model_version: bool = option(True, "tag the audited registry version with mia.* headline numbers (mia.canary.* "
                                      "for the canary audit; a failing gate verdict is written regardless)",
                                      flags=("--no-tag-model-version",), invert=True, mlproject=False,
@@ -119,12 +130,15 @@ class MiaOptions(CommonOptions):
                                    "and a pool as large. Canary audit: the same canary set (keyed digest, under the "
                                    "same hash key) and planting, the same gated metrics with budgets as tight, the "
                                    "same score, confidence as high, delta as small, as many candidates",
-                                   mlproject=False)
+                                   mlproject=False, short="let a passing gate replace an earlier mia.gate=fail tag "
+                                                          "when this audit is at least as strong")
     trust_remote_code: bool = option(False, "let a model the audit loads itself (target_model, reference_model, "
                                      "neighbour_generator) run the Python code shipped with it or load pickle "
                                      "weights (else such a model is refused; see docs/explanations/security.md). It cannot "
                                      "protect model=: MLflow has loaded that model before the evaluator runs; use "
-                                     "model=None with target_model", mlproject=False)
+                                     "model=None with target_model", mlproject=False,
+                                     short="let a model the audit loads run its own Python code or load pickle "
+                                           "weights (docs/explanations/security.md)")
     engine: str = option("local", "where the signals are computed: local, or spark (on Apache Spark, scored on "
                          "the driver; pip install 'mlflow-mia[spark]')", choices=("local", "spark"))
     spark_master: str | None = option(None, "Spark master of the spark engine, e.g. local[2]", metavar="URL",

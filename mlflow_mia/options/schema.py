@@ -106,7 +106,9 @@ class CommonOptions:
     log_samples: bool = option(False, "log per-sample scores, flags and token counts (per-name confidences, for "
                                "NER) beside the labels; else the tables hold only ids, keyed hashes and labels: "
                                "anyone who can read the run and load the target could recompute a text's score "
-                               "and find its label there", used_by=_AUDITS)
+                               "and find its label there", used_by=_AUDITS,
+                               short="log per-sample scores, flags and token counts beside the labels (anyone who "
+                                     "can read the run could then find a text's label)")
     hash_key: Any = option(None, "file holding your secret key (32+ bytes) of the HMAC-SHA256 text, group and "
                            "name hashes in the logged tables; never logged (see mlflow_mia.lookup_hash)",
                            key="hash_key_file", parse=_hash_key, used_by=_WITH_ANALYZE | {"train-shadows"}, metavar="PATH", repr=False,
@@ -163,12 +165,16 @@ class CommandOptions:
                             "audited on the same pool; docs/guides/causal.md) or lora (a LoRA adapter fine-tuned "
                             "on the members over a causal base, audited against its base; docs/guides/lora.md)",
                             choices=("masked", "causal", "lora"),
+                            short="kind of the built-in demo: masked (BERT), causal (GPT-2) or lora (a LoRA adapter "
+                                  "over a causal base)",
                             used_by=frozenset({"audit"}))
     demo_shadows: int = option(0, "with the built-in demo: train K shadow models of the demo target with its "
                                "recipe on random halves (by article) of the pool, population and reference "
                                "articles (registered once, resumed), and audit with them as the references and "
                                "their record, so lira_online (online LiRA) runs and gates; an even K >= 4, "
                                "0 = none (docs/guides/reference-sets.md)", ge=0, metavar="K",
+                               short="train K shadows of the demo target (even, >= 4) and audit with them: "
+                                     "lira_online runs; 0 = none",
                                used_by=frozenset({"audit"}))
     quick: bool = option(False, "the quick size: the small demo and one seed, to try the command (it backs no "
                          "claim); else the full size: 3 seeds on the default demo", used_by=frozenset({"analyze"}))
@@ -355,12 +361,44 @@ def default_text(e: Entry) -> str:
     return _render(of.default)
 
 
-def _help(e: Entry) -> str:
+#: Above this many characters an option's help is cut at its first clause in ``--help`` (unless it has a ``short``).
+SHORT_HELP = 160
+
+
+def first_clause(text: str, limit: int = SHORT_HELP) -> str:
+    """``text`` up to its first ``"; "`` or ``". "`` outside brackets when longer than ``limit`` (and the clause
+    holds 40 characters or more); else ``text``.
+
+    >>> first_clause("a short help; kept whole")
+    'a short help; kept whole'
+    >>> first_clause("seed of the audit's random draws (masks; bootstrap); " + "more " * 40)
+    "seed of the audit's random draws (masks; bootstrap)"
+    """
+    if len(text) <= limit:
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0 and text.startswith(("; ", ". "), i) and i >= 40:
+            return text[:i]
+    return text
+
+
+def _help(e: Entry, *, short: bool = False) -> str:
+    """An option's help with its range and default; ``short``: what ``--help`` shows (:func:`help_text`)."""
     of = e.field
     parts = [of.option.range_text() or of.option.pattern_doc or "", f"default: {default_text(e)}"
              if default_text(e) else ""]
     extra = "; ".join(p for p in parts if p)
-    return f"{of.option.help} ({extra})" if extra else of.option.help
+    text = (of.option.short or first_clause(of.option.help)) if short else of.option.help
+    return f"{text} ({extra})" if extra else text
+
+
+def help_text(e: Entry) -> str:
+    """What ``--help`` says of an option: its ``short`` help, else its help cut at the first clause when over
+    :data:`SHORT_HELP` characters; the full text is in the options reference (docs/reference/options.md)."""
+    return _help(e, short=True)
 
 
 def _converter(e: Entry):
@@ -393,7 +431,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         title = help_title(e)
         group = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
         default = of.default if e.family is None else None
-        kwargs = {"dest": dest(e), "help": _help(e).replace("%", "%%")}
+        kwargs = {"dest": dest(e), "help": help_text(e).replace("%", "%%")}
         if opt.invert:
             kwargs["help"] = (opt.flag_help or f"turn off: {opt.help}").replace("%", "%%")
             group.add_argument(*_flags(e), action="store_true", **kwargs)

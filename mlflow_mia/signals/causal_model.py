@@ -239,7 +239,8 @@ class CausalLM(ModelIdentity):
         probe = torch.tensor([[self.pad_id] * 2 + list(range(min(6, decoder.out_features)))],
                              device=decoder.weight.device)
         with torch.inference_mode():
-            logits = self.model(input_ids=probe).logits.float()
+            # the mask given: the probe starts with pad ids, which transformers would warn about without one
+            logits = self.model(input_ids=probe, attention_mask=torch.ones_like(probe)).logits.float()
             hidden = capture_projection_input(self.model, decoder, probe, torch.ones_like(probe))
             got = torch.nn.functional.linear(hidden, decoder.weight, decoder.bias).float()
         scale = max(float(logits.abs().max()), 1.0)

@@ -162,7 +162,7 @@ def text_loss(lm, ids: np.ndarray, maskable: np.ndarray, config: SignalConfig, k
         return _masked_loss(lm, ids, maskable, config, key)
     device = next(lm.model.parameters()).device
     x = torch.from_numpy(ids[None, :]).to(device)
-    logp = lm.model(input_ids=x).logits[0, :-1].float().log_softmax(-1)
+    logp = lm.model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0, :-1].float().log_softmax(-1)
     return -logp.gather(1, x[0, 1:, None])[:, 0].mean()
 
 

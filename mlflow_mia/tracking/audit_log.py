@@ -68,6 +68,16 @@ log = logging.getLogger(__name__)
 _RANDOM_KEY_EXPLAINED: list = []
 
 
+def _random_key_logged_before(client, run_id: str) -> bool:
+    """True when another run of ``run_id``'s experiment logged hashes under a random key: the user was told then."""
+    try:
+        experiment = client.get_run(run_id).info.experiment_id
+        found = client.search_runs([experiment], "params.hash_key = 'random (not kept)'", max_results=2)
+    except Exception:  # noqa: BLE001 - a store that cannot be searched: say it (once per process)
+        return False
+    return any(r.info.run_id != run_id for r in found)
+
+
 
 def mlflow_metrics(result, *, prefix: str = "", gate=None, verdict=None) -> dict[str, float]:
     """The metrics logged to MLflow: the headline set (:func:`~mlflow_mia.tracking.headline.headline_metrics`),
@@ -283,15 +293,14 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
     tag_headline, clear_gate_fail = settings.tag_headline, settings.clear_gate_fail
     run_name, sources, group_column = settings.run_name, settings.sources, settings.group_column
     hash_key = require_hash_key(hash_key, "log_audit")
-    if hash_key.is_random and not _RANDOM_KEY_EXPLAINED:
-        _RANDOM_KEY_EXPLAINED.append(True)  # once per process: an analyze suite runs many audits
-        log.warning("no hash key set: the logged sample and group hashes use a random key that is not kept (safe: "
-                    "nobody, you included, can link a hash to a text; but no later run can look a sample up or "
-                    "match hashes across runs). To keep one key, once: (umask 077; python -c 'import secrets; "
-                    "print(secrets.token_hex(32))' > ~/.mia_hash.key), then export %s=\"$(cat ~/.mia_hash.key)\" "
-                    "or pass --hash-key-file ~/.mia_hash.key", "MLFLOW_MIA_HASH_KEY")
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_audit")
+    if hash_key.is_random and not _RANDOM_KEY_EXPLAINED:
+        _RANDOM_KEY_EXPLAINED.append(True)  # once per process: an analyze suite runs many audits
+        if not _random_key_logged_before(client, run_id):  # and once per experiment of the store
+            log.warning("no hash key set: the logged hashes use a random key that is not kept, so no later run can "
+                        "look a sample up; keep one with --hash-key-file or MLFLOW_MIA_HASH_KEY "
+                        "(docs/guides/inputs.md; said once)")
     if log_texts and (texts is None or len(texts) != len(result.samples)):
         raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
 

@@ -49,7 +49,7 @@ def load_inputs(frame: Any, settings: Settings[AuditConfig, MiaOptions]) -> tupl
 MEMBERSHIP = Audit(
     name="mia", command="audit", target_flag="--target",
     help="audit one model and log the result to an MLflow run",
-    description="Audit one masked LM for membership leakage and log metrics, figures, tables, a report and "
-                "registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
+    description="Audit one language model (masked or causal LM, or a LoRA adapter) for membership leakage and "
+                "log metrics, figures, tables, a report and registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
                 "(trained and registered on first use).",
     parse=parse, load_inputs=load_inputs, resolve=resolve_target, signals=compute_audit_signals, score=score_audit)
