@@ -363,11 +363,11 @@ class AuditConfig:
                 return getattr(part, of.name)
         raise KeyError(f"{key!r} is not an option of AuditConfig, SignalConfig, MetricConfig or NeighbourhoodConfig")
 
-    def settings_for(self, name: str, settings_cls: type):
-        """The settings of attack ``name``: its :attr:`attack_settings` entry, else ``settings_cls``'s defaults
-        with this config's carried values (an attack that declares no option)."""
-        held = self.attack_settings.get(name)
-        return held if isinstance(held, settings_cls) else with_carried(settings_cls(), self.option_value)
+    def settings_of(self, classes: Mapping[str, type]) -> dict:
+        """``{name: settings}`` for each ``name -> Settings class``: its :attr:`attack_settings` entry, else the
+        class's defaults with this config's carried values; one call for every attack of an audit (make_attacks)."""
+        held = {name: self.attack_settings.get(name) for name in classes}
+        return {n: held[n] if isinstance(held[n], c) else with_carried(c(), self.option_value) for n, c in classes.items()}
 
     def attack_options(self) -> dict:
         """``{option key: value}`` of every attack's options: ``{"min_k_fraction": 0.2, ...}``."""

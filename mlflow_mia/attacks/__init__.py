@@ -11,11 +11,11 @@ from mlflow_mia.attacks import lira_offline, lira_online, rmia  # noqa: F401  (r
 from mlflow_mia.attacks import dc_pdd, grad_norm, recall  # noqa: F401  (register: MIMIR's newer attacks)
 from mlflow_mia.attacks import ez_mia, wbc  # noqa: F401  (register: LeakPro's attacks against a pretrained reference)
 from mlflow_mia.attacks.base import (ATTACKS, Attack, NoSettings, check_attack_names, gate_attacks, get_attack,
-                                     register_attack, required_inputs, required_roles,
+                                     make_attacks, register_attack, required_inputs, required_roles,
                                      required_token_quantities)
 from mlflow_mia.attacks.inputs import INPUTS, MODEL_ROLES, AttackInput, AttackInputs, declare_input, input_spec
 from mlflow_mia.attacks.inputs import ReferenceSignals, reference_roles
 
 __all__ = ["ATTACKS", "INPUTS", "MODEL_ROLES", "Attack", "AttackInput", "AttackInputs", "NoSettings",
-           "ReferenceSignals", "check_attack_names", "declare_input", "gate_attacks", "get_attack", "input_spec", "reference_roles",
-           "register_attack", "required_inputs", "required_roles", "required_token_quantities"]
+           "ReferenceSignals", "check_attack_names", "declare_input", "gate_attacks", "get_attack", "input_spec",
+           "make_attacks", "reference_roles", "register_attack", "required_inputs", "required_roles", "required_token_quantities"]

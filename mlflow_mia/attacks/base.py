@@ -18,7 +18,7 @@ from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, Si
 from mlflow_mia.option import declared_options, same_option_fields
 from mlflow_mia.naming import did_you_mean
 
-__all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack",
+__all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack", "make_attacks",
            "check_attack_names", "gate_attacks", "required_inputs", "required_roles"]
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class Attack:
     def from_config(cls, config) -> "Attack":
         """The attack with its settings from an :class:`~mlflow_mia.config.AuditConfig`:
         ``config.attack_settings[cls.name]``, else the defaults with the config's carried values."""
-        return cls(config.settings_for(cls.name, cls.Settings))
+        return cls(config.settings_of({cls.name: cls.Settings})[cls.name])
 
     def score(self, inputs: AttackInputs) -> np.ndarray:
         """Return scores of shape (n_samples,), dtype float64, higher = member."""
@@ -324,6 +324,23 @@ def required_roles(names) -> dict[str, tuple[str, ...]]:
         if attacks or role == "target":
             out[role] = attacks
     return out
+
+
+def make_attacks(config) -> dict[str, Attack]:
+    """Every attack of an :class:`~mlflow_mia.config.AuditConfig` (``config.attacks``, in order) with its settings.
+
+    The settings of all of them are read from the config in one call
+    (:meth:`~mlflow_mia.config.AuditConfig.settings_of`); each attack is then built from its own
+    settings alone, never the whole config.
+
+    Raises
+    ------
+    ValueError
+        An unknown attack name; the message lists the registered names.
+    """
+    check_attack_names(config.attacks)
+    settings = config.settings_of({name: ATTACKS[name].Settings for name in config.attacks})
+    return {name: ATTACKS[name](settings[name]) for name in config.attacks}
 
 
 def get_attack(name: str, config=None, **settings) -> Attack:

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from mlflow_mia.attacks import get_attack, required_inputs
+from mlflow_mia.attacks import make_attacks, required_inputs
 from mlflow_mia.audits.membership.checks import check_audit
 from mlflow_mia.audits.membership.models import AuditModels
 from mlflow_mia.audits.membership.result import AuditResult
@@ -113,7 +113,7 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
         cache = SignalCache(cache)
     signals = engine_signals(runner, models, pool, population, config, cache=cache, device=device,
                              progress=progress)
-    attacks = {name: get_attack(name, config) for name in config.attacks}  # each with its settings, once
+    attacks = make_attacks(config)  # each with its settings, once
     result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks, started=t0)
     log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
     return result

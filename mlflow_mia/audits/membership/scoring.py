@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from mlflow_mia.attacks import get_attack, required_inputs, required_roles
+from mlflow_mia.attacks import make_attacks, required_inputs, required_roles
 from mlflow_mia.audits.membership.checks import check_data, check_shadow_signals, check_signals
 from mlflow_mia.audits.membership.extras import generator_check, memorization_features, neighbour_examples
 from mlflow_mia.audits.membership.result import AttackOutcome, AttackReport, AuditResult
@@ -361,14 +361,14 @@ def score_checked(signals, pool: AuditDataset, population: PopulationSet, config
 
     Only the signals are checked against the data here (:func:`~mlflow_mia.audits.membership.checks.check_signals`).
     ``attacks``: ``{name: Attack}`` of every attack of ``config``, built with its settings
-    (:func:`~mlflow_mia.attacks.get_attack`); default: built here from ``config``. ``started``: the
+    (:func:`~mlflow_mia.attacks.make_attacks`); default: built here from ``config``. ``started``: the
     ``time.perf_counter()`` the whole audit started at, for ``info["timings"]["total_s"]``. Each attack run
     gives one frozen :class:`~mlflow_mia.audits.membership.result.AttackOutcome`; the result is folded from
     them once.
     """
     t0 = time.perf_counter()
     if attacks is None:
-        attacks = {name: get_attack(name, config) for name in config.attacks}
+        attacks = make_attacks(config)
     check_signals(signals, pool, population, config.attacks)
     direction = check_shadow_signals(signals, len(pool), population)  # a swapped shadow record stops here
     for note in notes:
