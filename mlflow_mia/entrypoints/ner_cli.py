@@ -20,7 +20,7 @@ from __future__ import annotations
 from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.values import blank as _blank
 from mlflow_mia.audits.base import Settings
-from mlflow_mia.audits.ner.audit import compare_models
+from mlflow_mia.audits.ner.scoring import compare_models
 from mlflow_mia.audits.ner.kind import parse_ner_config
 from mlflow_mia.audits.ner.names import read_private_table, check_names_table
 from mlflow_mia.audits.ner.report import render_ner_report

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from mlflow_mia.audits.base import Settings
-from mlflow_mia.audits.ner.audit import NerAuditResult, score_ner
+from mlflow_mia.audits.ner.scoring import NerAuditResult, score_ner
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.models.ner import tagger_params

@@ -1,6 +1,6 @@
 """Figures of the NER prompt memorization audit (Xia et al. 2025, Figs. 3-4).
 
-Each function takes the prompt table of :func:`mlflow_mia.audits.ner.audit.ner_audit`
+Each function takes the prompt table of :func:`mlflow_mia.audits.ner.run.ner_audit`
 (``entity_type``, ``sentence_type``, ``slot_position``, ``mmem_*`` columns) or its
 ROC scores, and returns a new matplotlib figure that the caller saves or logs.
 """

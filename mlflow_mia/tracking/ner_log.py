@@ -1,4 +1,4 @@
-"""Log a :class:`~mlflow_mia.audits.ner.audit.NerAuditResult` to an MLflow run.
+"""Log a :class:`~mlflow_mia.audits.ner.scoring.NerAuditResult` to an MLflow run.
 
 What one NER audit writes (``prefix`` is prepended to every name):
 

@@ -144,7 +144,7 @@ def test_cli_ner_audit(registry, tmp_path, capsys):
 
 def test_config_strings_are_read_as_their_values():
     """MLproject and CLI front ends pass strings: "false" must mean False (raw names stay out)."""
-    from mlflow_mia.audits.ner.audit import NerAuditConfig
+    from mlflow_mia.config import NerAuditConfig
     from mlflow_mia.audits.ner.kind import parse_ner_config
 
     cfg, options = parse_ner_config({"mia": {"method": "ner_prompts", "log_texts": "false", "progress": "0",
@@ -190,7 +190,7 @@ def test_ner_an_unknown_device_fails_before_any_model_loads(registry, tmp_path, 
 
 
 def test_ner_bootstrap_rounds_minus_one_is_refused(registry, tmp_path, no_model_load, capsys):
-    from mlflow_mia.audits.ner.audit import NerAuditConfig
+    from mlflow_mia.config import NerAuditConfig
     from mlflow_mia.entrypoints.cli import main
     from mlflow_mia.audits.ner.kind import parse_ner_config
 

@@ -59,7 +59,7 @@ def test_help_evaluator_keys_and_mlproject_agree(command):
 
         assert parse_options(_flat_config(args))[0] == AuditConfig()
     if command == "ner-audit":
-        from mlflow_mia.audits.ner.audit import NerAuditConfig
+        from mlflow_mia.config import NerAuditConfig
         from mlflow_mia.audits.ner.kind import parse_ner_config
         from mlflow_mia.entrypoints.common import flat_from_args
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mlflow_mia.audits.base import Audit, Settings
-from mlflow_mia.audits.ner.audit import score_ner
+from mlflow_mia.audits.ner.scoring import score_ner
 from mlflow_mia.audits.ner.inputs import load_names
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.config import NerAuditConfig

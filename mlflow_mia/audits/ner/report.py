@@ -86,7 +86,7 @@ def _exposure(log_samples: bool | None) -> list[str]:
 
 def render_ner_report(result, *, title: str | None = None, artifacts=None, level: int = 2,
                       log_samples: bool | None = None, verdict=None, gate=None) -> str:
-    """Markdown section for one :class:`~mlflow_mia.audits.ner.audit.NerAuditResult`.
+    """Markdown section for one :class:`~mlflow_mia.audits.ner.scoring.NerAuditResult`.
 
     Parameters
     ----------

@@ -4,7 +4,7 @@ The entity confidence C(e) (:mod:`mlflow_mia.signals.entity_confidence`) of ever
 (prompt, name) pair of each entity type (the prompt set, the name alone, the
 hand-written prompts) under the target and, with one, the reference tagger; and the
 token-removal search (Xia et al. 2025, BM-PT / WM-PT), which asks the model at every
-step. Stage 2 (:func:`mlflow_mia.audits.ner.audit.score_ner`) reads them and runs no model.
+step. Stage 2 (:func:`mlflow_mia.audits.ner.scoring.score_ner`) reads them and runs no model.
 """
 
 from __future__ import annotations
@@ -123,9 +123,9 @@ def _token_removal(kind, y, split, conf, prompts, scorer, names) -> dict:
 
 def ner_signals(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
                 device=None, progress: bool = True, reference=None) -> NerSignals:
-    """Stage 1 of :func:`~mlflow_mia.audits.ner.audit.ner_audit`: check the inputs, then run the taggers.
+    """Stage 1 of :func:`~mlflow_mia.audits.ner.run.ner_audit`: check the inputs, then run the taggers.
 
-    Parameters are those of :func:`~mlflow_mia.audits.ner.audit.ner_audit`.
+    Parameters are those of :func:`~mlflow_mia.audits.ner.run.ner_audit`.
 
     Returns
     -------

@@ -3,7 +3,9 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mlflow_mia.audits.ner.audit import NerAuditConfig, compare_models, ner_audit
+from mlflow_mia.audits.ner.run import ner_audit
+from mlflow_mia.audits.ner.scoring import compare_models
+from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.signals.entity_confidence import ConfidenceCache, TokenClassifier, entity_confidence
 from mlflow_mia.signals.ner_testing import tiny_token_classifier
 from ner_tables import HAND, PROMPTS, names_table
@@ -123,7 +125,7 @@ def test_prompt_gap_and_sigma_come_with_their_label_permutation_null(audited):
 def test_scoring_runs_no_model_and_gives_the_audits_metrics(audited, tmp_path, monkeypatch):
     """Stage 2 reads only the signals: with entity_confidence broken it still gives ner_audit's metrics."""
     import mlflow_mia.signals.entity_confidence as ec
-    from mlflow_mia.audits.ner.audit import score_ner
+    from mlflow_mia.audits.ner.scoring import score_ner
     from mlflow_mia.audits.ner.signals import ner_signals
 
     clf, names, result = audited

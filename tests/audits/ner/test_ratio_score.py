@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mlflow_mia.audits.ner.audit import NerAuditConfig, ner_audit
+from mlflow_mia.audits.ner.run import ner_audit
+from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.metrics import prompts as pm
 from mlflow_mia.signals.entity_confidence import TokenClassifier, entity_confidence
 from mlflow_mia.signals.ner_testing import tiny_token_classifier
