@@ -116,17 +116,51 @@ def load_components(uri: str, *, trust_remote_code: bool = False, base_only: boo
     if adapter_dir is not None:
         adapter_config(adapter_dir, source=uri)
     try:
-        model, info = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True,
-                                                output_loading_info=True, **load_kwargs(),
-                                                **({"key_mapping": BASE_KEY_MAPPING} if adapter_dir else {}))
+        with _expected_lora_keys(adapter_dir is not None):
+            model, info = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True,
+                                                    output_loading_info=True, **load_kwargs(),
+                                                    **({"key_mapping": BASE_KEY_MAPPING} if adapter_dir else {}))
         tokenizer = tokenizer_cls.from_pretrained(tokenizer_dir, trust_remote_code=False)
     except OSError as exc:  # transformers' word for a missing or unreadable file
         raise ValueError(f"{uri}: the model or its tokenizer cannot be loaded from the artifact ({exc})") from None
+    if adapter_dir is not None:
+        other = sorted(k for k in info.get("unexpected_keys", ()) if not _is_lora_key(k))
+        if other:  # what the silenced report would have shown beyond the adapter's own keys
+            log.warning("%s: the base model's weights hold %d key(s) it does not use (first %s)", uri, len(other),
+                        other[:3])
     refuse_missing_weights(info, uri)
     if adapter_dir is None or base_only:
         return Parts(model, tokenizer)
     base = functools.partial(load_components, uri, trust_remote_code=trust_remote_code, base_only=True)
     return Parts(attach(model, adapter_dir, source=uri), tokenizer, base)
+
+
+def _is_lora_key(key: str) -> bool:
+    """A PEFT LoRA weight (``...lora_A...``, ``lora_B``, ``lora_embedding_*``, ``lora_magnitude_vector``)."""
+    return ".lora_" in key or key.startswith("lora_")
+
+
+class _DropLoadReport(logging.Filter):
+    """Drops transformers' load report (its ``UNEXPECTED`` table): loading a base out of a PEFT artifact, the
+    adapter's LoRA weights are expected to be unused (the adapter is attached after)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "UNEXPECTED" not in record.getMessage()
+
+
+class _expected_lora_keys:
+    """While a base loads from a PEFT artifact: transformers' load report is dropped (the keys it lists are
+    checked after the load: :func:`load_components` warns of any that is not LoRA's)."""
+
+    def __init__(self, active: bool):
+        self.active, self.filter = active, _DropLoadReport()
+
+    def __enter__(self):
+        if self.active:
+            logging.getLogger("transformers.modeling_utils").addFilter(self.filter)
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger("transformers.modeling_utils").removeFilter(self.filter)
 
 
 _NO_TOKENIZER = ("{uri} was saved without a tokenizer; log the model with "

@@ -218,3 +218,22 @@ def test_evaluate_with_a_loaded_peft_pyfunc_reloads_the_adapter_as_saved(adapter
     expected = _logits(adapters["peft"], tok, texts)
     assert float((_logits(resolved.lm.model, tok, texts) - expected).abs().max()) <= \
         MERGE_TOLERANCE * float(expected.abs().max())
+
+
+def test_loading_a_registered_adapter_prints_no_load_report(adapters, caplog):
+    """The base's LoRA keys are expected unused (the adapter is attached after): transformers' UNEXPECTED table
+    is not shown; the filter is removed after the load."""
+    import logging
+
+    import transformers
+
+    from mlflow_mia.models.resolve import resolve_model
+
+    transformers.utils.logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING, logger="transformers"):
+            resolve_model("models:/lora-tgt/1")
+            assert "UNEXPECTED" not in caplog.text and "lora_A" not in caplog.text  # shown before: 12 LoRA keys
+    finally:
+        transformers.utils.logging.disable_propagation()
+    assert logging.getLogger("transformers.modeling_utils").filters == []
