@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import warnings
 from dataclasses import asdict, dataclass, replace
 
 import mlflow
@@ -42,7 +43,7 @@ from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe
 from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.specs import TrainConfig
 
-__all__ = ["LORA_DEMO_SIZES", "LoraDemoSize", "build_lora_demo", "lora_demo_spec"]
+__all__ = ["LORA_DEMO_SIZES", "LoraDemoSize", "build_lora_demo", "lora_demo_spec", "lora_adapter"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,12 +130,14 @@ def _model_card(name: str, role: str, size: LoraDemoSize):
                      "is not meant for any other use.\n")
 
 
-def _lora(base, size: LoraDemoSize):
+def lora_adapter(base, size: LoraDemoSize):
     """A trainable LoRA adapter over a frozen copy of ``base`` (``peft``)."""
     torch.manual_seed(size.seed)
     config = LoraConfig(r=size.rank, lora_alpha=size.alpha, target_modules=["c_attn", "c_fc"], lora_dropout=0.0,
                         task_type="CAUSAL_LM", fan_in_fan_out=True)
-    return get_peft_model(copy.deepcopy(base), config)
+    with warnings.catch_warnings():  # peft reads transformers' deprecated alias: a warning nobody here can act on
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(copy.deepcopy(base), config)
 
 
 def build_lora_demo(*, size: str = "default", force: bool = False, progress: bool = True, data_dir=None,
@@ -192,7 +195,7 @@ def build_lora_demo(*, size: str = "default", force: bool = False, progress: boo
                            tokenizer=tokenizer, config=replace(cfg.base_train, steps=base_steps), progress=progress,
                            timings=timings)["base"]
         target = train_roles([("target", split.target_train, "LoRA adapter (members)")],
-                             new_model=lambda: _lora(base, cfg), train=train_causal, tokenizer=tokenizer,
+                             new_model=lambda: lora_adapter(base, cfg), train=train_causal, tokenizer=tokenizer,
                              config=replace(cfg.adapter_train, steps=adapter_steps), progress=progress,
                              timings=timings)
         register_roles({"base": base, **target}, tokenizer, names=names,
