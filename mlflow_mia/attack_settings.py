@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from mlflow_mia.option import declared_options, same_option_fields
 
-__all__ = ["ATTACK_SETTINGS", "AttackSettings", "attack_option_owners", "build_attack_settings", "with_carried"]
+__all__ = ["ATTACK_SETTINGS"]
 
 #: The ``Settings`` class of each registered attack that declares options, by attack name (registration order).
 ATTACK_SETTINGS: dict[str, type] = {}

@@ -24,7 +24,7 @@ from mlflow_mia.naming import did_you_mean
 from mlflow_mia.option import OptionError
 
 __all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
-           "invisible_variants", "surrogate_at", "DEFAULT_IGNORABLE", "FOLDED_CATEGORIES"]
+           "invisible_variants", "surrogate_at"]
 
 
 def text_hash(text: str) -> str:
@@ -295,11 +295,11 @@ def _read_in_memory(builder: str, path: str, what: str = "data"):
 
 def _column(df, name: str, what: str, key: str):
     """``df[name]``; an :class:`~mlflow_mia.option.OptionError` naming the option ``key`` when there is no such column."""
-    if name not in df.columns:
-        columns = [str(c) for c in df.columns]
-        raise OptionError(f"{what} has no column {name!r}{did_you_mean(name, columns)}; its columns are {columns}: "
-                          "name the right column with {option}", key)
-    return df[name]
+    columns = [str(c) for c in df.columns]
+    if name in df.columns:
+        return df[name]
+    raise OptionError(f"{what} has no column {name!r}{did_you_mean(name, columns)}; its columns are {columns}: "
+                      "name the right column with {option}", key)
 
 
 def _text_column(df, name: str, what: str, key: str):
@@ -308,8 +308,7 @@ def _text_column(df, name: str, what: str, key: str):
     bad = [i for i, t in enumerate(texts.tolist()) if not isinstance(t, str) and not _is_missing(t)]
     if bad:
         raise OptionError(f"{what}'s text column {name!r} has {len(bad)} non-string value(s) (first at row {bad[0]}: "
-                          f"{texts.iloc[bad[0]]!r}): name the text column with {{option}}, or convert column "
-                          f"{name!r} to str", key)
+                          f"{texts.iloc[bad[0]]!r}): name the text column with {{option}}, or convert it to str", key)
     return texts
 
 
@@ -444,10 +443,7 @@ class PopulationSet:
     @classmethod
     def from_frame(cls, data, *, text_column: str = "text", group_column: str | None = None,
                    text_key: str = "population_text_column") -> "PopulationSet":
-        """Build the population from a DataFrame or file; ``group_column`` is used when present.
-
-        ``text_key`` is the option an error names to fix the text column (the population's own).
-        """
+        """The population from a DataFrame or file (``group_column`` used when present; ``text_key`` named in errors)."""
         df = load_table(data, what="the population set")
         groups = df[group_column].tolist() if group_column and group_column in df.columns else None
         return cls(texts=tuple(_text_column(df, text_column, "the population set", text_key).tolist()), groups=groups)

@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass, field
 from mlflow_mia.data import text_hash
 
-__all__ = ["as_bytes", "HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "require_hash_key", "HASH_KEY_ENV", "MIN_KEY_BYTES"]
+__all__ = ["as_bytes", "HashKey", "lookup_hash", "keyed_hash", "resolve_hash_key", "require_hash_key"]
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["ModelKind", "register_model_kind", "unregister_model_kind", "model_kind", "model_kinds", "detect_kind",
-           "BUILTIN_MODEL_KINDS"]
+__all__ = ["register_model_kind", "model_kind", "model_kinds", "detect_kind"]
 
 #: The package's own kinds, registered by ``signals/causal_model.py``; named here so a signal kind naming one
 #: validates before that module is imported.

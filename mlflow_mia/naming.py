@@ -10,8 +10,8 @@ from __future__ import annotations
 import difflib
 import math
 
-__all__ = ["DEFAULT_EXPERIMENT", "did_you_mean", "fmt_alpha", "is_nan", "nan_to_none", "fmt_number", "headline_attack",
-           "HEADLINE_PREFERENCE"]
+__all__ = ["DEFAULT_EXPERIMENT", "did_you_mean", "fmt_alpha", "is_nan", "nan_to_none", "fmt_number",
+           "headline_attack"]
 
 #: The attack reported first when it ran; otherwise the first attack of the config.
 HEADLINE_PREFERENCE = "likelihood_ratio"

@@ -44,8 +44,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Option", "OptionField", "option", "shared_option", "same_option", "declared_options", "check_options",
-           "coerce", "is_unset", "OptionError"]
+__all__ = ["OptionField", "option", "shared_option", "same_option", "declared_options", "check_options", "coerce",
+           "is_unset", "OptionError"]
 
 _METADATA_KEY = "mlflow_mia.option"
 _SAME_KEY = "mlflow_mia.same_option"

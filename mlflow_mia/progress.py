@@ -24,7 +24,7 @@ import time
 
 from tqdm.auto import tqdm
 
-__all__ = ["PROGRESS_LOGGER", "LINE_EVERY", "LineProgress", "bar", "step", "log_epoch", "time_left", "duration"]
+__all__ = ["PROGRESS_LOGGER", "bar", "log_epoch"]
 
 #: The logger of the progress lines.
 PROGRESS_LOGGER = "mlflow_mia.progress"

@@ -47,8 +47,7 @@ class _ModelKindsView(Sequence):
     def __repr__(self) -> str:
         return repr(model_kinds())
 
-__all__ = ["SignalKind", "register_signal_kind", "unregister_signal_kind", "signal_kind", "signal_kinds",
-           "SIGNAL_KINDS", "SIGNAL_UNITS", "BUILTIN_SIGNAL_KINDS", "MODEL_KINDS"]
+__all__ = ["register_signal_kind", "signal_kind", "signal_kinds", "SIGNAL_KINDS", "SIGNAL_UNITS"]
 
 #: The kinds of language model a signal may be defined for: a live view of :mod:`mlflow_mia.model_kinds`.
 MODEL_KINDS = _ModelKindsView()

@@ -44,8 +44,7 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.options.canary import parse_canary_config
 from mlflow_mia.pipeline.canary import canary_audit_and_log
 
-__all__ = ["CANARY_FINDING", "CANARY_FINDING_SPEC", "CLAIM", "SOURCE", "add_canary_rows", "canary_rows", "canary_verdict",
-           "run_canary_finding"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

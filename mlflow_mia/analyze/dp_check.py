@@ -17,7 +17,7 @@ import numpy as np
 from mlflow_mia.analyze.paired import seed_summary
 from mlflow_mia.metrics.epsilon import epsilon_lower_bound_from_counts
 
-__all__ = ["AUDIT_CONFIDENCE", "GROUP", "dp_check_status", "dp_verdict", "group_bound"]
+__all__: list[str] = []
 
 LR, LOSS = "likelihood_ratio", "loss"
 NAN = float("nan")

@@ -19,7 +19,7 @@ from mlflow_mia.analyze.findings import FINDINGS, NAN, TPR, evaluate_finding, fi
 from mlflow_mia.analyze.paired import paired_difference, seed_summary
 from mlflow_mia.plots.findings import plot_finding
 
-__all__ = ["differences_table", "findings_table", "log_findings", "render_findings"]
+__all__ = ["differences_table", "findings_table"]
 
 
 def _epsilon_check(v: dict) -> str:

@@ -38,9 +38,7 @@ from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm
 from mlflow_mia.metrics.group_privacy import group_privacy
 
-__all__ = ["VARIANT_ALIAS", "VARIANT_KEY_TAG", "dp_group_metrics", "dp_group_size", "find_variant", "insert_names",
-           "names_frames", "names_pool", "train_variant", "training_settings", "variant_card", "variant_key",
-           "variant_name"]
+__all__ = ["dp_group_metrics", "insert_names", "names_frames", "names_pool"]
 
 log = logging.getLogger(__name__)
 

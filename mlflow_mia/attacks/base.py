@@ -18,8 +18,8 @@ from mlflow_mia.config import AuditConfig, MetricConfig, NeighbourhoodConfig, Si
 from mlflow_mia.option import declared_options, same_option_fields
 from mlflow_mia.naming import did_you_mean
 
-__all__ = ["Attack", "AttackInputs", "NoSettings", "ATTACKS", "INPUTS", "register_attack", "get_attack", "make_attacks",
-           "check_attack_names", "gate_attacks", "required_inputs", "required_roles"]
+__all__ = ["Attack", "NoSettings", "ATTACKS", "register_attack", "get_attack", "make_attacks", "check_attack_names",
+           "gate_attacks", "required_inputs", "required_roles"]
 
 @dataclass(frozen=True)
 class NoSettings:

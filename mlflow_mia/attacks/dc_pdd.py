@@ -31,8 +31,7 @@ from mlflow_mia.signals.energy import tokenize, value_settings
 from mlflow_mia.signals.token_frequency import (corpus_counts, corpus_ids, load_counts, log_frequencies,
                                                 vocab_size)
 
-__all__ = ["DcPddAttack", "DcPddSettings", "dc_pdd_score", "first_occurrences", "leave_one_out_log_freq",
-           "scored_ids"]
+__all__ = ["dc_pdd_score"]
 
 #: The ``frequencies`` value that counts the audit's population texts.
 POPULATION = "population"

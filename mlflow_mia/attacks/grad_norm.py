@@ -20,7 +20,7 @@ from mlflow_mia.option import option
 from mlflow_mia.signals.dispatch import signal_config_for
 from mlflow_mia.signals.gradient import NORMS, gradient_norms
 
-__all__ = ["GradNormAttack", "GradNormSettings"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from mlflow_mia.attacks.lira_online import MIN_SPREAD, pooled_spread, split_in_o
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 from mlflow_mia.option import same_option
 
-__all__ = ["LiraOfflineAttack", "LiraOfflineSettings", "lira_offline_scores", "global_spread", "out_values"]
+__all__ = ["global_spread"]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.min_k import MinKSettings, min_k_mean
 from mlflow_mia.option import option
 
-__all__ = ["MinKPlusPlusAttack", "MinKPlusPlusSettings", "token_scores", "SIGMA_FLOOR"]
+__all__: list[str] = []
 
 #: Smallest sigma (nats) divided by: a distribution with all its mass on one token has sigma 0.
 SIGMA_FLOOR = 1e-6

@@ -21,7 +21,7 @@ import numpy as np
 
 from mlflow_mia.signals.masking import num_masked
 
-__all__ = ["mask_energies", "query_cells", "query_arrays", "per_text_mean"]
+__all__: list[str] = []
 
 
 def mask_energies(signal, *, mask_rate: float, energy_reduction: str = "sum") -> tuple[np.ndarray, np.ndarray]:

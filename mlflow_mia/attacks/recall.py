@@ -26,7 +26,7 @@ from mlflow_mia.signals.causal_model import CausalLM
 from mlflow_mia.signals.conditional import conditional_loglik
 from mlflow_mia.signals.dispatch import signal_config_for
 
-__all__ = ["RecallAttack", "RecallSettings", "prefix_rows", "recall_scores"]
+__all__: list[str] = []
 
 
 def _check_int(name: str, value, low: int) -> int:

@@ -66,8 +66,7 @@ from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.lira_offline import out_values
 from mlflow_mia.option import option
 
-__all__ = ["RmiaAttack", "RmiaSettings", "per_token_loglik", "log_likelihood_ratio", "rmia_scores",
-           "rmia_tie_break", "choose_offline_a"]
+__all__: list[str] = []
 
 
 def per_token_loglik(signal) -> np.ndarray:

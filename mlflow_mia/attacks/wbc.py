@@ -32,7 +32,7 @@ from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.ez_mia import token_shifts
 from mlflow_mia.option import option
 
-__all__ = ["WbcAttack", "WbcSettings", "geometric_windows", "wbc_score", "AUTHORS_WINDOWS"]
+__all__: list[str] = []
 
 #: The window sizes of the authors' configuration (github.com/Stry233/WBC ``configs/example.yaml``, as LeakPro
 #: reports it), which Eq. 12 does not reproduce under any rounding.

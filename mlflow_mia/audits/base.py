@@ -25,7 +25,7 @@ from typing_extensions import NamedTuple  # generic NamedTuple before Python 3.1
 from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.models.resolve import ResolvedModel
 
-__all__ = ["Audit", "Parse", "Settings", "resolve_target"]
+__all__ = ["Audit", "Settings", "resolve_target"]
 
 ConfigT = TypeVar("ConfigT")
 OptionsT = TypeVar("OptionsT")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from mlflow_mia.config import MetricConfig, SignalConfig
 from mlflow_mia.option import check_options, option, shared_option
 
-__all__ = ["CanaryAuditConfig", "MAX_CANDIDATES"]
+__all__ = ["CanaryAuditConfig"]
 
 #: Most candidate secrets scored per template (``n_candidates``): each one costs a forward pass (a PLL costs
 #: one per token) for every canary of the template, and 10**6 already resolves about 19.9 bits of exposure.

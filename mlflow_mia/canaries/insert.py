@@ -25,7 +25,7 @@ import pandas as pd
 from mlflow_mia.canaries.canary_set import CanarySet
 from mlflow_mia.data import text_hash
 
-__all__ = ["insert", "insertion_order", "dataset_digest", "Planted"]
+__all__ = ["insert", "dataset_digest", "Planted"]
 
 
 class Planted(NamedTuple):

@@ -18,7 +18,7 @@ import time
 
 from mlflow_mia.demo.registry import register_model
 
-__all__ = ["ROLE_TAG", "ROLE_TAG_VALUES", "log_training", "reference_tokenizer", "train_roles", "register_roles"]
+__all__: list[str] = []
 
 ROLE_TAG = "mlflow_mia.demo.role"
 #: ``mlflow_mia.demo.role`` tag values that differ from the role's key.

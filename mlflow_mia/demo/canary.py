@@ -35,7 +35,7 @@ from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import TrainConfig, train_mlm
 from mlflow_mia.models.resolve import resolve_model
 
-__all__ = ["CanaryDemoSize", "CanaryDemoSpec", "CANARY_DEMO_SIZES", "build_canary_demo"]
+__all__ = ["build_canary_demo"]
 
 log = logging.getLogger(__name__)
 

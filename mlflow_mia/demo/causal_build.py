@@ -42,7 +42,7 @@ from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe
 from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.train import TrainConfig
 
-__all__ = ["CAUSAL_DEMO_SIZES", "CausalDemoSize", "KIND_TAG", "build_causal_demo", "causal_demo_spec"]
+__all__ = ["build_causal_demo"]
 
 logger = logging.getLogger(__name__)
 

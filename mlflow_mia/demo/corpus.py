@@ -28,8 +28,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-__all__ = ["check_categories", "CATEGORIES", "IN_DOMAIN_CATEGORIES", "OOD_CATEGORIES", "corpus_root", "load_articles", "split_sentences",
-           "load_sentences"]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from mlflow_mia.progress import bar as progress_bar
 
 from .train import TrainConfig, TrainResult, mlm_examples
 
-__all__ = ["DPConfig", "DPTrainResult", "train_mlm_dp"]
+__all__ = ["DPConfig", "train_mlm_dp"]
 
 logger = logging.getLogger(__name__)
 

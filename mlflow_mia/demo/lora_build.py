@@ -43,7 +43,7 @@ from mlflow_mia.demo.causal_train import CausalSpec, new_causal_model, train_bpe
 from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.specs import TrainConfig
 
-__all__ = ["LORA_DEMO_SIZES", "LoraDemoSize", "build_lora_demo", "lora_demo_spec", "lora_adapter"]
+__all__ = ["build_lora_demo"]
 
 logger = logging.getLogger(__name__)
 

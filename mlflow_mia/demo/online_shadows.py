@@ -35,7 +35,7 @@ from mlflow_mia.demo.build import DEMO_SIZES, demo_spec
 from mlflow_mia.demo.shadows import demo_recipe, train_shadows
 from mlflow_mia.hashing import HashKey, resolve_hash_key
 
-__all__ = ["DemoShadows", "build_demo_shadows", "demo_key_file"]
+__all__ = ["build_demo_shadows"]
 
 
 @dataclass(frozen=True)

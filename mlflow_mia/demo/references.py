@@ -50,8 +50,7 @@ from mlflow_mia.naming import DEFAULT_EXPERIMENT
 from mlflow_mia.tracking.runs import outside_project_run
 from mlflow_mia.models.resolve import resolve_model
 
-__all__ = ["DEMO_REFERENCE_WORDS", "SHADOW_COUNT", "SHADOW_KEY_TAG", "ReferenceSpec", "build_references",
-           "expand_demo_references", "shadow_halves", "shadow_names", "shadow_uris"]
+__all__ = ["build_references", "expand_demo_references"]
 
 logger = logging.getLogger(__name__)
 

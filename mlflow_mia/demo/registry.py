@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import torch
 
-__all__ = ["pip_requirements", "register_model", "tagged_version", "torch_threads"]
+__all__ = ["register_model"]
 
 
 def pip_requirements(*, peft: bool = False) -> list[str]:

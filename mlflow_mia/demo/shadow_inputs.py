@@ -30,7 +30,7 @@ import re
 
 from mlflow.exceptions import MlflowException
 
-__all__ = ["SHADOW_NAME_PATTERN", "check_shadow_name", "refuse_other_sets", "check_record_path"]
+__all__: list[str] = []
 
 #: What a shadow ``name`` may be: it names registered models ``<name>-<j>``.
 SHADOW_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"

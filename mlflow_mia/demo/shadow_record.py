@@ -26,7 +26,7 @@ from mlflow_mia.config import record_digest
 from mlflow_mia.demo.dp import DPConfig
 from mlflow_mia.demo.train import TrainConfig
 
-__all__ = ["ShadowRecipe", "ShadowRecord", "HALVES_SEED_OFFSET", "balanced_halves", "shadow_membership"]
+__all__: list[str] = []
 
 #: Second entry of the seed sequence of the halves (keeps them apart from other draws of the same seed).
 HALVES_SEED_OFFSET = 104729

@@ -66,9 +66,8 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.demo.shadow_binding import check_signals_record, pool_digests, shadow_weights
 from mlflow_mia.pipeline.membership import shadow_record_entry
 
-__all__ = ["ShadowRecipe", "ShadowRecord", "ShadowSet", "SHADOW_ALIAS", "SHADOW_KEY_TAG", "SHADOW_NAME_PATTERN",
-           "balanced_halves", "check_shadow_name", "train_shadows", "shadow_membership", "with_shadow_membership",
-           "audit_with_shadows", "demo_recipe"]
+__all__ = ["ShadowRecipe", "check_shadow_name", "train_shadows", "shadow_membership", "with_shadow_membership",
+           "demo_recipe"]
 
 logger = logging.getLogger(__name__)
 

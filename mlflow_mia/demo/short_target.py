@@ -42,7 +42,7 @@ from mlflow_mia.demo.train import train_mlm
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.naming import DEFAULT_EXPERIMENT
 
-__all__ = ["SHORT_ALIAS", "SHORT_FRACTION", "SHORT_KEY_TAG", "build_short_target", "short_steps"]
+__all__ = ["build_short_target"]
 
 logger = logging.getLogger(__name__)
 

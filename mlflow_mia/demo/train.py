@@ -30,8 +30,7 @@ from mlflow_mia.progress import bar as progress_bar, log_epoch
 # The specs (demo/specs.py, shared with the causal demo): used here, and importable from here as before
 from mlflow_mia.demo.specs import ModelSpec, TrainConfig, TrainResult
 
-__all__ = ["train_steps", "ModelSpec", "TrainConfig", "TrainResult", "train_tokenizer", "new_model", "seeded_model", "mlm_examples",
-           "train_mlm", "heldout_loss"]
+__all__ = ["ModelSpec", "TrainConfig", "train_tokenizer", "new_model", "train_mlm", "heldout_loss"]
 
 logger = logging.getLogger(__name__)
 

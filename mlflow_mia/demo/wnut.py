@@ -43,8 +43,7 @@ from mlflow_mia.demo.registry import register_model, torch_threads
 from mlflow_mia.demo.train import train_tokenizer
 from mlflow_mia.signals.batching import pad_batch
 
-__all__ = ["WnutSize", "WNUT_SIZES", "WnutDemo", "load_wnut", "split_halves", "demo_types", "train_tagger",
-           "build_wnut_demo", "main"]
+__all__ = ["load_wnut", "build_wnut_demo"]
 
 log = logging.getLogger(__name__)
 

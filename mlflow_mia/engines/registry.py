@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["ENGINES", "get_engine"]
+__all__ = ["get_engine"]
 
 #: Engine names and where each engine class lives (imported when first asked for).
 ENGINES = {"local": "mlflow_mia.engines.local:LocalEngine",

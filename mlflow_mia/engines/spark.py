@@ -29,7 +29,7 @@ from mlflow_mia.signals.types import SignalResult
 from mlflow_mia.engines.spark_executors import collect_signals, model_spec, spark_signals
 from mlflow_mia.models.resolve import resolve_model
 
-__all__ = ["SparkEngine", "spark_session", "local_with_retries", "spark_model_signals"]
+__all__ = ["SparkEngine", "spark_session"]
 
 log = logging.getLogger(__name__)
 

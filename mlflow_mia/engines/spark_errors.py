@@ -15,7 +15,7 @@ import re
 
 from mlflow_mia.signals.cache import CacheCorruptError
 
-__all__ = ["SparkSignalError", "SparkJobError", "EXECUTOR_TAG", "STORE_TAG", "executor_errors", "damaged_file_error"]
+__all__: list[str] = []
 
 EXECUTOR_TAG = "[mlflow-mia]"  # marks our executor errors so the driver can pull them out of the Python trace
 STORE_TAG = "[mlflow-mia:store]"  # marks an executor's "this store row does not verify" error

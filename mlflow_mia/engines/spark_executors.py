@@ -57,7 +57,7 @@ from mlflow_mia.signals.types import SignalResult
 from mlflow_mia.models.resolve import ResolvedModel, resolve_model
 from mlflow_mia.signals.dispatch import compute_signals
 
-__all__ = ["spark_signals", "SignalJob", "SparkSignalError", "SparkJobError", "collect_signals", "model_spec"]
+__all__ = ["spark_signals", "collect_signals", "model_spec"]
 
 log = logging.getLogger(__name__)
 

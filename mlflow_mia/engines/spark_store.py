@@ -39,8 +39,7 @@ from mlflow_mia.engines.spark_errors import STORE_TAG, SparkJobError, SparkSigna
 from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["auto_waves", "partition_mac_key", "read_store", "fill_store", "MAX_AUTO_WAVES", "TEXTS_PER_WAVE",
-           "ROW_LAYOUT", "settings_digests"]
+__all__ = ["auto_waves"]
 
 log = logging.getLogger(__name__)
 

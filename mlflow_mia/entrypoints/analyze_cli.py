@@ -8,7 +8,7 @@ from mlflow_mia.analyze import ANALYSIS_SIZES, run_analysis
 from mlflow_mia.entrypoints.common import build_demo_for_audit
 from mlflow_mia.hashing import resolve_hash_key
 
-__all__ = ["cmd_analyze"]
+__all__: list[str] = []
 
 
 def cmd_analyze(args) -> int:

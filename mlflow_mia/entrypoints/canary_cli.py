@@ -40,7 +40,7 @@ from mlflow_mia.tracking.verdict import canary_verdict, describe_nested
 if __doc__:
     __doc__ += key_table("canaries") + "\n"
 
-__all__ = ["cmd_canary_audit"]
+__all__: list[str] = []
 
 
 

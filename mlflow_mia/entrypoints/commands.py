@@ -43,7 +43,7 @@ from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_trai
 from mlflow_mia.entrypoints.precheck import spell_flag
 from mlflow_mia.naming import did_you_mean
 
-__all__ = ["run_argv", "build_parser", "generic_front_end", "commands", "project_failed"]
+__all__ = ["run_argv"]
 
 log = logging.getLogger(__name__)
 

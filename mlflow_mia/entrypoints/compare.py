@@ -21,7 +21,7 @@ from mlflow_mia.options.values import blank
 from mlflow_mia.pipeline.compare import audit_versions, compare_gate, compare_targets, log_comparison
 from mlflow_mia.tracking.runs import mlflow_run, outside_project_run, use_experiment
 
-__all__ = ["compare"]
+__all__: list[str] = []
 
 
 def compare(args) -> bool:

@@ -50,7 +50,7 @@ from mlflow_mia.tracking.headline import rounded
 if __doc__:  # the key table, from the declarations
     __doc__ += key_table("mia") + "\n"
 
-__all__ = ["MiaEvaluator", "evaluator_target", "result_metrics", "PYFUNC_WARNING"]
+__all__ = ["MiaEvaluator"]
 
 log = logging.getLogger(__name__)
 

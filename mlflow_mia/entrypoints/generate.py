@@ -18,7 +18,7 @@ import sys
 import mlflow_mia.pipeline  # noqa: F401  (every audit kind, with its option family)
 from mlflow_mia.options.generate import main
 
-__all__ = ["main"]
+__all__: list[str] = []
 
 if __name__ == "__main__":
     sys.exit(main())

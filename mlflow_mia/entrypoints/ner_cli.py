@@ -36,7 +36,7 @@ from mlflow_mia.tracking.descriptions import short_model_name
 from mlflow_mia.tracking.ner_log import ner_run_verdict
 from mlflow_mia.tracking.verdict import describe_nested, fmt_interval, worst_verdict
 
-__all__ = ["cmd_ner_audit"]
+__all__: list[str] = []
 
 
 def _audit_one(model_uri, names, cfg, options, *, run_name: str, nested: bool, title: str, reference_uri=None):

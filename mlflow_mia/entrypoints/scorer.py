@@ -39,7 +39,7 @@ from mlflow_mia.engines.spark_executors import model_spec
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.signals.dispatch import compute_signals, signal_config_for
 
-__all__ = ["MiaScorer", "log_scorer", "scorer_result_type"]
+__all__: list[str] = []
 
 
 def scorer_result_type(kind: str = "energy") -> str:

@@ -16,7 +16,7 @@ from mlflow_mia.data import AuditDataset, load_table
 from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.options.values import blank
 
-__all__ = ["add_train_shadows_flags", "cmd_train_shadows"]
+__all__: list[str] = []
 
 
 def _whole(flag: str, minimum: int):

@@ -85,8 +85,7 @@ from .resampling import units_of_rows
 from .roc import roc
 from .validation import check_pair, check_rate
 
-__all__ = ["TprBounds", "check_counts", "clopper_pearson_lower", "clopper_pearson_upper", "kish_effective_units",
-           "members_needed", "per_side_confidence", "tpr_bounds_at_fpr"]
+__all__ = ["kish_effective_units", "tpr_bounds_at_fpr"]
 
 
 def check_counts(k, n, what: str, *, whole: bool = True) -> tuple[np.ndarray, np.ndarray]:

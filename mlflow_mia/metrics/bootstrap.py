@@ -50,8 +50,7 @@ from .weighted_roc import (batch_tpr_at_fpr, named_statistic, precision_at_thres
 
 __all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
            "recall_at_threshold_statistic", "precision_at_threshold_statistic",
-           "recall_at_population_threshold_statistic", "precision_at_population_threshold_statistic",
-           "ResamplePlan", "resample_plan", "ScoredPool"]
+           "recall_at_population_threshold_statistic", "precision_at_population_threshold_statistic"]
 
 
 

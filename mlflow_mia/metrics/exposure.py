@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["ExposureResult", "exposure", "exposure_from_rank", "extrapolated_exposure", "sampled_resolution"]
+__all__ = ["ExposureResult", "exposure"]
 
 
 def exposure_from_rank(rank, space_size: int) -> np.ndarray:

@@ -47,8 +47,7 @@ from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, SEVERITY, Thre
 from mlflow_mia.naming import fmt_alpha, fmt_number, is_nan, nan_to_none
 from mlflow_mia.metrics.thresholds import min_population_size
 
-__all__ = ["Gate", "GateResult", "ThreeStateResult", "check_gate_confidence", "MIN_GATE_CONFIDENCE",
-           "PASS", "FAIL", "INCONCLUSIVE", "BOOTSTRAP", "BINOMIAL", "count_metric", "fmt_bound"]
+__all__ = ["Gate", "GateResult", "check_gate_confidence", "PASS", "FAIL", "INCONCLUSIVE"]
 
 BOOTSTRAP, BINOMIAL = "bootstrap", "binomial"
 _UNIT_NOUN = {"sample": ("members", "non-members"), "group": ("member groups", "non-member groups"),

@@ -26,7 +26,7 @@ from typing import Mapping
 
 from mlflow_mia.metrics.gate import FAIL, GateResult, count_metric, fmt_bound
 
-__all__ = ["GateRecord", "signal_digest", "CANARY_BUDGET_OPTIONS", "PLANTED_IN_PATTERN", "RANDOM_KEY"]
+__all__ = ["GateRecord", "signal_digest", "PLANTED_IN_PATTERN", "RANDOM_KEY"]
 
 _COUNTS = (("members", "n_members", "members"), ("non_members", "n_non_members", "non-members"),
            ("user_members", "user/n_members", "member users"),

@@ -54,8 +54,7 @@ from mlflow_mia.metrics.roc import tpr_at_fpr
 from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.naming import fmt_alpha
 
-__all__ = ["NerGate", "ner_gate_metrics", "ner_gate_record", "ner_signal_digest", "gate_point_metrics", "gated_score",
-           "RATIO", "BEST_PROMPT"]
+__all__ = ["NerGate", "ner_gate_record", "gate_point_metrics"]
 
 #: The gated scores: with a reference tagger (a column of ``NerAuditResult.names``), and without one.
 RATIO, BEST_PROMPT = "ratio_avg", "best_prompt"

@@ -40,8 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
-__all__ = ["one_run_p_value", "one_run_epsilon", "default_guess_grid", "sparse_guess_grid", "guesses_at",
-           "one_run_audit", "OneRunBound"]
+__all__ = ["sparse_guess_grid", "one_run_audit", "OneRunBound"]
 
 _BISECTIONS = 30
 

@@ -52,8 +52,7 @@ from scipy.stats import rankdata
 from .resampling import units_of_rows
 from .validation import check_labels
 
-__all__ = ["AucPermutation", "PromptSpreadNull", "group_permutation_auc", "prompt_spread_null",
-           "permuted_prompt_mmem"]
+__all__ = ["group_permutation_auc", "prompt_spread_null"]
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,8 @@ from .roc import auc_statistic
 from .validation import check_labels
 from .thresholds import metrics_at_threshold, min_population_size, population_threshold
 
-__all__ = ["mmem", "prompt_mmem", "mmem_ci", "prompt_spread", "ensemble_scores", "majority_vote_mmem",
-           "ensemble_mmem", "ENSEMBLES", "TokenRemovalStep", "greedy_token_removal", "kendall_tau",
-           "tpr_at_dev_fpr", "confidence_log_ratio", "ratio_scores", "CONFIDENCE_FLOOR"]
+__all__ = ["mmem", "prompt_mmem", "mmem_ci", "prompt_spread", "ensemble_scores", "ensemble_mmem",
+           "greedy_token_removal", "kendall_tau", "tpr_at_dev_fpr", "confidence_log_ratio", "ratio_scores"]
 
 ENSEMBLES = ("mv", "avg_c", "wed_c", "max_c", "min_c")
 #: Confidences below this are read as this value before the log (a softmax can underflow to 0).

@@ -25,7 +25,7 @@ from .roc import auc_statistic
 from .validation import as_1d
 from .weighted_roc import WeightedResamples, batch_auc
 
-__all__ = ["ResamplePlan", "ScoredPool", "Statistic", "resample_plan", "units_of_rows"]
+__all__: list[str] = []
 
 #: A statistic of one resample: ``f(y_true, y_score) -> float``.
 Statistic = Callable[[np.ndarray, np.ndarray], float]

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
 
-__all__ = ["as_1d", "check_scores", "check_labels", "check_pair", "check_rate", "warn_one_class"]
+__all__ = ["check_scores", "check_labels"]
 
 
 def as_1d(x, name: str) -> np.ndarray:

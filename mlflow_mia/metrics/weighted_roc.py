@@ -30,8 +30,7 @@ import numpy as np
 
 from .thresholds import metrics_at_threshold
 
-__all__ = ["WeightedResamples", "batch_auc", "batch_tpr_at_fpr", "batch_at_threshold", "named_statistic",
-           "recall_at_threshold_statistic", "precision_at_threshold_statistic"]
+__all__: list[str] = []
 
 # The unit-pair AUC is used when its (member units x non-member units) matrix holds at most this
 # many cells per pool row (a matrix product per chunk against a dozen passes over the rows), and

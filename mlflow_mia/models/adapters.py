@@ -27,8 +27,7 @@ import os
 
 from mlflow_mia.signals.placement import is_dispatched
 
-__all__ = ["ADAPTER_CONFIG", "BASE_KEY_MAPPING", "MERGE_TOLERANCE", "is_adapter_folder", "adapter_config",
-           "adapter_base", "attach", "is_adapter_key", "LM_TASKS"]
+__all__ = ["adapter_base"]
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from mlflow_mia.models.files import check_model_files, inside_folder, refuse_qua
 from mlflow_mia.signals.identity import refuse_missing_weights, refuse_remote_code
 from mlflow_mia.signals.placement import load_kwargs
 
-__all__ = ["Parts", "load_components", "logged_model_id"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ import difflib
 import json
 import os
 
-__all__ = ["PICKLE_WEIGHTS", "inside_folder", "check_model_files", "tracking_unreachable", "unresolved_uri_error",
-           "registered_names_like"]
+__all__ = ["tracking_unreachable"]
 
 
 #: Weight files in Python's pickle format: loading one can run code, so only safetensors are read by default.

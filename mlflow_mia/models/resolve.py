@@ -40,8 +40,7 @@ from mlflow_mia.models.adapters import adapter_base, adapter_config, attach, is_
 from mlflow_mia.models.artifact import Parts, load_components, logged_model_id
 from mlflow_mia.signals.identity import refuse_remote_code, weights_digest
 
-__all__ = ["ResolvedModel", "Parts", "resolve_model", "resolve_reference", "registry_versions_of", "registered_weights_id", "check_model_files",
-           "tracking_unreachable", "PICKLE_WEIGHTS", "WEIGHTS_TAG"]
+__all__ = ["ResolvedModel", "resolve_model", "resolve_reference", "WEIGHTS_TAG"]
 
 #: Registry tag caching a version's weights digest (a cache, never the proof: it is recomputed).
 WEIGHTS_TAG = "mia.weights_sha256"

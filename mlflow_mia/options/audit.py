@@ -28,7 +28,7 @@ from mlflow_mia.hashing import resolve_hash_key
 from mlflow_mia.metrics.gate import check_gate_confidence
 import os
 
-__all__ = ["CONFIG_KEYS", "REFERENCE_MODES", "MiaOptions", "Gate", "GateResult", "parse_options", "reference_uris"]
+__all__ = ["MiaOptions", "parse_options"]
 
 #: How an audit uses several reference models (``reference_mode``).
 REFERENCE_MODES = ("set", "each")

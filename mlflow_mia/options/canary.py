@@ -22,7 +22,7 @@ from mlflow_mia.options.schema import CommonOptions, build, parse_values, regist
 from mlflow_mia.options.values import mia_section
 from mlflow_mia.metrics.canary_gate import CanaryGate
 
-__all__ = ["CanaryOptions", "parse_canary_config", "is_canary_config"]
+__all__ = ["CanaryOptions", "parse_canary_config"]
 
 
 @dataclass(frozen=True)

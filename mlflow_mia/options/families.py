@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["COMMANDS", "METHODS", "Family", "FAMILIES", "GENERIC_COMMAND_OPTIONS", "register_family", "audit_commands",
-           "audit_methods", "surface_order"]
+__all__ = ["FAMILIES", "GENERIC_COMMAND_OPTIONS", "register_family"]
 
 #: The built-in ``mlflow-mia`` commands and evaluator methods.
 COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo", "canary-audit", "train-shadows")

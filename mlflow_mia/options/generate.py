@@ -26,11 +26,11 @@ from pathlib import Path
 from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.option import declared_options
 from mlflow_mia.options.families import FAMILIES
-from mlflow_mia.options.schema import (Entry, default_text, dest, entries, flag_of, help_rank, mlproject_parameters,
+from mlflow_mia.options.helptext import default_text
+from mlflow_mia.options.schema import (Entry, dest, entries, flag_of, help_rank, mlproject_parameters,
                                        options_for, surface_order)
 
-__all__ = ["REGENERATE", "ENTRY_POINTS", "entry_points", "mlproject_text", "options_reference", "declarations",
-           "generated_files", "main"]
+__all__ = ["main"]
 
 #: The command that rewrites the generated files (printed by the test when they are out of date).
 REGENERATE = "python -m mlflow_mia.entrypoints.generate"

@@ -32,8 +32,7 @@ from mlflow_mia.tracking.run_params import digest_tags, new_params
 from mlflow_mia.tracking.runs import mlflow_run
 from mlflow_mia.tracking.verdict import Verdict, audit_verdict, describe_nested, worst_verdict
 
-__all__ = ["audit_versions", "log_comparison", "compare_gate", "compare_targets", "distinct_curves",
-           "reference_label", "version_label"]
+__all__ = ["audit_versions", "log_comparison", "compare_gate", "compare_targets"]
 
 
 def audit_versions(targets, references, parent_run_id: str, pool, population, config, options, *,

@@ -31,8 +31,7 @@ from mlflow_mia.tracking.gate_history import pool_digest
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.attacks.shadow_record import ShadowRecord, check_shadow_record, shadow_membership
 
-__all__ = ["audit_and_log", "model_records", "resolve_generator", "evaluate_run", "evaluator_metrics",
-           "checked_shadow_record", "shadow_record_entry"]
+__all__ = ["audit_and_log", "model_records", "evaluate_run", "evaluator_metrics", "shadow_record_entry"]
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-__all__ = ["plan_batches", "pad_batch", "bucket_width", "run_batches", "is_out_of_memory"]
+__all__ = ["plan_batches", "pad_batch", "bucket_width", "run_batches"]
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats,
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["causal_token_logprobs", "compute_causal_signals", "HEAD_POSITIONS", "VOCAB_BLOCK"]
+__all__ = ["causal_token_logprobs", "compute_causal_signals"]
 
 log = logging.getLogger(__name__)
 

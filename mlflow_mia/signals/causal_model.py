@@ -27,8 +27,7 @@ from mlflow_mia.signals.identity import ModelIdentity
 from mlflow_mia.signals.model import MaskedLM, as_wrapped, input_of
 from mlflow_mia.signals.placement import is_dispatched
 
-__all__ = ["CausalLM", "config_kind", "model_kind", "folder_kind", "as_language_model", "language_models",
-           "kind_of", "wrapper_for"]
+__all__ = ["CausalLM", "as_language_model", "language_models", "wrapper_for"]
 
 
 

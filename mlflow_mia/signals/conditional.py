@@ -45,7 +45,7 @@ from mlflow_mia.signals.runtime import (autocast_for, default_token_budget, dtyp
                                         resolve_dtype)
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["ConditionalLogLik", "conditional_loglik", "conditional_token_logprobs", "fit_prefix", "text_parts"]
+__all__ = ["conditional_loglik"]
 
 #: Scored positions per call of the vocabulary projection.
 HEAD_ROWS = 512

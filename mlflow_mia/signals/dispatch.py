@@ -24,7 +24,7 @@ from mlflow_mia.signals.causal_model import CausalLM, as_language_model, kind_of
 from mlflow_mia.signals.energy import value_settings as settings
 
 __all__ = ["compute_signals", "value_settings", "signal_config_for", "signal_note", "check_model_kinds",
-           "as_language_model", "MASKED_ONLY_ATTACKS", "CAUSAL_ONLY_ATTACKS", "sequence_values"]
+           "sequence_values"]
 
 #: Attacks that need a masked target (they re-mask its tokens): refused for a causal target.
 MASKED_ONLY_ATTACKS = ("neighbourhood_local",)

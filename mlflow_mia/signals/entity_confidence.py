@@ -46,8 +46,8 @@ from mlflow_mia.signals.runtime import (DeviceResults, autocast_for, default_tok
                                         resolve_device, resolve_dtype, to_device, uses_length_buckets)
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "SUBWORD_MODES",
-           "TOKEN_BUDGETS", "SLOT", "fill", "split_prompt", "short"]
+__all__ = ["TokenClassifier", "ConfidenceCache", "entity_tag_ids", "entity_confidence", "TOKEN_BUDGETS", "SLOT",
+           "fill", "split_prompt", "short"]
 
 #: The name slot of a prompt (Xia et al. 2025 write it MASK): ``"My name is {name}."``
 SLOT = "{name}"

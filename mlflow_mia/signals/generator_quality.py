@@ -62,9 +62,7 @@ from mlflow_mia.signals.neighbours import load_generator, replaceable_words
 from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["GeneratorQuality", "GeneratorEvidence", "generator_accuracy", "neighbour_shift_over_gap", "loss_gap",
-           "measure_generator", "judge_generator", "check_generator", "MIN_GENERATOR_ACCURACY", "MAX_SHIFT_OVER_GAP",
-           "WARNING_TEXT"]
+__all__ = ["GeneratorEvidence", "generator_accuracy", "measure_generator", "judge_generator", "check_generator"]
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import logging
 
 import torch
 
-__all__ = ["last_layer_of", "hidden_at", "probe_batch"]
+__all__ = ["last_layer_of", "hidden_at"]
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from itertools import combinations
 
 import numpy as np
 
-__all__ = ["num_masked", "mask_rng", "sample_masks", "pll_masks"]
+__all__ = ["num_masked", "sample_masks"]
 
 
 def num_masked(n_tokens: int, rate: float) -> int:

@@ -23,7 +23,7 @@ from mlflow_mia.signals.last_layer import hidden_at, last_layer_of
 from mlflow_mia.signals.token_stats import STATS_COLUMNS, blocked_logprob_stats, logprob_stats_of_logits
 from mlflow_mia.signals.placement import is_dispatched
 
-__all__ = ["input_of", "as_wrapped", "blocked_target_logprobs", "MaskedLM", "as_masked_lm"]
+__all__ = ["MaskedLM"]
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from mlflow_mia.signals.energy import masked_token_logprobs, tokenize
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.runtime import token_limit
 
-__all__ = ["changed_region", "local_differences", "local_scores"]
+__all__ = ["changed_region", "local_scores"]
 
 
 def changed_region(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:

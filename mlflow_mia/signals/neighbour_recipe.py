@@ -32,7 +32,7 @@ from mlflow_mia.signals.dispatch import compute_signals
 from mlflow_mia.signals.model import MaskedLM
 from mlflow_mia.signals.neighbours import HOW_TO_GIVE_A_GENERATOR, choose_generator, generate_neighbours, load_generator
 
-__all__ = ["NeighbourRecipe", "neighbour_values"]
+__all__ = ["NeighbourRecipe"]
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import os
 
 from mlflow_mia.signals.cache import SignalCache, SqliteSpecStore
 
-__all__ = ["NeighbourStore"]
+__all__: list[str] = []
 
 
 class NeighbourStore(SqliteSpecStore):

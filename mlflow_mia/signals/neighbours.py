@@ -70,8 +70,8 @@ from mlflow_mia.signals.neighbour_text import (SLACK, Swap, Word, keep_substitut
 from mlflow_mia.signals.runtime import NEIGHBOUR_TOKEN_BUDGET, resolve_device, token_limit
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["generate_neighbours", "candidate_swaps", "load_generator", "choose_generator", "HOW_TO_GIVE_A_GENERATOR",
-           "Swap", "Word", "replaceable_words"]
+__all__ = ["generate_neighbours", "candidate_swaps", "choose_generator", "HOW_TO_GIVE_A_GENERATOR",
+           "replaceable_words"]
 
 log = logging.getLogger(__name__)
 

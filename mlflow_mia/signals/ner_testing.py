@@ -5,7 +5,7 @@ import torch
 from transformers import BertConfig, BertForTokenClassification
 from mlflow_mia.signals.testing import tiny_bert_tokenizer
 
-__all__ = ["TINY_LABELS", "tiny_token_classifier"]
+__all__: list[str] = []
 
 TINY_LABELS = ("I-LOC", "O", "B-PER", "B-LOC", "I-PER")  # deliberately not in B/I order
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["DEVICE_MAPS", "check_device_map", "loading", "load_kwargs", "is_dispatched", "place_model", "state_items"]
+__all__ = ["check_device_map", "loading", "load_kwargs", "is_dispatched"]
 
 #: The values of the ``device_map`` option (None: the whole model on the audit's device).
 DEVICE_MAPS = ("auto",)

@@ -28,10 +28,7 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["resolve_dtype", "autocast_for", "dtype_setting", "tf32_enabled", "resolve_device", "DEVICE_TYPES",
-           "default_token_budget", "memory_token_budget", "bytes_per_token", "TOKEN_BUDGETS", "NEIGHBOUR_TOKEN_BUDGET",
-           "uses_length_buckets", "to_device", "DeviceResults",
-           "token_limit", "release_free_memory", "resident_bytes", "HeapTrimmer"]
+__all__ = ["resolve_dtype", "resolve_device", "default_token_budget", "uses_length_buckets", "token_limit"]
 
 
 #: Torch device types an audit runs its models on.

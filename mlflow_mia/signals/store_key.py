@@ -31,7 +31,7 @@ import stat
 import struct
 from typing import Iterable
 
-__all__ = ["store_key_path", "load_store_key", "derive_key", "row_mac", "mac_matches", "KEY_ENV", "MIN_KEY_BYTES"]
+__all__ = ["load_store_key", "derive_key", "row_mac", "mac_matches"]
 
 KEY_ENV = "MLFLOW_MIA_STORE_KEY_FILE"
 MIN_KEY_BYTES = 32

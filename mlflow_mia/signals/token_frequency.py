@@ -26,7 +26,7 @@ import numpy as np
 from mlflow_mia.data import text_hash
 from mlflow_mia.signals.energy import tokenize
 
-__all__ = ["corpus_counts", "count_ids", "load_counts", "log_frequencies", "vocab_size"]
+__all__ = ["corpus_counts", "load_counts", "log_frequencies", "vocab_size"]
 
 
 def vocab_size(lm) -> int:

@@ -8,7 +8,7 @@ import numpy as np
 
 from mlflow_mia.signal_kinds import SIGNAL_KINDS, SIGNAL_UNITS
 
-__all__ = ["SignalResult", "SIGNAL_UNITS"]
+__all__ = ["SignalResult"]
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from mlflow_mia.hashing import HashKey, keyed_hash, require_hash_key
 from mlflow_mia.tracking.records import dataset_inputs, model_inputs
 from mlflow_mia.tracking.verdict import audit_verdict, describe_run, run_description
 
-__all__ = ["log_audit", "audit_params", "audit_digests", "model_params", "mlflow_metrics"]
+__all__ = ["log_audit", "audit_params", "audit_digests", "mlflow_metrics"]
 
 log = logging.getLogger(__name__)
 #: Non-empty once the random-key warning was given in this process (it explains itself once).

@@ -43,9 +43,7 @@ from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot
 from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
 from mlflow_mia.tracking.verdict import fmt_interval, canary_verdict, describe_run, run_description
 
-__all__ = ["log_canary_audit", "canary_params", "canary_headline_tags", "gate_points",
-           "canary_brief", "headline_repetitions", "auc_text", "rank_exposure_text", "exposure_text", "canary_set_id",
-           "canary_score", "gate_record"]
+__all__ = ["log_canary_audit", "headline_repetitions", "auc_text", "exposure_text"]
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,8 @@ quote under :data:`OWN_TEXT_HEADING`.
 
 from __future__ import annotations
 
-__all__ = ["DESCRIPTION_START", "FAILURE_START", "OWN_TEXT_HEADING", "VERDICTS", "own_text", "with_own_text",
-           "named_with_verdict", "name_without_verdict", "short_model_name", "audit_run_name", "references_label",
-           "VERDICT_CODE_METRIC", "verdict_code"]
+__all__ = ["OWN_TEXT_HEADING", "VERDICTS", "with_own_text", "named_with_verdict", "short_model_name",
+           "audit_run_name", "references_label", "VERDICT_CODE_METRIC", "verdict_code"]
 
 #: The four verdicts (:mod:`mlflow_mia.tracking.verdict`), mildest first.
 VERDICTS = ("within budget", "no evidence of leakage", "inconclusive", "leaks")

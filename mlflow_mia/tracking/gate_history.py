@@ -37,8 +37,7 @@ from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, SEVERITY, TAMPERED  # tampered: a broken chain
 
-__all__ = ["Derived", "Entry", "parsed_records", "RECORD_PREFIX", "TAMPERED", "BLOCKING", "derive", "pool_digest", "records_of",
-           "reference_digests"]
+__all__ = ["derive", "pool_digest"]
 
 RECORD_PREFIX = "mia.gate.run."
 #: Gate verdicts that block a release.

@@ -45,8 +45,7 @@ from mlflow_mia.metrics.gate import PASS
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.signals.store_key import derive_key, load_store_key
 
-__all__ = ["SealKey", "Verifier", "seal", "pointer", "run_record_tag", "chain_tag", "read_chain",
-           "RUN_RECORD_TAG", "RUN_VERSIONS_TAG", "CHAIN_TAG", "NO_PREV", "BROKEN"]
+__all__ = ["SealKey", "Verifier"]
 
 log = logging.getLogger(__name__)
 

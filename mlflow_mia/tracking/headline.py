@@ -27,8 +27,7 @@ import pandas as pd
 from mlflow_mia.naming import fmt_alpha, nan_to_none
 from mlflow_mia.tracking.descriptions import VERDICT_CODE_METRIC, VERDICTS, verdict_code
 
-__all__ = ["HEADLINE_LIMIT", "SIGNIFICANT_DIGITS", "METRICS_TABLE", "rounded", "table_metrics", "headline_keys",
-           "deciding_keys", "headline_metrics", "verdict_record", "metrics_table", "full_metrics"]
+__all__ = ["METRICS_TABLE", "rounded", "headline_metrics", "full_metrics"]
 
 #: How many metrics the per-attack part of the headline set may hold before other attacks lose their bounds.
 HEADLINE_LIMIT = 20

@@ -44,7 +44,7 @@ from mlflow_mia.tracking.gate_history import pool_digest
 from mlflow_mia.tracking.registry_tags import NER_PREFIX, describe_versions, tag_model_version, version_pairs
 from mlflow_mia.tracking.verdict import Verdict, fmt_interval, describe_run, ner_verdict, run_description, verdict_of
 
-__all__ = ["log_ner_audit", "ner_params", "ner_headline_tags", "ner_run_verdict", "NAME_TABLE_COLUMNS"]
+__all__ = ["log_ner_audit", "ner_run_verdict"]
 
 #: Columns of ``tables/ner_names.csv`` by default: nothing recomputable from the model beside the label.
 NAME_TABLE_COLUMNS = ("name_hash", "entity_type", "is_member", "split")

@@ -14,8 +14,7 @@ from mlflow_mia.tracking.run_list import publish_audit_view
 from mlflow_mia.tracking.verdict import NOTE_TAG, RUN_KIND_TAG, RUN_NAME_TAG, VERDICT_TAG
 
 __all__ = ["setup_tracking", "mlflow_run", "use_experiment", "finished_run", "record_project_failure",
-           "outside_project_run", "system_metrics_enabled", "EXPERIMENT_KIND_TAG", "MODEL_TRAINING",
-           "SYSTEM_METRICS_ENV"]
+           "outside_project_run"]
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,7 @@ from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, TAMPERED
 from mlflow_mia.naming import fmt_number, is_nan
 
 __all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
-           "describe_nested", "run_description",
-           "describe_run", "describe_version", "run_url",
-           "fmt_interval", "VERDICT_TAG", "LEAKS", "WITHIN_BUDGET", "NO_EVIDENCE", "INCONCLUSIVE"]
+           "describe_nested", "run_description", "run_url", "fmt_interval"]
 
 log = logging.getLogger(__name__)
 

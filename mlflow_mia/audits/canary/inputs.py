@@ -9,7 +9,7 @@ import pandas as pd
 from mlflow_mia.audits.base import Settings
 from mlflow_mia.canaries import CanarySet
 
-__all__ = ["load_canary_set", "load_canary_inputs"]
+__all__ = ["load_canary_set"]
 
 
 def load_canary_set(source) -> CanarySet:

@@ -15,7 +15,7 @@ from mlflow_mia.audits.canary.signals import canary_signals
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.options.canary import CanaryOptions, parse_canary_config
 
-__all__ = ["CANARY", "parse"]
+__all__ = ["CANARY"]
 
 
 def parse(flat: Mapping[str, Any] | None, *, targets: str | None = None

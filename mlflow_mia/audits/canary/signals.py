@@ -17,7 +17,7 @@ from mlflow_mia.canaries import CanarySet
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.signals.dispatch import check_model_kinds, sequence_values
 
-__all__ = ["CanarySignals", "canary_signals", "candidate_secrets", "score_texts"]
+__all__ = ["CanarySignals", "canary_signals", "candidate_secrets"]
 
 log = logging.getLogger(__name__)
 

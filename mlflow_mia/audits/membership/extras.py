@@ -19,7 +19,7 @@ from mlflow_mia.data import AuditDataset
 from mlflow_mia.metrics.memorization_features import memorization_feature_analysis, sample_features, token_frequencies
 from mlflow_mia.signals.generator_quality import judge_generator
 
-__all__ = ["neighbour_examples", "memorization_features", "generator_check"]
+__all__: list[str] = []
 
 
 def neighbour_examples(extras: AuditExtras, pool: AuditDataset, samples, values, attack: str, *, warnings: list,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlflow_mia.options.audit import MiaOptions
 from mlflow_mia.data import AuditDataset, PopulationSet
 
-__all__ = ["load_inputs", "require_population"]
+__all__ = ["load_inputs"]
 
 
 def load_inputs(pool_data, options: MiaOptions):

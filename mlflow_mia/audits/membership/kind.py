@@ -18,7 +18,7 @@ from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.options.audit import MiaOptions, parse_options
 import pandas as pd
 
-__all__ = ["MEMBERSHIP", "parse", "load_inputs"]
+__all__ = ["MEMBERSHIP"]
 
 
 def parse(flat: Mapping[str, Any] | None, *, targets: str | None = None) -> Settings[AuditConfig, MiaOptions]:

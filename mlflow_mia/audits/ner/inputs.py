@@ -7,7 +7,7 @@ import pandas as pd
 from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.ner.names import check_names_table
 
-__all__ = ["load_names"]
+__all__: list[str] = []
 
 
 def load_names(frame, settings: Settings):

@@ -25,8 +25,7 @@ from mlflow_mia.config import ENTITY_TYPE_PATTERN
 from mlflow_mia.data import canonical_text, surrogate_at
 from mlflow_mia.hashing import lookup_hash
 
-__all__ = ["read_conll", "extract_entities", "entity_names", "detection_set", "check_names_table", "assign_split",
-           "read_private_table", "unknown_token_warnings", "name_hash", "NAME_COLUMNS", "ENTITY_TYPE_PATTERN"]
+__all__ = ["read_conll", "entity_names", "detection_set", "check_names_table", "read_private_table"]
 
 NAME_COLUMNS = ("name", "entity_type", "is_member")
 

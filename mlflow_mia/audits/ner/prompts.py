@@ -17,8 +17,7 @@ import pandas as pd
 from mlflow_mia.signals.entity_confidence import SLOT, fill, short, split_prompt
 from mlflow_mia.audits.ner.names import read_private_table
 
-__all__ = ["SLOT", "SENTENCE_TYPES", "load_prompts", "shipped_prompts", "check_prompts", "fill",
-           "split_prompt", "prompt_words", "slot_position", "short"]
+__all__ = ["load_prompts", "fill"]
 
 
 SENTENCE_TYPES = ("declarative", "exclamatory", "imperative", "interrogative")

@@ -21,7 +21,7 @@ from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.metrics import prompts as pm
 from mlflow_mia.signals.entity_confidence import entity_confidence, TokenClassifier, entity_tag_ids
 
-__all__ = ["NerSignals", "ner_signals"]
+__all__ = ["ner_signals"]
 
 log = logging.getLogger(__name__)
 
