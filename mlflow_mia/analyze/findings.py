@@ -60,7 +60,7 @@ from mlflow_mia.analyze.plan import experiments, run_name
 from mlflow_mia.analyze.dp_check import AUDIT_CONFIDENCE, GROUP, LOSS, LR, NAN, dp_check_status, dp_verdict, group_bound
 from mlflow_mia.metrics.group_privacy import group_privacy
 
-__all__ = ["FINDINGS", "comparison_verdict"]
+__all__ = ["FINDINGS"]
 
 TPR = "tpr_at_fpr_0.01"
 VERDICTS = ("reproduced", "not reproduced", "not resolved")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm, t
 
-__all__ = ["paired_difference"]
+__all__: list[str] = []
 
 Z95 = 1.959963984540054  # standard normal 97.5 % quantile: the runs log 95 % intervals
 

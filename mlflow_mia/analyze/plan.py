@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ANALYSIS_SIZES", "AnalysisSize", "Experiment", "Variant", "run_name"]
+__all__ = ["ANALYSIS_SIZES"]
 
 #: The demo references an :class:`Experiment` can audit against (its ``reference``), and what each is.
 #: The shadow references (:mod:`mlflow_mia.demo.references`) are built on first use by the suite.

@@ -8,7 +8,7 @@ from mlflow_mia.audits.membership.scoring import attack_report
 from mlflow_mia.metrics.aggregate import group_scores
 from mlflow_mia.metrics.permutation import group_permutation_auc
 
-__all__ = ["permutation_metrics"]
+__all__: list[str] = []
 
 PERMUTATION_ROUNDS = 1000  # article-label permutations behind each null AUC's p-value (resolution 1 / 1001)
 

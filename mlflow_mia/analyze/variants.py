@@ -38,7 +38,7 @@ from mlflow_mia.demo.dp import DPConfig, train_mlm_dp
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm
 from mlflow_mia.metrics.group_privacy import group_privacy
 
-__all__ = ["dp_group_metrics", "insert_names", "names_frames", "names_pool"]
+__all__ = ["insert_names", "names_frames", "names_pool"]
 
 log = logging.getLogger(__name__)
 

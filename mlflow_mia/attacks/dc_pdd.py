@@ -31,7 +31,7 @@ from mlflow_mia.signals.energy import tokenize, value_settings
 from mlflow_mia.signals.token_frequency import (corpus_counts, corpus_ids, load_counts, log_frequencies,
                                                 vocab_size)
 
-__all__ = ["dc_pdd_score"]
+__all__: list[str] = []
 
 #: The ``frequencies`` value that counts the audit's population texts.
 POPULATION = "population"

@@ -29,7 +29,7 @@ import numpy as np
 
 from mlflow_mia.attacks.base import Attack, register_attack
 
-__all__ = ["token_shifts"]
+__all__: list[str] = []
 
 
 def token_shifts(inputs, name: str) -> list[np.ndarray]:

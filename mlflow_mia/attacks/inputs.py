@@ -39,8 +39,8 @@ from mlflow_mia.signals.types import SignalResult
 from mlflow_mia.signals.dispatch import compute_signals
 from mlflow_mia.signals.neighbour_local import local_scores
 
-__all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES",
-           "TOKEN_QUANTITIES", "declare_input", "input_spec", "reference_roles"]
+__all__ = ["AttackInput", "AttackInputs", "ReferenceSignals", "StageOne", "INPUTS", "MODEL_ROLES", "declare_input",
+           "input_spec", "reference_roles"]
 
 #: What one row of an input holds, by ``AttackInput.rows``.
 ROW_KINDS = {

@@ -32,7 +32,7 @@ from mlflow_mia.attacks.lira_online import MIN_SPREAD, pooled_spread, split_in_o
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 from mlflow_mia.option import same_option
 
-__all__ = ["global_spread"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from mlflow_mia.attacks.base import Attack, register_attack
 from mlflow_mia.attacks.queries import per_text_mean, query_arrays
 from mlflow_mia.option import option, same_option
 
-__all__ = ["pooled_spread"]
+__all__: list[str] = []
 
 #: Smallest spread used, so texts whose shadows agree exactly get finite scores.
 MIN_SPREAD = 1e-12

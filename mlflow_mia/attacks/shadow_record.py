@@ -37,8 +37,7 @@ from mlflow_mia.config import record_digest
 from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import HashKey, keyed_hash
 
-__all__ = ["ShadowRecord", "check_shadow_direction", "check_shadow_record", "shadow_membership",
-           "shadow_record_digest"]
+__all__ = ["ShadowRecord", "check_shadow_direction", "check_shadow_record", "shadow_membership"]
 
 #: Format of the record's JSON: 2 binds it to the shadows' weights and the pool (format 1 did neither).
 RECORD_FORMAT = 2

@@ -36,7 +36,7 @@ import pandas as pd
 from mlflow_mia.canaries.templates import Template, parse_templates
 from mlflow_mia.hashing import keyed_hash, lookup_hash
 
-__all__ = ["CanarySet", "CryptoRandom", "make_canaries", "DEFAULT_REPETITIONS"]
+__all__ = ["CanarySet", "make_canaries", "DEFAULT_REPETITIONS"]
 
 DEFAULT_REPETITIONS = (1, 2, 4, 8, 16)
 FILE_FORMAT = "mlflow-mia-canaries/1"

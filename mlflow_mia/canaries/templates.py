@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Template", "DEFAULT_TEMPLATES", "SECRET_TEMPLATES", "PII_TEMPLATES", "parse_templates"]
+__all__ = ["Template", "DEFAULT_TEMPLATES", "SECRET_TEMPLATES", "PII_TEMPLATES"]
 
 _SLOT = re.compile(r"\{([^{}]*)\}")
 _DIGITS = re.compile(r"digits:(\d+)")

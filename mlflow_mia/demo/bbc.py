@@ -29,7 +29,7 @@ import pandas as pd
 from mlflow_mia.demo.corpus import (CATEGORIES, IN_DOMAIN_CATEGORIES, OOD_CATEGORIES, check_categories,
                                     corpus_root, load_articles, load_sentences, split_sentences)
 
-__all__ = ["SplitConfig", "DemoSplit", "load_sentences", "make_split", "split_digest", "whole_articles"]
+__all__ = ["load_sentences", "make_split", "split_digest", "whole_articles"]
 
 logger = logging.getLogger(__name__)
 

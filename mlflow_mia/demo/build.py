@@ -62,7 +62,7 @@ from mlflow_mia.demo.build_steps import reference_tokenizer, register_roles, tra
 from mlflow_mia.demo.registry import torch_threads
 from mlflow_mia.demo.train import ModelSpec, TrainConfig, new_model, train_mlm, train_tokenizer
 
-__all__ = ["DEMO_SIZES", "DemoSpec", "build_demo", "demo_spec"]
+__all__ = ["DEMO_SIZES", "build_demo", "demo_spec"]
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 from mlflow_mia.demo.specs import TrainConfig, TrainResult, check_sizes
 from mlflow_mia.demo.train import train_steps, seeded_model
 
-__all__ = ["CausalSpec", "train_bpe_tokenizer", "new_causal_model", "train_causal"]
+__all__: list[str] = []
 
 logger = logging.getLogger(__name__)
 

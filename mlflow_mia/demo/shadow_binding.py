@@ -19,7 +19,7 @@ from mlflow_mia.hashing import HashKey
 from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.tracking.gate_history import pool_digest
 
-__all__ = ["check_signals_record"]
+__all__: list[str] = []
 
 #: Version tag of a registered shadow: its ``sha256:`` weights digest, so a resumed build need not load it.
 SHADOW_WEIGHTS_TAG = "mlflow_mia.shadow_weights"

@@ -66,8 +66,7 @@ from mlflow_mia.models.resolve import resolve_model
 from mlflow_mia.demo.shadow_binding import check_signals_record, pool_digests, shadow_weights
 from mlflow_mia.pipeline.membership import shadow_record_entry
 
-__all__ = ["ShadowRecipe", "check_shadow_name", "train_shadows", "shadow_membership", "with_shadow_membership",
-           "demo_recipe"]
+__all__ = ["ShadowRecipe", "check_shadow_name", "train_shadows", "demo_recipe"]
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ModelSpec", "TrainResult"]
+__all__: list[str] = []
 
 #: The size fields of an architecture spec, checked by :func:`check_sizes`.
 SIZES = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size", "max_position_embeddings")

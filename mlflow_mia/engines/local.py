@@ -17,7 +17,7 @@ from mlflow_mia.signals.causal_model import as_language_model, language_models
 from mlflow_mia.signals.dispatch import compute_signals
 from mlflow_mia.signals.runtime import resolve_device
 
-__all__ = ["LocalEngine"]
+__all__: list[str] = []
 
 
 class LocalEngine:

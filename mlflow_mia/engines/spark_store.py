@@ -39,7 +39,7 @@ from mlflow_mia.engines.spark_errors import STORE_TAG, SparkJobError, SparkSigna
 from mlflow_mia.signals.cache import CacheCorruptError
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["auto_waves"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import sys
 from mlflow_mia.entrypoints.exits import EXIT_USAGE
 from mlflow_mia.entrypoints.precheck import check_argv, under_mlflow_run
 
-__all__ = ["main", "dashed_flags", "build_parser"]
+__all__ = ["main", "build_parser"]
 
 
 def __getattr__(name: str):

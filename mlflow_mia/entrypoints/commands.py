@@ -43,7 +43,7 @@ from mlflow_mia.entrypoints.shadows_cli import add_train_shadows_flags, cmd_trai
 from mlflow_mia.entrypoints.precheck import spell_flag
 from mlflow_mia.naming import did_you_mean
 
-__all__ = ["run_argv"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

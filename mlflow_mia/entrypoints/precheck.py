@@ -15,7 +15,7 @@ import os
 
 from mlflow_mia.naming import did_you_mean
 
-__all__ = ["check_argv", "spell_flag"]
+__all__: list[str] = []
 
 #: The options whose value is a file that must exist, and what the file is. A test holds this equal to the
 #: declared options with ``metavar="PATH"`` that are read (not ``--spark-store``, which is written).

@@ -21,7 +21,7 @@ from sklearn.exceptions import UndefinedMetricWarning
 from .roc import roc
 from .validation import as_1d, check_pair
 
-__all__ = ["GroupScores", "group_scores", "length_breakdown", "riskiest_records"]
+__all__ = ["group_scores", "length_breakdown", "riskiest_records"]
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,7 @@ from .validation import check_pair, check_rate, warn_one_class
 from .weighted_roc import (batch_tpr_at_fpr, named_statistic, precision_at_threshold_statistic,
                            recall_at_threshold_statistic)
 
-__all__ = ["BootstrapDistribution", "bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
-           "recall_at_threshold_statistic", "precision_at_threshold_statistic",
+__all__ = ["bootstrap_distribution", "bootstrap_ci", "tpr_at_fpr_statistic",
            "recall_at_population_threshold_statistic", "precision_at_population_threshold_statistic"]
 
 

@@ -53,7 +53,7 @@ from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, ThreeStateResult, worst
 from mlflow_mia.naming import fmt_number, nan_to_none
 
-__all__ = ["CanaryGate", "CanaryGateResult", "NULL_EXPOSURE", "EXPOSURE", "gate_points"]
+__all__ = ["CanaryGate", "NULL_EXPOSURE", "gate_points"]
 
 #: Mean exposure of a canary the model knows nothing about: E[-log2 U] = 1 / ln 2 bits.
 NULL_EXPOSURE = 1.0 / math.log(2.0)

@@ -58,8 +58,7 @@ from .binomial import check_counts, clopper_pearson_upper
 from .validation import check_rate
 from .thresholds import ThresholdMetrics
 
-__all__ = ["EpsilonLowerBound", "epsilon_from_rates", "epsilon_lower_bound", "epsilon_lower_bound_from_counts",
-           "max_certifiable_epsilon"]
+__all__ = ["EpsilonLowerBound", "epsilon_lower_bound", "epsilon_lower_bound_from_counts", "max_certifiable_epsilon"]
 
 #: Default delta of the (eps, delta) guarantee tested against.
 DEFAULT_DELTA = 1e-5

@@ -14,7 +14,7 @@ import numpy as np
 
 from .validation import check_rate
 
-__all__ = ["GroupPrivacy", "group_privacy"]
+__all__ = ["group_privacy"]
 
 
 class GroupPrivacy(NamedTuple):

@@ -27,7 +27,7 @@ ValueError: loose release budget(s) 0.01:0.9: a TPR budget above 0.5...
 
 from __future__ import annotations
 
-__all__ = ["LOOSE_MAX_TPR", "loose_exposure", "check_loose_budgets", "caveats"]
+__all__ = ["loose_exposure", "check_loose_budgets"]
 
 #: A TPR budget above this states almost nothing (an attack that finds every other member passes it).
 LOOSE_MAX_TPR = 0.5

@@ -33,7 +33,7 @@ import numpy as np
 from .bootstrap import BootstrapDistribution, ScoredPool, Statistic, resample_plan
 from .validation import check_pair, check_rate, check_scores, warn_one_class
 
-__all__ = ["PairedComparison", "paired_bootstrap", "claim_verdict"]
+__all__ = ["paired_bootstrap", "claim_verdict"]
 
 VERDICTS = ("reproduced", "not reproduced", "not resolved")
 

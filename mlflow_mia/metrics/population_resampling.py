@@ -24,7 +24,7 @@ from .thresholds import metrics_at_threshold, min_population_size, population_th
 from .validation import as_1d, check_rate, check_scores
 from .weighted_roc import WeightedResamples, named_statistic
 
-__all__ = ["PopulationThresholds"]
+__all__: list[str] = []
 
 
 class PopulationThresholds:

@@ -44,7 +44,7 @@ from .validation import check_labels
 from .thresholds import metrics_at_threshold, min_population_size, population_threshold
 
 __all__ = ["mmem", "prompt_mmem", "mmem_ci", "prompt_spread", "ensemble_scores", "ensemble_mmem",
-           "greedy_token_removal", "kendall_tau", "tpr_at_dev_fpr", "confidence_log_ratio", "ratio_scores"]
+           "greedy_token_removal", "kendall_tau", "tpr_at_dev_fpr", "confidence_log_ratio"]
 
 ENSEMBLES = ("mv", "avg_c", "wed_c", "max_c", "min_c")
 #: Confidences below this are read as this value before the log (a softmax can underflow to 0).

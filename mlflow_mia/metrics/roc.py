@@ -29,7 +29,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from .validation import check_labels, check_pair, check_rate, check_scores, warn_one_class
 
-__all__ = ["RocResult", "roc", "auc_statistic", "tpr_at_fpr", "tpr_at_fpr_from_roc"]
+__all__ = ["RocResult", "roc", "auc_statistic", "tpr_at_fpr_from_roc"]
 
 
 # ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import UndefinedMetricWarning
 
-__all__ = ["check_scores", "check_labels"]
+__all__ = ["check_scores"]
 
 
 def as_1d(x, name: str) -> np.ndarray:

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from mlflow_mia.metrics.loose import caveats
 
-__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "TAMPERED", "SEVERITY", "ReleaseGate"]
+__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "TAMPERED", "SEVERITY"]
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 #: A registry version whose gate records were deleted or edited (:mod:`mlflow_mia.tracking.gate_chain`).

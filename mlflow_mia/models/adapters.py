@@ -27,7 +27,7 @@ import os
 
 from mlflow_mia.signals.placement import is_dispatched
 
-__all__ = ["adapter_base"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

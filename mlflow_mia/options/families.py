@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["FAMILIES", "GENERIC_COMMAND_OPTIONS", "register_family"]
+__all__ = ["FAMILIES"]
 
 #: The built-in ``mlflow-mia`` commands and evaluator methods.
 COMMANDS = ("audit", "compare", "ner-audit", "analyze", "build-demo", "canary-audit", "train-shadows")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from mlflow_mia.plots.roc import OKABE_ITO
 
-__all__ = ["plot_comparison_bars"]
+__all__: list[str] = []
 
 
 def plot_comparison_bars(table, *, metric_columns):

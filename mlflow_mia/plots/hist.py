@@ -14,7 +14,7 @@ import numpy as np
 
 from mlflow_mia.metrics.validation import check_scores
 
-__all__ = ["ScoreHistogramDisplay"]
+__all__: list[str] = []
 
 _MEMBER_COLOR = "#D55E00"  # Okabe-Ito vermillion
 _NON_MEMBER_COLOR = "#0072B2"  # Okabe-Ito blue

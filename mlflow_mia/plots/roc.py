@@ -20,7 +20,7 @@ import numpy as np
 
 from mlflow_mia.metrics.roc import roc as _roc
 
-__all__ = ["OKABE_ITO", "RocDisplay", "plot_roc_comparison"]
+__all__: list[str] = []
 
 #: Okabe-Ito colourblind-safe palette, in the order used for successive curves.
 OKABE_ITO = (

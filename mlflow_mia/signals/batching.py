@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-__all__ = ["plan_batches", "pad_batch", "bucket_width", "run_batches"]
+__all__ = ["plan_batches", "pad_batch", "bucket_width"]
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,7 @@ import numpy as np
 from mlflow_mia.config import record_digest
 from mlflow_mia.signals.store_key import derive_key, load_store_key, mac_matches, row_mac
 
-__all__ = ["SignalCache", "SqliteSpecStore", "CacheCorruptError", "CacheDiskFullError", "default_cache_dir",
-           "check_cache_dir"]
+__all__ = ["SignalCache", "CacheCorruptError", "CacheDiskFullError", "default_cache_dir", "check_cache_dir"]
 
 log = logging.getLogger(__name__)
 

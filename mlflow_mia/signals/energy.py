@@ -65,7 +65,7 @@ from mlflow_mia.signals.runtime import (DeviceResults, HeapTrimmer, autocast_for
 from mlflow_mia.signals.types import SignalResult, result_from_rows
 from mlflow_mia.signals.placement import place_model
 
-__all__ = ["compute_signals", "tokenize", "masked_token_logprobs"]
+__all__ = ["tokenize"]
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from mlflow_mia.signals.energy import tokenize, value_settings
 from mlflow_mia.signals.masking import pll_masks, sample_masks
 from mlflow_mia.signals.runtime import resolve_device
 
-__all__ = ["NORMS", "check_backward_fits", "gradient_norms"]
+__all__ = ["NORMS", "gradient_norms"]
 
 #: The ``p`` of each norm's name.
 NORMS = {"1": 1.0, "2": 2.0, "inf": math.inf}

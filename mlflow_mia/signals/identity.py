@@ -19,7 +19,7 @@ import torch
 
 from mlflow_mia.signals.placement import load_kwargs, state_items
 
-__all__ = ["refuse_missing_weights", "ModelIdentity", "weights_digest", "tokenizer_difference", "refuse_remote_code"]
+__all__ = ["refuse_missing_weights", "weights_digest", "tokenizer_difference", "refuse_remote_code"]
 
 
 def refuse_remote_code(folder: str | os.PathLike, *, source: str | None = None) -> None:

@@ -20,7 +20,7 @@ import logging
 
 import torch
 
-__all__ = ["last_layer_of", "hidden_at"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["replaceable_words", "vocab_tables"]
+__all__ = ["replaceable_words"]
 
 _BOUNDARY_MARKERS = ("Ġ", "▁")  # byte-level BPE (RoBERTa, GPT-2) and SentencePiece word-start markers
 SLACK = 8  # extra candidates kept so that dropping duplicate neighbour texts still leaves n

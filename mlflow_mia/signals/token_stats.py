@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["blocked_logprob_stats", "STATS_COLUMNS"]
+__all__: list[str] = []
 
 #: Columns of the (n, 4) tensors these functions return.
 STATS_COLUMNS = ("logprob", "mu", "sigma", "top1")

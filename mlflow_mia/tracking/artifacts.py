@@ -18,7 +18,7 @@ from mlflow_mia.naming import nan_to_none
 from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import as_bytes, keyed_hash
 
-__all__ = ["dataset_digest", "to_json"]
+__all__ = ["to_json"]
 
 _METRIC_NAME = re.compile(r"^[\w.\-/ ]+$")
 

@@ -7,8 +7,7 @@ quote under :data:`OWN_TEXT_HEADING`.
 
 from __future__ import annotations
 
-__all__ = ["OWN_TEXT_HEADING", "VERDICTS", "with_own_text", "named_with_verdict", "short_model_name",
-           "audit_run_name", "references_label", "VERDICT_CODE_METRIC", "verdict_code"]
+__all__ = ["short_model_name", "audit_run_name", "references_label", "VERDICT_CODE_METRIC"]
 
 #: The four verdicts (:mod:`mlflow_mia.tracking.verdict`), mildest first.
 VERDICTS = ("within budget", "no evidence of leakage", "inconclusive", "leaks")

@@ -23,7 +23,7 @@ from mlflow_mia.models.resolve import WEIGHTS_TAG
 from mlflow_mia.tracking.gate_history import RECORD_PREFIX, Entry, derive, parsed_records, records_of
 from mlflow_mia.tracking.gate_seal import BROKEN, NO_PREV, SealKey, Verifier, pointer, read_chain, seal
 
-__all__ = ["derive_for", "contained_pools", "entries_of", "same_weights"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from mlflow_mia.metrics.gate import PASS
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.signals.store_key import derive_key, load_store_key
 
-__all__ = ["SealKey", "Verifier"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

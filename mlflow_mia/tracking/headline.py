@@ -27,7 +27,7 @@ import pandas as pd
 from mlflow_mia.naming import fmt_alpha, nan_to_none
 from mlflow_mia.tracking.descriptions import VERDICT_CODE_METRIC, VERDICTS, verdict_code
 
-__all__ = ["METRICS_TABLE", "rounded", "headline_metrics", "full_metrics"]
+__all__ = ["rounded", "full_metrics"]
 
 #: How many metrics the per-attack part of the headline set may hold before other attacks lose their bounds.
 HEADLINE_LIMIT = 20

@@ -19,7 +19,7 @@ from mlflow_mia.data import text_hash
 from mlflow_mia.hashing import keyed_hash
 from mlflow_mia.tracking.artifacts import SAMPLE_COLUMNS, keyed_table, dataset_digest
 
-__all__ = ["dataset_inputs"]
+__all__: list[str] = []
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ from mlflow_mia.audits.membership import fmt_alpha
 from mlflow_mia.tracking.descriptions import DESCRIPTION_START, with_own_text
 from mlflow_mia.tracking.verdict import VERDICT_TAG, LEAKS, Verdict, describe_version, run_description, verdict_of
 
-__all__ = ["tag_model_version", "VersionDeletedError"]
+__all__ = ["VersionDeletedError"]
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import json
 
 from mlflow_mia.tracking.verdict import MODEL_TRAINING_VIEW, RUN_KIND_TAG, VERDICT_TAG
 
-__all__ = ["publish_audit_view", "run_list_url"]
+__all__ = ["run_list_url"]
 
 #: The share key of the audits' view of the run list.
 AUDIT_VIEW = "mia-audits"

@@ -28,7 +28,7 @@ from mlflow_mia.attacks import ATTACKS
 from mlflow_mia.option import declared_options, same_option_fields
 from mlflow_mia.signal_kinds import signal_kind
 
-__all__ = ["setting_params", "new_params", "digest_tags"]
+__all__ = ["new_params", "digest_tags"]
 
 #: Run tags of digests are named ``mia.<param name>``: ``mia.pool.digest``, ``mia.shadow_record.digest``.
 DIGEST_TAG_PREFIX = "mia."

@@ -39,8 +39,8 @@ from mlflow_mia.tracking.descriptions import DESCRIPTION_START, named_with_verdi
 from mlflow_mia.metrics.verdicts import FAIL, INCONCLUSIVE, PASS, TAMPERED
 from mlflow_mia.naming import fmt_number, is_nan
 
-__all__ = ["Verdict", "verdict_of", "audit_verdict", "ner_verdict", "canary_verdict", "worst_verdict",
-           "describe_nested", "run_description", "run_url", "fmt_interval"]
+__all__ = ["Verdict", "verdict_of", "audit_verdict", "canary_verdict", "worst_verdict", "describe_nested", "run_url",
+           "fmt_interval"]
 
 log = logging.getLogger(__name__)
 

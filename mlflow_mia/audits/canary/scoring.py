@@ -56,7 +56,7 @@ from mlflow_mia.metrics.thresholds import unresolved_reason
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.signals.types import SignalResult
 
-__all__ = ["CanaryAuditResult", "score_canaries", "centre_by_template"]
+__all__ = ["CanaryAuditResult", "score_canaries"]
 
 
 @dataclass

@@ -20,7 +20,7 @@ from mlflow_mia.metrics.thresholds import min_population_size
 from mlflow_mia.naming import fmt_alpha
 from mlflow_mia.signals.identity import tokenizer_difference
 
-__all__ = ["check_audit", "check_models", "check_data", "check_signals", "check_shadow_signals"]
+__all__: list[str] = []
 
 
 def check_audit(models, pool: AuditDataset, population: PopulationSet, config: AuditConfig) -> list[str]:

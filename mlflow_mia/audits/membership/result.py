@@ -16,7 +16,7 @@ from mlflow_mia.metrics.thresholds import ThresholdMetrics
 from mlflow_mia.naming import fmt_alpha, headline_attack, nan_to_none
 from mlflow_mia.plots import ScoreHistogramDisplay, plot_roc_comparison
 
-__all__ = ["AttackReport", "AttackOutcome", "AuditResult"]
+__all__ = ["AttackReport", "AuditResult"]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from mlflow_mia.metrics.thresholds import (mean_member_loss_threshold, metrics_a
 from mlflow_mia.naming import fmt_alpha, headline_attack
 from mlflow_mia.attacks import ATTACKS, AttackInputs
 
-__all__ = ["score_audit", "score_checked", "attack_report"]
+__all__ = ["score_audit", "attack_report"]
 
 log = logging.getLogger(__name__)
 

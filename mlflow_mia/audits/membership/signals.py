@@ -32,8 +32,7 @@ from mlflow_mia.signals.generator_quality import GeneratorEvidence, measure_gene
 from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 from mlflow_mia.signals.runtime import token_limit
 
-__all__ = ["AuditSignals", "AuditExtras", "compute_audit_signals", "engine_signals", "check_engine_inputs",
-           "stage_one"]
+__all__ = ["AuditSignals", "AuditExtras", "compute_audit_signals"]
 
 #: Neighbours kept per pool text for the neighbour-examples table.
 EXAMPLE_NEIGHBOURS = 5

@@ -40,7 +40,7 @@ from mlflow_mia.options.values import mia_section
 if __doc__:  # the key table, from the declarations
     __doc__ += key_table("ner_prompts") + "\n"
 
-__all__ = ["NER", "parse_ner_config", "load_names"]
+__all__ = ["NER", "parse_ner_config"]
 
 
 def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = None

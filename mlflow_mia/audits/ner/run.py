@@ -7,7 +7,7 @@ from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.hashing import HashKey
 
-__all__ = ["ner_audit"]
+__all__: list[str] = []
 
 
 def ner_audit(model, names, *, prompts=None, handwritten=None, config: NerAuditConfig | None = None, cache=None,
