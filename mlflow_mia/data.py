@@ -308,7 +308,8 @@ def _text_column(df, name: str, what: str, key: str):
     bad = [i for i, t in enumerate(texts.tolist()) if not isinstance(t, str) and not _is_missing(t)]
     if bad:
         raise OptionError(f"{what}'s text column {name!r} has {len(bad)} non-string value(s) (first at row {bad[0]}: "
-                          f"{texts.tolist()[bad[0]]!r}): name the text column with {{option}}, or convert it to str", key)
+                          f"{texts.tolist()[bad[0]]!r}): name the text column with {{option}}, or convert it to str",
+                          key)
     return texts
 
 

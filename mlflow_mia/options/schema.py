@@ -38,6 +38,7 @@ from mlflow_mia.options.families import (COMMANDS, FAMILIES, GENERIC_COMMAND_OPT
                                          audit_methods, register_family, surface_order)
 from mlflow_mia.hashing import HashKey, resolve_hash_key
 from mlflow_mia.naming import did_you_mean
+from mlflow_mia.options.helptext import default_text, full_help, help_text, render_default
 from mlflow_mia.signals.cache import check_cache_dir
 from mlflow_mia.signals.placement import check_device_map
 from mlflow_mia.signals.runtime import resolve_device
@@ -342,65 +343,6 @@ def _flags(e: Entry) -> tuple:
     return e.field.option.flags or ("--" + e.key.replace("_", "-"),)
 
 
-def _render(value) -> str:
-    """A default as a user writes it: true/false, comma-joined lists, plain numbers."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(_render(v) for v in value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def default_text(e: Entry) -> str:
-    """The default in words: ``default_doc``, else the rendered default, else '' (none)."""
-    of = e.field
-    if of.option.default_doc:
-        return of.option.default_doc
-    if of.default is None or of.default == "":
-        return ""
-    return _render(of.default)
-
-
-#: Above this many characters an option's help is cut at its first clause in ``--help`` (unless it has a ``short``).
-SHORT_HELP = 160
-
-
-def first_clause(text: str, limit: int = SHORT_HELP) -> str:
-    """``text`` up to its first ``"; "`` or ``". "`` outside brackets when longer than ``limit`` (and the clause
-    holds 40 characters or more); else ``text``.
-
-    >>> first_clause("a short help; kept whole")
-    'a short help; kept whole'
-    >>> first_clause("seed of the audit's random draws (masks; bootstrap); " + "more " * 40)
-    "seed of the audit's random draws (masks; bootstrap)"
-    """
-    if len(text) <= limit:
-        return text
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        if depth == 0 and text.startswith(("; ", ". "), i) and i >= 40:
-            return text[:i]
-    return text
-
-
-def _help(e: Entry, *, short: bool = False) -> str:
-    """An option's help with its range and default; ``short``: what ``--help`` shows (:func:`help_text`)."""
-    of = e.field
-    parts = [of.option.range_text() or of.option.pattern_doc or "", f"default: {default_text(e)}"
-             if default_text(e) else ""]
-    extra = "; ".join(p for p in parts if p)
-    text = (of.option.short or first_clause(of.option.help)) if short else of.option.help
-    return f"{text} ({extra})" if extra else text
-
-
-def help_text(e: Entry) -> str:
-    """What ``--help`` says of an option: its ``short`` help, else its help cut at the first clause when over
-    :data:`SHORT_HELP` characters; the full text is in the options reference (docs/reference/options.md)."""
-    return _help(e, short=True)
-
-
 def _converter(e: Entry):
     """An argparse type: the option's own conversion and checks; blank (an unset MLproject parameter) is None."""
     of = e.field
@@ -450,7 +392,7 @@ def key_table(method: str) -> str:
     """The reStructuredText table of the evaluator keys of ``method`` (``mia`` or ``ner_prompts``)."""
     rows = []
     for key, e in options_for(method).items():
-        text = _help(e)
+        text = full_help(e)
         rows.append((f"``{key}``", text))
     width = max(len(k) for k, _ in rows)
     rule = "=" * width + "  " + "=" * 60
@@ -473,7 +415,7 @@ def mlproject_parameters(command: str) -> dict[str, tuple[str, str]]:
         if not opt.cli or opt.invert or not opt.mlproject:
             continue
         numeric = of.base in (int, float) and of.default is not None
-        default = "" if of.default is None else _render(of.default)
+        default = "" if of.default is None else render_default(of.default)
         out[dest(e)] = ("float" if numeric else "string", default)
     return out
 

@@ -12,11 +12,11 @@ from mlflow_mia.entrypoints.precheck import INPUT_FILES, check_argv, spell_flag
 
 def test_the_early_check_covers_every_declared_input_file():
     from mlflow_mia.entrypoints.commands import build_parser
-    from mlflow_mia.options.schema import _flags, entries
+    from mlflow_mia.options.schema import dest, entries
 
-    declared = {f for e in entries() if e.field.option.metavar == "PATH" for f in _flags(e) if f.startswith("--")}
+    declared = {"--" + dest(e).replace("_", "-") for e in entries() if e.field.option.metavar == "PATH"}
     parser = build_parser()
-    extra = {a.option_strings[-1] for sub in parser._subparsers._group_actions[0].choices.values()
+    extra = {a.option_strings[-1] for sub in parser.commands.values()
              for a in sub._actions if a.metavar == "PATH" and a.option_strings}
     written = {"--spark-store", "--record"}  # written by the command, not read
     assert set(INPUT_FILES) == (declared | extra) - written
