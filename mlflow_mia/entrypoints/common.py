@@ -22,7 +22,7 @@ from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 from mlflow_mia.tracking.run_list import run_list_url
 from mlflow_mia.tracking.verdict import fmt_interval, audit_verdict, run_url
 
-__all__ = ["audit_settings", "build_demo_for_audit"]
+__all__ = ["unactionable_noise_off", "audit_settings", "build_demo_for_audit"]
 
 
 
@@ -36,6 +36,32 @@ _QUIET_LOGGERS = ("transformers", "datasets", "huggingface_hub", "evaluate", "py
 _UNACTIONABLE_LOGS = ("mlflow.transformers", ("The model card could not be retrieved",
                                               "Unable to find license information"))
 _UNACTIONABLE_WARNING = r"Hint: Inferred schema contains integer column"
+
+
+@contextlib.contextmanager
+def unactionable_noise_off(*, loading_bars: bool = True):
+    """Drop the library messages nobody can act on, for the duration: MLflow's model-card, licence and
+    integer-schema notes; with ``loading_bars=False`` also transformers' "Loading weights" bars (the
+    evaluator's models are loaded by the audit, whose own progress shows). Restored on exit."""
+    import transformers
+
+    logger, starts = _UNACTIONABLE_LOGS
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+
+    def actionable(record) -> bool:
+        return not record.getMessage().startswith(starts)
+
+    logging.getLogger(logger).addFilter(actionable)
+    if not loading_bars:
+        transformers.utils.logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_UNACTIONABLE_WARNING, category=UserWarning)
+            yield
+    finally:
+        logging.getLogger(logger).removeFilter(actionable)
+        if bars and not loading_bars:
+            transformers.utils.logging.enable_progress_bar()
 
 
 @contextlib.contextmanager

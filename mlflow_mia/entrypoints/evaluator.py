@@ -41,6 +41,7 @@ import logging
 from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 import pandas as pd
 
+from mlflow_mia.entrypoints.common import unactionable_noise_off
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.pipeline import audit_for
 from mlflow_mia.signals.placement import loading
@@ -156,7 +157,7 @@ class MiaEvaluator(ModelEvaluator):
         audit = audit_for(evaluator_config)
         settings = audit.parse(evaluator_config, targets=getattr(dataset, "targets_name", None))
         inputs = audit.load_inputs(_pool_frame(dataset), settings)
-        with loading(getattr(settings.options, "device_map", None)):  # every model the audit loads
+        with loading(getattr(settings.options, "device_map", None)), unactionable_noise_off(loading_bars=False):
             target, warning = evaluator_target(model, settings.options.target_model,
                                                resolve=lambda m: audit.resolve(m, settings),
                                                command=f"{audit.command} {audit.target_flag}")

@@ -85,3 +85,21 @@ def test_library_notes_nobody_can_act_on_are_dropped_without_quiet():
     note.warning("The model card could not be retrieved: shown again once the command is over")
     note.removeHandler(handler)
     assert seen[-1].startswith("The model card")
+
+
+def test_the_evaluator_drops_the_unactionable_notes_and_the_loading_bars():
+    """mlflow.models.evaluate(...) with the mia evaluator: no integer-schema hint, no "Loading weights" bars;
+    both as before afterwards."""
+    import transformers
+
+    from mlflow_mia.entrypoints.common import unactionable_noise_off
+
+    assert transformers.utils.logging.is_progress_bar_enabled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with unactionable_noise_off(loading_bars=False):
+            assert not transformers.utils.logging.is_progress_bar_enabled()
+            warnings.warn("Hint: Inferred schema contains integer column(s). ...", UserWarning)
+            warnings.warn("a warning that asks for an action", UserWarning)
+    assert [str(w.message) for w in caught] == ["a warning that asks for an action"]
+    assert transformers.utils.logging.is_progress_bar_enabled()
