@@ -77,10 +77,15 @@ _EXTRA_PARAMETERS = {"build-demo": {"size": ("string", "default", "--size")},
 #: Also blank: the options of one model kind or one attack. ``mlflow run`` logs every declared parameter on every
 #: run, so a causal audit would show a masked LM's ``num_masks``; left blank they reach the CLI (and the run's
 #: params) when given, and the audit logs those that apply (:mod:`mlflow_mia.tracking.run_params`).
-_APPLY_TO_SOME = frozenset({"signal", "num_masks", "mask_rate", "energy_reduction", "num_neighbours"}
-                           | {key for a in ATTACKS.values() for key in declared_options(a.Settings)})
-_BLANK_IN_MLPROJECT = {"audit": {"fprs", "text_column", *_APPLY_TO_SOME},
-                       "compare": {"fprs", "text_column", *_APPLY_TO_SOME}}
+_APPLY_TO_SOME = frozenset({"signal", "num_masks", "mask_rate", "energy_reduction", "num_neighbours"})
+
+
+def passed_on_options(command: str) -> set[str]:
+    """The options of ``command`` passed on when given, not declared: read when called, so an attack
+    registered later (its file plus one import line) has its settings among them."""
+    if command not in ("audit", "compare"):
+        return set()
+    return {"fprs", "text_column", *_APPLY_TO_SOME, *(key for a in ATTACKS.values() for key in declared_options(a.Settings))}
 
 _HEADER = f"""\
 # Generated from the option declarations by `{REGENERATE}`; do not edit by hand.
@@ -117,7 +122,7 @@ def _wrap(words: list[str], width: int = 110, indent: str = "      ") -> list[st
 def _entry_point(command: str) -> list[str]:
     params = mlproject_parameters(command)
     rows = [(dest(e), *params[dest(e)], flag_of(command, dest(e))) for e in _ordered(command) if dest(e) in params]
-    rows = [(name, kind, "" if name in _BLANK_IN_MLPROJECT.get(command, ()) else default, flag)
+    rows = [(name, kind, "" if name in passed_on_options(command) else default, flag)
             for name, kind, default, flag in rows]
     rows += [(name, kind, default, flag) for name, (kind, default, flag) in _EXTRA_PARAMETERS.get(command, {}).items()]
     rows.sort(key=lambda r: r[0] != "size")  # build-demo's own flag first

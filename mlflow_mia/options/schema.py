@@ -43,10 +43,7 @@ from mlflow_mia.signals.cache import check_cache_dir
 from mlflow_mia.signals.placement import check_device_map
 from mlflow_mia.signals.runtime import resolve_device
 
-__all__ = ["CommonOptions", "CommandOptions", "FAMILIES", "register_family", "COMMANDS", "METHODS", "surface_order",
-           "help_title", "Entry", "entries",
-           "options_for", "parse_values", "build", "add_arguments", "key_table",
-           "mlproject_parameters", "dest"]
+__all__ = ["options_for", "parse_values", "build", "add_arguments", "key_table", "dest"]
 
 _AUDITS = frozenset({"audit", "compare", "ner-audit", "canary-audit", *METHODS})
 _WITH_ANALYZE = _AUDITS | {"analyze"}

@@ -46,14 +46,23 @@ def test_mlproject_has_every_entry_point_and_its_defaults_parse():
 
 
 def test_mlproject_keeps_the_parameter_names_and_defaults_of_the_hand_written_file():
-    """The parameters with a default (names, types, defaults) of the last hand-written MLproject, still the same."""
+    """The parameters with a default (names, types, defaults) of the last hand-written MLproject, still the same.
+
+    Except the options of one model kind or one attack (``signal``, ``num_masks``, ...): ``mlflow run`` logs
+    every declared parameter, so they are passed on when given (``-P num_masks=5``) with the same defaults.
+    """
     from mlflow.projects._project_spec import load_project
+
+    from mlflow_mia.options.generate import passed_on_options
+    from mlflow_mia.options.schema import options_for
 
     project = load_project(str(REPO))
     audit = project.get_entry_point("audit").parameters
-    assert (audit["num_masks"].type, float(audit["num_masks"].default)) == ("float", 10.0)
+    assert {"num_masks", "signal", "min_k_fraction"} <= passed_on_options("audit") and not {"num_masks", "signal"} & set(audit)
+    declared = options_for("audit")
+    assert (declared["num_masks"].field.default, declared["signal"].field.default) == (10, "energy")
     assert (audit["delta"].type, float(audit["delta"].default)) == ("float", 1e-5)
-    assert audit["attacks"].default == "loss,likelihood_ratio" and audit["signal"].default == "energy"
+    assert audit["attacks"].default == "loss,likelihood_ratio"
     assert project.get_entry_point("canary-audit").parameters["signal"].default == "pll"
     assert project.get_entry_point("ner-audit").parameters["fprs"].default == "0.1,0.01"
     assert project.get_entry_point("canary-audit").parameters["fprs"].default == "0.1,0.01"

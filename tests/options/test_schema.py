@@ -5,12 +5,13 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlflow_mia.entrypoints.cli import build_parser, main
 from mlflow_mia.entrypoints.common import flat_config as _flat_config
 from mlflow_mia.options.audit import CONFIG_KEYS, parse_options
-from mlflow_mia.options.generate import _BLANK_IN_MLPROJECT
+from mlflow_mia.options.generate import passed_on_options
 from mlflow_mia.options.schema import (dest, flag_of, key_table, mlproject_parameters,
                                              options_for)
 
@@ -38,7 +39,7 @@ def test_help_evaluator_keys_and_mlproject_agree(command):
     entry = load_project(str(REPO)).get_entry_point(command)
     expected = mlproject_parameters(command)
     # "" means "not given": no parameter (MLflow would log it as ''); -P name=value passes it on as --name value.
-    blank = {n for n, (_, default) in expected.items() if default == ""} | _BLANK_IN_MLPROJECT.get(command, set())
+    blank = {n for n, (_, default) in expected.items() if default == ""} | passed_on_options(command)
     assert set(entry.parameters) == set(expected) - blank, "MLproject lacks or adds parameters"
     command_line = " ".join(entry.command.split())
     for name, (kind, default) in expected.items():
@@ -120,6 +121,10 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
     record.write_text("{}")
     argv += ["--shadow-record", str(record), "--lira-online-per-text-variance-min", "8",
              "--lira-online-per-mask-queries"]
+    counts = tmp_path / "f.npy"
+    np.save(counts, np.ones(8))
+    argv += ["--recall-shots", "3", "--recall-seed", "7", "--dc-pdd-clip", "0.05", "--dc-pdd-frequencies", str(counts),
+             "--grad-norm-p", "2", "--wbc-windows", "2,3,5"]
     args = build_parser().parse_args(argv)
     flat = _flat_config(args)
     assert set(flat) == {k for k, e in options_for("audit").items() if e.family is not None and e.field.option.cli}
@@ -134,6 +139,8 @@ def test_every_audit_flag_reaches_the_parsed_options(tmp_path):
         (0.2, 0.1, 0.05, 0.01), 0, 0.99, 5, 1e-4, 4)
     a = config.attack_settings
     assert (a["min_k"].fraction, a["min_k_plus_plus"].fraction) == (0.3, 0.4)
+    assert (a["recall"].shots, a["recall"].seed, a["dc_pdd"].clip, a["dc_pdd"].frequencies) == (3, 7, 0.05, str(counts))
+    assert (a["grad_norm"].norm, a["wbc"].windows) == ("2", (2, 3, 5))
     assert (a["rmia"].offline_a, a["rmia"].gamma) == (0.4, 2.0)
     assert (a["lira_online"].per_text_variance_min, a["lira_online"].per_mask_queries) == (8, True)
     assert (a["lira_online"].mask_rate, a["lira_online"].energy_reduction) == (0.2, "mean")  # carried from the signal
