@@ -22,7 +22,7 @@ from mlflow_mia.tracking.runs import outside_project_run, use_experiment
 from mlflow_mia.tracking.run_list import run_list_url
 from mlflow_mia.tracking.verdict import fmt_interval, audit_verdict, run_url
 
-__all__ = ["unactionable_noise_off", "audit_settings", "build_demo_for_audit"]
+__all__ = ["audit_settings", "build_demo_for_audit"]
 
 
 
