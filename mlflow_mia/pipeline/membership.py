@@ -25,6 +25,7 @@ from mlflow_mia.audits.membership.result import AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.models.resolve import ResolvedModel, resolve_model, resolve_reference
+from mlflow_mia.progress import step
 from mlflow_mia.signals import SignalCache
 from mlflow_mia.tracking.audit_log import log_audit, mlflow_metrics
 from mlflow_mia.tracking.gate_history import pool_digest
@@ -93,7 +94,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
         options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
         log_metrics=log_metrics, params=extra_params, population=population, gate=gate,
         run_name=run_name, sources=sources)
-    artifacts = log_audit(result, run_id, settings=logged)
+    with step("logging to MLflow: metrics, figures, tables, report, registry tags"):
+        artifacts = log_audit(result, run_id, settings=logged)
     if gate is not None:
         log.info(gate.verdict())
     return result, gate, artifacts

@@ -15,6 +15,7 @@ import pandas as pd
 from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.ner.scoring import NerAuditResult, score_ner
 from mlflow_mia.audits.ner.signals import ner_signals
+from mlflow_mia.progress import step
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.models.ner import tagger_params
 from mlflow_mia.models.resolve import ResolvedModel
@@ -66,7 +67,8 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
     signals = ner_signals(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
                           config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
                           progress=options.progress, reference=reference.lm if reference is not None else None)
-    result = score_ner(signals, config=cfg, hash_key=options.hash_key)
+    with step("M-MEM per prompt and type, intervals"):
+        result = score_ner(signals, config=cfg, hash_key=options.hash_key)
     result.warnings.extend(notes)
     verdict = gate.check(result) if gate is not None else None
     if verdict is not None:

@@ -9,6 +9,7 @@ import numpy as np
 from mlflow_mia.audits.canary.scoring import CanaryAuditResult, check_both_classes, score_canaries
 from mlflow_mia.audits.canary.signals import canary_signals
 from mlflow_mia.canaries import CanarySet
+from mlflow_mia.progress import step
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.signals.dispatch import signal_note
 
@@ -56,7 +57,8 @@ def canary_audit(target, canaries: CanarySet, *, reference=None, config: CanaryA
     check_both_classes(canaries.included.astype(np.int64))  # before any model runs
     signals = canary_signals(target, canaries, reference=reference, config=config, cache=cache, device=device,
                              progress=progress, hash_key=hash_key)
-    result = score_canaries(signals, canaries, config)
+    with step("canary scores, exposures and bounds"):
+        result = score_canaries(signals, canaries, config)
     note = signal_note(target, (config or CanaryAuditConfig()).signal)  # a causal target ranks by its own signal
     if note:
         log.warning(note)

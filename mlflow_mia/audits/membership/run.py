@@ -13,6 +13,7 @@ from mlflow_mia.audits.membership.result import AuditResult
 from mlflow_mia.audits.membership.scoring import score_checked
 from mlflow_mia.audits.membership.signals import check_engine_inputs, engine_signals
 from mlflow_mia.engines.registry import get_engine
+from mlflow_mia.progress import step
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
 from mlflow_mia.signals import SignalCache
@@ -114,7 +115,8 @@ def run_audit(target, pool: AuditDataset, population: PopulationSet, *, referenc
     signals = engine_signals(runner, models, pool, population, config, cache=cache, device=device,
                              progress=progress)
     attacks = make_attacks(config)  # each with its settings, once
-    result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks, started=t0)
+    with step("scores, metrics and bootstrap intervals"):  # a line every 20 s off a terminal: never silent
+        result = score_checked(signals, pool, population, config, notes=notes, attacks=attacks, started=t0)
     log.info("audit done in %.1f s (%s engine)", result.info["timings"]["total_s"], runner.name)
     return result
 

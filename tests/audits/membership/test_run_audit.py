@@ -409,3 +409,17 @@ def test_a_reference_that_is_the_target_or_its_twin_is_refused(setup):
                                          rf"\S+ < {REFERENCE_MIN_DIFFERENCE:g}\)"):
         run_audit(target, pool, population, references=[MaskedLM(twin, target.tokenizer)], config=AuditConfig(**FAST),
                   progress=False)
+
+
+def test_stage_two_says_when_it_is_done_on_the_progress_logger(setup, caplog, monkeypatch):
+    """Off a terminal the scoring stage (attacks, metrics, bootstrap) is a step with its own lines, never silent."""
+    import logging
+
+    import mlflow_mia.progress as progress
+
+    monkeypatch.setattr(progress, "QUIET_BELOW", 0.0)  # the tiny audit is fast: say "done" whatever it took
+    target, reference, pool, population = setup
+    with caplog.at_level(logging.INFO, logger=progress.PROGRESS_LOGGER):
+        run_audit(target, pool, population, references=[reference], config=AuditConfig(**FAST), progress=False)
+    lines = [r.getMessage() for r in caplog.records if r.name == progress.PROGRESS_LOGGER]
+    assert any(line.startswith("scores, metrics and bootstrap intervals: done in") for line in lines), lines
