@@ -65,7 +65,8 @@ def headline_keys(result, *, limit: int = HEADLINE_LIMIT) -> list[str]:
     Every attack (sample level, in config order after the headline attack) gives its ``auc`` and
     ``tpr_at_fpr_<alpha>`` for each FPR of the audit, with ``_lower`` and ``_upper`` (the gate's
     bounds; :mod:`mlflow_mia.metrics.gate`). When that would exceed ``limit`` names, the attacks
-    after the headline attack keep their AUC and TPRs only. Names the result lacks are left out.
+    after the headline attack keep their AUC and TPRs only, then their AUC only, then as many AUCs as fit
+    (the metrics table holds every metric). Names the result lacks are left out.
 
     Parameters
     ----------
@@ -80,11 +81,13 @@ def headline_keys(result, *, limit: int = HEADLINE_LIMIT) -> list[str]:
     """
     attacks = [result.headline_attack] + [a for a in result.attacks if a != result.headline_attack]
     fprs = result.config.metrics.fprs
-    full = [k for a in attacks for k in _attack_keys(a, fprs, bounds=True)]
-    if len(full) > limit:
-        full = _attack_keys(attacks[0], fprs, bounds=True) + [
-            k for a in attacks[1:] for k in _attack_keys(a, fprs, bounds=False)]
-    return [k for k in full if k in result.metrics]
+    present = [k for k in _attack_keys(attacks[0], fprs, bounds=True) if k in result.metrics]
+    for bounds, tprs in ((True, True), (False, True), (False, False)):  # less of the other attacks each time
+        others = [k for a in attacks[1:] for k in _attack_keys(a, fprs, bounds=bounds)[:None if tprs else 1]
+                  if k in result.metrics]
+        if len(present) + len(others) <= limit:
+            return present + others
+    return present + others[:max(limit - len(present), 0)]  # as many of the others' AUCs as fit
 
 
 def deciding_keys(result, gate=None) -> list[str]:

@@ -422,6 +422,14 @@ def test_headline_set_keeps_its_size_with_many_attacks():
                         for m in ("auc", "tpr_at_fpr_0.1", "tpr_at_fpr_0.01")]  # the others without bounds
     two = SimpleNamespace(**{**vars(result), "attacks": {"loss": None, "likelihood_ratio": None}})
     assert len(headline_keys(two)) == 14  # 2 x (AUC + 2 x (TPR, lower, upper)): all bounds fit
+    many = [f"a{i}" for i in range(12)]  # every attack of the field: the others' TPRs, then AUCs, give way
+    wide = {f"{a}/{m}": 0.5 for a in many for m in ("auc", "tpr_at_fpr_0.1", "tpr_at_fpr_0.01")}
+    twelve = SimpleNamespace(**{**vars(result), "attacks": dict.fromkeys(["likelihood_ratio", *many]),
+                                "metrics": {**metrics, **wide}})
+    keys12 = headline_keys(twelve)
+    assert keys12[:7] == keys[:7] and keys12[7:] == [f"{a}/auc" for a in many] and len(keys12) == 19
+    keys20 = headline_keys(twelve, limit=10)
+    assert keys20[:7] == keys[:7] and keys20[7:] == ["a0/auc", "a1/auc", "a2/auc"]  # as many AUCs as fit
     logged = headline_metrics(result)
     assert list(logged)[0] == "likelihood_ratio/auc" and set(logged.values()) == {0.1235}
     assert len(logged) == len(keys) + 2  # and the headline attack's AUC interval
