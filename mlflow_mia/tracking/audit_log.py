@@ -246,6 +246,36 @@ def _pool_provenance(result, hash_key) -> dict:
             "pool_pairs": pairs}
 
 
+def _explain_random_key(client, run_id: str, hash_key) -> None:
+    """Warn, once per process and once per experiment of the store, that a random hash key is not kept."""
+    if hash_key.is_random and not _RANDOM_KEY_EXPLAINED:
+        _RANDOM_KEY_EXPLAINED.append(True)  # once per process: an analyze suite runs many audits
+        if not _random_key_logged_before(client, run_id):  # and once per experiment of the store
+            log.warning("no hash key set: the logged hashes use a random key that is not kept, so no later run can "
+                        "look a sample up; keep one with --hash-key-file or MLFLOW_MIA_HASH_KEY "
+                        "(docs/guides/inputs.md; said once)")
+
+
+def _params_and_tags(client, run_id: str, result, settings: LogSettings, hash_key) -> tuple[dict, dict]:
+    """The run's new params (each setting once, those ``mlflow run`` already logged left out) and its tags
+    (the headline attack, the digests, the gate's status), prefixed."""
+    prefix, gate, population = settings.prefix, settings.gate, settings.population
+    extra = {k: str(v) for k, v in (settings.params or {}).items()}
+    all_params = {**audit_params(result, population=population, hash_key=hash_key),
+                  **{k: v for k, v in extra.items() if not is_digest(k)},
+                  "log_texts": str(bool(settings.log_texts)), "log_samples": str(bool(settings.log_samples))}
+    if gate is not None:
+        all_params["max_tpr_at_fpr"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
+    digests = {**audit_digests(result, population=population, hash_key=hash_key),
+               **{k: v for k, v in extra.items() if is_digest(k)}}
+    held = client.get_run(run_id).data.params  # mlflow run logged the MLproject parameters it was given
+    fresh = new_params({f"{prefix}{k}": str(v)[:6000] for k, v in all_params.items()}, held)
+    tags = {f"{prefix}mia.headline_attack": result.headline_attack, **digest_tags(digests, prefix=prefix)}
+    if gate is not None:
+        tags[f"{prefix}mia.gate"] = gate.status
+    return fresh, tags
+
+
 def log_audit(result, run_id: str | None = None, *, settings: LogSettings, client=None) -> dict:
     """Log an audit to an MLflow run.
 
@@ -288,39 +318,22 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
 
     log_texts, texts, log_samples, log_metrics = (settings.log_texts, settings.texts, settings.log_samples,
                                                   settings.log_metrics)
-    prefix, params, population, gate = settings.prefix, settings.params, settings.population, settings.gate
+    prefix, population, gate = settings.prefix, settings.population, settings.gate
     model_version, weights_id, hash_key = settings.model_version, settings.weights_id, settings.hash_key
     tag_headline, clear_gate_fail = settings.tag_headline, settings.clear_gate_fail
     run_name, sources, group_column = settings.run_name, settings.sources, settings.group_column
     hash_key = require_hash_key(hash_key, "log_audit")
     client = client or MlflowClient()
     run_id = active_run_id(run_id, "log_audit")
-    if hash_key.is_random and not _RANDOM_KEY_EXPLAINED:
-        _RANDOM_KEY_EXPLAINED.append(True)  # once per process: an analyze suite runs many audits
-        if not _random_key_logged_before(client, run_id):  # and once per experiment of the store
-            log.warning("no hash key set: the logged hashes use a random key that is not kept, so no later run can "
-                        "look a sample up; keep one with --hash-key-file or MLFLOW_MIA_HASH_KEY "
-                        "(docs/guides/inputs.md; said once)")
+    _explain_random_key(client, run_id, hash_key)
     if log_texts and (texts is None or len(texts) != len(result.samples)):
         raise ValueError("log_texts=True needs texts=<the pool texts in pool order>, one per sample")
 
     verdict = audit_verdict(result, gate)
     metrics = mlflow_metrics(result, prefix=prefix, gate=gate, verdict=verdict)
     check_metric_names(metrics)
-    extra = {k: str(v) for k, v in (params or {}).items()}
-    all_params = {**audit_params(result, population=population, hash_key=hash_key),
-                  **{k: v for k, v in extra.items() if not is_digest(k)},
-                  "log_texts": str(bool(log_texts)), "log_samples": str(bool(log_samples))}
-    if gate is not None:
-        all_params["max_tpr_at_fpr"] = ",".join(f"{c['alpha']:g}:{c['max_tpr']:g}" for c in gate.checks)
-    digests = {**audit_digests(result, population=population, hash_key=hash_key),
-               **{k: v for k, v in extra.items() if is_digest(k)}}
-    held = client.get_run(run_id).data.params  # mlflow run logged the MLproject parameters it was given
-    fresh = new_params({f"{prefix}{k}": str(v)[:6000] for k, v in all_params.items()}, held)
+    fresh, tags = _params_and_tags(client, run_id, result, settings, hash_key)
     now = int(time.time() * 1000)
-    tags = {f"{prefix}mia.headline_attack": result.headline_attack, **digest_tags(digests, prefix=prefix)}
-    if gate is not None:
-        tags[f"{prefix}mia.gate"] = gate.status
     client.log_batch(
         run_id,
         metrics=[Metric(k, v, now, 0) for k, v in metrics.items()] if log_metrics else [],
