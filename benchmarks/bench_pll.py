@@ -66,20 +66,22 @@ def sentences(n: int, max_words: int = 40) -> list[str]:
     return pool[:n]
 
 
-def reference_pll(model, tok, texts: list[str], batch: int) -> np.ndarray:
-    """minicons' PLL algorithm: per batch of sentences, one masked copy per token, full head everywhere.
+def reference_pll(model, tok, texts: list[str], batch: int, device="cpu") -> np.ndarray:
+    """minicons' PLL algorithm: per batch of sentences, one masked copy per token, all padded to the batch's
+    longest, the full model (head at every position), ``log_softmax`` in float32, the token's log-prob.
 
-    Returns the PLL of each text: mean NLL per maskable token (nats).
+    Returns the PLL of each text: mean NLL per maskable token (nats). ``device``: where the copies run
+    (benchmarks/gpu_bench.py runs it on the GPU).
     """
     out = []
-    with torch.no_grad():
+    with torch.inference_mode():
         for start in range(0, len(texts), batch):
             enc = tok(texts[start:start + batch], padding=True, return_tensors="pt", return_special_tokens_mask=True)
-            copies, masks, rows, cols, targets, sizes = [], [], [], [], [], []
+            copies, masks, cols, targets, sizes = [], [], [], [], []
             for i in range(enc["input_ids"].shape[0]):
                 ids, att = enc["input_ids"][i], enc["attention_mask"][i]
-                positions = torch.nonzero((enc["special_tokens_mask"][i] == 0) & (att == 1)).squeeze(1)
-                for p in positions.tolist():
+                positions = torch.nonzero((enc["special_tokens_mask"][i] == 0) & (att == 1)).squeeze(1).tolist()
+                for p in positions:
                     c = ids.clone()
                     c[p] = tok.mask_token_id
                     copies.append(c)
@@ -87,10 +89,9 @@ def reference_pll(model, tok, texts: list[str], batch: int) -> np.ndarray:
                     cols.append(p)
                     targets.append(int(ids[p]))
                 sizes.append(len(positions))
-            logits = model(torch.stack(copies), attention_mask=torch.stack(masks)).logits
-            rows = torch.arange(len(copies))
-            at = logits[rows, torch.tensor(cols)]
-            logp = (at - at.logsumexp(1, keepdim=True))[rows, torch.tensor(targets)]
+            logits = model(torch.stack(copies).to(device), attention_mask=torch.stack(masks).to(device)).logits
+            at = logits[torch.arange(len(copies), device=device), torch.tensor(cols, device=device)].float()
+            logp = at.log_softmax(-1).gather(1, torch.tensor(targets, device=device)[:, None])[:, 0].cpu()
             out += [-float(x.mean()) for x in logp.split(sizes)]
     return np.array(out)
 

@@ -61,6 +61,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_pll import reference_pll  # noqa: E402
 from gpu_smoke import texts as word_list_texts  # noqa: E402
 from harness import RESULTS, alternate, best_setting, describe, load, write_result  # noqa: E402
 
@@ -276,29 +277,8 @@ def energy_paper_loop(model, lm, texts: list[str], num_masks: int = 10) -> np.nd
 
 
 def pll_loop(model, tok, texts: list[str], batch: int) -> np.ndarray:
-    """minicons' ``MaskedLMScorer`` PLL written out: per batch of sentences, one masked copy per token, all padded
-    to the batch's longest, the full model (head at every position), ``log_softmax``, the token's log-prob."""
-    out = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), batch):
-            enc = tok(texts[start:start + batch], padding=True, return_tensors="pt", return_special_tokens_mask=True)
-            copies, masks, cols, targets, sizes = [], [], [], [], []
-            for i in range(enc["input_ids"].shape[0]):
-                ids, att = enc["input_ids"][i], enc["attention_mask"][i]
-                positions = torch.nonzero((enc["special_tokens_mask"][i] == 0) & (att == 1)).squeeze(1).tolist()
-                for p in positions:
-                    c = ids.clone()
-                    c[p] = tok.mask_token_id
-                    copies.append(c)
-                    masks.append(att)
-                    cols.append(p)
-                    targets.append(int(ids[p]))
-                sizes.append(len(positions))
-            logits = model(torch.stack(copies).to(DEVICE), attention_mask=torch.stack(masks).to(DEVICE)).logits
-            at = logits[torch.arange(len(copies), device=DEVICE), torch.tensor(cols, device=DEVICE)].float()
-            logp = at.log_softmax(-1).gather(1, torch.tensor(targets, device=DEVICE)[:, None])[:, 0].cpu()
-            out += [-float(x.mean()) for x in logp.split(sizes)]
-    return np.array(out)
+    """minicons' ``MaskedLMScorer`` PLL written out (:func:`bench_pll.reference_pll`), on this benchmark's device."""
+    return reference_pll(model, tok, texts, batch, device=DEVICE)
 
 
 def pll_anchor(model, tok):
