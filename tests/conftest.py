@@ -34,6 +34,21 @@ def tiny_ner():
     return tiny_token_classifier()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _modules_leave_the_experiment_as_they_found_it():
+    """A module-scoped fixture that calls ``mlflow.set_experiment`` (its store for the module's tests) leaves
+    ``$MLFLOW_EXPERIMENT_ID`` set after the module: restored here, after the module's own fixtures end."""
+    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    yield
+    import mlflow.tracking.fluent as fluent
+
+    fluent._active_experiment_id = None
+    if before is None:
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+    else:
+        os.environ["MLFLOW_EXPERIMENT_ID"] = before
+
+
 @pytest.fixture(autouse=True)
 def _forget_the_active_experiment():
     """After each test, forget MLflow's active experiment: the next test's store may not hold it.

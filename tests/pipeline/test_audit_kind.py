@@ -24,6 +24,9 @@ from mlflow_mia.options.schema import CommonOptions, build, parse_values
 from mlflow_mia.options.values import mia_section
 from mlflow_mia.pipeline import AUDITS, register_audit
 
+#: What every subcommand's --help description ends with (entrypoints/commands.py).
+OPTIONS_POINTER = "Every option in full: docs/reference/options.md."
+
 TEXTS = ["a", "bbbb", "cc", "dddddd", "eee", "ffffffff", "g", "hhhhh"]
 LABELS = [0, 1, 0, 1, 1, 1, 0, 0]
 
@@ -127,7 +130,7 @@ def test_a_registered_kind_gets_its_subcommand_flags_and_help_group(toy_kind):
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert "toy-audit" in sub.choices and sub.choices["toy-audit"].description == TOY.description
+    assert "toy-audit" in sub.choices and sub.choices["toy-audit"].description == f"{TOY.description} {OPTIONS_POINTER}"
     text = sub.choices["toy-audit"].format_help()
     for flag in ("--toy-scale", "--target", "--data", "--label-column", "--hash-key-file", "--tracking-uri"):
         assert flag in text, flag

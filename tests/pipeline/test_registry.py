@@ -11,6 +11,9 @@ from mlflow_mia.config import AuditConfig, NerAuditConfig
 from mlflow_mia.canaries.config import CanaryAuditConfig
 from mlflow_mia.pipeline import AUDITS, LoggedAudit, audit_for, get_audit, register_audit
 
+#: What every subcommand's --help description ends with (entrypoints/commands.py).
+OPTIONS_POINTER = "Every option in full: docs/reference/options.md."
+
 TEXT_FIELDS = ("name", "command", "help", "description", "target_flag")
 
 
@@ -89,4 +92,4 @@ def test_every_audit_gets_its_subcommand_from_the_registry():
     sub = next(a for a in parser._actions if a.dest == "command")
     assert list(sub.choices) == [a.command for a in AUDITS.values()] + ["compare", "build-demo", "train-shadows", "analyze"]
     for audit in AUDITS.values():
-        assert sub.choices[audit.command].description == audit.description
+        assert sub.choices[audit.command].description == f"{audit.description} {OPTIONS_POINTER}"

@@ -69,10 +69,12 @@ def test_weights_digest_of_offloaded_model_equals_the_plain_models(plain_and_off
     assert all(t.device.type == "cpu" for _, t in state_items(offloaded.model))
 
 
-def test_cli_refuses_an_unknown_device_map(capsys):
+def test_cli_refuses_an_unknown_device_map(capsys, tmp_path):
     from mlflow_mia.entrypoints.cli import main
 
-    assert main(["audit", "--device-map", "balanced", "--data", "x.csv", "--target", "y"]) == 2
+    data = tmp_path / "pool.csv"
+    data.write_text("text,is_member\na,1\nb,0\n")
+    assert main(["audit", "--device-map", "balanced", "--data", str(data), "--target", "y"]) == 2
     assert "device_map 'balanced' is not one of auto" in capsys.readouterr().err
 
 
