@@ -38,6 +38,8 @@ class CanaryOptions(CommonOptions):
                                         "(extrapolated when candidates are sampled) and the rank-based mean: pass when "
                                         "every one-sided upper bound is within it, fail when a lower bound exceeds it, else "
                                         "inconclusive",
+                                        short="release budget on the mean exposure (bits) of the included secret-format "
+                                              "canaries: pass within it on the upper bounds, fail above it on a lower one",
                                         gt=0, metavar="BITS", default_doc="no budget")
     max_epsilon_lower_bound: float | None = option(None, "release budget on the record-level one-run epsilon lower "
                                                    "bound (canaries inserted once): fail when the bound exceeds it, "
@@ -53,7 +55,9 @@ class CanaryOptions(CommonOptions):
                                          "seed (make_canaries(seed=...)), as a test: whoever knows or guesses the "
                                          "seed regenerates its secrets and inclusion bits, so the audit is recorded "
                                          "as not a release audit (gate record release 0; its pass clears nothing). "
-                                         "Without it such a set is refused when a budget is set")
+                                         "Without it such a set is refused when a budget is set",
+                                         short="let a gated audit use a seeded canary set (make_canaries(seed=...)): "
+                                               "recorded as a test, not a release audit")
     allow_loose_budget: bool = shared_option(MiaOptions, "allow_loose_budget")
     tag_model_version: bool = shared_option(MiaOptions, "tag_model_version")
     clear_gate_fail: bool = shared_option(MiaOptions, "clear_gate_fail")
