@@ -34,12 +34,8 @@ def tiny_ner():
     return tiny_token_classifier()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _modules_leave_the_experiment_as_they_found_it():
-    """A module-scoped fixture that calls ``mlflow.set_experiment`` (its store for the module's tests) leaves
-    ``$MLFLOW_EXPERIMENT_ID`` set after the module: restored here, after the module's own fixtures end."""
-    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
-    yield
+def _restore_experiment(before: str | None) -> None:
+    """Forget MLflow's active experiment and put ``$MLFLOW_EXPERIMENT_ID`` back to ``before`` (unset when None)."""
     import mlflow.tracking.fluent as fluent
 
     fluent._active_experiment_id = None
@@ -47,6 +43,15 @@ def _modules_leave_the_experiment_as_they_found_it():
         os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
     else:
         os.environ["MLFLOW_EXPERIMENT_ID"] = before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _modules_leave_the_experiment_as_they_found_it():
+    """A module-scoped fixture that calls ``mlflow.set_experiment`` (its store for the module's tests) leaves
+    ``$MLFLOW_EXPERIMENT_ID`` set after the module: restored here, after the module's own fixtures end."""
+    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    yield
+    _restore_experiment(before)
 
 
 @pytest.fixture(autouse=True)
@@ -60,10 +65,4 @@ def _forget_the_active_experiment():
     """
     before = os.environ.get("MLFLOW_EXPERIMENT_ID")
     yield
-    import mlflow.tracking.fluent as fluent
-
-    fluent._active_experiment_id = None
-    if before is None:
-        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
-    else:
-        os.environ["MLFLOW_EXPERIMENT_ID"] = before
+    _restore_experiment(before)

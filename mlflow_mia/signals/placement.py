@@ -64,16 +64,12 @@ def loading(device_map: str | dict | None = None, *, offload_folder: str | None 
     """
     if isinstance(device_map, str):
         device_map = check_device_map(device_map)
-    if not device_map:
-        token = _LOAD_KWARGS.set({})
-        try:
-            yield
-        finally:
-            _LOAD_KWARGS.reset(token)
-        return
     with contextlib.ExitStack() as stack:
-        offload = offload_folder or stack.enter_context(tempfile.TemporaryDirectory(prefix="mlflow_mia_offload_"))
-        token = _LOAD_KWARGS.set({"device_map": device_map, "offload_folder": offload})
+        kwargs = {}
+        if device_map:
+            offload = offload_folder or stack.enter_context(tempfile.TemporaryDirectory(prefix="mlflow_mia_offload_"))
+            kwargs = {"device_map": device_map, "offload_folder": offload}
+        token = _LOAD_KWARGS.set(kwargs)
         try:
             yield
         finally:

@@ -20,7 +20,6 @@ def registry(tmp_path_factory):
     root = tmp_path_factory.mktemp("ner_store")
     old_uri, old_cwd = mlflow.get_tracking_uri(), os.getcwd()
     old_env = os.environ.get("MLFLOW_TRACKING_URI")
-    old_experiment = os.environ.get("MLFLOW_EXPERIMENT_ID")  # mlflow.set_experiment sets it: restored below
     uri = f"sqlite:///{root}/mlflow.db"
     os.chdir(root)
     os.environ["MLFLOW_TRACKING_URI"] = uri
@@ -44,11 +43,10 @@ def registry(tmp_path_factory):
     finally:
         os.chdir(old_cwd)
         mlflow.set_tracking_uri(old_uri)
-        for name, value in (("MLFLOW_TRACKING_URI", old_env), ("MLFLOW_EXPERIMENT_ID", old_experiment)):
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        if old_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = old_env
 
 
 def _config(reg, **kw):
