@@ -47,9 +47,9 @@ def test_mypy_refuses_parts_of_another_audit_kind(monkeypatch, tmp_path):
         "from mlflow_mia.audits.membership.kind import MEMBERSHIP",
         "from mlflow_mia.pipeline import canary, membership, register_audit",
         "from mlflow_mia.tracking.audit_log import log_audit",
-        "register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=canary.evaluator_metrics)",
-        "register_audit(MEMBERSHIP, run=canary.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics)",
-        "register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics)",
+        "register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=canary.evaluator_metrics, scope='mia.')",
+        "register_audit(MEMBERSHIP, run=canary.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics, scope='mia.')",
+        "register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics, scope='mia.')",
     ]) + "\n")
     stdout, stderr, status = api.run(["--config-file", "pyproject.toml", "--cache-dir", ".mypy_cache",
                                       "--no-error-summary", "--hide-error-context", str(registration)])

@@ -4,7 +4,8 @@ Each ``audits/<kind>/`` (membership, NER, canary) builds one :class:`Audit` from
 own functions: ``parse`` (flat options -> :class:`Settings`, before any model loads),
 ``load_inputs`` (a table -> what stage 1 reads, checked), ``resolve`` (a model URI ->
 the loaded target), ``signals`` (stage 1, the only part that runs models) and
-``score`` (stage 2, pure). An :class:`Audit` is generic in its settings, inputs, signals
+``score`` (stage 2, pure) and ``gate`` (its release gate from the settings and inputs, built before
+any model loads, decided on stage 2's result). An :class:`Audit` is generic in its settings, inputs, signals
 and result (``Audit[SettingsT, InputsT, SignalsT, ResultT]``, inferred from its parts), so
 a type checker (``mypy``, configured in ``pyproject.toml``) sees that ``load_inputs``
 takes what ``parse`` returns and ``score`` what ``signals`` returns. Logging is one layer
@@ -22,6 +23,7 @@ from typing import Any, Concatenate, Generic, Protocol, TypeVar
 
 from typing_extensions import NamedTuple  # generic NamedTuple before Python 3.11
 
+from mlflow_mia.metrics.verdicts import ReleaseGate
 from mlflow_mia.models import resolve as models_resolve
 from mlflow_mia.models.resolve import ResolvedModel
 
@@ -101,6 +103,14 @@ class Audit(Generic[SettingsT, InputsT, SignalsT, ResultT]):
     score : callable
         Stage 2 (``score_audit``, ``score_ner``, ``score_canaries``): ``score(signals, ...) -> ResultT``, runs no
         model; its first parameter takes stage 1's ``SignalsT``.
+    gate : callable
+        ``gate(settings, inputs) -> ReleaseGate | None``: the kind's release gate
+        (:class:`~mlflow_mia.metrics.verdicts.ReleaseGate`: ``check(result) -> ThreeStateResult``), None
+        when the settings set no budget. Every front end calls it right after ``load_inputs`` and before
+        ``resolve``, so a budget the settings or inputs refuse (a seeded canary set, a loose budget) is
+        refused before any model loads; the kind's ``run`` calls it again and decides it on the result.
+        The verdict reaches the registry through
+        :func:`~mlflow_mia.tracking.version_verdict.record_verdict`, the one writer of every kind.
 
     Raises
     ------
@@ -118,6 +128,7 @@ class Audit(Generic[SettingsT, InputsT, SignalsT, ResultT]):
     resolve: Callable[[Any, SettingsT], ResolvedModel]
     signals: Callable[..., SignalsT]
     score: Callable[Concatenate[SignalsT, ...], ResultT]
+    gate: Callable[[SettingsT, InputsT], ReleaseGate | None]
 
     def __post_init__(self) -> None:
         if not self.name or not self.command.replace("-", "").isalnum():

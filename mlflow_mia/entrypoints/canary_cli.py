@@ -22,7 +22,9 @@ import contextlib
 import math
 from dataclasses import replace
 
+from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.canary.inputs import load_canary_set
+from mlflow_mia.audits.canary.kind import CANARY
 from mlflow_mia.entrypoints.common import EXIT_GATE_FAILED, EXIT_OK
 from mlflow_mia.options.schema import key_table
 from mlflow_mia.options.values import blank as _blank
@@ -122,7 +124,7 @@ def cmd_canary_audit(args) -> int:
     if target is None:
         raise ValueError("--canaries was given without --target: name the model fine-tuned with them")
     canaries = load_canary_set(source)  # before the model loads
-    options.gate(canaries)  # a seeded set or a loose exposure budget is refused here, before the model loads
+    CANARY.gate(Settings(cfg, options), canaries)  # a seeded set or a loose budget is refused before the model loads
     use_experiment(_blank(args.experiment))
     _, verdict = _audit(target, canaries, cfg, options, run_name=_blank(args.run_name))
     return EXIT_GATE_FAILED if verdict is not None and not verdict.passed else EXIT_OK

@@ -104,8 +104,8 @@ def generic_front_end(audit) -> Callable[[argparse.Namespace], int]:
     ``--target`` and ``--data`` (the command options a family registered with its own ``command``
     takes, :data:`~mlflow_mia.options.families.GENERIC_COMMAND_OPTIONS`), then the audit's parts in
     the evaluator's order: ``parse`` (the flags as flat keys), ``load_inputs`` (the ``--data`` table),
-    ``resolve`` (the ``--target`` URI), ``run`` (both stages and the log, one MLflow run); the logged
-    metrics are printed, one per line.
+    ``gate`` (its refusals before any model loads), ``resolve`` (the ``--target`` URI), ``run`` (both stages and the log, one MLflow run); the logged
+    metrics are printed, one per line, then the gate's verdict; exit 3 when the gate did not pass.
 
     Raises
     ------
@@ -119,13 +119,17 @@ def generic_front_end(audit) -> Callable[[argparse.Namespace], int]:
             raise ValueError(f"{audit.command} needs --target (the model to audit) and --data (its input table)")
         settings = audit.parse(flat_from_args(args, args.command))
         inputs = audit.load_inputs(load_table(data), settings)
+        budgets = audit.gate(settings, inputs)  # a budget the settings or inputs refuse: before the model loads
         target = audit.resolve(target_uri, settings)
         with mlflow_run(_blank(args.run_name) or f"{audit.command} {target_uri}") as active:
             result, _ = audit.run(target, inputs, settings, run_id=active.info.run_id, log_metrics=True, notes=[])
         print(f"{audit.command} of {target_uri} (run {active.info.run_id}):")
         for key, value in audit.metrics(result, settings).items():
             print(f"  {key:<40} {value:.6g}")
-        return EXIT_OK
+        verdict = budgets.check(result) if budgets is not None else None
+        if verdict is not None:
+            print(verdict.verdict())
+        return EXIT_GATE_FAILED if verdict is not None and not verdict.passed else EXIT_OK
 
     return run
 

@@ -157,6 +157,7 @@ class MiaEvaluator(ModelEvaluator):
         audit = audit_for(evaluator_config)
         settings = audit.parse(evaluator_config, targets=getattr(dataset, "targets_name", None))
         inputs = audit.load_inputs(_pool_frame(dataset), settings)
+        audit.gate(settings, inputs)  # a budget the settings or inputs refuse is refused before any model loads
         with loading(getattr(settings.options, "device_map", None)), unactionable_noise_off(loading_bars=False):
             target, warning = evaluator_target(model, settings.options.target_model,
                                                resolve=lambda m: audit.resolve(m, settings),

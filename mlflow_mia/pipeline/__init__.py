@@ -13,16 +13,20 @@ an audit up here: the ``mia`` evaluator by ``method``, the CLI's subcommands by
 - :mod:`.compare`: several registry versions audited with :func:`~.membership.audit_and_log` and compared
   (``mlflow-mia compare``).
 
-A new audit kind is one folder ``audits/<kind>/`` (its ``Audit``, and its option family registered with
-:func:`~mlflow_mia.options.families.register_family` with ``command=`` and ``summary=``) and one
-:func:`register_audit` line below: the evaluator answers its ``method``, the CLI gets its subcommand (the
-generic front end of :mod:`mlflow_mia.entrypoints.cli`), the MLproject generator its entry point.
+A new audit kind is one folder ``audits/<kind>/`` (its ``Audit`` with its release ``gate``, and its option
+family registered with :func:`~mlflow_mia.options.families.register_family` with ``command=`` and ``summary=``)
+and one :func:`register_audit` line below (its ``run``, ``log``, ``metrics`` and tag ``scope``): the evaluator
+answers its ``method``, the CLI gets its subcommand (the generic front end of :mod:`mlflow_mia.entrypoints.cli`),
+the MLproject generator its entry point, every front end refuses a bad budget before any model loads, and its
+``log`` puts the gate's verdict on the audited registry versions with
+:func:`~mlflow_mia.tracking.version_verdict.record_verdict`, the writer every kind shares (sealed records, a
+verdict only the tool's own audits set, no weaker audit lifting a blocking one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
 from mlflow_mia.audits.base import Audit, Settings
@@ -34,6 +38,7 @@ from mlflow_mia.tracking.audit_log import log_audit
 from mlflow_mia.tracking.canary_log import log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.tracking.ner_log import log_ner_audit
+from mlflow_mia.tracking.scopes import CANARY_PREFIX, NER_PREFIX, register_scope
 from mlflow_mia.options.families import FAMILIES
 from mlflow_mia.models.resolve import ResolvedModel
 from mlflow_mia.options.values import mia_section
@@ -92,11 +97,17 @@ class LoggedAudit(Audit[SettingsT, InputsT, SignalsT, ResultT]):
     metrics : callable
         ``metrics(result, settings) -> dict of str to float``: the metrics logged to MLflow, which an
         ``EvaluationResult`` returns.
+    scope : str
+        The prefix of the kind's tags on registry versions (``mia.`` membership, ``mia.ner.``,
+        ``mia.canary.``): its ``log`` hands it to :func:`~mlflow_mia.tracking.version_verdict.record_verdict`,
+        and an audit of another kind never deletes its tags
+        (:data:`~mlflow_mia.tracking.registry_tags.KIND_SCOPES`).
     """
 
     run: Run[SettingsT, InputsT, ResultT]
     log: Log[ResultT]
     metrics: Callable[[ResultT, SettingsT], dict[str, float]]
+    scope: str
 
 
 #: The audits by evaluator ``method``; the only module-level mutable of this layer.
@@ -105,7 +116,7 @@ AUDITS: dict[str, LoggedAudit[Any, Any, Any, Any]] = {}
 
 def register_audit(audit: Audit[SettingsT, InputsT, SignalsT, ResultT], *, run: Run[SettingsT, InputsT, ResultT],
                    log: Log[ResultT], metrics: Callable[[ResultT, SettingsT], dict[str, float]],
-                   force: bool = False) -> LoggedAudit[SettingsT, InputsT, SignalsT, ResultT]:
+                   scope: str, force: bool = False) -> LoggedAudit[SettingsT, InputsT, SignalsT, ResultT]:
     """Add ``audit`` to :data:`AUDITS` with the parts that log; returns the registered :class:`LoggedAudit`.
 
     Parameters
@@ -113,16 +124,17 @@ def register_audit(audit: Audit[SettingsT, InputsT, SignalsT, ResultT], *, run: 
     audit : Audit
         The kind's parts (its ``kind.py``); a registered :class:`LoggedAudit` is taken as its ``Audit``
         part, its own ``run``, ``log`` and ``metrics`` replaced by the ones given.
-    run, log, metrics
-        As the fields of :class:`LoggedAudit`, typed with the audit's settings, inputs and result.
+    run, log, metrics, scope
+        As the fields of :class:`LoggedAudit`, typed with the audit's settings, inputs and result; ``scope``
+        is registered with :func:`~mlflow_mia.tracking.registry_tags.register_scope`.
     force : bool
         Replace an audit registered under the same name or command.
 
     Raises
     ------
     ValueError
-        ``audit.name`` or its ``command`` is already registered (``force=True`` replaces it), or no option
-        family takes both (the audit's folder registers one).
+        ``audit.name`` or its ``command`` is already registered (``force=True`` replaces it), no option
+        family takes both (the audit's folder registers one), or ``scope`` is not ``mia.`` / ``mia.<name>.``.
     """
     taken = {a.command: name for name, a in AUDITS.items()}
     if not force and (audit.name in AUDITS or audit.command in taken):
@@ -132,10 +144,8 @@ def register_audit(audit: Audit[SettingsT, InputsT, SignalsT, ResultT], *, run: 
         raise ValueError(f"audit {audit.name!r} has no option family: register one in its folder with "
                          f"register_family({audit.name!r}, (<its config classes>), {{{audit.command!r}, "
                          f"{audit.name!r}}}, command={audit.command!r}, summary=...) before register_audit")
-    logged = LoggedAudit(name=audit.name, command=audit.command, help=audit.help, description=audit.description,
-                         target_flag=audit.target_flag, parse=audit.parse, load_inputs=audit.load_inputs,
-                         resolve=audit.resolve, signals=audit.signals, score=audit.score,
-                         run=run, log=log, metrics=metrics)
+    parts = {f.name: getattr(audit, f.name) for f in fields(Audit)}  # the Audit part of a LoggedAudit too
+    logged = LoggedAudit(**parts, run=run, log=log, metrics=metrics, scope=register_scope(scope))
     AUDITS[audit.name] = logged
     return logged
 
@@ -159,6 +169,8 @@ def audit_for(evaluator_config: Mapping[str, Any] | None) -> LoggedAudit[Any, An
     return get_audit(mia_section(evaluator_config).get("method") or "mia")
 
 
-register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics)
-register_audit(NER, run=ner.evaluate_run, log=log_ner_audit, metrics=ner.evaluator_metrics)
-register_audit(CANARY, run=canary.evaluate_run, log=log_canary_audit, metrics=canary.evaluator_metrics)
+register_audit(MEMBERSHIP, run=membership.evaluate_run, log=log_audit, metrics=membership.evaluator_metrics,
+               scope="mia.")
+register_audit(NER, run=ner.evaluate_run, log=log_ner_audit, metrics=ner.evaluator_metrics, scope=NER_PREFIX)
+register_audit(CANARY, run=canary.evaluate_run, log=log_canary_audit, metrics=canary.evaluator_metrics,
+               scope=CANARY_PREFIX)

@@ -15,6 +15,7 @@ from mlflow_mia.tracking.canary_log import log_canary_audit
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.canary import canary_audit
+from mlflow_mia.audits.canary.kind import CANARY
 from mlflow_mia.audits.canary.scoring import CanaryAuditResult
 from mlflow_mia.canaries import CanarySet
 from mlflow_mia.canaries.config import CanaryAuditConfig
@@ -57,7 +58,8 @@ def canary_audit_and_log(target, canaries, config, options, *, reference=None, r
         without ``allow_seeded_canaries``, or an exposure budget above the set's candidate
         space without ``allow_loose_budget`` (:meth:`~mlflow_mia.options.canary.CanaryOptions.gate`).
     """
-    gate = options.gate(canaries)  # a seeded set or a budget that states nothing is refused before anything runs
+    # the kind's gate part: a seeded set or a budget that states nothing is refused before anything runs
+    gate = CANARY.gate(Settings(config, options), canaries)
     result = canary_audit(target.lm, canaries, reference=reference.lm if reference is not None else None,
                           config=config, cache=SignalCache(options.cache_dir), device=options.device,
                           progress=options.progress, hash_key=options.hash_key)

@@ -21,6 +21,7 @@ from mlflow_mia.options.audit import MiaOptions
 from mlflow_mia.attacks import reference_roles, required_roles
 from mlflow_mia.audits.base import Settings
 from mlflow_mia.audits.membership import run_audit
+from mlflow_mia.audits.membership.kind import MEMBERSHIP
 from mlflow_mia.audits.membership.result import AuditResult
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
@@ -89,7 +90,8 @@ def audit_and_log(target, pool, population, config, options: MiaOptions, *, refe
                                                       key=options.hash_key, result=result)
         extra_params = {**(extra_params or {}), "shadow_record.digest": record.digest}
     result = replace(result, models=models, warnings=(*result.warnings, *notes))  # the result is frozen
-    gate = options.gate.check(result) if options.gate is not None else None
+    budgets = MEMBERSHIP.gate(Settings(config, options), (pool, population))
+    gate = budgets.check(result) if budgets is not None else None
     logged = LogSettings.from_options(
         options, texts=pool.texts, model_version=target.registry_versions or None, weights_id=target.lm.weights_id,
         log_metrics=log_metrics, params=extra_params, population=population, gate=gate,

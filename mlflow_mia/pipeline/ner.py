@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from mlflow_mia.audits.base import Settings
+from mlflow_mia.audits.ner.kind import NER
 from mlflow_mia.audits.ner.scoring import NerAuditResult, score_ner
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.progress import step
@@ -63,7 +64,7 @@ def ner_audit_and_log(tagger, names, settings, *, reference=None, run_id=None, l
     record and ``mia.verdict`` with a description (:func:`~mlflow_mia.tracking.ner_log.log_ner_audit`).
     """
     cfg, options = settings
-    gate = options.ner_gate()
+    gate = NER.gate(settings, names)
     signals = ner_signals(tagger.lm, names, prompts=options.prompts, handwritten=options.handwritten_prompts,
                           config=cfg, cache=ConfidenceCache(options.cache_dir), device=options.device,
                           progress=options.progress, reference=reference.lm if reference is not None else None)

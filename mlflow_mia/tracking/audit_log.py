@@ -55,7 +55,8 @@ from mlflow_mia.tracking.run_params import digest_tags, is_digest, new_params, s
 from mlflow_mia.tracking.gate_history import pool_digest, reference_digests
 from mlflow_mia.tracking.log_settings import LogSettings
 from mlflow_mia.metrics.gate_record import GateRecord, signal_digest
-from mlflow_mia.tracking.registry_tags import describe_versions, tag_model_version, version_pairs
+from mlflow_mia.tracking.registry_tags import version_pairs
+from mlflow_mia.tracking.version_verdict import record_verdict
 from mlflow_mia.audits.membership.report import in_brief, render_report
 from mlflow_mia.hashing import HashKey, keyed_hash, require_hash_key
 from mlflow_mia.tracking.records import dataset_inputs, model_inputs
@@ -319,8 +320,7 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
     log_texts, texts, log_samples, log_metrics = (settings.log_texts, settings.texts, settings.log_samples,
                                                   settings.log_metrics)
     prefix, population, gate = settings.prefix, settings.population, settings.gate
-    model_version, weights_id, hash_key = settings.model_version, settings.weights_id, settings.hash_key
-    tag_headline, clear_gate_fail = settings.tag_headline, settings.clear_gate_fail
+    model_version, hash_key = settings.model_version, settings.hash_key
     run_name, sources, group_column = settings.run_name, settings.sources, settings.group_column
     hash_key = require_hash_key(hash_key, "log_audit")
     client = client or MlflowClient()
@@ -370,13 +370,7 @@ def log_audit(result, run_id: str | None = None, *, settings: LogSettings, clien
     artifacts[f"{prefix}verdict"] = artifact("json", run_id, f"{prefix}verdict.json", content=record)
 
     if model_version is not None:
-        versions = version_pairs(model_version)
-        model_inputs(client, run_id, versions)
-        try:
-            tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              record=_gate_record(result, gate), clear_gate_fail=clear_gate_fail,
-                              weights_id=weights_id, hash_key=hash_key, **_pool_provenance(result, hash_key))
-        finally:  # a deleted version raises after the others are tagged: describe those too
-            if tag_headline or (gate is not None and not gate.passed):
-                describe_versions(client, versions, verdict=verdict, paragraph=in_brief(result), run_id=run_id)
+        model_inputs(client, run_id, version_pairs(model_version))
+        record_verdict(client, result, run_id=run_id, settings=settings, verdict=verdict, brief=in_brief(result),
+                       record=_gate_record(result, gate), **_pool_provenance(result, hash_key))
     return artifacts

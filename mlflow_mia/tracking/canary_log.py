@@ -40,7 +40,8 @@ from mlflow_mia.metrics.canary_gate import NULL_EXPOSURE, gate_points  # gate_po
 from mlflow_mia.metrics.gate_record import RANDOM_KEY
 from mlflow_mia.naming import fmt_number, fmt_alpha
 from mlflow_mia.plots.canary import plot_bound_vs_guesses, plot_canary_roc, plot_exposure_by_repetition
-from mlflow_mia.tracking.registry_tags import CANARY_PREFIX, describe_versions, tag_model_version, version_pairs
+from mlflow_mia.tracking.scopes import CANARY_PREFIX
+from mlflow_mia.tracking.version_verdict import record_verdict
 from mlflow_mia.tracking.verdict import fmt_interval, canary_verdict, describe_run, run_description
 
 __all__ = ["log_canary_audit", "headline_repetitions", "auc_text", "exposure_text"]
@@ -278,7 +279,7 @@ def log_canary_audit(result, run_id: str | None = None, *, settings: LogSettings
     log_texts, log_samples, log_metrics, prefix = (settings.log_texts, settings.log_samples, settings.log_metrics,
                                                    settings.prefix)
     gate, params, planted_in, run_name = settings.gate, settings.params, settings.planted_in, settings.run_name
-    hash_key, model_version, canaries = settings.hash_key, settings.model_version, settings.canaries
+    hash_key, canaries = settings.hash_key, settings.canaries
     if canaries is None:
         raise ValueError("log_canary_audit needs the audited canary set: pass LogSettings(canaries=...)")
     if log_texts and not log_samples:
@@ -330,16 +331,6 @@ def log_canary_audit(result, run_id: str | None = None, *, settings: LogSettings
         table = _samples_table(result, canaries, hash_key, log_texts)
         files["tables/canaries.csv"] = ("csv", "canaries", lambda p: table.to_csv(p, index=False))
     artifacts.update(log_files(client, run_id, files, prefix=prefix))
-    tag_headline = settings.tag_headline
-    if model_version is not None:
-        try:
-            tag_model_version(model_version, result, run_id=run_id, gate=gate, client=client, headline=tag_headline,
-                              clear_gate_fail=settings.clear_gate_fail, weights_id=settings.weights_id,
-                              hash_key=hash_key,
-                              headline_tags_=canary_headline_tags(result, run_id=run_id), record=record,
-                              scope=CANARY_PREFIX)
-        finally:  # a deleted version raises after the others are tagged: describe those too
-            if tag_headline or (gate is not None and not gate.passed):
-                describe_versions(client, version_pairs(model_version), verdict=verdict, paragraph=brief,
-                                  run_id=run_id)
+    record_verdict(client, result, run_id=run_id, settings=settings, verdict=verdict, brief=brief, record=record,
+                   headline_tags=canary_headline_tags(result, run_id=run_id), scope=CANARY_PREFIX)
     return artifacts

@@ -41,7 +41,8 @@ from mlflow_mia.audits.ner.report import render_ner_report
 from mlflow_mia.metrics.ner_gate import gate_point_metrics, ner_gate_record
 from mlflow_mia.plots.ner import plot_best_worst_roc, plot_mmem_by, plot_prompt_mmem_distribution, plot_ratio_roc
 from mlflow_mia.tracking.gate_history import pool_digest
-from mlflow_mia.tracking.registry_tags import NER_PREFIX, describe_versions, tag_model_version, version_pairs
+from mlflow_mia.tracking.scopes import NER_PREFIX
+from mlflow_mia.tracking.version_verdict import record_verdict
 from mlflow_mia.tracking.verdict import Verdict, fmt_interval, describe_run, ner_verdict, run_description, verdict_of
 
 __all__ = ["log_ner_audit", "ner_run_verdict"]
@@ -116,16 +117,9 @@ def _tag_versions(client, result, run_id: str, settings: LogSettings, verdict: V
     gate, names = settings.gate, result.names
     pool = pool_digest([f"{t}:{h}" for t, h in zip(names["entity_type"], names["name_hash"])], names["is_member"],
                        settings.hash_key)
-    try:
-        tag_model_version(settings.model_version, result, run_id=run_id, gate=gate, client=client,
-                          headline=settings.tag_headline, headline_tags_=ner_headline_tags(result, run_id=run_id),
-                          record=None if gate is None else ner_gate_record(gate, result), scope=NER_PREFIX,
-                          clear_gate_fail=settings.clear_gate_fail, weights_id=settings.weights_id,
-                          hash_key=settings.hash_key, pool=pool)
-    finally:  # a deleted version raises after the others are tagged: describe those too
-        if settings.tag_headline or (gate is not None and not gate.passed):
-            describe_versions(client, version_pairs(settings.model_version), verdict=verdict,
-                              paragraph=_ner_brief(result), run_id=run_id)
+    record_verdict(client, result, run_id=run_id, settings=settings, verdict=verdict, brief=_ner_brief(result),
+                   record=None if gate is None else ner_gate_record(gate, result),
+                   headline_tags=ner_headline_tags(result, run_id=run_id), scope=NER_PREFIX, pool=pool)
 
 
 def log_ner_audit(result, run_id: str | None = None, *, settings: LogSettings, title: str | None = None,

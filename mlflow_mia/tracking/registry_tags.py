@@ -55,6 +55,7 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.tracking import gate_chain
 from mlflow_mia.tracking.gate_history import RECORD_PREFIX, TAMPERED
+from mlflow_mia.tracking.scopes import CANARY_PREFIX, KIND_SCOPES, NER_PREFIX
 from mlflow_mia.tracking.gate_seal import (CHAIN_TAG, RUN_RECORD_TAG, RUN_VERSIONS_TAG, SealKey, Verifier, chain_tag,
                                            pointer, run_record_tag, seal)
 from mlflow_mia.models.resolve import WEIGHTS_TAG
@@ -72,9 +73,6 @@ WRITTEN_TAG, REQUIRES_TAG = f"{GATE_TAG}.written_at", f"{GATE_TAG}.requires"
 INHERITED_TAG = f"{GATE_TAG}.inherited_from"
 NOTES_TAG = f"{GATE_TAG}.notes"  # records not counted and tampering seen, for the description
 STALE = "stale"  # mia.verdict of a version whose weights changed since its last audit
-CANARY_PREFIX = "mia.canary."  # headline tags of canary audits (tracking/canary_log.py)
-NER_PREFIX = "mia.ner."  # headline tags of NER audits (tracking/ner_log.py)
-_KEPT = (GATE_TAG, WEIGHTS_TAG, CANARY_PREFIX, NER_PREFIX)  # prefixes a membership audit never deletes
 
 
 class VersionDeletedError(Exception):
@@ -267,7 +265,7 @@ def _tag_version(client, name: str, version: str, new: dict, gate, record, *, ru
         written[f"{RECORD_PREFIX}{run_id}"] = sealed.to_tag()
     if weights_id and (headline or record is not None):
         written[WEIGHTS_TAG] = weights_id
-    kept = _KEPT if scope == "mia." else (GATE_TAG, WEIGHTS_TAG)
+    kept = (GATE_TAG, WEIGHTS_TAG, *sorted(KIND_SCOPES)) if scope == "mia." else (GATE_TAG, WEIGHTS_TAG)
     stale = [key for key in current if headline and key.startswith(scope) and not key.startswith(kept)
              and key not in written and not key.startswith(VERDICT_TAG)]  # the headline describes this audit only
     for key in stale:

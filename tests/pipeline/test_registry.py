@@ -23,16 +23,19 @@ def test_each_audit_kind_is_registered_by_its_evaluator_method_with_every_part()
     for audit in AUDITS.values():
         assert type(audit) is LoggedAudit, audit.name
         assert all(callable(getattr(audit, f.name)) for f in dataclasses.fields(LoggedAudit)
-                   if f.name not in TEXT_FIELDS), audit.name
+                   if f.name not in (*TEXT_FIELDS, "scope")), audit.name
+    assert {name: a.scope for name, a in AUDITS.items()} == {"mia": "mia.", "ner_prompts": "mia.ner.",
+                                                             "canaries": "mia.canary."}
 
 
 def test_an_audit_is_complete_where_it_is_built_and_registration_adds_the_logging_parts():
     audit_fields = [f.name for f in dataclasses.fields(Audit)]
-    assert audit_fields == [*TEXT_FIELDS, "parse", "load_inputs", "resolve", "signals", "score"]
-    assert [f.name for f in dataclasses.fields(LoggedAudit)] == [*audit_fields, "run", "log", "metrics"]
+    assert audit_fields == [*TEXT_FIELDS, "parse", "load_inputs", "resolve", "signals", "score", "gate"]
+    assert [f.name for f in dataclasses.fields(LoggedAudit)] == [*audit_fields, "run", "log", "metrics", "scope"]
     for f in dataclasses.fields(LoggedAudit):  # no part left to fill in later
         assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, f.name
-    with pytest.raises(TypeError, match="missing 3 required keyword-only arguments: 'run', 'log', and 'metrics'"):
+    with pytest.raises(TypeError, match="missing 4 required keyword-only arguments: 'run', 'log', 'metrics', and "
+                                        "'scope'"):
         register_audit(AUDITS["mia"])
     with pytest.raises(dataclasses.FrozenInstanceError):
         AUDITS["mia"].run = AUDITS["ner_prompts"].run
@@ -74,12 +77,12 @@ def test_the_method_key_selects_the_audit_and_an_unknown_one_lists_the_registere
 
 def test_a_second_audit_under_a_taken_name_or_command_is_refused_unless_forced():
     membership = AUDITS["mia"]
-    parts = {"run": membership.run, "log": membership.log, "metrics": membership.metrics}
+    parts = {"run": membership.run, "log": membership.log, "metrics": membership.metrics, "scope": "mia."}
     with pytest.raises(ValueError, match="already registered; pass force=True"):
         register_audit(dataclasses.replace(membership, name="other"), **parts)  # the command 'audit' is taken
     try:
         replaced = register_audit(membership, force=True, run=membership.run, log=membership.log,
-                                  metrics=lambda result, settings: {})
+                                  metrics=lambda result, settings: {}, scope="mia.")
         assert AUDITS["mia"] is replaced and replaced.metrics(None, None) == {}
     finally:
         AUDITS["mia"] = membership

@@ -15,6 +15,7 @@ from mlflow_mia.audits.membership.signals import compute_audit_signals
 from mlflow_mia.audits.membership.scoring import score_audit
 from mlflow_mia.config import AuditConfig
 from mlflow_mia.data import AuditDataset, PopulationSet
+from mlflow_mia.metrics.gate import Gate
 from mlflow_mia.options.audit import MiaOptions, parse_options
 import pandas as pd
 
@@ -46,10 +47,17 @@ def load_inputs(frame: Any, settings: Settings[AuditConfig, MiaOptions]) -> tupl
     return load_tables(frame, settings.options)
 
 
+def gate(settings: Settings[AuditConfig, MiaOptions], inputs: tuple[AuditDataset, PopulationSet]) -> Gate | None:
+    """The membership release gate: the ``max_tpr_at_fpr`` budgets (:class:`~mlflow_mia.metrics.gate.Gate`,
+    checked when the options were parsed), None without one. The inputs are not read."""
+    return settings.options.gate
+
+
 MEMBERSHIP = Audit(
     name="mia", command="audit", target_flag="--target",
     help="audit one model and log the result to an MLflow run",
     description="Audit one language model (masked or causal LM, or a LoRA adapter) for membership leakage and "
                 "log metrics, figures, tables, a report and registry tags to one MLflow run. Without --target, audits the built-in BBC News demo "
                 "(trained and registered on first use).",
-    parse=parse, load_inputs=load_inputs, resolve=resolve_target, signals=compute_audit_signals, score=score_audit)
+    parse=parse, load_inputs=load_inputs, resolve=resolve_target, signals=compute_audit_signals, score=score_audit,
+    gate=gate)

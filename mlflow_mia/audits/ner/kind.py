@@ -32,6 +32,7 @@ from mlflow_mia.audits.ner.inputs import load_names
 from mlflow_mia.audits.ner.signals import ner_signals
 from mlflow_mia.config import NerAuditConfig
 from mlflow_mia.hashing import resolve_hash_key
+from mlflow_mia.metrics.ner_gate import NerGate
 from mlflow_mia.models import ner as ner_models
 from mlflow_mia.options.ner import NerOptions
 from mlflow_mia.options.schema import build, key_table, parse_values
@@ -65,6 +66,12 @@ def parse_ner_config(config: Mapping[str, Any] | None, *, targets: str | None = 
     return Settings(cfg, options)
 
 
+def gate(settings: Settings[NerAuditConfig, NerOptions], names: Any) -> NerGate | None:
+    """The NER release gate (:class:`~mlflow_mia.metrics.ner_gate.NerGate`: ``max_tpr_at_fpr`` on member against
+    non-member names, at ``confidence``); None without a budget. The names table is not read."""
+    return settings.options.ner_gate()
+
+
 def resolve(model, settings: Settings):
     """The token classifier under audit, loaded with a version-pinned identity (``.lm`` is the tagger)."""
     return ner_models.resolve_token_classifier(model)  # looked up when called (tests replace the loader)
@@ -77,4 +84,5 @@ NER = Audit(
                 "confidence and report each prompt's M-MEM (AUC), best/worst prompts, baselines, ensembles and "
                 "token removal. Without --model, builds and audits the WNUT-16 demo (two taggers on swapped "
                 "halves, each the other's control).",
-    parse=parse_ner_config, load_inputs=load_names, resolve=resolve, signals=ner_signals, score=score_ner)
+    parse=parse_ner_config, load_inputs=load_names, resolve=resolve, signals=ner_signals, score=score_ner,
+    gate=gate)
