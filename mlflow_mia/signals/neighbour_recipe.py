@@ -49,8 +49,8 @@ class NeighbourRecipe:
     neighbourhood : NeighbourhoodConfig, optional
         ``num_neighbours``, ``num_replacements``, ``dropout``, ``shared_masks``.
     signal : SignalConfig, optional
-        Kind (energy, PLL or causal), seed (of the dropout and the masks), ``max_length`` and
-        ``token_budget``, for the generator and the target alike.
+        Kind (energy, PLL or causal), seed (of the dropout and the masks), ``max_length``,
+        ``token_budget`` and ``dtype``, for the generator and the target alike.
     target : MaskedLM, optional
         The model under audit; needed by :meth:`values` only.
     cache : SignalCache, optional
@@ -118,7 +118,7 @@ class NeighbourRecipe:
             sc = self.signal
             found = generate_neighbours(self.lm, todo, config=self.neighbourhood, seed=sc.seed, device=self.device,
                                         progress=self.progress, cache=self.cache, max_length=sc.max_length,
-                                        token_budget=sc.token_budget)
+                                        token_budget=sc.token_budget, dtype=sc.dtype)
             self._neighbours.update(zip(todo, found))
         return [list(self._neighbours[t]) for t in texts]
 

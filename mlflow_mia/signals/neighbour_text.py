@@ -36,6 +36,7 @@ Rules
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -196,22 +197,29 @@ def keep_substitutes(word: int, original: str, logprobs, token_ids, *, surfaces,
 
     Candidates with a non-finite log-prob end the list; a substitute equal to
     the original word (case-insensitively) is skipped; with an uncased generator
-    the substitute takes the original's case pattern.
+    the substitute takes the original's case pattern (:func:`_match_case`).
+    Runs once per replaceable word of every text on the host: the original's
+    lower case and case pattern are read once, the candidates as Python numbers.
 
     Returns
     -------
     list of Swap
     """
     kept = []
-    for lp, t in zip(logprobs, token_ids):
-        if not np.isfinite(lp) or len(kept) == top_k:
+    lowered = original.lower()
+    upper = len(original) > 1 and original.isupper()
+    title = not upper and original[:1].isupper()
+    for lp, t in zip(np.asarray(logprobs).tolist(), np.asarray(token_ids).tolist()):
+        if len(kept) == top_k or not math.isfinite(lp):
             break
         surface = surfaces[t]
-        if surface.lower() == original.lower():
+        if surface.lower() == lowered:
             continue
-        if uncased:
-            surface = _match_case(surface, original)
-        kept.append(Swap(word=word, token_id=int(t), replacement=surface, logprob=float(lp)))
+        if uncased and upper:
+            surface = surface.upper()
+        elif uncased and title:
+            surface = surface[:1].upper() + surface[1:]
+        kept.append(Swap(word=word, token_id=t, replacement=surface, logprob=lp))
     return kept
 
 
