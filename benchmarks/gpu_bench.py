@@ -41,6 +41,12 @@ have the stated sizes (30,522, 50,257, 32,000):
    the given order with full log-softmax, at their best size;
    for ``energy_bf16`` and ``llama_1b5`` also the limit: the same model's bare forward
    pass (no head) over our batches, as a share of the matmul rate;
+   ``neighbours_fp32`` / ``neighbours_bf16``: neighbour generation (Mattern et al. 2023; n = 25,
+   m = 1) with a BERT-base-shape generator, the same texts in each dtype, vs padded batches of
+   copies in the given order with the full head, one copy back per batch (batch 64/256/1024
+   copies); also the generator alone (``candidate_swaps``, the part the dtype speeds up), the
+   share of the anchor's neighbours ours finds, and for bf16 its speed over fp32 and the share
+   of fp32's neighbours it keeps;
 3. ``llama_7b``: a 7B-shaped Llama in bf16 audited (causal signal) on one GPU: weights,
    peak memory (``torch.cuda.max_memory_allocated``) and texts/s.
 """
@@ -75,14 +81,14 @@ SHAPES = {
 # Texts per workload, tokens of the long (Llama) texts, alternated pairs, texts the anchor's settings are timed on.
 SIZES = {
     "full": dict(energy=2048, paper=64, pll=512, ner=2048, gpt2=2048, llama=512, llama_7b=256, long_tokens=200,
-                 pairs=3, pick=256, matmul=8192, batches=dict(energy=(16, 64, 256), pll=(8, 32, 64),
-                                                               ner=(64, 256, 512), gpt2=(16, 64, 128),
-                                                               llama=(8, 16, 32))),
-    "tiny": dict(energy=8, paper=2, pll=4, ner=8, gpt2=8, llama=4, llama_7b=3, long_tokens=24, pairs=1,
-                 pick=4, matmul=256, batches=dict(energy=(8, 32), pll=(2, 4), ner=(4, 8), gpt2=(4, 8),
-                                                  llama=(2, 4))),
+                 neighbours=512, pairs=3, pick=256, matmul=8192,
+                 batches=dict(energy=(16, 64, 256), pll=(8, 32, 64), ner=(64, 256, 512), gpt2=(16, 64, 128),
+                              llama=(8, 16, 32), neighbours=(64, 256, 1024))),
+    "tiny": dict(energy=8, paper=2, pll=4, ner=8, gpt2=8, llama=4, llama_7b=3, long_tokens=24, neighbours=4,
+                 pairs=1, pick=4, matmul=256, batches=dict(energy=(8, 32), pll=(2, 4), ner=(4, 8), gpt2=(4, 8),
+                                                           llama=(2, 4), neighbours=(8, 32))),
 }
-WORKLOADS = ("energy", "pll", "ner", "causal", "llama_7b")
+WORKLOADS = ("energy", "pll", "ner", "causal", "neighbours", "llama_7b")
 # Goals of issue 45 (ratio against the anchor's best; share of the bf16 matmul rate).
 GOALS = {"energy_bf16": {"ratio": 5.0, "share": 0.25}, "pll_fp32": {"ratio": 2.0}, "pll_bf16": {"ratio": 2.0},
          "ner": {"ratio": 3.0}, "gpt2_bf16": {"ratio": 2.0}, "llama_1b5": {"ratio": 1.5, "share": 0.40}}
@@ -488,6 +494,100 @@ def ner(run: Run, cases: dict) -> None:
     print(describe("ner", f"pipeline at {row['anchor_best']}", row) + f"; {row['ours_texts_per_s']} texts/s")
 
 
+def neighbours_padded(lm, texts: list[str], batch: int, n: int, dropout: float = 0.7) -> list[list[str]]:
+    """Neighbours (m = 1) by padded batches of ``batch`` copies in the given order: the dropout masks ours draws,
+    the full model (head at every position), ``p_swap`` in float32, top substitutes copied back per batch."""
+    from mlflow_mia.data import text_hash
+    from mlflow_mia.signals.batching import pad_batch
+    from mlflow_mia.signals.neighbour_text import (SLACK, keep_substitutes, neighbour_edits, rebuild,
+                                                   replaceable_words, vocab_tables)
+    from mlflow_mia.signals.neighbours import _dropout_scales
+
+    model, tok = lm.model, lm.tokenizer
+    allowed, surfaces, uncased = vocab_tables(tok, model.get_output_embeddings().weight.shape[0])
+    allowed = _to(allowed)
+    ids, words = replaceable_words(tok, texts, max_length=lm.max_length)
+    hidden = model.get_input_embeddings().embedding_dim
+    scales = [_dropout_scales(len(w), hidden, dropout, 0, text_hash(t)) for t, w in zip(texts, words)]
+    copies = [(i, j) for i in range(len(texts)) for j in range(len(words[i]))]
+    swaps = [[[] for _ in w] for w in words]
+    at = {}
+
+    def hook(module, inputs, output):
+        return output.index_put((at["r"], at["c"]), output[at["r"], at["c"]] * at["s"].to(output.dtype))
+
+    handle = model.get_input_embeddings().register_forward_hook(hook)
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(copies), batch):
+                part = copies[start:start + batch]
+                x, att = pad_batch([ids[i] for i, _ in part], tok.pad_token_id)
+                rows, cols = np.arange(len(part)), np.array([words[i][j].position for i, j in part])
+                at.update(r=_to(rows), c=_to(cols), s=_to(torch.stack([scales[i][j] for i, j in part]).numpy()))
+                logits = model(input_ids=_to(x), attention_mask=_to(att)).logits[at["r"], at["c"]].float()
+                logits[at["r"], _to(x[rows, cols])] = float("-inf")
+                logp = (logits - torch.logsumexp(logits, -1, keepdim=True)).masked_fill(~allowed, float("-inf"))
+                lp, top = (t.cpu().numpy() for t in torch.topk(logp, n + SLACK + 4, dim=-1))
+                for r, (i, j) in enumerate(part):
+                    w = words[i][j]
+                    swaps[i][j] = keep_substitutes(j, texts[i][w.start:w.end], lp[r], top[r], surfaces=surfaces,
+                                                   uncased=uncased, top_k=n + SLACK)
+    finally:
+        handle.remove()
+    return [[rebuild(t, e) for e in neighbour_edits(t, w, s, n=n, m=1)] for t, w, s in zip(texts, words, swaps)]
+
+
+def _kept(a: list[list[str]], b: list[list[str]]) -> float:
+    """Mean share of each text's neighbours in ``a`` that ``b`` has too."""
+    return round(float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a, b) if x])), 4)
+
+
+def neighbours(run: Run, cases: dict) -> None:
+    """``neighbours_fp32`` / ``neighbours_bf16``: neighbour generation (n = 25, m = 1) with a BERT-base-shape
+    generator on the same texts in each dtype, vs :func:`neighbours_padded` at batch 64/256/1024 copies."""
+    from mlflow_mia.config import NeighbourhoodConfig
+    from mlflow_mia.signals import MaskedLM
+    from mlflow_mia.signals.neighbour_text import SLACK, replaceable_words
+    from mlflow_mia.signals.neighbours import candidate_swaps, generate_neighbours
+
+    tok, n = run.wordpiece, 25
+    items = run.sentences[:run.n["neighbours"]]
+    config = NeighbourhoodConfig(num_neighbours=n)
+    model32, got = build("bert", run.shapes["bert"]), {}
+    for dname, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        model = model32 if dtype == torch.float32 else copy.deepcopy(model32).to(dtype)
+        lm = MaskedLM(model, tok, model_id=f"gpu-bench-neighbours-{dname}")
+        dtype_name = str(dtype).removeprefix("torch.")
+
+        def ours(texts, lm=lm, dtype_name=dtype_name):
+            return generate_neighbours(lm, texts, config=config, device=DEVICE, progress=False, dtype=dtype_name)
+
+        settings = {f"batch {b} copies": (lambda t, b=b, lm=lm: neighbours_padded(lm, t, b, n))
+                    for b in run.n["batches"]["neighbours"]}
+        anchor = "padded batches of copies (given order), full head, one copy back per batch"
+        row, out = contest(run, anchor, settings, ours, items)
+        ids, words = replaceable_words(tok, items, max_length=lm.max_length)
+        lengths = [len(ids[i]) for i in range(len(items)) for _ in words[i]]
+        flops = useful_flops(model, lengths, len(lengths), causal=False, head_transform=True)
+        start = time.perf_counter()
+        synced(lambda: candidate_swaps(lm, items, top_k=n + SLACK, device=DEVICE, dtype=dtype_name, progress=False))()
+        generator_s = time.perf_counter() - start
+        row.update(dtype=dname, copies=len(lengths), useful_tflop=round(flops / 1e12, 3),
+                   share_of_matmul=run.share(flops, row["ours_median_s"]),
+                   generator_texts_per_s=round(len(items) / generator_s, 1),
+                   generator_share_of_matmul=run.share(flops, generator_s),
+                   neighbours_kept_vs_anchor=_kept(out["anchor"], out["ours"]))
+        got[dname] = out["ours"]
+        if dname == "bf16":
+            row.update(neighbours_kept_vs_fp32=_kept(got["fp32"], got["bf16"]),
+                       speed_over_fp32=round(cases["neighbours_fp32"]["ours_median_s"] / row["ours_median_s"], 3))
+        cases[f"neighbours_{dname}"] = row
+        print(describe(f"neighbours {dname}", f"{anchor} at {row['anchor_best']}", row)
+              + f"; {row['ours_texts_per_s']} texts/s ({row['generator_texts_per_s']} for the generator alone), "
+              f"{100 * row['neighbours_kept_vs_anchor']:.1f} % of the anchor's neighbours")
+    del model32
+
+
 def causal(run: Run, cases: dict) -> None:
     """``gpt2_fp32``, ``gpt2_bf16`` (sentences) and ``llama_1b5`` (texts of about 200 tokens), bf16 by default."""
     tok = run.bpe
@@ -608,7 +708,7 @@ def main(argv=None) -> int:
     started, load_start = time.perf_counter(), load()
     gpu = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "CPU"
     peak = matmul_tflops(SIZES[size]["matmul"])
-    sentences, source = english(max(SIZES[size][k] for k in ("energy", "pll", "ner", "gpt2")))
+    sentences, source = english(max(SIZES[size][k] for k in ("energy", "pll", "ner", "gpt2", "neighbours")))
     import transformers
 
     print(f"{gpu}, torch {torch.__version__}, transformers {transformers.__version__}; bf16 matmul "
@@ -624,6 +724,8 @@ def main(argv=None) -> int:
             ner(run, cases)
         elif workload == "causal":
             causal(run, cases)
+        elif workload == "neighbours":
+            neighbours(run, cases)
         else:
             memory = llama_7b(run)
         _free()

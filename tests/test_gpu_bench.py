@@ -37,7 +37,7 @@ def test_an_unknown_workload_is_refused_by_name(gpu_bench, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(SystemExit):
         gpu_bench.main(["--only", "energy,banana"])
-    assert "unknown workload(s) banana; choose from energy, pll, ner, causal, llama_7b" in capsys.readouterr().err
+    assert "unknown workload(s) banana; choose from energy, pll, ner, causal, neighbours, llama_7b" in capsys.readouterr().err
 
 
 def test_every_workload_runs_on_cpu_with_tiny_shapes(gpu_bench, tmp_path, capsys):
@@ -49,7 +49,8 @@ def test_every_workload_runs_on_cpu_with_tiny_shapes(gpu_bench, tmp_path, capsys
         torch.set_num_threads(threads)
     result = json.loads(out.read_text())
     assert result["device_type"] == "cpu" and result["tiny"] and result["matmul_bf16_tflops"] > 0
-    expected = {"energy_fp32", "energy_bf16", "pll_fp32", "pll_bf16", "ner", "gpt2_fp32", "gpt2_bf16", "llama_1b5"}
+    expected = {"energy_fp32", "energy_bf16", "pll_fp32", "pll_bf16", "ner", "gpt2_fp32", "gpt2_bf16", "llama_1b5",
+                "neighbours_fp32", "neighbours_bf16"}
     assert set(result["cases"]) == expected and result["skipped"] == []
     for name, row in result["cases"].items():
         assert row["ratio"] > 0 and row["ours_texts_per_s"] > 0 and row["anchor_best"].startswith("batch"), name
@@ -66,6 +67,10 @@ def test_every_workload_runs_on_cpu_with_tiny_shapes(gpu_bench, tmp_path, capsys
     assert result["cases"]["llama_1b5"]["limit"]["ours_over_bare"] > 0
     assert result["memory_7b"]["texts"] == 3 and result["memory_7b"]["peak_gib"] is None  # no device memory on CPU
     assert result["cases"]["energy_bf16"]["goal"] == {"ratio": 5.0, "share": 0.25}
+    # neighbour generation: the anchor finds the same neighbours in float32; bf16 against fp32 on the same texts
+    fp32, bf16 = result["cases"]["neighbours_fp32"], result["cases"]["neighbours_bf16"]
+    assert fp32["neighbours_kept_vs_anchor"] >= 0.95 and fp32["copies"] > 4 and fp32["generator_texts_per_s"] > 0
+    assert 0 < bf16["neighbours_kept_vs_fp32"] <= 1 and bf16["speed_over_fp32"] > 0
     assert "energy bf16:" in capsys.readouterr().out
 
 
