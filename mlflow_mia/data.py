@@ -443,8 +443,15 @@ class PopulationSet:
 
     @classmethod
     def from_frame(cls, data, *, text_column: str = "text", group_column: str | None = None,
-                   text_key: str = "population_text_column") -> "PopulationSet":
-        """The population from a DataFrame or file (``group_column`` used when present; ``text_key`` named in errors)."""
+                   text_key: str = "population_text_column", group_key: str | None = None) -> "PopulationSet":
+        """The population from a DataFrame or file; ``text_key`` is the option named in errors.
+
+        ``group_column`` is used where the table has it, unless ``group_key`` is given: then it must exist, and
+        an :class:`~mlflow_mia.option.OptionError` naming the option ``group_key`` (with a close match among the
+        columns) says when it does not.
+        """
         df = load_table(data, what="the population set")
+        if group_column and group_key:
+            _column(df, group_column, "the population set", group_key)
         groups = df[group_column].tolist() if group_column and group_column in df.columns else None
         return cls(texts=tuple(_text_column(df, text_column, "the population set", text_key).tolist()), groups=groups)

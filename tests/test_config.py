@@ -31,7 +31,7 @@ def test_parse_maps_flat_keys_once():
     assert config.metrics.fprs == (0.1, 0.01) and config.metrics.bootstrap_rounds == 0
     assert config.neighbourhood.num_neighbours == 5
     assert options.label_column == "is_member" and options.text_column == "body"
-    assert options.population_text_column == "body" and options.population_group_column == "article_id"
+    assert options.population_text_column == "body" and options.population_group_column is None
     assert options.log_texts is True and options.gate is None
 
 

@@ -96,7 +96,9 @@ class MiaOptions(CommonOptions):
     population_text_column: str | None = option(None, "text column of the population set", metavar="NAME",
                                                 default_doc="text_column")
     population_group_column: str | None = option(None, "user id column of the population set; needed for "
-                                                 "user-level thresholds", metavar="NAME", default_doc="group_column")
+                                                 "user-level thresholds; when given, the population set must have "
+                                                 "it", metavar="NAME",
+                                                 default_doc="group_column, where the population set has it")
     gate: Gate | None = option(None, "release gate, budget(s) ALPHA:MAX with MAX above ALPHA (a string, a list or "
                                "a dict {alpha: max}; repeatable on the command line): pass when every attack's "
                                "one-sided upper confidence bound of the TPR at FPR ALPHA, at sample and user level, "
@@ -246,10 +248,8 @@ def parse_options(config: Mapping[str, Any] | None, *, targets: str | None = Non
                          metrics=build(MetricConfig, values), neighbourhood=build(NeighbourhoodConfig, values),
                          attack_settings={name: build(cls, values) for name, cls in ATTACK_SETTINGS.items()})
     text_column = values.get("text_column", MiaOptions.text_column)
-    group_column = values.get("group_column")
     options = build(MiaOptions, values, label_column=values.get("label_column") or targets,
                     population_text_column=values.get("population_text_column") or text_column,
-                    population_group_column=values.get("population_group_column") or group_column,
                     hash_key=values.get("hash_key_file") or resolve_hash_key())
     return audit_config, options
 

@@ -14,7 +14,9 @@ def load_inputs(pool_data, options: MiaOptions):
     Raises
     ------
     ValueError
-        Missing population set (:func:`require_population`), missing columns, bad labels.
+        Missing population set (:func:`require_population`), missing columns (a ``population_group_column``
+        given explicitly included; the pool's ``group_column``, carried over by default, is used only where the
+        population set has it), bad labels.
     """
     require_population(options.population_data)
     if not options.label_column:
@@ -22,9 +24,12 @@ def load_inputs(pool_data, options: MiaOptions):
                          "mlflow.models.evaluate or label_column in evaluator_config['mia']")
     pool = AuditDataset.from_frame(pool_data, text_column=options.text_column, label_column=options.label_column,
                                    id_column=options.id_column, group_column=options.group_column)
+    # an explicit population_group_column must exist; the pool's group_column is carried over where it exists
+    explicit = options.population_group_column
     population = PopulationSet.from_frame(options.population_data,
                                           text_column=options.population_text_column or options.text_column,
-                                          group_column=options.population_group_column)
+                                          group_column=explicit or options.group_column,
+                                          group_key="population_group_column" if explicit else None)
     return pool, population
 
 
