@@ -231,7 +231,7 @@ def gpu_run(result: dict) -> str:
             notes.append(f"{name}: values of both sides agree to {row['max_abs_diff']:.1e}.")
     cases = result["cases"]
     faster = [f"{kind} {cases[f'{kind}_bf16']['ours_texts_per_s'] / cases[f'{kind}_fp32']['ours_texts_per_s']:.2f}x"
-              for kind in ("energy", "pll", "gpt2") if f"{kind}_bf16" in cases and f"{kind}_fp32" in cases]
+              for kind in ("energy", "pll", "gpt2", "neighbours") if f"{kind}_bf16" in cases and f"{kind}_fp32" in cases]
     if faster:
         notes.append("bf16 over fp32, mlflow-mia's texts/s: " + ", ".join(faster) + ".")
     memory = result.get("memory_7b")
@@ -252,6 +252,7 @@ def gpu_section(results_dir: Path = RESULTS) -> str:
              f"`{GPU_COMMAND}` measures, in one process on one CUDA GPU, the GPU's bf16 matmul rate and then each "
              "signal kind against its anchor at the anchor's best setting (alternated pairs, as above): masked energy "
              "and PLL of a BERT-base shape, NER entity confidence, causal NLL of GPT-2-small and 1.5B Llama shapes, "
+             "neighbour generation with a BERT-base-shape generator, "
              "and a 7B Llama's peak memory (random weights; the workloads and anchors are described in the script's "
              "docstring). A share of the matmul rate is the workload's useful FLOPs (real tokens only, the head at "
              "the scored positions) over mlflow-mia's time, divided by the measured rate.", ""]

@@ -230,6 +230,10 @@ def best_combinations(swaps: list[list[Swap]], *, n: int, m: int) -> list[tuple[
     combinations per number of swaps (a prefix outside its state's top ``n`` cannot
     extend to a combination in the overall top ``n``). Ties: word order, then rank.
     """
+    if m == 1:  # the same order without the programme: the n best single swaps over every word
+        ranked = heapq.nsmallest(n, ((-sw.logprob, sw.word, r, sw) for cands in swaps for r, sw in enumerate(cands)))
+        return [(-neg, (sw,)) for neg, _, _, sw in ranked]
+
     def key(item):
         score, combo = item
         return (-score, [(s.word, r) for s, r in combo])

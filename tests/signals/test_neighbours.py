@@ -157,6 +157,21 @@ def test_multi_replacement_is_best_joint_probability():
     assert all(len({sw.word for sw in combo}) == 2 for _, combo in best)
 
 
+def test_best_single_swaps_are_the_brute_force_order_with_ties_by_word_then_rank():
+    from mlflow_mia.signals.neighbour_text import Swap
+
+    # ties across words (-1.0 twice, -2.0 three times) are broken by word, then by rank within the word
+    lps = [[-1.0, -2.0, -2.0], [], [-1.0, -2.0, -7.5], [-0.5]]
+    swaps = [[Swap(word=w, token_id=10 * w + r, replacement=f"w{w}r{r}", logprob=lp) for r, lp in enumerate(row)]
+             for w, row in enumerate(lps)]
+    brute = sorted(((sw.logprob, sw) for cands in swaps for r, sw in enumerate(cands)),
+                   key=lambda item: (-item[0], item[1].word, item[1].token_id))
+    for n in (1, 4, 6, 20):
+        assert best_combinations(swaps, n=n, m=1) == [(lp, (sw,)) for lp, sw in brute[:n]]
+    assert [combo[0].replacement for _, combo in best_combinations(swaps, n=5, m=1)] == [
+        "w3r0", "w0r0", "w2r0", "w0r1", "w0r2"]
+
+
 def test_determinism_by_seed(gen):
     cfg = NeighbourhoodConfig(num_neighbours=8)
     a = generate_neighbours(gen, TEXTS, config=cfg, seed=1, progress=False)
