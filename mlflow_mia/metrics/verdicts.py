@@ -73,24 +73,14 @@ class ThreeStateResult:
         return f"{text} ({said})" if said else text
 
     def verdict(self) -> str:
-        """One line: ``mia.gate=<status>: ...`` with what decided it (each gate's result says it its way).
-
-        Raises
-        ------
-        NotImplementedError
-            On a bare ``ThreeStateResult``: a gate returns its own subclass.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not say its verdict; a gate returns a subclass")
+        """One line, ``mia.gate=<status>: ...`` with what decided it, as each gate's result subclass says it.
+        Raises NotImplementedError on a bare ``ThreeStateResult``."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its verdict(); a gate returns a subclass")
 
     def message(self) -> str:
-        """What the verdict means for a release, in a few sentences.
-
-        Raises
-        ------
-        NotImplementedError
-            On a bare ``ThreeStateResult``: a gate returns its own subclass.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not say its message; a gate returns a subclass")
+        """What the verdict means for a release, in a few sentences, as each gate's result subclass says it.
+        Raises NotImplementedError on a bare ``ThreeStateResult``."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its message(); a gate returns a subclass")
 
 
 @runtime_checkable
