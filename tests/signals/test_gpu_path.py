@@ -122,16 +122,9 @@ def test_device_results_come_back_in_order_with_their_tags_in_one_copy():
     assert back[0][1].tolist() == [1.0, 2.0] and back[1][1].tolist() == [0.0, 2.0, 4.0] and back[2][1].size == 0
 
 
-def test_a_chunk_copies_its_results_to_the_host_once(monkeypatch):
+def test_a_chunk_copies_its_results_to_the_host_once(host_copies):
     """No per-batch ``.cpu()``: the energy's heads and the causal batches each end in one ``to_host``."""
-    calls = []
-    real = DeviceResults.to_host
-
-    def counted(self):
-        calls.append(len(self))
-        return real(self)
-
-    monkeypatch.setattr(DeviceResults, "to_host", counted)
+    calls = host_copies
     for kind in ("energy", "causal"):
         calls.clear()
         lm = CausalLM(*tiny_gpt2(seed=1)) if kind == "causal" else MaskedLM(*tiny_bert(seed=1))

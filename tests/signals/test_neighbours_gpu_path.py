@@ -20,7 +20,7 @@ from mlflow_mia.signals import batching
 from mlflow_mia.signals import neighbours as nb_module
 from mlflow_mia.signals.neighbour_recipe import NeighbourRecipe
 from mlflow_mia.signals.neighbours import candidate_swaps, compute_type, generate_neighbours
-from mlflow_mia.signals.runtime import DeviceResults, bytes_per_token, memory_token_budget
+from mlflow_mia.signals.runtime import bytes_per_token, memory_token_budget
 from mlflow_mia.signals.testing import tiny_bert, tiny_roberta
 
 WORDS = "the cat sat on mat a dog ran to old house and down we saw sea sky bank said market rose".split()
@@ -69,15 +69,8 @@ def test_bucketed_batches_give_the_neighbours_of_exact_padding(gen, monkeypatch)
                                [lp for p in off for c in p for _, lp in c], rtol=0, atol=1e-5)
 
 
-def test_a_chunk_copies_its_substitutes_to_the_host_once(monkeypatch):
-    calls = []
-    real = DeviceResults.to_host
-
-    def counted(self):
-        calls.append(len(self))
-        return real(self)
-
-    monkeypatch.setattr(DeviceResults, "to_host", counted)
+def test_a_chunk_copies_its_substitutes_to_the_host_once(host_copies):
+    calls = host_copies
     gen = MaskedLM(*tiny_bert(seed=3))
     generate_neighbours(gen, TEXTS, config=CONFIG, progress=False, token_budget=128, chunk_size=20)
     assert len(calls) == 2 and min(calls) > 3  # two chunks, several batches each, one copy per chunk
