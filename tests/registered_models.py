@@ -90,6 +90,17 @@ class Store:
                 "--cache-dir", str(self.cache_dir), "--quiet", *extra]
 
 
+def _forget_experiment(before):
+    """Forget MLflow's active experiment and put ``$MLFLOW_EXPERIMENT_ID`` back to ``before`` (unset when None)."""
+    import mlflow.tracking.fluent as fluent
+
+    fluent._active_experiment_id = None
+    if before is None:
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+    else:
+        os.environ["MLFLOW_EXPERIMENT_ID"] = before
+
+
 def _set_uri(uri):
     import mlflow
 
@@ -108,6 +119,7 @@ def store(tmp_path_factory) -> Store:
     root = tmp_path_factory.mktemp("mlflow_store")
     uri = f"sqlite:///{root}/mlflow.db"
     old_uri, old_env = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
+    old_experiment = os.environ.get("MLFLOW_EXPERIMENT_ID")
     old_cwd = os.getcwd()
     os.chdir(root)  # ./mlruns of the logged models lands here
     _set_uri(uri)
@@ -147,6 +159,10 @@ def store(tmp_path_factory) -> Store:
         client.set_registered_model_alias("tgt", "candidate", "2")
         client.set_registered_model_alias("ref", "champion", "1")
         os.chdir(old_cwd)
+        # set_experiment left its id in $MLFLOW_EXPERIMENT_ID: a session fixture is set up before the module's
+        # autouse restore reads the variable, so the id would outlive the module (tests/conftest.py); each test
+        # that logs here names its experiment (the tracking fixture)
+        _forget_experiment(old_experiment)
         yield Store(tracking_uri=uri, root=root, pool_path=pool_path, population_path=population_path,
                     cache_dir=root / "cache", pool=pool, population=population, run_ids=run_ids,
                     model_ids=model_ids)
