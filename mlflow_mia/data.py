@@ -313,8 +313,20 @@ def _text_column(df, name: str, what: str, key: str):
     return texts
 
 
+class _Texts:
+    """What the pool and the population set share: their size and the texts' sha256 (:func:`text_hash`)."""
+    texts: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def text_hashes(self) -> tuple[str, ...]:
+        return tuple(text_hash(t) for t in self.texts)
+
+
 @dataclass(frozen=True)
-class AuditDataset:
+class AuditDataset(_Texts):
     """The target pool: samples whose membership the attack must decide.
 
     Attributes
@@ -379,13 +391,6 @@ class AuditDataset:
                 )
             object.__setattr__(self, "groups", groups)
 
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    @property
-    def text_hashes(self) -> tuple[str, ...]:
-        return tuple(text_hash(t) for t in self.texts)
-
     @classmethod
     def from_frame(cls, data, *, text_column: str = "text", label_column: str = "is_member",
                    id_column: str | None = None, group_column: str | None = None) -> "AuditDataset":
@@ -400,8 +405,7 @@ class AuditDataset:
 
 def _mixed_groups(groups: Sequence[str], labels: np.ndarray) -> list[str]:
     _, inverse = np.unique(np.asarray(groups, dtype=object), return_inverse=True)
-    lo = np.full(inverse.max() + 1, 2, dtype=np.int8)
-    hi = np.full(inverse.max() + 1, -1, dtype=np.int8)
+    lo, hi = np.full(inverse.max() + 1, 2, dtype=np.int8), np.full(inverse.max() + 1, -1, dtype=np.int8)
     np.minimum.at(lo, inverse, labels)
     np.maximum.at(hi, inverse, labels)
     bad = set(np.flatnonzero(lo != hi).tolist())
@@ -409,7 +413,7 @@ def _mixed_groups(groups: Sequence[str], labels: np.ndarray) -> list[str]:
 
 
 @dataclass(frozen=True)
-class PopulationSet:
+class PopulationSet(_Texts):
     """Samples from the general population, disjoint from the target pool.
 
     Only used to choose thresholds: the ``1 - alpha`` quantile of the attack
@@ -434,22 +438,11 @@ class PopulationSet:
                 raise ValueError(f"population groups has {len(groups)} entries, expected {len(self.texts)}")
             object.__setattr__(self, "groups", groups)
 
-    @property
-    def text_hashes(self) -> tuple[str, ...]:
-        return tuple(text_hash(t) for t in self.texts)
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
     @classmethod
     def from_frame(cls, data, *, text_column: str = "text", group_column: str | None = None,
                    text_key: str = "population_text_column", group_key: str | None = None) -> "PopulationSet":
-        """The population from a DataFrame or file; ``text_key`` is the option named in errors.
-
-        ``group_column`` is used where the table has it, unless ``group_key`` is given: then it must exist, and
-        an :class:`~mlflow_mia.option.OptionError` naming the option ``group_key`` (with a close match among the
-        columns) says when it does not.
-        """
+        """The population from a DataFrame or file; ``text_key`` is the option named in errors. ``group_column`` is
+        used where the table has it; with ``group_key`` it must exist (an OptionError names that option)."""
         df = load_table(data, what="the population set")
         if group_column and group_key:
             _column(df, group_column, "the population set", group_key)
