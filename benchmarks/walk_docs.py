@@ -53,13 +53,6 @@ COMMANDS = [
          cmd="mlflow-mia canary-audit --demo-size small --quiet --max-epsilon-lower-bound 8"),
     dict(name="analyze_quick", doc="README.md:83, docs/guides/analyze.md", expect=0,
          cmd="mlflow run . -e analyze --env-manager local -P quick=true -P quiet=true"),
-    # The canary demo and analyze's DP-SGD variants need opacus, which README command 1 does not install;
-    # docs/guides/analyze.md:6 installs it with the dp extra. Both again, after that install.
-    dict(name="dp_install", doc="docs/guides/analyze.md:6", expect=0, cmd='pip install -e ".[demo,dp]"'),
-    dict(name="canary_small_dp", doc="README.md:82, after dp_install", expect=3,
-         cmd="mlflow-mia canary-audit --demo-size small --quiet --max-epsilon-lower-bound 8"),
-    dict(name="analyze_quick_dp", doc="README.md:83, after dp_install", expect=0,
-         cmd="mlflow run . -e analyze --env-manager local -P quick=true -P quiet=true"),
     dict(name="causal_small", doc="README.md:86", expect=0,
          cmd="mlflow run . -e audit --env-manager local -P demo_size=small -P demo_kind=causal "
              "--experiment-name mlflow-mia"),

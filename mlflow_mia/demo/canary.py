@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -180,6 +181,9 @@ def build_canary_demo(*, size: str = "small", force: bool = False, progress: boo
                               dp_target_uri=f"models:/{names['dp']}@candidate", canaries_path=str(path),
                               dp_epsilon=float(tags[EPSILON_TAG]), dp_delta=float(tags[DELTA_TAG]),
                               experiment=DEFAULT_EXPERIMENT, size=size)
+    if importlib.util.find_spec("opacus") is None:  # before the first target trains, not after it
+        raise ImportError("the canary demo trains a DP-SGD target, which needs opacus: pip install -e '.[demo]' "
+                          "(or pip install 'mlflow-mia[dp]')")
     texts = bbc.make_split(base_cfg.split).target_train["text"].tolist()
     train_texts = insert(texts, canaries, seed=cfg.seed)
     base = resolve_model(demo.base_uri, role="base").lm

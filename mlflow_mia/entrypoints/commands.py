@@ -383,6 +383,10 @@ def _run(args) -> tuple[int, str | None]:
         return _error(args, EXIT_GATE_FAILED if exc.blocks else EXIT_USAGE, str(exc))
     except CacheDiskFullError as exc:  # 1: an environment fault (free space), never a damaged cache to delete
         return _error(args, EXIT_ERROR, str(exc))
+    except ImportError as exc:  # 1: a package of an extra is missing; our message says what to install
+        if "pip install" not in str(exc):
+            raise
+        return _error(args, EXIT_ERROR, str(exc))
     except (ValueError, FileNotFoundError, CacheCorruptError) as exc:
         return _error(args, EXIT_USAGE, spelled_for(exc, args.command))
     except mlflow.exceptions.MlflowException as exc:

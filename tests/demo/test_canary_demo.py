@@ -110,3 +110,21 @@ def test_unknown_size_is_refused_before_anything_builds(stubbed):
     with pytest.raises(ValueError, match="unknown canary demo size 'huge'; choose from"):
         canary_demo.build_canary_demo(size="huge", progress=False, data_dir=tmp)
     assert calls["train"] == 0
+
+
+def test_without_opacus_the_demo_stops_before_training_and_the_cli_says_what_to_install(stubbed, monkeypatch,
+                                                                                      capsys):
+    import importlib.util
+
+    from mlflow_mia.entrypoints.cli import main
+
+    calls, tmp = stubbed
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "opacus" else real(name, *a))
+    with pytest.raises(ImportError, match=r"trains a DP-SGD target, which needs opacus: pip install -e '\.\[demo\]'"):
+        canary_demo.build_canary_demo(size="small", progress=False, data_dir=tmp)
+    assert (calls["train"], calls["dp"], calls["register"]) == (0, 0, 0)  # nothing trained first
+    assert main(["canary-audit", "--demo-size", "small", "--quiet"]) == 1  # an environment fault, no traceback
+    err = capsys.readouterr().err
+    assert "mlflow-mia canary-audit: error: the canary demo trains a DP-SGD target, which needs opacus" in err
+    assert "Traceback" not in err and calls["train"] == 0
