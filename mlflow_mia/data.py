@@ -22,6 +22,7 @@ import pandas as pd
 
 from mlflow_mia.naming import did_you_mean
 from mlflow_mia.option import OptionError
+from mlflow_mia.progress import library_bars_off
 
 __all__ = ["AuditDataset", "PopulationSet", "text_hash", "load_table", "near_duplicates", "canonical_text",
            "invisible_variants", "surrogate_at"]
@@ -276,13 +277,13 @@ def _read_in_memory(builder: str, path: str, what: str = "data"):
     Raises
     ------
     ValueError
-        The file cannot be parsed (invalid JSON or UTF-8, a lone surrogate, a damaged
-        parquet file), with the file and the parser's reason.
+        The file cannot be parsed (invalid JSON or UTF-8, a lone surrogate, a damaged parquet file), with the
+        file and the parser's reason.
     """
     from datasets import load_dataset
     from datasets.exceptions import DatasetsError
 
-    with tempfile.TemporaryDirectory(prefix="mlflow_mia_table_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mlflow_mia_table_") as tmp, library_bars_off():
         try:
             dataset = load_dataset(builder, data_files=path, split="train", cache_dir=tmp, keep_in_memory=True)
         except DatasetsError as exc:  # "An error occurred while generating the dataset": the cause says what
@@ -385,10 +386,8 @@ class AuditDataset(_Texts):
             groups = tuple(str(g) for g in groups)
             mixed = _mixed_groups(groups, labels)
             if mixed:
-                raise ValueError(
-                    f"{len(mixed)} group(s) contain both members and non-members (e.g. {mixed[0]!r}); "
-                    "a user is a member when all of their samples are"
-                )
+                raise ValueError(f"{len(mixed)} group(s) contain both members and non-members (e.g. {mixed[0]!r}); "
+                                 "a user is a member when all of their samples are")
             object.__setattr__(self, "groups", groups)
 
     @classmethod

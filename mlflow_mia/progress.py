@@ -187,3 +187,18 @@ def log_epoch(desc: str, epoch_losses, step: int, total_steps: int, per_epoch: i
             f"about {duration(time_left(seconds, step, total_steps))} left")
     _log.info(line)
     return line
+
+
+@contextlib.contextmanager
+def library_bars_off():
+    """``datasets``' own progress bars off for the duration, restored after: reading a table of a few hundred rows
+    ("Generating train split") is one quick step of ours, not a job worth a bar."""
+    from datasets.utils import logging as datasets_logging
+
+    shown = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets_logging.enable_progress_bar()

@@ -224,3 +224,14 @@ def test_a_lone_surrogate_is_reported_at_its_row(tmp_path):
         AuditDataset(texts=["a cat", "a \ud800dog"], labels=[1, 0])
     with pytest.raises(ValueError, match=r"^the population set has 1 text\(s\) that are not valid Unicode"):
         PopulationSet(texts=["a cat", "\udfff"])
+
+
+def test_reading_a_table_draws_no_datasets_bar_and_leaves_its_setting_as_it_was(tmp_path, capfd):
+    from datasets.utils import logging as datasets_logging
+
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"text": ["a b", "c d"], "is_member": [1, 0]}).to_csv(path, index=False)
+    assert datasets_logging.is_progress_bar_enabled()
+    assert load_table(str(path))["text"].tolist() == ["a b", "c d"]
+    assert "Generating train split" not in capfd.readouterr().err
+    assert datasets_logging.is_progress_bar_enabled()  # restored
