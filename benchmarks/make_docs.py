@@ -231,7 +231,8 @@ def gpu_run(result: dict) -> str:
             notes.append(f"{name}: values of both sides agree to {row['max_abs_diff']:.1e}.")
     cases = result["cases"]
     faster = [f"{kind} {cases[f'{kind}_bf16']['ours_texts_per_s'] / cases[f'{kind}_fp32']['ours_texts_per_s']:.2f}x"
-              for kind in ("energy", "pll", "gpt2", "neighbours") if f"{kind}_bf16" in cases and f"{kind}_fp32" in cases]
+              for kind in ("energy", "pll", "gpt2", "neighbours")
+              if f"{kind}_bf16" in cases and f"{kind}_fp32" in cases]
     if faster:
         notes.append("bf16 over fp32, mlflow-mia's texts/s: " + ", ".join(faster) + ".")
     memory = result.get("memory_7b")

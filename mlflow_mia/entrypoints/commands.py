@@ -104,8 +104,9 @@ def generic_front_end(audit) -> Callable[[argparse.Namespace], int]:
     ``--target`` and ``--data`` (the command options a family registered with its own ``command``
     takes, :data:`~mlflow_mia.options.families.GENERIC_COMMAND_OPTIONS`), then the audit's parts in
     the evaluator's order: ``parse`` (the flags as flat keys), ``load_inputs`` (the ``--data`` table),
-    ``gate`` (its refusals before any model loads), ``resolve`` (the ``--target`` URI), ``run`` (both stages and the log, one MLflow run); the logged
-    metrics are printed, one per line, then the gate's verdict; exit 3 when the gate did not pass.
+    ``gate`` (its refusals before any model loads), ``resolve`` (the ``--target`` URI), ``run`` (both stages
+    and the log, one MLflow run); the logged metrics are printed, one per line, then the gate's verdict
+    (decided again on the result: ``check`` is pure); exit 3 when the gate did not pass.
 
     Raises
     ------
