@@ -232,14 +232,8 @@ def test_bytes_per_token_and_the_memory_budget():
     assert memory_token_budget(0, 100) == 16384
 
 
-def test_the_cuda_budget_reads_the_free_memory_and_the_cpu_budget_stays(monkeypatch):
-    from transformers import BertConfig
-
-    model = torch.nn.Module()
-    model.config = BertConfig()
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (6 << 30, 80 << 30))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 << 30)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 << 30)
+def test_the_cuda_budget_reads_the_free_memory_and_the_cpu_budget_stays(cuda_memory):
+    model = cuda_memory
     per = bytes_per_token(model.config, torch.bfloat16)
     assert default_token_budget("cuda", model=model, dtype=torch.bfloat16) == memory_token_budget(8 << 30, per)
     assert default_token_budget("cuda", model=model, dtype=torch.float32) == memory_token_budget(8 << 30, 2 * per)

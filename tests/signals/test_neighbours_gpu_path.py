@@ -163,14 +163,8 @@ def test_the_recipe_runs_the_generator_in_the_signal_dtype():
 
 # --- token budget ----------------------------------------------------------------------------------------------
 
-def test_the_budget_is_sized_to_the_device_memory_on_cuda_and_stays_measured_on_cpu(monkeypatch):
-    from transformers import BertConfig
-
-    model = torch.nn.Module()
-    model.config = BertConfig()
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (6 << 30, 80 << 30))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 << 30)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 << 30)
+def test_the_budget_is_sized_to_the_device_memory_on_cuda_and_stays_measured_on_cpu(cuda_memory):
+    model = cuda_memory
     cuda = torch.device("cuda")
     per_token = bytes_per_token(model.config, torch.bfloat16, vocab_logits=True)  # each copy holds a row of logits
     assert nb_module._generator_budget(None, cuda, model, torch.bfloat16) == memory_token_budget(8 << 30, per_token)
