@@ -55,7 +55,7 @@ from mlflow_mia.metrics.gate import FAIL, INCONCLUSIVE, PASS
 from mlflow_mia.metrics.gate_record import GateRecord
 from mlflow_mia.tracking import gate_chain
 from mlflow_mia.tracking.gate_history import RECORD_PREFIX, TAMPERED
-from mlflow_mia.tracking.scopes import CANARY_PREFIX, KIND_SCOPES, NER_PREFIX
+from mlflow_mia.tracking.scopes import KIND_SCOPES
 from mlflow_mia.tracking.gate_seal import (CHAIN_TAG, RUN_RECORD_TAG, RUN_VERSIONS_TAG, SealKey, Verifier, chain_tag,
                                            pointer, run_record_tag, seal)
 from mlflow_mia.models.resolve import WEIGHTS_TAG

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mlflow_mia.audits.base import Audit, Settings, resolve_target
-from mlflow_mia.audits.canary.inputs import load_canary_inputs, load_canary_set
+from mlflow_mia.audits.canary.inputs import load_canary_inputs
 from mlflow_mia.audits.canary.scoring import score_canaries
 from mlflow_mia.audits.canary.signals import canary_signals
 from mlflow_mia.canaries import CanarySet
