@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 # The session's tracking store with tiny registered models, shared by every folder
 # (tests/registered_models.py says what it holds).
-from registered_models import Store, fresh_weights, store, tracking  # noqa: E402,F401
+from registered_models import Store, fresh_weights, restore_experiment, store, tracking  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -34,24 +34,13 @@ def tiny_ner():
     return tiny_token_classifier()
 
 
-def _restore_experiment(before: str | None) -> None:
-    """Forget MLflow's active experiment and put ``$MLFLOW_EXPERIMENT_ID`` back to ``before`` (unset when None)."""
-    import mlflow.tracking.fluent as fluent
-
-    fluent._active_experiment_id = None
-    if before is None:
-        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
-    else:
-        os.environ["MLFLOW_EXPERIMENT_ID"] = before
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _modules_leave_the_experiment_as_they_found_it():
     """A module-scoped fixture that calls ``mlflow.set_experiment`` (its store for the module's tests) leaves
     ``$MLFLOW_EXPERIMENT_ID`` set after the module: restored here, after the module's own fixtures end."""
     before = os.environ.get("MLFLOW_EXPERIMENT_ID")
     yield
-    _restore_experiment(before)
+    restore_experiment(before)
 
 
 @pytest.fixture(autouse=True)
@@ -65,4 +54,4 @@ def _forget_the_active_experiment():
     """
     before = os.environ.get("MLFLOW_EXPERIMENT_ID")
     yield
-    _restore_experiment(before)
+    restore_experiment(before)

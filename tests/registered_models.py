@@ -90,7 +90,7 @@ class Store:
                 "--cache-dir", str(self.cache_dir), "--quiet", *extra]
 
 
-def _forget_experiment(before):
+def restore_experiment(before: str | None) -> None:
     """Forget MLflow's active experiment and put ``$MLFLOW_EXPERIMENT_ID`` back to ``before`` (unset when None)."""
     import mlflow.tracking.fluent as fluent
 
@@ -162,7 +162,7 @@ def store(tmp_path_factory) -> Store:
         # set_experiment left its id in $MLFLOW_EXPERIMENT_ID: a session fixture is set up before the module's
         # autouse restore reads the variable, so the id would outlive the module (tests/conftest.py); each test
         # that logs here names its experiment (the tracking fixture)
-        _forget_experiment(old_experiment)
+        restore_experiment(old_experiment)
         yield Store(tracking_uri=uri, root=root, pool_path=pool_path, population_path=population_path,
                     cache_dir=root / "cache", pool=pool, population=population, run_ids=run_ids,
                     model_ids=model_ids)
